@@ -1,0 +1,10 @@
+// Command beam runs and drives a Beam agent directory.
+//
+//	beam serve                 run a directory (SQLite in --data-dir, embedded NATS)
+//	beam version               print the version
+//	beam replay                rebuild the projections from the event log
+//	beam trace NONCE           print the events of one intent
+//	beam import PATH           append the intents of a Beam TypeScript database
+//
+// Every flag has a BEAM_* environment equivalent, shown by --help.
+package main

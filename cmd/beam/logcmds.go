@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/beamdir/beam/internal/buildinfo"
+	"github.com/beamdir/beam/tracing"
+	"github.com/beamdir/beam/tracing/legacy"
+)
+
+// openLogForCLI opens the log in dataDir for an offline command.
+func openLogForCLI(ctx context.Context, dataDir string) (*tracing.Log, error) {
+	return tracing.Open(ctx, tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+}
+
+func dataDirFlagSet(name string, stderr io.Writer, dataDir *string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(dataDir, "data-dir", "./beam-data", "directory that holds the log")
+	return fs
+}
+
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var dataDir string
+	fs := dataDirFlagSet("beam replay", stderr, &dataDir)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: beam replay [--data-dir DIR]")
+		fmt.Fprintln(stderr, "Drops the projections (intent_log, beam_messages) and refolds them from the log.")
+		fmt.Fprintln(stderr, "Run it while the directory is stopped.")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	lg, err := openLogForCLI(ctx, dataDir)
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
+	st, err := lg.Rebuild(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	rate := 0.0
+	if st.Duration > 0 {
+		rate = float64(st.Events) / st.Duration.Seconds()
+	}
+	fmt.Fprintf(stdout, "replayed %d events into %d intents and %d bus messages in %s (%.0f events/s)\n",
+		st.Events, st.Intents, st.Messages, st.Duration.Round(time.Millisecond), rate)
+	return nil
+}
+
+func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var dataDir string
+	var asJSON bool
+	fs := dataDirFlagSet("beam trace", stderr, &dataDir)
+	fs.BoolVar(&asJSON, "json", false, "print the events as JSON lines")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: beam trace [--data-dir DIR] [--json] NONCE")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	nonce := fs.Arg(0)
+	lg, err := openLogForCLI(ctx, dataDir)
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
+	events, err := lg.Trace(ctx, nonce)
+	if err != nil {
+		return err
+	}
+	if len(events) == 0 {
+		return fmt.Errorf("no events for nonce %q", nonce)
+	}
+	return printTrace(stdout, events, asJSON)
+}
+
+// printTrace writes events as a readable timeline or as JSON lines.
+func printTrace(w io.Writer, events []tracing.Event, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, ev := range events {
+			if err := enc.Encode(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	first := events[0]
+	fmt.Fprintf(w, "nonce %s  %s -> %s  intent %s\n", first.Nonce, first.From, first.To, first.IntentType)
+	prev := first.At
+	for _, ev := range events {
+		details, err := json.Marshal(ev.Details)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%6d  %s  %+8s  %-11s %-12s attempt=%d  %s\n",
+			ev.Seq, ev.At.UTC().Format("2006-01-02T15:04:05.000000Z"), ev.At.Sub(prev).Round(time.Microsecond),
+			ev.State, ev.Transport, ev.Attempt, details)
+		prev = ev.At
+	}
+	return nil
+}
+
+func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var dataDir string
+	fs := dataDirFlagSet("beam import", stderr, &dataDir)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: beam import [--data-dir DIR] PATH")
+		fmt.Fprintln(stderr, "Reads a Beam TypeScript directory or message-bus SQLite database (tables intent_log,")
+		fmt.Fprintln(stderr, "intent_trace_events, beam_messages), normalizes legacy statuses and stages, and appends")
+		fmt.Fprintln(stderr, "the intents to the log. Rows that cannot be normalized are reported and not written.")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	lg, err := openLogForCLI(ctx, dataDir)
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
+	rep, err := legacy.Import(ctx, fs.Arg(0), lg, legacy.Options{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, rep.String())
+	if len(rep.Errors) > 0 {
+		return fmt.Errorf("%d rows could not be imported", len(rep.Errors))
+	}
+	return nil
+}
+
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	rev := buildinfo.Revision()
+	if rev == "" {
+		rev = "unknown"
+	}
+	fmt.Fprintf(stdout, "beam %s (revision %s, protocol beam/1)\n", buildinfo.Version, rev)
+	return nil
+}

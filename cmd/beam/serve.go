@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/beamdir/beam/internal/server"
+)
+
+// serveFlags are the flags of beam serve. The names of --data-dir and
+// --listen (and their variables) are a stable interface.
+type serveFlags struct {
+	dataDir     string
+	listen      string
+	synchronous string
+	logLevel    string
+	logFormat   string
+	drain       time.Duration
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dataDir, "data-dir", "./beam-data", "directory for the SQLite log, the operator token and the directory key")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:3100", "HTTP and WebSocket listen address (port 0 picks a free port)")
+	fs.StringVar(&f.synchronous, "sqlite-synchronous", "FULL", "SQLite synchronous mode: FULL (every commit fsynced) or NORMAL")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.DurationVar(&f.drain, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for in-flight requests")
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("beam serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: beam serve [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Runs a Beam directory: agents, intents, the message bus and the dashboard on one port,")
+		fmt.Fprintln(stderr, "with every step of every intent recorded in an append-only log in --data-dir.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "beam serve: unexpected arguments %v\n", fs.Args())
+		return errUsage
+	}
+	logger, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		return err
+	}
+
+	srv, err := server.New(ctx, server.Config{
+		DataDir:     f.dataDir,
+		Synchronous: f.synchronous,
+		Logger:      logger,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return fmt.Errorf("listen: %w", err)
+	}
+	if tok, generated := srv.AdminToken(); generated {
+		fmt.Fprintf(stdout, "operator token (stored in %s/admin.token, shown once): %s\n", f.dataDir, tok)
+	}
+	fmt.Fprintf(stdout, "beam serving on http://%s\n", ln.Addr())
+	logger.Info("beam serving", "addr", ln.Addr().String(), "dataDir", f.dataDir)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		_ = srv.Shutdown(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: draining requests and the log writer")
+	sctx, cancel := context.WithTimeout(context.Background(), f.drain)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	<-errc
+	logger.Info("stopped")
+	return nil
+}

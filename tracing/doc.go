@@ -1,0 +1,15 @@
+// Package tracing owns the event log: the append-only table
+// intent_trace_events, the lifecycle states and their transition table, the
+// single-writer group-commit appender, the projections derived from the log
+// (intent_log, beam_messages), their rebuild, legacy normalization, trace
+// queries and live subscriptions from a sequence cursor.
+//
+// Every state change of an intent is an Event. Events are validated against
+// the transition table before they are written, written in one transaction
+// together with the projection rows they change, and only reported back to
+// the caller once that transaction has committed.
+//
+// tracing must not import any other package of this module: the directory,
+// the bus and federation build on it, never the other way round. It knows
+// nothing of WebSockets, HTTP, signatures or NATS.
+package tracing
