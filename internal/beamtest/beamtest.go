@@ -1,0 +1,277 @@
+package beamtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	binPath  string
+	buildErr error
+	binDir   string
+)
+
+// Main builds the beam binary, runs the tests and removes the binary. Use it
+// as the body of TestMain.
+func Main(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "beamtest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "beamtest:", err)
+		return 1
+	}
+	binDir = dir
+	defer os.RemoveAll(dir)
+	return m.Run()
+}
+
+var buildOnce sync.Once
+
+// Binary returns the path of the beam binary built for this test run.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if binDir == "" {
+			buildErr = errors.New("beamtest.Main was not called from TestMain")
+			return
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		out := filepath.Join(binDir, "beam")
+		args := []string{"build", "-o", out}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		args = append(args, "./cmd/beam")
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build beam: %v\n%s", err, b)
+			return
+		}
+		binPath = out
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// Process is a running `beam serve`.
+type Process struct {
+	t       testing.TB
+	DataDir string
+	Args    []string
+	Env     []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	url    string
+	output *lockedBuffer
+	done   chan struct{}
+	err    error
+}
+
+// Options configure Start.
+type Options struct {
+	// DataDir is reused when set (restart tests); a fresh temporary
+	// directory otherwise.
+	DataDir string
+	// Args are extra flags for `beam serve`.
+	Args []string
+	// Env holds extra KEY=VALUE environment entries.
+	Env []string
+}
+
+// Start runs `beam serve` on a random loopback port and waits until it
+// serves. The process is stopped when the test ends.
+func Start(t testing.TB, opts Options) *Process {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	p := &Process{t: t, DataDir: opts.DataDir, Args: opts.Args, Env: opts.Env, output: &lockedBuffer{}}
+	p.start()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("beam serve output:\n%s", p.output.String())
+		}
+	})
+	return p
+}
+
+func (p *Process) start() {
+	p.t.Helper()
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", p.DataDir}, p.Args...)
+	cmd := exec.Command(Binary(p.t), args...)
+	cmd.Env = append(os.Environ(), p.Env...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(p.t, err)
+	cmd.Stderr = p.output
+	require.NoError(p.t, cmd.Start())
+
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			p.output.Write([]byte(line + "\n"))
+			if rest, ok := strings.CutPrefix(line, "beam serving on "); ok {
+				select {
+				case urlc <- strings.TrimSpace(rest):
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+
+	select {
+	case u := <-urlc:
+		p.mu.Lock()
+		p.url = u
+		p.mu.Unlock()
+	case <-done:
+		require.FailNow(p.t, "beam serve exited before serving", "output:\n%s", p.output.String())
+	case <-time.After(60 * time.Second):
+		require.FailNow(p.t, "beam serve did not report its address within 60s", "output:\n%s", p.output.String())
+	}
+	p.waitHealthy()
+}
+
+func (p *Process) waitHealthy() {
+	p.t.Helper()
+	require.Eventually(p.t, func() bool {
+		resp, err := http.Get(p.URL() + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "beam serve never became healthy")
+}
+
+// URL is the base URL of the running process, e.g. http://127.0.0.1:41234.
+func (p *Process) URL() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.url
+}
+
+// Output returns what the process printed so far.
+func (p *Process) Output() string { return p.output.String() }
+
+// Kill sends SIGKILL and waits for the process to exit.
+func (p *Process) Kill() {
+	p.signal(syscall.SIGKILL)
+}
+
+// Stop sends SIGTERM and waits for a graceful exit, failing the test if the
+// process does not exit cleanly.
+func (p *Process) Stop() {
+	p.t.Helper()
+	p.signal(syscall.SIGTERM)
+	p.mu.Lock()
+	err := p.err
+	p.mu.Unlock()
+	require.NoError(p.t, err, "beam serve did not exit cleanly; output:\n%s", p.output.String())
+}
+
+func (p *Process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Restart starts the process again on the same data directory (after Kill
+// or Stop) and waits until it serves.
+func (p *Process) Restart() {
+	p.t.Helper()
+	p.Kill()
+	p.start()
+}
+
+// Run executes a beam subcommand (not serve) to completion and returns its
+// combined output.
+func Run(t testing.TB, ctx context.Context, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, Binary(t), args...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,10 @@
+// Package beamtest starts real beam processes for tests: it builds the beam
+// binary once per test binary (with the race detector when the tests run
+// with it), runs `beam serve` on a random loopback port in a temporary data
+// directory, and can stop it gracefully, SIGKILL it and start it again on
+// the same data directory.
+//
+// A package that uses it calls Main from its TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(beamtest.Main(m)) }
+package beamtest

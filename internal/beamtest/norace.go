@@ -1,0 +1,5 @@
+//go:build !race
+
+package beamtest
+
+const raceEnabled = false
