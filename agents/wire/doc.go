@@ -1,0 +1,18 @@
+// Package wire is what Beam agents speak: Beam IDs and DIDs, Ed25519 key encodings, the beam/1 intent
+// and result frames with their exact signing strings, the beam/2 compact-JWS envelope, and the canonical
+// signatures of agent mutations.
+//
+// The beam/1 signing strings are defined by JavaScript: an intent is signed over
+// JSON.stringify({type, from, to, intent, payload, timestamp, nonce}) of the parsed frame, a result over
+// JSON.stringify of its recursively key-sorted fields. JSStringify and CanonicalJSON reproduce those bytes
+// from raw wire JSON without going through Go maps, so key order, string escaping and number formatting
+// match Node byte for byte (see fixtures/vectors-js for the vectors that pin this).
+//
+// Payload bytes are kept exactly as received (IntentFrame.Payload, IntentFrame.Raw) and forwarded
+// unchanged by DeliveryJSON; a round trip through map[string]any would reorder keys and break the
+// recipient's signature check.
+//
+// The package owns encoding, decoding, signing and verification only. It must not do I/O, keep state,
+// read clocks (callers pass time in) or know about the server: replay windows, nonces, ACLs and size
+// policies beyond the bounds documented here belong to the directory.
+package wire
