@@ -1,0 +1,124 @@
+package registry
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/beamdir/beam/agents/wire"
+)
+
+// Rule effects.
+const (
+	effectAllow = "allow"
+	effectDeny  = "deny"
+)
+
+// Allowed decides whether from may send an intent of intentType to to,
+// and says why. It never touches SQLite. See the package doc for the rules.
+func (r *Registry) Allowed(from, to, intentType string) (bool, string) {
+	r.mu.RLock()
+	rules := r.rules[to]
+	r.mu.RUnlock()
+	return evaluate(rules, r.cfg.DefaultPolicy, from, to, intentType)
+}
+
+// evaluate applies rules (all of them protect to) and then policy.
+func evaluate(rules []Rule, policy Policy, from, to, intentType string) (bool, string) {
+	var allowRule *Rule
+	for i := range rules {
+		rule := &rules[i]
+		if rule.IntentType != "*" && rule.IntentType != intentType {
+			continue
+		}
+		if !patternMatches(rule.AllowedFrom, from) {
+			continue
+		}
+		if rule.Effect == effectDeny {
+			return false, fmt.Sprintf("denied by acl rule %d (%s from %s)", rule.ID, rule.IntentType, rule.AllowedFrom)
+		}
+		if allowRule == nil {
+			allowRule = rule
+		}
+	}
+	if allowRule != nil {
+		return true, fmt.Sprintf("allowed by acl rule %d (%s from %s)", allowRule.ID, allowRule.IntentType, allowRule.AllowedFrom)
+	}
+	return defaultDecision(policy, from, to)
+}
+
+// defaultDecision applies the default policy.
+func defaultDecision(p Policy, from, to string) (bool, string) {
+	switch p {
+	case PolicyAllow:
+		return true, "allowed by default policy"
+	case PolicyDeny:
+		return false, "denied by default policy (no acl rule allows it)"
+	}
+	f, err1 := wire.ParseBeamID(from)
+	t, err2 := wire.ParseBeamID(to)
+	if err1 != nil || err2 != nil {
+		return false, "denied by same-org default policy (unparseable beam id)"
+	}
+	if f.Personal() || t.Personal() {
+		return false, "denied by same-org default policy (personal agents belong to no org; add an acl rule)"
+	}
+	if f.Org != t.Org {
+		return false, "denied by same-org default policy (different orgs; add an acl rule)"
+	}
+	return true, "allowed by same-org default policy"
+}
+
+// patternMatches applies an allowed_from pattern to a sender Beam ID.
+func patternMatches(pattern, from string) bool {
+	switch {
+	case pattern == "*":
+		return true
+	case pattern == from:
+		return true
+	case strings.HasPrefix(pattern, "*@"):
+		return strings.HasSuffix(from, pattern[1:])
+	case strings.HasPrefix(pattern, "*."):
+		return strings.Contains(from, pattern[1:])
+	}
+	return false
+}
+
+// validPattern checks an allowed_from pattern at creation time.
+func validPattern(p string) bool {
+	if p == "" || len(p) > 255 {
+		return false
+	}
+	if p == "*" {
+		return true
+	}
+	if strings.HasPrefix(p, "*@") || strings.HasPrefix(p, "*.") {
+		rest := p[2:]
+		if rest == "" {
+			return false
+		}
+		for _, c := range rest {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+				return false
+			}
+		}
+		return true
+	}
+	_, err := wire.ParseBeamID(p)
+	return err == nil
+}
+
+// validIntentType checks an ACL intent type: "*" or a plain intent name.
+func validIntentType(s string) bool {
+	if s == "*" {
+		return true
+	}
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._:-/", c)) {
+			return false
+		}
+	}
+	return true
+}

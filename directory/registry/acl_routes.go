@@ -1,0 +1,259 @@
+package registry
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// maxRulesPerAgent bounds the ACL of one target.
+const maxRulesPerAgent = 1000
+
+// handleACLCreate serves POST /acl.
+func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) {
+	f, err := readObject(w, req)
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	target, ok, err := f.str("INVALID_BEAM_ID", "targetBeamId", "target_beam_id")
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	if !ok {
+		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_BEAM_ID", "targetBeamId is required"))
+		return
+	}
+	tid, err := parseBeamID(target)
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	intent, _, err := f.str("INVALID_INTENT_TYPE", "intentType", "intent_type")
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	from, _, err := f.str("INVALID_ALLOWED_FROM", "allowedFrom", "allowed_from")
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	effect, effectGiven, err := f.str("INVALID_EFFECT", "effect")
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	p, err := f.signed()
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	c, err := r.identify(req, tid.String())
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	if !c.owner && !canMutate(c.operator) && p.signature == "" {
+		if c.operator != "" {
+			r.writeErr(w, req, errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not change ACLs", c.operator))
+			return
+		}
+		r.writeErr(w, req, errf(http.StatusUnauthorized, "UNAUTHORIZED", "ACL changes need the target agent's API key, its signature, or an operator"))
+		return
+	}
+	a, exists := r.Get(tid.String())
+	if !exists {
+		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", tid.String()))
+		return
+	}
+	intent = strings.TrimSpace(intent)
+	if !validIntentType(intent) {
+		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_INTENT_TYPE", "intentType must be an intent name or *"))
+		return
+	}
+	from = strings.ToLower(strings.TrimSpace(from))
+	if !validPattern(from) {
+		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_ALLOWED_FROM", "allowedFrom must be *, a Beam ID, *@domain or *.suffix"))
+		return
+	}
+	if !effectGiven || effect == "" {
+		effect = effectAllow
+	}
+	if effect != effectAllow && effect != effectDeny {
+		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_EFFECT", "effect must be allow or deny"))
+		return
+	}
+	now := r.now()
+	az, err := r.authorize(req, &a, p, map[string]any{
+		"action": "acl.create", "targetBeamId": a.BeamID, "intentType": intent, "allowedFrom": from, "effect": effect,
+	}, true, now)
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	existing := r.Rules(a.BeamID)
+	if len(existing) >= maxRulesPerAgent {
+		r.writeErr(w, req, errf(http.StatusConflict, "ACL_LIMIT", "at most %d ACL rules per agent", maxRulesPerAgent))
+		return
+	}
+	rule := Rule{Target: a.BeamID, IntentType: intent, AllowedFrom: from, Effect: effect, CreatedAt: now, CreatedBy: az.actor}
+	status := http.StatusCreated
+	for _, e := range existing {
+		if e.IntentType == intent && e.AllowedFrom == from {
+			rule.ID, rule.CreatedAt = e.ID, e.CreatedAt
+			status = http.StatusOK
+		}
+	}
+	err = r.commit(req.Context(), az, now, "acl.create", a.BeamID,
+		map[string]any{"intentType": intent, "allowedFrom": from, "effect": effect}, func(tx *sqlx.Tx) error {
+			if rule.ID != 0 {
+				if _, err := tx.ExecContext(req.Context(), `UPDATE intent_acls SET effect = ?, created_by = ? WHERE id = ?`,
+					effect, rule.CreatedBy, rule.ID); err != nil {
+					return fmt.Errorf("update acl rule: %w", err)
+				}
+				return nil
+			}
+			res, err := tx.ExecContext(req.Context(), `INSERT INTO intent_acls
+				(target_beam_id, intent_type, allowed_from, effect, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)`,
+				rule.Target, rule.IntentType, rule.AllowedFrom, rule.Effect, micros(rule.CreatedAt), rule.CreatedBy)
+			if err != nil {
+				return fmt.Errorf("insert acl rule: %w", err)
+			}
+			if rule.ID, err = res.LastInsertId(); err != nil {
+				return fmt.Errorf("insert acl rule: %w", err)
+			}
+			return nil
+		})
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	r.putRule(rule)
+	writeJSON(w, status, ruleViewOf(rule))
+}
+
+// putRule adds or replaces a rule in the cache.
+func (r *Registry) putRule(rule Rule) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.rules[rule.Target]
+	next := make([]Rule, 0, len(old)+1)
+	replaced := false
+	for _, e := range old {
+		if e.ID == rule.ID {
+			next = append(next, rule)
+			replaced = true
+			continue
+		}
+		next = append(next, e)
+	}
+	if !replaced {
+		next = append(next, rule)
+	}
+	r.rules[rule.Target] = next
+	r.ruleBy[rule.ID] = rule
+}
+
+// dropRule removes a rule from the cache.
+func (r *Registry) dropRule(rule Rule) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.rules[rule.Target]
+	next := make([]Rule, 0, len(old))
+	for _, e := range old {
+		if e.ID != rule.ID {
+			next = append(next, e)
+		}
+	}
+	if len(next) == 0 {
+		delete(r.rules, rule.Target)
+	} else {
+		r.rules[rule.Target] = next
+	}
+	delete(r.ruleBy, rule.ID)
+}
+
+// handleACLList serves GET /acl/{beamId} to the agent itself or an operator.
+func (r *Registry) handleACLList(w http.ResponseWriter, req *http.Request) {
+	id, err := parseBeamID(req.PathValue("beamId"))
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	c, err := r.identify(req, id.String())
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	if !c.owner && c.operator == "" {
+		r.writeErr(w, req, errf(http.StatusUnauthorized, "UNAUTHORIZED", "reading an ACL needs the agent's API key or an operator"))
+		return
+	}
+	if _, ok := r.Get(id.String()); !ok {
+		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", id.String()))
+		return
+	}
+	rules := r.Rules(id.String())
+	views := make([]ruleView, 0, len(rules))
+	for _, rule := range rules {
+		views = append(views, ruleViewOf(rule))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"acl": views, "total": len(views)})
+}
+
+// handleACLDelete serves DELETE /acl/{id}.
+func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) {
+	_, hasKey := apiKeyFrom(req)
+	_, isOperator := r.operatorRole(req)
+	if !hasKey && !isOperator {
+		r.writeErr(w, req, errf(http.StatusUnauthorized, "UNAUTHORIZED", "deleting an ACL rule needs the target agent's API key or an operator"))
+		return
+	}
+	id, err := strconv.ParseInt(req.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_ID", "rule id must be a positive integer"))
+		return
+	}
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	r.mu.RLock()
+	rule, ok := r.ruleBy[id]
+	r.mu.RUnlock()
+	if !ok {
+		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "ACL rule %d not found", id))
+		return
+	}
+	c, err := r.identify(req, rule.Target)
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	if !c.owner && !canMutate(c.operator) {
+		r.writeErr(w, req, errf(http.StatusForbidden, "FORBIDDEN", "only the rule's target agent or an operator may delete it"))
+		return
+	}
+	now := r.now()
+	az := authorization{actor: c.actor(rule.Target)}
+	err = r.commit(req.Context(), az, now, "acl.delete", rule.Target,
+		map[string]any{"id": rule.ID, "intentType": rule.IntentType, "allowedFrom": rule.AllowedFrom, "effect": rule.Effect},
+		func(tx *sqlx.Tx) error {
+			if _, err := tx.ExecContext(req.Context(), `DELETE FROM intent_acls WHERE id = ?`, rule.ID); err != nil {
+				return fmt.Errorf("delete acl rule: %w", err)
+			}
+			return nil
+		})
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	r.dropRule(rule)
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": rule.ID})
+}

@@ -1,0 +1,445 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/beamdir/beam/agents/wire"
+)
+
+// Routes registers the registry's HTTP routes on mux (Go 1.22 patterns).
+// GET /agents/stats is not registered here.
+func (r *Registry) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /agents/register", r.handleRegister)
+	mux.HandleFunc("GET /agents/search", r.handleSearch)
+	mux.HandleFunc("GET /agents/{beamId}", r.handleLookup)
+	// One pattern serves /agents/did/{did} and /agents/{beamId}/keys:
+	// as two patterns they would overlap on /agents/did/keys.
+	mux.HandleFunc("GET /agents/{first}/{second}", r.handleAgentsSub)
+	mux.HandleFunc("GET /did/{did}", r.handleDID)
+	mux.HandleFunc("DELETE /agents/{beamId}", r.handleDelete)
+	mux.HandleFunc("POST /agents/{beamId}/heartbeat", r.handleHeartbeat)
+	mux.HandleFunc("POST /agents/{beamId}/keys/rotate", r.handleRotate)
+	mux.HandleFunc("POST /agents/{beamId}/keys/revoke", r.handleRevoke)
+	mux.HandleFunc("PATCH /agents/{beamId}/visibility", r.handleVisibility)
+	mux.HandleFunc("PATCH /agents/{beamId}/config", r.handleConfig)
+	mux.HandleFunc("POST /acl", r.handleACLCreate)
+	mux.HandleFunc("GET /acl/{beamId}", r.handleACLList)
+	mux.HandleFunc("DELETE /acl/{id}", r.handleACLDelete)
+}
+
+// agentFromPath resolves the {beamId} path value: 400 INVALID_BEAM_ID or
+// 404 NOT_FOUND.
+func (r *Registry) agentFromPath(req *http.Request, name string) (Agent, error) {
+	id, err := parseBeamID(req.PathValue(name))
+	if err != nil {
+		return Agent{}, err
+	}
+	a, ok := r.Get(id.String())
+	if !ok {
+		return Agent{}, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", id.String())
+	}
+	return a, nil
+}
+
+// handleLookup serves GET /agents/{beamId}.
+func (r *Registry) handleLookup(w http.ResponseWriter, req *http.Request) {
+	a, err := r.agentFromPath(req, "beamId")
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	now := r.now()
+	if r.seesFullRow(req, a.BeamID) {
+		writeJSON(w, http.StatusOK, fullViewOf(&a, now))
+		return
+	}
+	writeJSON(w, http.StatusOK, publicViewOf(&a, now))
+}
+
+// seesFullRow reports whether req is the agent itself or an operator.
+func (r *Registry) seesFullRow(req *http.Request, beamID string) bool {
+	c, err := r.identify(req, beamID)
+	return err == nil && (c.owner || c.operator != "")
+}
+
+// handleSearch serves GET /agents/search.
+func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	limit := 100
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_QUERY", "limit must be a positive integer"))
+			return
+		}
+		limit = min(n, 500)
+	}
+	minTrust := 0.0
+	if s := q.Get("minTrustScore"); s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v != v {
+			r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_QUERY", "minTrustScore must be a number"))
+			return
+		}
+		minTrust = v
+	}
+	org := strings.ToLower(strings.TrimSpace(q.Get("org")))
+	org = strings.TrimSuffix(org, ".beam.directory")
+	var caps []string
+	for _, c := range strings.Split(q.Get("capabilities"), ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			caps = append(caps, c)
+		}
+	}
+	text := strings.ToLower(strings.TrimSpace(q.Get("q")))
+	tier := strings.TrimSpace(q.Get("verificationTier"))
+	if len(text) > 256 || len(caps) > 64 {
+		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_QUERY", "query too long"))
+		return
+	}
+
+	now := r.now()
+	r.mu.RLock()
+	matches := make([]*Agent, 0)
+	for _, e := range r.agents {
+		snap := e.snapshot()
+		a := &snap
+		if a.Visibility == VisibilityUnlisted {
+			continue
+		}
+		if org != "" && a.Org != org {
+			continue
+		}
+		if tier != "" && a.VerificationTier != tier {
+			continue
+		}
+		if minTrust > 0 && a.TrustScore(now) < minTrust {
+			continue
+		}
+		if !hasAll(a.Capabilities, caps) {
+			continue
+		}
+		if text != "" && !strings.Contains(strings.ToLower(a.BeamID+"\n"+a.DisplayName+"\n"+a.Description), text) {
+			continue
+		}
+		matches = append(matches, a)
+	}
+	r.mu.RUnlock()
+	sort.Slice(matches, func(i, j int) bool { return matches[i].BeamID < matches[j].BeamID })
+	total := len(matches)
+	if len(matches) > limit {
+		matches = matches[:limit]
+	}
+	views := make([]publicView, 0, len(matches))
+	for _, a := range matches {
+		views = append(views, publicViewOf(a, now))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"agents": views, "total": total})
+}
+
+func hasAll(have, want []string) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h == w {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// handleAgentsSub serves GET /agents/did/{did} and GET /agents/{beamId}/keys.
+func (r *Registry) handleAgentsSub(w http.ResponseWriter, req *http.Request) {
+	first, second := req.PathValue("first"), req.PathValue("second")
+	switch {
+	case first == "did":
+		r.serveDID(w, req, second)
+	case second == "keys":
+		a, err := r.agentFromPath(req, "first")
+		if err != nil {
+			r.writeErr(w, req, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"beamId": a.BeamID, "keyState": keyStateOf(&a)})
+	default:
+		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "no such route"))
+	}
+}
+
+// handleDID serves GET /did/{did}.
+func (r *Registry) handleDID(w http.ResponseWriter, req *http.Request) {
+	r.serveDID(w, req, req.PathValue("did"))
+}
+
+func (r *Registry) serveDID(w http.ResponseWriter, req *http.Request, did string) {
+	a, ok := r.resolveDID(did)
+	if !ok {
+		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "DID not found"))
+		return
+	}
+	w.Header().Set("Cache-Control", "max-age=60")
+	b, err := json.Marshal(didDocumentOf(&a))
+	if err != nil {
+		r.writeErr(w, req, fmt.Errorf("marshal DID document: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/did+json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// resolveDID finds the agent named by a did:beam DID (name form or key
+// form, including did:key of any of its keys).
+func (r *Registry) resolveDID(did string) (Agent, bool) {
+	if did == "" || len(did) > 256 {
+		return Agent{}, false
+	}
+	if id, err := wire.ParseDID(did); err == nil {
+		return r.Get(id.String())
+	}
+	// Key-based DIDs: scan the key histories. DID resolution is not a hot
+	// path, and the scan is bounded by the registry size.
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, e := range r.agents {
+		for _, k := range e.agent.Keys {
+			pub, err := wire.ParsePublicKey(k.PublicKey)
+			if err != nil {
+				continue
+			}
+			if wire.KeyDID(pub) == did {
+				return e.snapshot(), true
+			}
+		}
+	}
+	return Agent{}, false
+}
+
+// authorization is the outcome of authorize.
+type authorization struct {
+	actor  string
+	signed bool
+	nonce  string // to record in the write transaction, "" for none
+}
+
+// authorize decides whether req may change agent a: its API key, an
+// operator (when allowed), or a signature by its current key over obj
+// (plus timestamp and nonce). A timestamp and nonce sent along with an API
+// key are checked and recorded too.
+func (r *Registry) authorize(req *http.Request, a *Agent, p proof, obj map[string]any, allowOperator bool, now time.Time) (authorization, error) {
+	c, err := r.identify(req, a.BeamID)
+	if err != nil {
+		return authorization{}, err
+	}
+	if c.owner || allowOperator && canMutate(c.operator) {
+		az := authorization{actor: c.actor(a.BeamID)}
+		if p.timestamp != "" || p.nonce != "" {
+			if err := checkFreshness(p, now); err != nil {
+				return authorization{}, err
+			}
+			az.nonce = p.nonce
+		}
+		return az, nil
+	}
+	if p.signature != "" {
+		if err := r.verifySigned(a, obj, p, now); err != nil {
+			return authorization{}, err
+		}
+		return authorization{actor: "agent:" + a.BeamID, signed: true, nonce: p.nonce}, nil
+	}
+	if c.operator != "" {
+		return authorization{}, errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not do this; it needs the agent's API key or signature", c.operator)
+	}
+	return authorization{}, errf(http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: API key or signature")
+}
+
+// commit runs fn with the nonce of az recorded and one audit row written,
+// in one transaction.
+func (r *Registry) commit(ctx context.Context, az authorization, now time.Time, action, target string,
+	details map[string]any, fn func(tx *sqlx.Tx) error) error {
+	return r.do(ctx, func(tx *sqlx.Tx) error {
+		if az.nonce != "" {
+			if err := useNonce(ctx, tx, target, az.nonce, now); err != nil {
+				return err
+			}
+		}
+		if fn != nil {
+			if err := fn(tx); err != nil {
+				return err
+			}
+		}
+		return audit(ctx, tx, now, action, az.actor, target, details)
+	})
+}
+
+// handleDelete serves DELETE /agents/{beamId}.
+func (r *Registry) handleDelete(w http.ResponseWriter, req *http.Request) {
+	id, err := parseBeamID(req.PathValue("beamId"))
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	c, err := r.identify(req, id.String())
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	if !c.owner && !canMutate(c.operator) {
+		if c.operator != "" {
+			r.writeErr(w, req, errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not delete agents", c.operator))
+			return
+		}
+		r.writeErr(w, req, errf(http.StatusUnauthorized, "UNAUTHORIZED", "deleting an agent needs its API key or an operator"))
+		return
+	}
+	a, ok := r.Get(id.String())
+	if !ok {
+		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", id.String()))
+		return
+	}
+	now := r.now()
+	az := authorization{actor: c.actor(a.BeamID)}
+	err = r.commit(req.Context(), az, now, "agent.delete", a.BeamID, nil, func(tx *sqlx.Tx) error {
+		for _, q := range []string{
+			`DELETE FROM agents WHERE beam_id = ?`,
+			`DELETE FROM agent_keys WHERE beam_id = ?`,
+			`DELETE FROM intent_acls WHERE target_beam_id = ?`,
+			`DELETE FROM used_nonces WHERE scope = ?`,
+		} {
+			if _, err := tx.ExecContext(req.Context(), q, a.BeamID); err != nil {
+				return fmt.Errorf("delete agent %s: %w", a.BeamID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	r.setAgent(a.BeamID, nil)
+	r.lg.Info("agent deleted", "beamId", a.BeamID, "actor", az.actor)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleHeartbeat serves POST /agents/{beamId}/heartbeat. Authenticated
+// heartbeats (API key or signed headers) update last_seen and return the
+// full row; unauthenticated ones return the public view and change nothing.
+func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) {
+	a, err := r.agentFromPath(req, "beamId")
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	now := r.now()
+	c, err := r.identify(req, a.BeamID)
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	p := proof{
+		timestamp: req.Header.Get("x-beam-timestamp"),
+		nonce:     req.Header.Get("x-beam-nonce"),
+		signature: req.Header.Get("x-beam-signature"),
+	}
+	nonce := ""
+	switch {
+	case c.owner:
+	case p.signature != "":
+		if err := r.verifyHeartbeat(&a, p, now); err != nil {
+			r.writeErr(w, req, err)
+			return
+		}
+		nonce = p.nonce
+	default:
+		writeJSON(w, http.StatusOK, publicViewOf(&a, now))
+		return
+	}
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	cur, ok := r.Get(a.BeamID)
+	if !ok {
+		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", a.BeamID))
+		return
+	}
+	err = r.do(req.Context(), func(tx *sqlx.Tx) error {
+		if nonce != "" {
+			if err := useNonce(req.Context(), tx, cur.BeamID, nonce, now); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(req.Context(), `UPDATE agents SET last_seen = MAX(last_seen, ?) WHERE beam_id = ?`,
+			micros(now), cur.BeamID)
+		if err != nil {
+			return fmt.Errorf("heartbeat %s: %w", cur.BeamID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		r.writeErr(w, req, err)
+		return
+	}
+	if now.After(cur.LastSeen) {
+		cur.LastSeen = now
+	}
+	r.setAgent(cur.BeamID, &cur)
+	writeJSON(w, http.StatusOK, fullViewOf(&cur, now))
+}
+
+// verifyHeartbeat checks signed heartbeat headers: canonical (sorted) JSON,
+// or the reference's insertion-order JSON of the same object.
+func (r *Registry) verifyHeartbeat(a *Agent, p proof, now time.Time) error {
+	if err := checkFreshness(p, now); err != nil {
+		return err
+	}
+	if len(p.signature) > 256 {
+		return errf(http.StatusUnauthorized, "INVALID_SIGNATURE", "signature does not verify")
+	}
+	obj := struct {
+		Type      string `json:"type"`
+		BeamID    string `json:"beamId"`
+		Timestamp string `json:"timestamp"`
+		Nonce     string `json:"nonce"`
+	}{"heartbeat", a.BeamID, p.timestamp, p.nonce}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // JSON.stringify does not escape <, > and &
+	if err := enc.Encode(obj); err != nil {
+		return fmt.Errorf("marshal heartbeat: %w", err)
+	}
+	raw := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if wire.VerifyCanonical(raw, p.signature, a.PublicKey) == nil {
+		return nil
+	}
+	if verifyRaw(raw, p.signature, a.PublicKey) {
+		return nil
+	}
+	return errf(http.StatusUnauthorized, "INVALID_SIGNATURE", "heartbeat signature does not verify")
+}
+
+// verifyRaw checks a base64 Ed25519 signature over msg as is.
+func verifyRaw(msg []byte, sigB64 string, pub ed25519.PublicKey) bool {
+	sig, err := base64.StdEncoding.DecodeString(sigB64)
+	if err != nil || len(sig) != ed25519.SignatureSize || len(pub) != ed25519.PublicKeySize {
+		return false
+	}
+	return ed25519.Verify(pub, msg, sig)
+}
