@@ -1,0 +1,356 @@
+package directory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/internal/buildinfo"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Defaults of Config.
+const (
+	DefaultWSTimeout             = 30 * time.Second
+	DefaultHTTPTimeout           = 60 * time.Second
+	DefaultDirectHTTPTimeout     = 30 * time.Second
+	DefaultRelayTimeout          = 30 * time.Second
+	DefaultRecoverySweepInterval = 5 * time.Second
+	DefaultMaxFrameBytes         = 4096
+	DefaultMaxMessageBytes       = 64 << 10
+	DefaultMaxBodyBytes          = 64 << 10
+	DefaultSendQueue             = 256
+	DefaultPingInterval          = 20 * time.Second
+	DefaultWriteTimeout          = 10 * time.Second
+	DefaultSessionWorkers        = 4
+	// ReplayWindow is how far a frame's timestamp may be from server time.
+	ReplayWindow = 5 * time.Minute
+)
+
+// Config configures a Directory. Log and Registry are required; zero values
+// of the rest mean the defaults.
+type Config struct {
+	// Log is the event log every step of every intent is recorded in.
+	Log *tracing.Log
+	// Registry resolves agents, API keys and policy.
+	Registry *registry.Registry
+	// Clock is the time source for timestamps, deadlines and the replay
+	// window; default time.Now. Timers (result timeouts) run on real time.
+	Clock func() time.Time
+	// Logger receives diagnostics; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the relay's metrics; nil means none.
+	Registerer prometheus.Registerer
+
+	// WSTimeout is the result timeout of intents sent over WebSocket (30 s).
+	WSTimeout time.Duration
+	// HTTPTimeout is the result timeout of POST /intents/send (60 s).
+	HTTPTimeout time.Duration
+	// DirectHTTPTimeout bounds one POST to a recipient's endpoint (30 s).
+	DirectHTTPTimeout time.Duration
+	// RelayTimeout (RELAY_TIMEOUT_MS) is the timeout recovery assumes for a
+	// delivered intent whose events stored none (30 s).
+	RelayTimeout time.Duration
+	// RecoverySweepInterval (RELAY_RECOVERY_SWEEP_INTERVAL_MS) is how often
+	// Start's sweep expires recovered delivered intents (5 s).
+	RecoverySweepInterval time.Duration
+
+	// AllowLegacyWSIdentity accepts WebSocket sessions without proof of
+	// identity (reference 0.5.1 behaviour). Off by default.
+	AllowLegacyWSIdentity bool
+	// MaxFrameBytes bounds the delivered frame (JSON.stringify length), 4096.
+	MaxFrameBytes int
+	// MaxMessageBytes bounds one WebSocket message read (64 KiB; larger
+	// ones close the session with 1009).
+	MaxMessageBytes int
+	// MaxBodyBytes bounds the POST /intents/send body (64 KiB).
+	MaxBodyBytes int
+	// SendQueue is the per-session send buffer in messages (256).
+	SendQueue int
+	// PingInterval is the WebSocket keepalive period (20 s).
+	PingInterval time.Duration
+	// WriteTimeout bounds one WebSocket write (10 s).
+	WriteTimeout time.Duration
+	// SessionWorkers is how many messages of one session are handled
+	// concurrently (4). Handling an intent waits for a log commit; several
+	// workers let one agent's intents share group commits.
+	SessionWorkers int
+
+	// HTTPClient performs direct-http deliveries; default a client with
+	// DirectHTTPTimeout.
+	HTTPClient *http.Client
+	// OperatorAuth recognises operator requests; operators get the session
+	// list in GET /stats. May be nil.
+	OperatorAuth func(*http.Request) bool
+	// OnAgentConnected is called (in its own goroutine) after an agent's
+	// session is attached; the message bus uses it to deliver queued
+	// messages. May be nil.
+	OnAgentConnected func(beamID string)
+}
+
+// Directory is the relay. It is safe for concurrent use.
+type Directory struct {
+	cfg     Config
+	log     *tracing.Log
+	reg     *registry.Registry
+	clock   func() time.Time
+	lg      *slog.Logger
+	m       *metrics
+	client  *http.Client
+	started time.Time
+
+	mu        sync.Mutex
+	claims    map[string]*inflight // nonce → what this process is doing with it
+	sessions  map[string]*session  // beam ID → current session
+	recovered map[string]time.Time // delivered intents resumed by Recover → deadline
+	closed    bool
+
+	connMu     sync.Mutex
+	connNonces map[string]time.Time // used ws.connect nonces → expiry
+
+	stop      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New returns a Directory. Call Recover before serving and Start after it.
+func New(cfg Config) (*Directory, error) {
+	if cfg.Log == nil {
+		return nil, errors.New("directory: new: nil log")
+	}
+	if cfg.Registry == nil {
+		return nil, errors.New("directory: new: nil registry")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.WSTimeout, DefaultWSTimeout)
+	def(&cfg.HTTPTimeout, DefaultHTTPTimeout)
+	def(&cfg.DirectHTTPTimeout, DefaultDirectHTTPTimeout)
+	def(&cfg.RelayTimeout, DefaultRelayTimeout)
+	def(&cfg.RecoverySweepInterval, DefaultRecoverySweepInterval)
+	def(&cfg.PingInterval, DefaultPingInterval)
+	def(&cfg.WriteTimeout, DefaultWriteTimeout)
+	defInt := func(d *int, v int) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt(&cfg.MaxFrameBytes, DefaultMaxFrameBytes)
+	defInt(&cfg.MaxMessageBytes, DefaultMaxMessageBytes)
+	defInt(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	defInt(&cfg.SendQueue, DefaultSendQueue)
+	defInt(&cfg.SessionWorkers, DefaultSessionWorkers)
+	client := cfg.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: cfg.DirectHTTPTimeout}
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("directory: new: %w", err)
+	}
+	return &Directory{
+		cfg:        cfg,
+		log:        cfg.Log,
+		reg:        cfg.Registry,
+		clock:      cfg.Clock,
+		lg:         cfg.Logger.With("component", "relay"),
+		m:          m,
+		client:     client,
+		started:    cfg.Clock(),
+		claims:     map[string]*inflight{},
+		sessions:   map[string]*session{},
+		recovered:  map[string]time.Time{},
+		connNonces: map[string]time.Time{},
+		stop:       make(chan struct{}),
+	}, nil
+}
+
+// Routes registers POST /intents/send, the WebSocket endpoint (/ws and any
+// path below it), GET /stats and GET /agents/stats on mux.
+func (d *Directory) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /intents/send", d.handleSend)
+	mux.HandleFunc("GET /ws", d.handleWS)
+	mux.HandleFunc("GET /ws/", d.handleWS)
+	mux.HandleFunc("GET /stats", d.handleStats)
+	mux.HandleFunc("GET /agents/stats", d.handleAgentStats)
+}
+
+// Start starts the recovery sweep, which fails recovered delivered intents
+// whose deadline passed without a result. It stops with ctx or Close.
+func (d *Directory) Start(ctx context.Context) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		t := time.NewTicker(d.cfg.RecoverySweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.stop:
+				return
+			case <-t.C:
+				if _, err := d.Sweep(ctx); err != nil {
+					d.lg.Warn("recovery sweep", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Close closes every session (1001 going away), stops the sweep and the
+// result timers. In-flight intents stay as the log has them; the next
+// start's Recover settles them. Close does not close the log or registry.
+func (d *Directory) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.stop)
+		d.mu.Lock()
+		d.closed = true
+		sessions := make([]*session, 0, len(d.sessions))
+		for _, s := range d.sessions {
+			sessions = append(sessions, s)
+		}
+		// Senders still waiting for a result are told now (nothing is
+		// recorded: the log keeps dispatched/delivered and the next start's
+		// Recover settles them), so no request outlives the directory.
+		var waiting []*inflight
+		for _, inf := range d.claims {
+			if inf.timer != nil {
+				inf.timer.Stop()
+			}
+			if inf.waiting && !inf.finished {
+				inf.waiting, inf.finished = false, true
+				waiting = append(waiting, inf)
+			}
+		}
+		d.mu.Unlock()
+		for _, inf := range waiting {
+			inf.done(nil, relayErr(CodeDeliveryFailed, inf.nonce, "directory is shutting down"))
+		}
+		for _, s := range sessions {
+			s.closeWith(1001, "going away")
+		}
+		for _, s := range sessions {
+			<-s.done
+		}
+		d.wg.Wait()
+	})
+	return nil
+}
+
+// Online reports whether beamID has a WebSocket session on this directory.
+func (d *Directory) Online(beamID string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.sessions[beamID]
+	return ok
+}
+
+// ConnectedAgents returns the number of attached sessions.
+func (d *Directory) ConnectedAgents() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.sessions)
+}
+
+type sessionInfo struct {
+	BeamID      string `json:"beamId"`
+	Auth        string `json:"auth"`
+	ConnectedAt string `json:"connectedAt"`
+	Queued      int    `json:"queued"`
+}
+
+// handleStats serves GET /stats.
+func (d *Directory) handleStats(w http.ResponseWriter, r *http.Request) {
+	total, err := d.intentsProcessed(r.Context())
+	if err != nil {
+		d.lg.Warn("stats", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "stats unavailable", "errorCode": "INTERNAL_ERROR"})
+		return
+	}
+	now := d.clock()
+	body := map[string]any{
+		"agents":           d.reg.Count(),
+		"intentsProcessed": total,
+		"connectedAgents":  d.ConnectedAgents(),
+		"uptime":           int64(now.Sub(d.started) / time.Second),
+		"version":          buildinfo.Version,
+	}
+	if d.cfg.OperatorAuth != nil && d.cfg.OperatorAuth(r) {
+		d.mu.Lock()
+		list := make([]sessionInfo, 0, len(d.sessions))
+		for _, s := range d.sessions {
+			list = append(list, sessionInfo{BeamID: s.beamID, Auth: s.auth, ConnectedAt: s.connectedAt.UTC().Format(time.RFC3339Nano), Queued: len(s.out)})
+		}
+		d.mu.Unlock()
+		sort.Slice(list, func(i, j int) bool { return list[i].BeamID < list[j].BeamID })
+		body["sessions"] = list
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// handleAgentStats serves GET /agents/stats.
+func (d *Directory) handleAgentStats(w http.ResponseWriter, r *http.Request) {
+	total, verified := d.reg.Stats()
+	processed, err := d.intentsProcessed(r.Context())
+	if err != nil {
+		d.lg.Warn("agent stats", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "stats unavailable", "errorCode": "INTERNAL_ERROR"})
+		return
+	}
+	var avg float64
+	if err := d.log.ReadDB().QueryRowContext(r.Context(),
+		`SELECT COALESCE(AVG(round_trip_latency_ms), 0) FROM intent_log WHERE status = 'acked'`).Scan(&avg); err != nil {
+		d.lg.Warn("agent stats", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "stats unavailable", "errorCode": "INTERNAL_ERROR"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"total_agents":         total,
+		"verified_agents":      verified,
+		"intents_processed":    processed,
+		"avg_response_time_ms": int64(avg + 0.5),
+	})
+}
+
+func (d *Directory) intentsProcessed(ctx context.Context) (int64, error) {
+	counts, err := d.log.CountByState(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("count intents: %w", err)
+	}
+	var n int64
+	for _, c := range counts {
+		n += c
+	}
+	return n, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeRaw(w http.ResponseWriter, status int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,116 @@
+package directory
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// Error codes the relay reports, on HTTP in {"error", "errorCode"} bodies,
+// on WebSocket in {"type":"error"} messages and in the failure result frames
+// it records as an intent's result.
+const (
+	// CodeInvalidJSON: the HTTP body is not JSON.
+	CodeInvalidJSON = "INVALID_JSON"
+	// CodeInvalidIntent: the frame's shape is wrong, its sender is unknown or
+	// its signature does not verify.
+	CodeInvalidIntent = "INVALID_INTENT"
+	// CodeBadRequest: an authentic frame that cannot be relayed (timestamp
+	// outside the window). HTTP reports it as INVALID_INTENT, as the
+	// reference does.
+	CodeBadRequest = "BAD_REQUEST"
+	// CodeForbidden: policy denies the intent, or a session acts for another
+	// agent, or a result comes from someone who is not the recipient.
+	CodeForbidden = "FORBIDDEN"
+	// CodeInProgress: the nonce is still in flight.
+	CodeInProgress = "IN_PROGRESS"
+	// CodeNonceReuse: the nonce was used for a different intent.
+	CodeNonceReuse = "NONCE_REUSE_CONFLICT"
+	// CodeFrameTooLarge: the frame to deliver exceeds MaxFrameBytes.
+	CodeFrameTooLarge = "FRAME_TOO_LARGE"
+	// CodePayloadTooLarge: the HTTP body exceeds the body limit.
+	CodePayloadTooLarge = "PAYLOAD_TOO_LARGE"
+	// CodeOffline: the recipient is not reachable (retryable).
+	CodeOffline = "OFFLINE"
+	// CodeTimeout: no result arrived in time (retryable).
+	CodeTimeout = "TIMEOUT"
+	// CodeDeliveryFailed: the delivery was interrupted (retryable).
+	CodeDeliveryFailed = "DELIVERY_FAILED"
+	// CodeDirectHTTPFailed: the recipient's HTTP endpoint failed and no
+	// WebSocket session could take over (retryable).
+	CodeDirectHTTPFailed = "DIRECT_HTTP_FAILED"
+	// CodeResultError: a failure result from the recipient without a code.
+	CodeResultError = "RESULT_ERROR"
+	// CodeRelayError: an internal error (the log could not be written).
+	CodeRelayError = "RELAY_ERROR"
+)
+
+// RetryableCode reports whether a failure with code may be retried with the
+// same nonce: a new attempt is started instead of returning the cached
+// failure.
+func RetryableCode(code string) bool {
+	switch code {
+	case CodeOffline, CodeTimeout, CodeDeliveryFailed, CodeDirectHTTPFailed:
+		return true
+	}
+	return false
+}
+
+// RelayError is a relay failure as the sender sees it.
+type RelayError struct {
+	// Code is one of the Code* constants.
+	Code string
+	// Message says what went wrong, in words.
+	Message string
+	// Nonce is the frame's nonce when known.
+	Nonce string
+	// Result is the failure result frame recorded for the nonce, when the
+	// failure was recorded; nil otherwise.
+	Result []byte
+}
+
+func (e *RelayError) Error() string {
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// HTTPStatus returns the status POST /intents/send answers with for e.
+func (e *RelayError) HTTPStatus() int {
+	return httpStatus(e.Code)
+}
+
+func httpStatus(code string) int {
+	switch code {
+	case CodeInvalidJSON, CodeInvalidIntent, CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeInProgress, CodeNonceReuse:
+		return http.StatusConflict
+	case CodeFrameTooLarge, CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeOffline:
+		return http.StatusServiceUnavailable
+	case CodeTimeout:
+		return http.StatusGatewayTimeout
+	case CodeDeliveryFailed, CodeDirectHTTPFailed:
+		return http.StatusBadGateway
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// httpBody returns the JSON error body for e on POST /intents/send.
+func (e *RelayError) httpBody() map[string]any {
+	switch e.Code {
+	case CodeOffline:
+		return map[string]any{"error": "agent_offline", "errorCode": CodeOffline, "message": e.Message, "nonce": e.Nonce}
+	case CodeBadRequest:
+		// The reference reports every BAD_REQUEST of the relay as
+		// INVALID_INTENT on HTTP; the precise code is kept as reason.
+		return map[string]any{"error": e.Message, "errorCode": CodeInvalidIntent, "reason": CodeBadRequest}
+	}
+	return map[string]any{"error": e.Message, "errorCode": e.Code}
+}
+
+func relayErr(code, nonce, format string, args ...any) *RelayError {
+	return &RelayError{Code: code, Nonce: nonce, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,176 @@
+package directory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Recovery actions recorded in details.recoveryAction.
+const (
+	RecoveryInterrupted         = "interrupted"
+	RecoveryTimeoutAfterRestart = "timeout_after_restart"
+	RecoveryTimeoutNoWaiter     = "timeout_without_waiter"
+)
+
+// recoveryChunk is the most events Recover writes in one append.
+const recoveryChunk = 256
+
+// RecoveryReport says what Recover did.
+type RecoveryReport struct {
+	// FailedInterrupted counts received, validated, queued and dispatched
+	// intents failed as DELIVERY_FAILED (retryable).
+	FailedInterrupted int `json:"failedInterrupted"`
+	// ResumedAwaitingResult counts delivered intents left open until their
+	// deadline; a late result may still finalize them.
+	ResumedAwaitingResult int `json:"resumedAwaitingResult"`
+	// TimedOutAwaitingResult counts delivered intents already past their
+	// deadline, failed as TIMEOUT.
+	TimedOutAwaitingResult int `json:"timedOutAwaitingResult"`
+}
+
+// Recover settles the directory-owned intents a previous process left
+// unfinished (seed 003): received, validated, queued and dispatched ones
+// fail retryably (DELIVERY_FAILED, recoveryAction "interrupted");
+// delivered ones stay open until dispatch time + timeoutMs (RelayTimeout
+// when none was stored), or fail TIMEOUT ("timeout_after_restart") when
+// that is past. Intents accepted asynchronously and bus-owned intents are
+// left alone. Run it before serving.
+func (d *Directory) Recover(ctx context.Context) (RecoveryReport, error) {
+	var rep RecoveryReport
+	rows, err := d.log.NonTerminal(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("recover: %w", err)
+	}
+	now := d.clock()
+	var events []tracing.Event
+	resumed := map[string]time.Time{}
+	for _, row := range rows {
+		if row.Owner != "" && row.Owner != tracing.OwnerDirectory {
+			continue
+		}
+		switch row.Status {
+		case tracing.Received, tracing.Validated, tracing.Queued, tracing.Dispatched:
+			events = append(events, recoveryFailure(row, CodeDeliveryFailed,
+				"Delivery was interrupted by a directory restart", RecoveryInterrupted, now))
+			rep.FailedInterrupted++
+		case tracing.Delivered:
+			trace, err := d.log.Trace(ctx, row.Nonce)
+			if err != nil {
+				return rep, fmt.Errorf("recover %s: %w", row.Nonce, err)
+			}
+			if asyncAcceptance(trace) != nil {
+				continue
+			}
+			deadline := d.deadline(row, trace)
+			if now.Before(deadline) {
+				resumed[row.Nonce] = deadline
+				rep.ResumedAwaitingResult++
+				continue
+			}
+			events = append(events, recoveryFailure(row, CodeTimeout,
+				fmt.Sprintf("No result from %s before the directory restarted", row.To), RecoveryTimeoutAfterRestart, now))
+			rep.TimedOutAwaitingResult++
+		}
+	}
+	var errs []error
+	for len(events) > 0 {
+		n := min(len(events), recoveryChunk)
+		if err := d.append(events[:n]...); err != nil {
+			// One event that no longer applies rejects its whole call;
+			// write the others one by one.
+			for _, ev := range events[:n] {
+				if err := d.append(ev); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		events = events[n:]
+	}
+	d.mu.Lock()
+	for nonce, dl := range resumed {
+		d.recovered[nonce] = dl
+	}
+	d.mu.Unlock()
+	d.lg.Info("recovery", "failedInterrupted", rep.FailedInterrupted, "resumedAwaitingResult", rep.ResumedAwaitingResult,
+		"timedOutAwaitingResult", rep.TimedOutAwaitingResult)
+	if len(errs) > 0 {
+		return rep, fmt.Errorf("recover: %w", errors.Join(errs...))
+	}
+	return rep, nil
+}
+
+// deadline is when a delivered intent's result is due: the latest dispatch
+// plus its stored timeout (RelayTimeout when none).
+func (d *Directory) deadline(row tracing.IntentRow, trace []tracing.Event) time.Time {
+	timeout := time.Duration(row.TimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = d.cfg.RelayTimeout
+	}
+	dispatched := time.UnixMicro(row.UpdatedAt)
+	for i := len(trace) - 1; i >= 0; i-- {
+		if trace[i].State == tracing.Dispatched {
+			dispatched = trace[i].At
+			break
+		}
+	}
+	return dispatched.Add(timeout)
+}
+
+func recoveryFailure(row tracing.IntentRow, code, msg, action string, now time.Time) tracing.Event {
+	return tracing.Event{
+		Nonce: row.Nonce, State: tracing.Failed, From: row.From, To: row.To, IntentType: row.IntentType,
+		Transport: "recovery", Attempt: row.Attempt,
+		Details: tracing.Details{
+			ErrorCode: code, Error: msg, Retryable: true,
+			Result: wire.FailureResult(row.Nonce, code, msg, now, nil),
+			Extra:  map[string]any{"recoveryAction": action, "previousState": string(row.Status)},
+		},
+	}
+}
+
+// Sweep fails the recovered delivered intents whose deadline passed with
+// no result (TIMEOUT, recoveryAction "timeout_without_waiter") and returns
+// how many it failed. Start runs it every RecoverySweepInterval.
+func (d *Directory) Sweep(ctx context.Context) (int, error) {
+	now := d.clock()
+	d.mu.Lock()
+	var due []*inflight
+	for nonce, dl := range d.recovered {
+		if now.Before(dl) {
+			continue
+		}
+		if _, busy := d.claims[nonce]; busy {
+			continue
+		}
+		inf := &inflight{nonce: nonce, done: func([]byte, *RelayError) {}}
+		d.claims[nonce] = inf
+		delete(d.recovered, nonce)
+		due = append(due, inf)
+	}
+	d.mu.Unlock()
+	n := 0
+	var errs []error
+	for _, inf := range due {
+		row, ok, err := d.log.Intent(ctx, inf.nonce)
+		if err == nil && ok && row.Status == tracing.Delivered {
+			ev := recoveryFailure(row, CodeTimeout, fmt.Sprintf("No result from %s before its deadline", row.To),
+				RecoveryTimeoutNoWaiter, now)
+			if err = d.append(ev); err == nil {
+				n++
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		d.release(inf)
+	}
+	if len(errs) > 0 {
+		return n, fmt.Errorf("recovery sweep: %w", errors.Join(errs...))
+	}
+	return n, nil
+}

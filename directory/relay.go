@@ -1,0 +1,559 @@
+package directory
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Origins of a frame: how it reached the directory. The origin is the
+// transport of the received event and decides the default result timeout.
+const (
+	OriginHTTP = "http"
+	OriginWS   = "ws"
+)
+
+// Transports of dispatched events.
+const (
+	TransportWS         = "ws"
+	TransportDirectHTTP = "direct-http"
+	TransportEcho       = "builtin-echo"
+)
+
+// appendTimeout bounds one log write made on behalf of an intent. Log
+// writes never use the caller's context: an append that was handed to the
+// writer must not be abandoned halfway because a client went away.
+const appendTimeout = 30 * time.Second
+
+// RelayOptions say how a frame reached the relay and what the caller has
+// already established about it.
+type RelayOptions struct {
+	// Origin is OriginHTTP or OriginWS (default OriginHTTP).
+	Origin string
+	// SessionBeamID is the authenticated agent of the WebSocket session the
+	// frame arrived on; the frame's from must equal it. Empty for HTTP: from
+	// must then be a registered local agent.
+	SessionBeamID string
+	// AllowUnsigned accepts a frame without a signature because the caller
+	// authenticated the sender otherwise (a session opened with the agent's
+	// API key). A signature that is present is still verified.
+	AllowUnsigned bool
+	// SignatureVerified says the caller already verified the frame's
+	// signature against the sender's current key; Relay does not verify it
+	// again.
+	SignatureVerified bool
+	// Timeout overrides the result timeout (default WSTimeout for
+	// OriginWS, HTTPTimeout otherwise).
+	Timeout time.Duration
+}
+
+// inflight is what this process is doing with one nonce: it is the nonce's
+// claim (no second frame with the nonce may start while it exists) and,
+// once dispatched over WebSocket, the waiter for its result.
+type inflight struct {
+	nonce, from, to, intentType string
+	hash                        string // payload hash; "" for placeholders
+	origin                      string
+	attempt                     int
+	timeout                     time.Duration
+	start                       time.Time // d.clock() at receipt
+	t0                          time.Time // time.Now() at receipt (metrics)
+	done                        func([]byte, *RelayError)
+
+	// Guarded by Directory.mu.
+	transport   string
+	waiting     bool     // a result from the recipient may settle it
+	recipient   *session // the session the frame was handed to
+	timer       *time.Timer
+	finished    bool          // settled: no further delivered event
+	delivering  bool          // a writer is recording delivered
+	delivered   bool          // delivered is committed
+	deliveredCh chan struct{} // closed when delivering ends
+}
+
+// event returns an event of inf's nonce with the intent's identity set.
+func (inf *inflight) event(state tracing.State, transport string) tracing.Event {
+	return tracing.Event{
+		Nonce:      inf.nonce,
+		State:      state,
+		From:       inf.from,
+		To:         inf.to,
+		IntentType: inf.intentType,
+		Transport:  transport,
+		Attempt:    inf.attempt,
+	}
+}
+
+func (inf *inflight) latencyMs(now time.Time) *int64 {
+	ms := now.Sub(inf.start).Milliseconds()
+	if ms < 0 {
+		ms = 0
+	}
+	return &ms
+}
+
+// Relay validates f, applies the nonce rules, routes it and waits for the
+// outcome: the result frame to return to the sender (a recipient's result,
+// the echo result or a cached result), or a RelayError. It returns early
+// with a RELAY_ERROR when ctx ends; the intent itself goes on and is
+// recorded as usual.
+func (d *Directory) Relay(ctx context.Context, f *wire.IntentFrame, opts RelayOptions) ([]byte, *RelayError) {
+	type outcome struct {
+		res []byte
+		err *RelayError
+	}
+	ch := make(chan outcome, 1)
+	d.submit(ctx, f, opts, func(res []byte, err *RelayError) { ch <- outcome{res, err} })
+	select {
+	case o := <-ch:
+		return o.res, o.err
+	case <-ctx.Done():
+		return nil, relayErr(CodeRelayError, f.Nonce, "stopped waiting for the result: %v", ctx.Err())
+	}
+}
+
+// submit runs the pipeline for f and calls done exactly once with the
+// outcome, possibly from another goroutine (a result, a timer).
+func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOptions, done func([]byte, *RelayError)) {
+	if o.Origin == "" {
+		o.Origin = OriginHTTP
+	}
+	t0 := time.Now()
+	var once sync.Once
+	finish := func(res []byte, err *RelayError) {
+		once.Do(func() {
+			d.m.latency.Observe(time.Since(t0).Seconds())
+			done(res, err)
+		})
+	}
+	sender, rerr := d.checkSender(f, o)
+	if rerr == nil {
+		rerr = d.checkSignature(f, sender, o)
+	}
+	if rerr != nil {
+		d.rejectFrame(rerr, f.From, o.Origin)
+		finish(nil, rerr)
+		return
+	}
+	d.reg.Touch(sender.BeamID)
+	hash, err := payloadHash(f.Payload)
+	if err != nil {
+		rerr := relayErr(CodeInvalidIntent, f.Nonce, "payload is not valid JSON: %v", err)
+		d.rejectFrame(rerr, f.From, o.Origin)
+		finish(nil, rerr)
+		return
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = d.cfg.HTTPTimeout
+		if o.Origin == OriginWS {
+			timeout = d.cfg.WSTimeout
+		}
+	}
+	inf := &inflight{
+		nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, hash: hash,
+		origin: o.Origin, attempt: 1, timeout: timeout,
+		start: d.clock(), t0: t0, done: finish,
+	}
+	if rerr := d.claim(inf); rerr != nil {
+		d.m.relayed.WithLabelValues(outcomeRefused).Inc()
+		finish(nil, rerr)
+		return
+	}
+	row, exists, err := d.log.Intent(ctx, f.Nonce)
+	if err != nil {
+		d.abort(inf, fmt.Errorf("look up nonce: %w", err))
+		return
+	}
+	if exists {
+		d.replay(ctx, inf, f, sender, row)
+		return
+	}
+	received := inf.event(tracing.Received, o.Origin)
+	frame := f.Raw
+	if len(frame) == 0 {
+		if frame, err = f.DeliveryJSON(); err != nil {
+			d.abort(inf, fmt.Errorf("encode frame: %w", err))
+			return
+		}
+	}
+	received.Details = tracing.Details{
+		Owner:           tracing.OwnerDirectory,
+		Frame:           frame,
+		ClientTimestamp: f.Timestamp,
+		TimeoutMs:       timeout.Milliseconds(),
+		Extra:           map[string]any{"payloadHash": hash},
+	}
+	if code, msg := d.checkAdmission(f, inf.start); code != "" {
+		d.fail(inf, []tracing.Event{received}, code, msg, false, nil)
+		return
+	}
+	d.route(inf, f, sender, []tracing.Event{received, inf.event(tracing.Validated, "")})
+}
+
+// checkSender resolves the sending agent (§2.5 step 2).
+func (d *Directory) checkSender(f *wire.IntentFrame, o RelayOptions) (registry.Agent, *RelayError) {
+	if o.SessionBeamID != "" {
+		if f.From != o.SessionBeamID {
+			return registry.Agent{}, relayErr(CodeForbidden, f.Nonce,
+				"Session of %s may not send intents from %s", o.SessionBeamID, f.From)
+		}
+	}
+	a, ok := d.reg.Get(f.From)
+	if !ok {
+		return registry.Agent{}, relayErr(CodeInvalidIntent, f.Nonce, "Sender %s is not registered", f.From)
+	}
+	return a, nil
+}
+
+// checkSignature verifies the frame's signature once, here at the edge.
+func (d *Directory) checkSignature(f *wire.IntentFrame, sender registry.Agent, o RelayOptions) *RelayError {
+	if f.Signature == "" {
+		if o.AllowUnsigned {
+			return nil
+		}
+		return relayErr(CodeInvalidIntent, f.Nonce, "Signature required")
+	}
+	if o.SignatureVerified {
+		return nil
+	}
+	if err := f.Verify(sender.PublicKey); err != nil {
+		return relayErr(CodeInvalidIntent, f.Nonce, "Signature verification failed")
+	}
+	return nil
+}
+
+// checkAdmission applies policy, the replay window and the delivered-size
+// limit to an authentic frame. It returns "" when the frame may proceed.
+func (d *Directory) checkAdmission(f *wire.IntentFrame, now time.Time) (code, msg string) {
+	if _, local := d.reg.Get(f.To); local {
+		if ok, reason := d.reg.Allowed(f.From, f.To, f.Intent); !ok {
+			msg := fmt.Sprintf("ACL denied intent %s from %s to %s", f.Intent, f.From, f.To)
+			if reason != "" {
+				msg += " (" + reason + ")"
+			}
+			return CodeForbidden, msg
+		}
+	}
+	ts, err := wire.ParseTimestamp(f.Timestamp)
+	if err != nil {
+		return CodeBadRequest, "Invalid timestamp format"
+	}
+	if diff := now.Sub(ts); diff > ReplayWindow || diff < -ReplayWindow {
+		return CodeBadRequest, "Timestamp outside allowed replay window (5 minutes)"
+	}
+	size, err := f.DeliverySize()
+	if err != nil {
+		return CodeInvalidIntent, fmt.Sprintf("frame cannot be delivered: %v", err)
+	}
+	if size > d.cfg.MaxFrameBytes {
+		return CodeFrameTooLarge, fmt.Sprintf("delivered frame would be %d bytes; recipients accept at most %d", size, d.cfg.MaxFrameBytes)
+	}
+	return "", ""
+}
+
+// rejectFrame logs and counts a frame refused before anything was recorded.
+func (d *Directory) rejectFrame(rerr *RelayError, from, origin string) {
+	d.m.rejected.WithLabelValues(rerr.Code).Inc()
+	d.m.relayed.WithLabelValues(outcomeRefused).Inc()
+	d.lg.Info("frame rejected", "code", rerr.Code, "reason", rerr.Message, "nonce", rerr.Nonce, "from", from, "origin", origin)
+}
+
+// payloadHash is the hex SHA-256 of the JavaScript-normalised payload.
+func payloadHash(payload []byte) (string, error) {
+	if len(payload) == 0 {
+		payload = []byte("{}")
+	}
+	js, err := wire.JSStringify(payload)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(js)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// claim makes inf the nonce's claim, or says why the nonce is busy.
+func (d *Directory) claim(inf *inflight) *RelayError {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return relayErr(CodeRelayError, inf.nonce, "directory is shutting down")
+	}
+	if other, ok := d.claims[inf.nonce]; ok {
+		if other.from != inf.from || other.to != inf.to || other.intentType != inf.intentType ||
+			(other.hash != "" && inf.hash != "" && other.hash != inf.hash) {
+			return relayErr(CodeNonceReuse, inf.nonce, "Nonce %s was already used for a different intent", inf.nonce)
+		}
+		return relayErr(CodeInProgress, inf.nonce, "Intent %s is already in progress", inf.nonce)
+	}
+	d.claims[inf.nonce] = inf
+	return nil
+}
+
+// release drops inf's claim.
+func (d *Directory) release(inf *inflight) {
+	d.mu.Lock()
+	if d.claims[inf.nonce] == inf {
+		delete(d.claims, inf.nonce)
+	}
+	d.mu.Unlock()
+}
+
+// append writes events in one atomic, durable call.
+func (d *Directory) append(events ...tracing.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	if _, err := d.log.Append(ctx, events...); err != nil {
+		return fmt.Errorf("record %s of %s: %w", events[len(events)-1].State, events[0].Nonce, err)
+	}
+	return nil
+}
+
+// abort answers RELAY_ERROR after a log failure; nothing more is recorded.
+func (d *Directory) abort(inf *inflight, err error) {
+	d.lg.Error("relay aborted", "nonce", inf.nonce, "err", err)
+	d.release(inf)
+	d.m.relayed.WithLabelValues(outcomeFailed).Inc()
+	code := CodeRelayError
+	var te *tracing.TransitionError
+	if errors.As(err, &te) {
+		// Someone else (the bus, an operator) moved the nonce meanwhile.
+		code = CodeInProgress
+	}
+	inf.done(nil, relayErr(code, inf.nonce, "intent could not be recorded: %v", err))
+}
+
+// fail records pre followed by a failed event with a synthesized failure
+// result, releases the claim and answers the sender.
+func (d *Directory) fail(inf *inflight, pre []tracing.Event, code, msg string, retryable bool, extra map[string]any) {
+	now := d.clock()
+	lat := inf.latencyMs(now)
+	result := wire.FailureResult(inf.nonce, code, msg, now, lat)
+	ev := inf.event(tracing.Failed, "")
+	ev.Details = tracing.Details{ErrorCode: code, Error: msg, Retryable: retryable, LatencyMs: lat, Result: result, Extra: extra}
+	if err := d.append(append(pre, ev)...); err != nil {
+		d.abort(inf, err)
+		return
+	}
+	d.release(inf)
+	d.m.relayed.WithLabelValues(outcomeFailed).Inc()
+	inf.done(nil, &RelayError{Code: code, Message: msg, Nonce: inf.nonce, Result: result})
+}
+
+// route picks the path of a validated intent (§5.5) and records pre with
+// the path's first events.
+func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Agent, pre []tracing.Event) {
+	agent, registered := d.reg.Get(f.To)
+	if f.To == registry.EchoBeamID && (!registered || (agent.HTTPEndpoint == "" && !d.Online(f.To))) {
+		d.echo(inf, f, pre)
+		return
+	}
+	if !registered {
+		d.fail(inf, pre, CodeOffline, fmt.Sprintf("Agent %s is not available locally or through federation", f.To), true, nil)
+		return
+	}
+	if agent.HTTPEndpoint != "" {
+		go d.directHTTP(inf, f, sender, agent.HTTPEndpoint, pre)
+		return
+	}
+	d.deliverWS(inf, f, sender, pre, nil)
+}
+
+// deliverWS records dispatched, then hands the frame to the recipient's
+// session; the waiter is settled by the result, the timer or a failure.
+func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registry.Agent, pre []tracing.Event, extra map[string]any) {
+	s := d.session(inf.to)
+	if s == nil {
+		d.fail(inf, pre, CodeOffline, fmt.Sprintf("Agent %s is offline", inf.to), true, extra)
+		return
+	}
+	msg, err := intentMessage(f, sender.PublicKeyB64)
+	if err != nil {
+		d.fail(inf, pre, CodeInvalidIntent, fmt.Sprintf("frame cannot be delivered: %v", err), false, extra)
+		return
+	}
+	ev := inf.event(tracing.Dispatched, TransportWS)
+	ev.Details = tracing.Details{TimeoutMs: inf.timeout.Milliseconds(), Extra: extra}
+	if err := d.append(append(pre, ev)...); err != nil {
+		d.abort(inf, err)
+		return
+	}
+	d.mu.Lock()
+	inf.transport = TransportWS
+	inf.waiting = true
+	inf.recipient = s
+	inf.timer = time.AfterFunc(inf.timeout, func() { d.expire(inf) })
+	d.mu.Unlock()
+	if !s.enqueue(outMsg{data: msg, inf: inf}) {
+		d.undelivered(inf, fmt.Sprintf("session of %s closed before delivery", inf.to))
+	}
+}
+
+// settle ends inf's wait. It returns false when inf was settled already.
+// When a writer is recording delivered for inf, settle waits for that
+// commit, so the caller's events always follow it.
+func (d *Directory) settle(inf *inflight) bool {
+	d.mu.Lock()
+	if inf.finished {
+		d.mu.Unlock()
+		return false
+	}
+	inf.finished = true
+	inf.waiting = false
+	if inf.timer != nil {
+		inf.timer.Stop()
+	}
+	var wait chan struct{}
+	if inf.delivering {
+		wait = inf.deliveredCh
+	}
+	d.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+	return true
+}
+
+func (d *Directory) isDelivered(inf *inflight) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return inf.delivered
+}
+
+// expire fails inf with TIMEOUT when no result came in time.
+func (d *Directory) expire(inf *inflight) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed || !d.settle(inf) {
+		return
+	}
+	msg := fmt.Sprintf("No result from %s within %s", inf.to, inf.timeout)
+	d.fail(inf, nil, CodeTimeout, msg, true, nil)
+}
+
+// undelivered fails inf whose frame never reached the recipient.
+func (d *Directory) undelivered(inf *inflight, msg string) {
+	if !d.settle(inf) {
+		return
+	}
+	d.fail(inf, nil, CodeDeliveryFailed, msg, true, nil)
+}
+
+// finishWithResult records the recipient's result for a settled inf and
+// answers the sender with the result frame.
+func (d *Directory) finishWithResult(inf *inflight, rf *wire.ResultFrame, extra map[string]any) {
+	now := d.clock()
+	lat := inf.latencyMs(now)
+	var events []tracing.Event
+	transport := inf.transport
+	if !d.isDelivered(inf) {
+		events = append(events, inf.event(tracing.Delivered, transport))
+	}
+	outcome := outcomeAcked
+	switch {
+	case wire.IsAsyncAcceptance(rf):
+		ev := inf.event(tracing.Delivered, transport)
+		ev.Details = tracing.Details{LatencyMs: lat, Result: rf.Raw, Extra: withExtra(extra, "asyncAccepted", true)}
+		events = append(events, ev)
+		outcome = outcomeAccepted
+	case rf.Success:
+		ev := inf.event(tracing.Acked, transport)
+		ev.Details = tracing.Details{LatencyMs: lat, Result: rf.Raw, Extra: extra}
+		events = append(events, ev)
+	default:
+		code := rf.ErrorCode
+		if code == "" {
+			code = CodeResultError
+		}
+		ev := inf.event(tracing.Failed, transport)
+		ev.Details = tracing.Details{ErrorCode: code, Error: rf.Error, Retryable: RetryableCode(code), LatencyMs: lat,
+			Result: rf.Raw, Extra: withExtra(extra, "recipientResult", true)}
+		events = append(events, ev)
+		outcome = outcomeFailed
+	}
+	if err := d.append(events...); err != nil {
+		d.abort(inf, err)
+		return
+	}
+	d.release(inf)
+	d.m.relayed.WithLabelValues(outcome).Inc()
+	inf.done(rf.Raw, nil)
+}
+
+func withExtra(extra map[string]any, key string, v any) map[string]any {
+	out := make(map[string]any, len(extra)+1)
+	for k, x := range extra {
+		out[k] = x
+	}
+	out[key] = v
+	return out
+}
+
+// recordDelivered commits delivered for frames a session writer wrote, in
+// one append; then it wakes anyone waiting in settle.
+func (d *Directory) recordDelivered(infs []*inflight) {
+	events := make([]tracing.Event, 0, len(infs))
+	for _, inf := range infs {
+		events = append(events, inf.event(tracing.Delivered, TransportWS))
+	}
+	err := d.append(events...)
+	ok := make([]bool, len(infs))
+	if err == nil {
+		for i := range ok {
+			ok[i] = true
+		}
+	} else if len(infs) > 1 {
+		// One bad nonce rejects the whole call; record the others alone.
+		for i, ev := range events {
+			if e := d.append(ev); e == nil {
+				ok[i] = true
+			} else {
+				d.lg.Warn("record delivered", "nonce", ev.Nonce, "err", e)
+			}
+		}
+	} else {
+		d.lg.Warn("record delivered", "nonce", events[0].Nonce, "err", err)
+	}
+	d.mu.Lock()
+	for i, inf := range infs {
+		inf.delivering = false
+		inf.delivered = ok[i]
+		close(inf.deliveredCh)
+	}
+	d.mu.Unlock()
+}
+
+// beginDelivery marks inf as being written; false when it was settled
+// already and must not be written at all.
+func (d *Directory) beginDelivery(inf *inflight) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if inf.finished {
+		return false
+	}
+	inf.delivering = true
+	inf.deliveredCh = make(chan struct{})
+	return true
+}
+
+// abandonDelivery undoes beginDelivery for frames that were not written.
+func (d *Directory) abandonDelivery(infs []*inflight) {
+	d.mu.Lock()
+	for _, inf := range infs {
+		inf.delivering = false
+		close(inf.deliveredCh)
+	}
+	d.mu.Unlock()
+}

@@ -1,0 +1,625 @@
+package directory
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory/registry"
+)
+
+// Authentication methods reported in the connected message.
+const (
+	AuthAPIKey    = "api_key"
+	AuthSignature = "signature"
+	AuthJWS       = "jws"
+	AuthLegacy    = "legacy"
+)
+
+// ConnectAction is the action of a signed WebSocket connect token: the
+// signature query parameter is Ed25519 by the agent's key over
+// wire.CanonicalJSON of {"action":"ws.connect","beamId","nonce","timestamp"}.
+const ConnectAction = "ws.connect"
+
+// TypConnectJWS is the JWS typ of a beam/2 connect token (token query
+// parameter); its payload is the same object as a signed connect token.
+const TypConnectJWS = "beam-connect+jws"
+
+// maxConnectNonces bounds the remembered connect-token nonces.
+const maxConnectNonces = 100_000
+
+// maxCloseReason is the longest close reason a close frame carries.
+const maxCloseReason = 120
+
+// outMsg is one message queued for a session's writer. inf is set for an
+// intent delivery: delivered is recorded once the message was written.
+type outMsg struct {
+	data []byte
+	inf  *inflight
+}
+
+// session is an attached WebSocket session of one agent.
+type session struct {
+	d           *Directory
+	beamID      string
+	auth        string
+	conn        *websocket.Conn
+	connectedAt time.Time
+	out         chan outMsg
+	ctx         context.Context
+	cancel      context.CancelFunc
+
+	mu          sync.Mutex
+	closing     bool
+	closeCode   websocket.StatusCode
+	closeReason string
+	stop        chan struct{} // closed by closeWith
+	work        chan []byte   // messages read, for the workers
+	workers     sync.WaitGroup
+	writerDone  chan struct{}
+	done        chan struct{} // closed when the session is torn down
+}
+
+// session returns the current session of beamID, or nil.
+func (d *Directory) session(beamID string) *session {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sessions[beamID]
+}
+
+// handleWS serves the WebSocket endpoint.
+func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		d.lg.Info("websocket upgrade failed", "err", err)
+		return
+	}
+	conn.SetReadLimit(int64(d.cfg.MaxMessageBytes))
+	beamID := r.URL.Query().Get("beamId")
+	if beamID == "" {
+		d.m.rejected.WithLabelValues("WS_MISSING_BEAM_ID").Inc()
+		_ = conn.Close(websocket.StatusPolicyViolation, "Missing beamId query parameter")
+		return
+	}
+	agent, ok := d.reg.Get(beamID)
+	if !ok {
+		agent, ok = d.reg.Get(strings.ToLower(beamID))
+	}
+	if !ok {
+		d.m.rejected.WithLabelValues("WS_UNKNOWN_AGENT").Inc()
+		_ = conn.Close(websocket.StatusPolicyViolation, closeReason(fmt.Sprintf("Agent %s is not registered", beamID)))
+		return
+	}
+	auth, err := d.authenticate(r, agent)
+	if err != nil {
+		d.m.rejected.WithLabelValues("WS_UNAUTHENTICATED").Inc()
+		d.lg.Info("websocket attach refused", "beamId", agent.BeamID, "err", err)
+		_ = conn.Close(websocket.StatusPolicyViolation, closeReason(err.Error()))
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &session{
+		d: d, beamID: agent.BeamID, auth: auth, conn: conn, connectedAt: d.clock(),
+		out: make(chan outMsg, d.cfg.SendQueue), ctx: ctx, cancel: cancel,
+		stop: make(chan struct{}), writerDone: make(chan struct{}), done: make(chan struct{}),
+		work: make(chan []byte, 4*d.cfg.SessionWorkers),
+	}
+	if !d.attach(s) {
+		cancel()
+		_ = conn.Close(websocket.StatusGoingAway, "going away")
+		return
+	}
+	connected, _ := json.Marshal(map[string]string{"type": "connected", "beamId": s.beamID, "auth": auth})
+	s.enqueue(outMsg{data: connected})
+	go s.writer()
+	go s.pinger()
+	for range d.cfg.SessionWorkers {
+		s.workers.Add(1)
+		go s.worker()
+	}
+	d.reg.Touch(s.beamID)
+	if hook := d.cfg.OnAgentConnected; hook != nil {
+		go hook(s.beamID)
+	}
+	s.readLoop()
+}
+
+// authenticate checks the proof of identity of an upgrade request.
+func (d *Directory) authenticate(r *http.Request, agent registry.Agent) (string, error) {
+	q := r.URL.Query()
+	if key := apiKeyOf(r); key != "" {
+		a, ok := d.reg.AuthenticateAPIKey(key)
+		if !ok || a.BeamID != agent.BeamID {
+			return "", fmt.Errorf("invalid API key for %s", agent.BeamID)
+		}
+		return AuthAPIKey, nil
+	}
+	if tok := q.Get("token"); tok != "" {
+		payload, kid, err := wire.VerifyJWS(tok, TypConnectJWS, func(kid string) (ed25519.PublicKey, error) {
+			if kid != agent.BeamID {
+				return nil, fmt.Errorf("token signed by %s", kid)
+			}
+			return agent.PublicKey, nil
+		})
+		if err != nil || kid != agent.BeamID {
+			return "", errors.New("invalid connect token")
+		}
+		var c struct {
+			Action    string `json:"action"`
+			BeamID    string `json:"beamId"`
+			Nonce     string `json:"nonce"`
+			Timestamp string `json:"timestamp"`
+		}
+		if err := json.Unmarshal(payload, &c); err != nil || c.Action != ConnectAction || c.BeamID != agent.BeamID {
+			return "", errors.New("invalid connect token")
+		}
+		if err := d.checkConnectFreshness(agent.BeamID, c.Nonce, c.Timestamp); err != nil {
+			return "", err
+		}
+		return AuthJWS, nil
+	}
+	if sig := q.Get("signature"); sig != "" {
+		ts, nonce := q.Get("timestamp"), q.Get("nonce")
+		if nonce == "" || ts == "" {
+			return "", errors.New("signed connect needs timestamp, nonce and signature")
+		}
+		raw, err := json.Marshal(map[string]string{"action": ConnectAction, "beamId": agent.BeamID, "nonce": nonce, "timestamp": ts})
+		if err != nil {
+			return "", fmt.Errorf("encode connect token: %w", err)
+		}
+		if err := wire.VerifyCanonical(raw, sig, agent.PublicKey); err != nil {
+			return "", errors.New("connect signature verification failed")
+		}
+		if err := d.checkConnectFreshness(agent.BeamID, nonce, ts); err != nil {
+			return "", err
+		}
+		return AuthSignature, nil
+	}
+	if d.cfg.AllowLegacyWSIdentity {
+		return AuthLegacy, nil
+	}
+	return "", errors.New("authentication required: API key or signed connect token")
+}
+
+// checkConnectFreshness applies the ±5 minute window and remembers the
+// nonce for that long, so a captured connect URL cannot be replayed.
+func (d *Directory) checkConnectFreshness(beamID, nonce, ts string) error {
+	if nonce == "" || len(nonce) > 128 {
+		return errors.New("connect nonce must be 1-128 characters")
+	}
+	t, err := wire.ParseTimestamp(ts)
+	if err != nil {
+		return errors.New("invalid connect timestamp")
+	}
+	now := d.clock()
+	if diff := now.Sub(t); diff > ReplayWindow || diff < -ReplayWindow {
+		return errors.New("connect timestamp outside the 5 minute window")
+	}
+	key := beamID + "\x00" + nonce
+	d.connMu.Lock()
+	defer d.connMu.Unlock()
+	if exp, ok := d.connNonces[key]; ok && now.Before(exp) {
+		return errors.New("connect nonce already used")
+	}
+	if len(d.connNonces) >= maxConnectNonces {
+		for k, exp := range d.connNonces {
+			if !now.Before(exp) {
+				delete(d.connNonces, k)
+			}
+		}
+		if len(d.connNonces) >= maxConnectNonces {
+			return errors.New("too many connection attempts; try again later")
+		}
+	}
+	d.connNonces[key] = now.Add(2 * ReplayWindow)
+	return nil
+}
+
+// apiKeyOf returns the API key of a request: apiKey query parameter,
+// x-api-key header or Authorization: Bearer bk_….
+func apiKeyOf(r *http.Request) string {
+	if k := r.URL.Query().Get("apiKey"); k != "" {
+		return k
+	}
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return k
+	}
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer bk_") {
+		return strings.TrimPrefix(h, "Bearer ")
+	}
+	return ""
+}
+
+func closeReason(s string) string {
+	if len(s) <= maxCloseReason {
+		return s
+	}
+	return s[:maxCloseReason]
+}
+
+// attach makes s the agent's current session, replacing (1001) an older
+// one. It returns false when the directory is closed.
+func (d *Directory) attach(s *session) bool {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return false
+	}
+	old := d.sessions[s.beamID]
+	d.sessions[s.beamID] = s
+	d.mu.Unlock()
+	d.m.sessions.Inc()
+	if old != nil {
+		old.closeWith(websocket.StatusGoingAway, "Replaced by new connection")
+	}
+	d.lg.Info("agent connected", "beamId", s.beamID, "auth", s.auth)
+	return true
+}
+
+// detach removes s if it is still the agent's current session.
+func (d *Directory) detach(s *session) {
+	d.mu.Lock()
+	if d.sessions[s.beamID] == s {
+		delete(d.sessions, s.beamID)
+	}
+	d.mu.Unlock()
+}
+
+// enqueue hands m to the writer without blocking. A full queue closes the
+// session (1008 "too slow"); false means m was not queued.
+func (s *session) enqueue(m outMsg) bool {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return false
+	}
+	select {
+	case s.out <- m:
+		s.mu.Unlock()
+		return true
+	default:
+	}
+	s.mu.Unlock()
+	s.d.lg.Warn("session send queue full; closing", "beamId", s.beamID, "queue", cap(s.out))
+	s.d.m.rejected.WithLabelValues("WS_TOO_SLOW").Inc()
+	s.closeWith(websocket.StatusPolicyViolation, "too slow")
+	return false
+}
+
+// closeWith starts closing the session: it is detached at once (no new
+// deliveries), the writer fails what is still queued and sends the close
+// frame.
+func (s *session) closeWith(code websocket.StatusCode, reason string) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	s.closing = true
+	s.closeCode, s.closeReason = code, reason
+	close(s.stop)
+	s.mu.Unlock()
+	s.d.detach(s)
+}
+
+func (s *session) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// readLoop reads messages until the connection ends, then tears the
+// session down. Messages are handled by the session's workers, so that one
+// session can have several intents in their log appends at once; a full
+// work queue stops reading (backpressure on the agent's socket).
+func (s *session) readLoop() {
+	for {
+		_, data, err := s.conn.Read(s.ctx)
+		if err != nil {
+			if st := websocket.CloseStatus(err); st == -1 && !s.isClosing() && !errors.Is(err, context.Canceled) {
+				s.d.lg.Debug("websocket read ended", "beamId", s.beamID, "err", err)
+			}
+			break
+		}
+		s.work <- data
+	}
+	close(s.work)
+	s.workers.Wait()
+	s.closeWith(websocket.StatusNormalClosure, "")
+	<-s.writerDone
+	s.d.m.sessions.Dec()
+	s.d.lg.Info("agent disconnected", "beamId", s.beamID)
+	close(s.done)
+}
+
+// worker handles messages read by readLoop.
+func (s *session) worker() {
+	defer s.workers.Done()
+	for data := range s.work {
+		s.d.handleMessage(s, data)
+	}
+}
+
+// writer writes queued messages in batches and records delivered for the
+// intents among them with one append per batch.
+func (s *session) writer() {
+	defer close(s.writerDone)
+	batch := make([]outMsg, 0, 64)
+	for {
+		select {
+		case <-s.stop:
+			s.shutdown()
+			return
+		case m := <-s.out:
+			batch = append(batch[:0], m)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case m := <-s.out:
+					batch = append(batch, m)
+				default:
+					break drain
+				}
+			}
+			if err := s.writeBatch(batch); err != nil {
+				s.d.lg.Info("websocket write failed", "beamId", s.beamID, "err", err)
+				s.closeWith(websocket.StatusGoingAway, "write failed")
+				s.shutdown()
+				return
+			}
+		}
+	}
+}
+
+// writeBatch writes batch in order. On a write error the frames not
+// written are failed as undelivered.
+func (s *session) writeBatch(batch []outMsg) error {
+	var written []*inflight
+	defer func() {
+		if len(written) > 0 {
+			s.d.recordDelivered(written)
+		}
+	}()
+	for i, m := range batch {
+		if s.isClosing() {
+			s.failQueued(batch[i:])
+			return nil
+		}
+		if m.inf != nil && !s.d.beginDelivery(m.inf) {
+			continue // settled (timed out) before it was written
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.d.cfg.WriteTimeout)
+		err := s.conn.Write(ctx, websocket.MessageText, m.data)
+		cancel()
+		if err != nil {
+			if m.inf != nil {
+				s.d.abandonDelivery([]*inflight{m.inf})
+				s.d.undelivered(m.inf, fmt.Sprintf("write to %s failed", s.beamID))
+			}
+			s.failQueued(batch[i+1:])
+			return err
+		}
+		if m.inf != nil {
+			written = append(written, m.inf)
+		}
+	}
+	return nil
+}
+
+// failQueued fails the intents among msgs that were never written.
+func (s *session) failQueued(msgs []outMsg) {
+	for _, m := range msgs {
+		if m.inf != nil {
+			s.d.undelivered(m.inf, fmt.Sprintf("session of %s closed before delivery", s.beamID))
+		}
+	}
+}
+
+// shutdown fails what is still queued, sends the close frame and ends the
+// connection.
+func (s *session) shutdown() {
+	for {
+		select {
+		case m := <-s.out:
+			s.failQueued([]outMsg{m})
+			continue
+		default:
+		}
+		break
+	}
+	s.mu.Lock()
+	code, reason := s.closeCode, s.closeReason
+	s.mu.Unlock()
+	_ = s.conn.Close(code, reason)
+	s.cancel()
+}
+
+// pinger keeps the connection alive and detects dead peers.
+func (s *session) pinger() {
+	t := time.NewTicker(s.d.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(s.ctx, s.d.cfg.PingInterval)
+			err := s.conn.Ping(ctx)
+			cancel()
+			if err != nil {
+				if !s.isClosing() {
+					s.d.lg.Info("websocket keepalive failed", "beamId", s.beamID, "err", err)
+				}
+				s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
+				return
+			}
+		}
+	}
+}
+
+// wsMessage is a decoded client → server message.
+type wsMessage struct {
+	Type  string
+	Frame json.RawMessage
+}
+
+// errInvalidMessage is the reference's answer to a message that is not a
+// JSON object.
+var errInvalidMessage = errors.New("Invalid message format: must be valid JSON")
+
+// decodeWSMessage decodes {type, frame}. A message that is not a JSON
+// object is errInvalidMessage; a type that is not a string decodes as "".
+func decodeWSMessage(data []byte) (wsMessage, error) {
+	var m struct {
+		Type  json.RawMessage `json:"type"`
+		Frame json.RawMessage `json:"frame"`
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return wsMessage{}, errInvalidMessage
+	}
+	if err := json.Unmarshal(trimmed, &m); err != nil {
+		return wsMessage{}, errInvalidMessage
+	}
+	var out wsMessage
+	_ = json.Unmarshal(m.Type, &out.Type)
+	if len(m.Frame) > 0 && string(m.Frame) != "null" {
+		out.Frame = m.Frame
+	}
+	return out, nil
+}
+
+// handleMessage dispatches one client message.
+func (d *Directory) handleMessage(s *session, data []byte) {
+	msg, err := decodeWSMessage(data)
+	if err != nil {
+		d.m.rejected.WithLabelValues("INVALID_MESSAGE").Inc()
+		s.sendError("", "", err.Error())
+		return
+	}
+	switch msg.Type {
+	case "intent":
+		d.handleWSIntent(s, msg.Frame)
+	case "result":
+		if len(msg.Frame) == 0 {
+			s.sendError("", wire.CodeInvalidResult, "Invalid result frame: missing frame")
+			return
+		}
+		d.handleResult(s, msg.Frame)
+	default:
+		d.m.rejected.WithLabelValues("UNKNOWN_MESSAGE_TYPE").Inc()
+		s.sendError("", "", "Unknown message type: "+msg.Type)
+	}
+}
+
+// handleWSIntent relays an intent a session sent; the outcome goes back
+// to the same session.
+func (d *Directory) handleWSIntent(s *session, raw json.RawMessage) {
+	if len(raw) == 0 {
+		rerr := relayErr(CodeInvalidIntent, "", "Invalid intent frame: missing frame")
+		d.rejectFrame(rerr, s.beamID, OriginWS)
+		s.sendOutcome("", nil, rerr)
+		return
+	}
+	f, err := wire.DecodeIntentFrame(raw)
+	if err != nil {
+		nonce := peekNonce(raw)
+		rerr := relayErr(CodeInvalidIntent, nonce, "Invalid intent frame: %s", frameErrMsg(err))
+		d.rejectFrame(rerr, s.beamID, OriginWS)
+		s.sendOutcome(nonce, nil, rerr)
+		return
+	}
+	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, AllowUnsigned: s.auth == AuthAPIKey}
+	nonce := f.Nonce
+	d.submit(s.ctx, f, opts, func(res []byte, rerr *RelayError) { s.sendOutcome(nonce, res, rerr) })
+}
+
+// peekNonce extracts a string nonce from a frame that failed decoding.
+func peekNonce(raw []byte) string {
+	var v struct {
+		Nonce any `json:"nonce"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	n, _ := v.Nonce.(string)
+	if len(n) > 256 {
+		return ""
+	}
+	return n
+}
+
+// sendOutcome sends the outcome of an intent to its sender: the result
+// frame, or an error message plus an unsigned failure result (SDK 0.5.1
+// ignores error messages and would otherwise wait for its timeout).
+func (s *session) sendOutcome(nonce string, res []byte, rerr *RelayError) {
+	if rerr == nil {
+		s.enqueue(outMsg{data: resultMessage(res)})
+		return
+	}
+	s.sendError(nonce, rerr.Code, rerr.Message)
+	if nonce == "" {
+		return
+	}
+	fr := rerr.Result
+	if len(fr) == 0 {
+		fr = wire.FailureResult(nonce, rerr.Code, rerr.Message, s.d.clock(), nil)
+	}
+	s.enqueue(outMsg{data: resultMessage(fr)})
+}
+
+// sendError sends {type:"error", nonce?, errorCode?, message}.
+func (s *session) sendError(nonce, code, message string) {
+	m := struct {
+		Type      string `json:"type"`
+		Nonce     string `json:"nonce,omitempty"`
+		ErrorCode string `json:"errorCode,omitempty"`
+		Message   string `json:"message"`
+	}{"error", nonce, code, message}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return
+	}
+	s.enqueue(outMsg{data: bytes.TrimRight(buf.Bytes(), "\n")})
+}
+
+// resultMessage wraps a result frame verbatim: {"type":"result","frame":…}.
+func resultMessage(frame []byte) []byte {
+	b := make([]byte, 0, len(frame)+28)
+	b = append(b, `{"type":"result","frame":`...)
+	b = append(b, frame...)
+	return append(b, '}')
+}
+
+// intentMessage builds the delivery {"type":"intent","frame":…,
+// "senderPublicKey":…} with the frame's original payload bytes.
+func intentMessage(f *wire.IntentFrame, senderKey string) ([]byte, error) {
+	frame, err := f.DeliveryJSON()
+	if err != nil {
+		return nil, err
+	}
+	key, err := json.Marshal(senderKey)
+	if err != nil {
+		return nil, fmt.Errorf("encode sender key: %w", err)
+	}
+	b := make([]byte, 0, len(frame)+len(key)+64)
+	b = append(b, `{"type":"intent","frame":`...)
+	b = append(b, frame...)
+	b = append(b, `,"senderPublicKey":`...)
+	b = append(b, key...)
+	return append(b, '}'), nil
+}
