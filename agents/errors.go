@@ -1,0 +1,50 @@
+package agents
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error is a failure reported by the directory or by the recipient agent:
+// an HTTP error body ({"error", "errorCode"}), a WebSocket error frame, or a
+// result frame with success false. Callers branch on Code (for example
+// "OFFLINE", "FORBIDDEN", "TIMEOUT", "NOT_FOUND" or an application code).
+type Error struct {
+	// Code is the errorCode of the failure; "UNKNOWN" when none was given.
+	Code string
+	// Message is the human-readable error text.
+	Message string
+	// Status is the HTTP status of the response, or 0 when the failure came
+	// over the WebSocket or inside a result frame.
+	Status int
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("beam: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	}
+	return fmt.Sprintf("beam: %s: %s", e.Code, e.Message)
+}
+
+// ErrorCode returns the Code of err when err is (or wraps) an *Error, and
+// "" otherwise.
+func ErrorCode(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+var (
+	// ErrClosed is returned by methods called after Close.
+	ErrClosed = errors.New("beam client: closed")
+	// ErrConnectionLost is returned by a Send whose WebSocket session dropped
+	// before the result arrived. The intent may or may not have been
+	// delivered; sending it again creates a new intent.
+	ErrConnectionLost = errors.New("beam client: connection lost before the result arrived")
+	// ErrProtocolUnsupported is returned by NewClient for a protocol the
+	// client cannot speak to a directory yet (beam/2).
+	ErrProtocolUnsupported = errors.New("beam client: protocol not supported by this directory yet")
+)

@@ -1,0 +1,215 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/agents/wire"
+)
+
+// offlineClient is a client that never dials; enough to exercise decoding
+// and verification.
+func offlineClient(t *testing.T, beamID string, now time.Time) (*Client, *Identity) {
+	t.Helper()
+	id, err := GenerateIdentity(beamID)
+	require.NoError(t, err)
+	c, err := NewClient(ClientConfig{
+		DirectoryURL: "http://127.0.0.1:1",
+		Identity:     id,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock:        func() time.Time { return now },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, id
+}
+
+func signedEnvelope(t *testing.T, from *Identity, to, intent, payload string, at time.Time) envelope {
+	t.Helper()
+	f := wire.NewIntentFrame(from.BeamID, to, intent, json.RawMessage(payload), at)
+	require.NoError(t, wire.SignIntent(f, from.Private))
+	raw, err := f.DeliveryJSON()
+	require.NoError(t, err)
+	return envelope{Type: "intent", Frame: raw, SenderPublicKey: from.PublicKeyBase64()}
+}
+
+func TestVerifyIncoming(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 30, 15, 0, 0, 0, time.UTC)
+	c, _ := offlineClient(t, "bob@acme.beam.directory", now)
+	alice, err := GenerateIdentity("alice@acme.beam.directory")
+	require.NoError(t, err)
+	mallory, err := GenerateIdentity("mallory@acme.beam.directory")
+	require.NoError(t, err)
+
+	env := signedEnvelope(t, alice, "bob@acme.beam.directory", "agent.ping", `{"b":1,"a":"ü"}`, now.Add(-time.Minute))
+	in, err := c.verifyIncoming(env)
+	require.NoError(t, err)
+	require.Equal(t, "alice@acme.beam.directory", in.From)
+	require.Equal(t, `{"b":1,"a":"ü"}`, string(in.Payload))
+
+	forged := env
+	forged.SenderPublicKey = mallory.PublicKeyBase64()
+	_, err = c.verifyIncoming(forged)
+	require.ErrorIs(t, err, wire.ErrBadSignature)
+
+	noKey := env
+	noKey.SenderPublicKey = ""
+	_, err = c.verifyIncoming(noKey)
+	require.Error(t, err)
+
+	_, err = c.verifyIncoming(signedEnvelope(t, alice, "carol@acme.beam.directory", "agent.ping", `{}`, now))
+	require.ErrorContains(t, err, "addressed to")
+
+	_, err = c.verifyIncoming(signedEnvelope(t, alice, "bob@acme.beam.directory", "agent.ping", `{}`, now.Add(-6*time.Minute)))
+	require.ErrorContains(t, err, "replay window")
+	_, err = c.verifyIncoming(signedEnvelope(t, alice, "bob@acme.beam.directory", "agent.ping", `{}`, now.Add(6*time.Minute)))
+	require.ErrorContains(t, err, "replay window")
+
+	tampered := env
+	tampered.Frame = json.RawMessage(string(env.Frame[:len(env.Frame)-1]) + `,"payload":{"b":2,"a":"ü"}}`)
+	_, err = c.verifyIncoming(tampered)
+	require.Error(t, err)
+}
+
+func TestBackoffBounds(t *testing.T) {
+	t.Parallel()
+	c, _ := offlineClient(t, "bob@acme.beam.directory", time.Now())
+	c.cfg.ReconnectMin, c.cfg.ReconnectMax = 100*time.Millisecond, 2*time.Second
+	for n := 0; n < 40; n++ {
+		d := c.backoff(n)
+		want := c.cfg.ReconnectMin << min(n, 10)
+		if want > c.cfg.ReconnectMax {
+			want = c.cfg.ReconnectMax
+		}
+		require.GreaterOrEqual(t, d, want/2, "attempt %d", n)
+		require.LessOrEqual(t, d, want, "attempt %d", n)
+	}
+}
+
+func TestEncodePayload(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   any
+		want string
+		ok   bool
+	}{
+		{nil, `{}`, true},
+		{json.RawMessage(nil), `{}`, true},
+		{[]byte("  "), `{}`, true},
+		{json.RawMessage(` {"a":1} `), `{"a":1}`, true},
+		{[]byte(`{"x":[1,2]}`), `{"x":[1,2]}`, true},
+		{map[string]string{"m": "<&>"}, `{"m":"<&>"}`, true},
+		{struct {
+			B int `json:"b"`
+			A int `json:"a"`
+		}{1, 2}, `{"b":1,"a":2}`, true},
+		{"text", ``, false},
+		{[]int{1}, ``, false},
+		{json.RawMessage(`{"a":`), ``, false},
+		{func() {}, ``, false},
+	} {
+		got, err := encodePayload(tc.in)
+		if !tc.ok {
+			require.Error(t, err, "%v", tc.in)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, string(got))
+	}
+}
+
+func TestReplyFrames(t *testing.T) {
+	t.Parallel()
+	// Replies are built and signed without a session; check the frames
+	// that would go out.
+	now := time.Date(2026, 3, 30, 15, 0, 0, 0, time.UTC)
+	_, id := offlineClient(t, "bob@acme.beam.directory", now)
+	for _, tc := range []struct {
+		r       Reply
+		success bool
+		payload string
+		code    string
+	}{
+		{Success(map[string]int{"n": 1}), true, `{"n":1}`, ""},
+		{Reply{}, true, ``, ""},
+		{Accept(), true, `{"accepted":true,"acknowledgement":"accepted","terminal":false}`, ""},
+		{Failure("NOPE", "no"), false, ``, "NOPE"},
+		{Failure("", "no"), false, ``, "INTENT_FAILED"},
+		{Success("not an object"), false, ``, "INTENT_HANDLER_ERROR"},
+	} {
+		res := resultFor("n-1", tc.r)
+		lat := int64(3)
+		res.Latency = &lat
+		frame, err := res.Build(now, id.Private)
+		require.NoError(t, err)
+		rf, err := wire.DecodeResultFrame(frame)
+		require.NoError(t, err)
+		require.NoError(t, rf.Verify(id.Public))
+		require.Equal(t, tc.success, rf.Success)
+		require.Equal(t, tc.code, rf.ErrorCode)
+		if tc.payload != "" {
+			require.JSONEq(t, tc.payload, string(rf.Payload))
+		} else {
+			require.Empty(t, rf.Payload)
+		}
+		require.Equal(t, tc.success && tc.r.payload != nil && tc.code == "" && string(rf.Payload) == `{"accepted":true,"acknowledgement":"accepted","terminal":false}`, wire.IsAsyncAcceptance(rf))
+	}
+}
+
+func FuzzDispatch(f *testing.F) {
+	now := time.Date(2026, 3, 30, 15, 0, 0, 0, time.UTC)
+	f.Add([]byte(`{"type":"connected","beamId":"bob@acme.beam.directory","auth":"api_key"}`))
+	f.Add([]byte(`{"type":"result","frame":{"v":"1","success":true,"nonce":"n","timestamp":"t"}}`))
+	f.Add([]byte(`{"type":"error","nonce":"n","errorCode":"OFFLINE","message":"x"}`))
+	f.Add([]byte(`{"type":"intent","frame":{"v":"1","intent":"a","from":"a@beam.directory","to":"bob@acme.beam.directory","payload":{},"nonce":"n","timestamp":"2026-03-30T15:00:00.000Z","signature":"AAAA"},"senderPublicKey":"MCowBQYDK2VwAyEAQYvLymXtml/R0LTxPO7RlIZBV/WyfVi2RowyLoNwVuw="}`))
+	f.Add([]byte(`not json`))
+	f.Add([]byte(`{"type":"intent","frame":[1,2]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, _ := offlineClient(t, "bob@acme.beam.directory", now)
+		c.Handle("*", func(_ context.Context, in *Intent) Reply { return Success(in.Payload) })
+		c.dispatch(data) // must not panic; nothing to answer without a session
+	})
+}
+
+func FuzzIdentityJSON(f *testing.F) {
+	id, err := GenerateIdentity("alice@acme.beam.directory")
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, err := json.Marshal(id)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(`{"beamId":"a@beam.directory","publicKeyBase64":"MCowBQYDK2VwAyEA","privateKeyBase64":""}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var id Identity
+		if err := json.Unmarshal(data, &id); err != nil {
+			return
+		}
+		out, err := json.Marshal(&id)
+		require.NoError(t, err, "a decoded identity re-encodes")
+		var again Identity
+		require.NoError(t, json.Unmarshal(out, &again))
+		require.Equal(t, id.BeamID, again.BeamID)
+		require.Equal(t, id.Private, again.Private)
+	})
+}
+
+func FuzzAgentJSON(f *testing.F) {
+	f.Add([]byte(`{"beam_id":"a@x.beam.directory","display_name":"A","capabilities":["q"],"trust_score":0.5,"verified":false}`))
+	f.Add([]byte(`{"beamId":"a@beam.directory","capabilities":"nope","trustScore":"x"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var a Agent
+		_ = json.Unmarshal(data, &a)
+	})
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/beamdir/beam/agents"
+)
+
+// The agent commands (keygen, register, send, listen) act as one agent
+// against a running directory, using the Go SDK in package agents.
+
+const (
+	defaultDirectoryURL = "http://127.0.0.1:3100"
+	defaultIdentityFile = "beam-identity.json"
+)
+
+// agentFlags are the flags shared by the commands that talk to a directory.
+type agentFlags struct {
+	url      string
+	identity string
+}
+
+func (f *agentFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "url", defaultDirectoryURL, "base URL of the directory")
+	fs.StringVar(&f.identity, "identity", defaultIdentityFile, "identity file (beam keygen writes it)")
+}
+
+// client loads the identity and builds a client for it.
+func (f *agentFlags) client(logger *slog.Logger) (*agents.Client, *agents.Identity, error) {
+	id, err := agents.LoadIdentity(f.identity)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: f.url, Identity: id, Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, id, nil
+}
+
+func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("beam keygen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var beamID, out string
+	var force bool
+	fs.StringVar(&beamID, "beam-id", "", "Beam ID of the new agent, e.g. assistant@acme.beam.directory (required)")
+	fs.StringVar(&out, "out", defaultIdentityFile, "identity file to write (mode 0600)")
+	fs.BoolVar(&force, "force", false, "overwrite an existing identity file")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: beam keygen --beam-id ID [--out FILE] [--force]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Generates an Ed25519 key pair for an agent and writes it as an identity file")
+		fmt.Fprintln(stderr, "({beamId, publicKeyBase64, privateKeyBase64}, the beam-protocol-sdk export format).")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if beamID == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	if !force {
+		if _, err := os.Stat(out); err == nil {
+			return fmt.Errorf("%s exists (use --force to overwrite it)", out)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("check %s: %w", out, err)
+		}
+	}
+	id, err := agents.GenerateIdentity(beamID)
+	if err != nil {
+		return err
+	}
+	if err := id.Save(out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "beam id:    %s\npublic key: %s\nwritten to: %s\n", id.BeamID, id.PublicKeyBase64(), out)
+	return nil
+}
+
+func runRegister(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("beam register", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var af agentFlags
+	af.register(fs)
+	var name, caps string
+	fs.StringVar(&name, "name", "", "display name of the agent (required)")
+	fs.StringVar(&caps, "capabilities", "", "comma-separated capabilities, e.g. quote.request,inventory.check")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: beam register [--url URL] [--identity FILE] --name NAME [--capabilities a,b]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Registers the identity's agent with the directory. A returned API key is stored")
+		fmt.Fprintln(stderr, "in the identity file (field apiKey) and used by later commands.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if name == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	c, id, err := af.client(quietLogger(stderr))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var capabilities []string
+	for _, s := range strings.Split(caps, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			capabilities = append(capabilities, s)
+		}
+	}
+	res, err := c.Register(ctx, name, capabilities)
+	if err != nil {
+		return err
+	}
+	verb := "updated"
+	if res.Created {
+		verb = "registered"
+	}
+	fmt.Fprintf(stdout, "%s %s (did %s)\n", verb, res.Agent.BeamID, res.Agent.DID)
+	if res.APIKey != "" {
+		id.APIKey = res.APIKey
+		if err := id.Save(af.identity); err != nil {
+			return fmt.Errorf("store api key: %w", err)
+		}
+		fmt.Fprintf(stdout, "api key stored in %s\n", af.identity)
+	}
+	return nil
+}
+
+func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("beam send", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var af agentFlags
+	af.register(fs)
+	var timeout time.Duration
+	fs.DurationVar(&timeout, "timeout", 65*time.Second, "how long to wait for the result")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: beam send [--url URL] [--identity FILE] TO INTENT [JSON-PAYLOAD]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Signs an intent, sends it with POST /intents/send and prints the result frame.")
+		fmt.Fprintln(stderr, "Exits non-zero when the intent fails.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() < 2 || fs.NArg() > 3 {
+		fs.Usage()
+		return errUsage
+	}
+	to, intent := fs.Arg(0), fs.Arg(1)
+	var payload json.RawMessage
+	if fs.NArg() == 3 {
+		payload = json.RawMessage(fs.Arg(2))
+		if !json.Valid(payload) {
+			return fmt.Errorf("payload is not valid JSON: %s", fs.Arg(2))
+		}
+	}
+	c, _, err := af.client(quietLogger(stderr))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := c.Send(ctx, to, intent, payload)
+	if res != nil {
+		fmt.Fprintln(stdout, string(res.Raw))
+	}
+	return err
+}
+
+func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("beam listen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var af agentFlags
+	af.register(fs)
+	var echo bool
+	var logLevel, logFormat string
+	fs.BoolVar(&echo, "echo", false, "answer every intent with its payload (conversation.message: {\"message\":\"Echo: …\"})")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: beam listen [--url URL] [--identity FILE] [--echo]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Connects the identity's agent to the directory (reconnecting when the session drops)")
+		fmt.Fprintln(stderr, "and answers every intent it receives, logging each one, until interrupted.")
+		fmt.Fprintln(stderr, "Without --echo each intent is answered with {\"received\":true}.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	logger, err := newLogger(stderr, logLevel, logFormat)
+	if err != nil {
+		return err
+	}
+	c, id, err := af.client(logger)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.Handle("*", func(_ context.Context, in *agents.Intent) agents.Reply {
+		logger.Info("intent", "from", in.From, "intent", in.Type, "nonce", in.Nonce, "payload", string(in.Payload))
+		if !echo {
+			return agents.Success(map[string]any{"received": true})
+		}
+		if in.Type == agents.IntentConversation {
+			var m struct {
+				Message string `json:"message"`
+			}
+			_ = in.Bind(&m)
+			return agents.Success(map[string]string{"message": "Echo: " + m.Message})
+		}
+		return agents.Success(in.Payload)
+	})
+	if err := c.Connect(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "listening as %s on %s (Ctrl-C to stop)\n", id.BeamID, af.url)
+	<-ctx.Done()
+	logger.Info("stopping")
+	return nil
+}
+
+// quietLogger logs warnings and errors of the short-lived agent commands.
+func quietLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
