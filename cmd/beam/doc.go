@@ -1,6 +1,10 @@
 // Command beam runs and drives a Beam agent directory.
 //
 //	beam serve                 run a directory (SQLite in --data-dir, embedded NATS)
+//	beam keygen                generate an agent identity file
+//	beam register              register that agent with a directory
+//	beam send TO INTENT [JSON] send an intent and print the result
+//	beam listen [--echo]       connect an agent and answer its intents
 //	beam version               print the version
 //	beam replay                rebuild the projections from the event log
 //	beam trace NONCE           print the events of one intent

@@ -22,6 +22,10 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run a directory on embedded defaults", runServe},
+		{"keygen", "generate an agent identity: beam keygen --beam-id ID [--out FILE]", runKeygen},
+		{"register", "register an agent with a directory", runRegister},
+		{"send", "send an intent and print the result: beam send TO INTENT [JSON]", runSend},
+		{"listen", "connect an agent and answer its intents until interrupted", runListen},
 		{"replay", "rebuild the projections from the event log", runReplay},
 		{"trace", "print the events of one intent: beam trace NONCE", runTrace},
 		{"import", "append the intents of a Beam TypeScript database: beam import PATH", runImport},

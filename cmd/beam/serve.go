@@ -5,7 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/beamdir/beam/internal/server"
@@ -20,6 +24,14 @@ type serveFlags struct {
 	logLevel    string
 	logFormat   string
 	drain       time.Duration
+
+	defaultPolicy     string
+	legacyWSIdentity  bool
+	insecureEndpoints bool
+	wsTimeout         time.Duration
+	httpTimeout       time.Duration
+	relayTimeout      time.Duration
+	sweepInterval     time.Duration
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -29,6 +41,28 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.drain, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	fs.StringVar(&f.defaultPolicy, "default-policy", "same-org", "who may send to an agent that has no rule for the sender: same-org, allow or deny")
+	fs.BoolVar(&f.legacyWSIdentity, "allow-legacy-ws-identity", false, "accept WebSocket sessions that prove no identity (beam-protocol-sdk 0.5.1); anyone can then receive any agent's intents")
+	fs.BoolVar(&f.insecureEndpoints, "allow-insecure-endpoints", false, "let agents register http:// loopback endpoints for direct delivery (local development only)")
+	fs.DurationVar(&f.wsTimeout, "ws-timeout", 30*time.Second, "result timeout of intents sent over WebSocket")
+	fs.DurationVar(&f.httpTimeout, "http-timeout", 60*time.Second, "result timeout of POST /intents/send")
+	fs.DurationVar(&f.relayTimeout, "relay-timeout", msEnv("RELAY_TIMEOUT_MS", 30*time.Second), "timeout assumed on restart for a delivered intent that stored none (also RELAY_TIMEOUT_MS, in ms)")
+	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
+}
+
+// msEnv reads a duration in milliseconds from the environment variable name,
+// the reference's convention, or returns def.
+func msEnv(name string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || ms <= 0 {
+		slog.Warn("ignoring invalid duration", "variable", name, "value", v)
+		return def
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,6 +94,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DataDir:     f.dataDir,
 		Synchronous: f.synchronous,
 		Logger:      logger,
+
+		DefaultPolicy:          f.defaultPolicy,
+		AllowLegacyWSIdentity:  f.legacyWSIdentity,
+		AllowInsecureEndpoints: f.insecureEndpoints,
+		WSTimeout:              f.wsTimeout,
+		HTTPTimeout:            f.httpTimeout,
+		RelayTimeout:           f.relayTimeout,
+		RecoverySweepInterval:  f.sweepInterval,
 	})
 	if err != nil {
 		return err

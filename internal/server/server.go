@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/tracing"
 )
@@ -40,12 +42,37 @@ type Config struct {
 	Clock func() time.Time
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
+
+	// DefaultPolicy is the directory's policy for senders without a rule:
+	// same-org (default), allow or deny.
+	DefaultPolicy string
+	// AllowLegacyWSIdentity accepts WebSocket sessions without proof of
+	// identity, as the reference and SDK 0.5.1 do. Off by default.
+	AllowLegacyWSIdentity bool
+	// AllowInsecureEndpoints lets agents register http:// loopback
+	// endpoints for direct delivery (tests and local development).
+	AllowInsecureEndpoints bool
+	// EchoSecret, when set, lets whoever presents it register
+	// echo@beam.directory.
+	EchoSecret string
+	// WSTimeout and HTTPTimeout are the result timeouts of intents sent over
+	// WebSocket (30 s) and POST /intents/send (60 s).
+	WSTimeout   time.Duration
+	HTTPTimeout time.Duration
+	// RelayTimeout is the timeout recovery assumes for a delivered intent
+	// that stored none (RELAY_TIMEOUT_MS, 30 s).
+	RelayTimeout time.Duration
+	// RecoverySweepInterval is how often recovered delivered intents are
+	// checked for expiry (RELAY_RECOVERY_SWEEP_INTERVAL_MS, 5 s).
+	RecoverySweepInterval time.Duration
 }
 
 // Server is a running directory.
 type Server struct {
 	cfg      Config
 	log      *tracing.Log
+	agents   *registry.Registry
+	dir      *directory.Directory
 	registry *prometheus.Registry
 	mux      *http.ServeMux
 	started  time.Time
@@ -100,6 +127,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.log = lg
 
+	if err := s.openDirectory(ctx); err != nil {
+		_ = lg.Close()
+		return nil, err
+	}
+
+	s.httpSrv = &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
 	s.mux.HandleFunc("GET /health", s.handleHealth)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	return s, nil
@@ -132,11 +169,6 @@ func (s *Server) IsOperator(r *http.Request) bool {
 // Serve answers HTTP on ln until Shutdown is called. It returns nil after a
 // graceful shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	s.httpSrv = &http.Server{
-		Handler:           s.mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
 	err := s.httpSrv.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -150,10 +182,14 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
 		var errs []error
-		if s.httpSrv != nil {
-			if err := s.httpSrv.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-			}
+		if err := s.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		if err := s.dir.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close directory: %w", err))
+		}
+		if err := s.agents.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close registry: %w", err))
 		}
 		if err := s.log.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close log: %w", err))
@@ -182,13 +218,14 @@ type healthResponse struct {
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	now := s.cfg.Clock()
 	resp := healthResponse{
-		Status:        "ok",
-		Protocol:      "beam/1",
-		Version:       buildinfo.Version,
-		GitSha:        buildinfo.Revision(),
-		UptimeSeconds: int64(now.Sub(s.started) / time.Second),
-		Timestamp:     now.UTC().Format(time.RFC3339Nano),
-		DB:            healthDB{Status: "ok"},
+		Status:          "ok",
+		Protocol:        "beam/1",
+		Version:         buildinfo.Version,
+		GitSha:          buildinfo.Revision(),
+		UptimeSeconds:   int64(now.Sub(s.started) / time.Second),
+		ConnectedAgents: s.dir.ConnectedAgents(),
+		Timestamp:       now.UTC().Format(time.RFC3339Nano),
+		DB:              healthDB{Status: "ok"},
 	}
 	status := http.StatusOK
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -232,4 +269,62 @@ func loadAdminToken(dataDir, configured string) (string, bool, error) {
 		return "", false, fmt.Errorf("store operator token: %w", err)
 	}
 	return tok, true, nil
+}
+
+// openDirectory opens the agent registry and the relay, runs startup
+// recovery (before anything is served) and starts the recovery sweep.
+func (s *Server) openDirectory(ctx context.Context) error {
+	policy := registry.Policy(s.cfg.DefaultPolicy)
+	if policy == "" {
+		policy = registry.PolicySameOrg
+	}
+	switch policy {
+	case registry.PolicySameOrg, registry.PolicyAllow, registry.PolicyDeny:
+	default:
+		return fmt.Errorf("default policy %q: want same-org, allow or deny", s.cfg.DefaultPolicy)
+	}
+	agents, err := registry.Open(ctx, s.log, registry.Config{
+		DefaultPolicy: policy,
+		OperatorAuth: func(r *http.Request) (string, bool) {
+			if s.IsOperator(r) {
+				return "admin", true
+			}
+			return "", false
+		},
+		Clock:                  s.cfg.Clock,
+		Logger:                 s.logger,
+		EchoSecret:             s.cfg.EchoSecret,
+		AllowInsecureEndpoints: s.cfg.AllowInsecureEndpoints,
+	})
+	if err != nil {
+		return fmt.Errorf("open registry: %w", err)
+	}
+	dir, err := directory.New(directory.Config{
+		Log:                   s.log,
+		Registry:              agents,
+		Clock:                 s.cfg.Clock,
+		Logger:                s.logger,
+		Registerer:            s.registry,
+		WSTimeout:             s.cfg.WSTimeout,
+		HTTPTimeout:           s.cfg.HTTPTimeout,
+		RelayTimeout:          s.cfg.RelayTimeout,
+		RecoverySweepInterval: s.cfg.RecoverySweepInterval,
+		AllowLegacyWSIdentity: s.cfg.AllowLegacyWSIdentity,
+		OperatorAuth:          s.IsOperator,
+	})
+	if err != nil {
+		_ = agents.Close(ctx)
+		return fmt.Errorf("open directory: %w", err)
+	}
+	_, err = dir.Recover(ctx)
+	if err != nil {
+		_ = dir.Close()
+		_ = agents.Close(ctx)
+		return fmt.Errorf("startup recovery: %w", err)
+	}
+	dir.Start(context.WithoutCancel(ctx))
+	agents.Routes(s.mux)
+	dir.Routes(s.mux)
+	s.agents, s.dir = agents, dir
+	return nil
 }
