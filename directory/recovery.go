@@ -147,7 +147,7 @@ func (d *Directory) Sweep(ctx context.Context) (int, error) {
 		if _, busy := d.claims[nonce]; busy {
 			continue
 		}
-		inf := &inflight{nonce: nonce, done: func([]byte, *RelayError) {}}
+		inf := &inflight{nonce: nonce, done: func([]byte, *RelayError) {}, released: make(chan struct{})}
 		d.claims[nonce] = inf
 		delete(d.recovered, nonce)
 		due = append(due, inf)

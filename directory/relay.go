@@ -77,6 +77,7 @@ type inflight struct {
 	delivering  bool          // a writer is recording delivered
 	delivered   bool          // delivered is committed
 	deliveredCh chan struct{} // closed when delivering ends
+	released    chan struct{} // closed when the claim is released
 }
 
 // event returns an event of inf's nonce with the intent's identity set.
@@ -294,6 +295,7 @@ func (d *Directory) claim(inf *inflight) *RelayError {
 		}
 		return relayErr(CodeInProgress, inf.nonce, "Intent %s is already in progress", inf.nonce)
 	}
+	inf.released = make(chan struct{})
 	d.claims[inf.nonce] = inf
 	return nil
 }
@@ -303,6 +305,9 @@ func (d *Directory) release(inf *inflight) {
 	d.mu.Lock()
 	if d.claims[inf.nonce] == inf {
 		delete(d.claims, inf.nonce)
+		if inf.released != nil {
+			close(inf.released)
+		}
 	}
 	d.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory/registry"
@@ -149,6 +150,9 @@ func failureMessage(res []byte) string {
 	return "intent failed"
 }
 
+// maxResultRetries bounds how often a result waits for a busy nonce.
+const maxResultRetries = 8
+
 // handleResult takes a result frame a session sent.
 func (d *Directory) handleResult(s *session, raw []byte) {
 	rf, err := wire.DecodeResultFrame(raw)
@@ -157,29 +161,43 @@ func (d *Directory) handleResult(s *session, raw []byte) {
 		s.sendError("", wire.CodeInvalidResult, "Invalid result frame: "+frameErrMsg(err))
 		return
 	}
-	d.mu.Lock()
-	inf := d.claims[rf.Nonce]
-	waiting := inf != nil && inf.waiting
-	current := d.sessions[s.beamID] == s
-	d.mu.Unlock()
-	if waiting {
-		if inf.to != s.beamID || !current {
+	for tries := 0; ; tries++ {
+		d.mu.Lock()
+		inf := d.claims[rf.Nonce]
+		waiting := inf != nil && inf.waiting
+		current := d.sessions[s.beamID] == s
+		d.mu.Unlock()
+		if waiting {
+			if inf.to != s.beamID || !current {
+				d.refuseResult(s, rf.Nonce)
+				return
+			}
+			if d.settle(inf) {
+				d.finishWithResult(inf, rf, nil)
+				return
+			}
+			// Settled concurrently (a timeout): record it as a late result.
+			break
+		}
+		if inf == nil {
+			break
+		}
+		if inf.to != "" && inf.to != s.beamID {
 			d.refuseResult(s, rf.Nonce)
 			return
 		}
-		if d.settle(inf) {
-			d.finishWithResult(inf, rf, nil)
+		// The nonce is claimed for a moment by something that is not
+		// waiting for this result (a replay check, a recovery sweep, a
+		// late result being recorded): wait for that claim to end, then
+		// look again, so the result is never dropped.
+		if tries >= maxResultRetries || inf.released == nil {
+			d.lg.Warn("result for a nonce that stayed busy ignored", "nonce", rf.Nonce, "from", s.beamID)
 			return
 		}
-		// Settled concurrently (a timeout): record it as a late result.
-	}
-	if inf != nil && !waiting {
-		if inf.to != s.beamID {
-			d.refuseResult(s, rf.Nonce)
-			return
+		select {
+		case <-inf.released:
+		case <-time.After(appendTimeout):
 		}
-		d.lg.Info("result for a nonce that is not awaiting one", "nonce", rf.Nonce, "from", s.beamID)
-		return
 	}
 	d.lateResult(s, rf)
 }
@@ -220,7 +238,9 @@ func (d *Directory) lateResult(s *session, rf *wire.ResultFrame) {
 		inf.start = row.RequestedTime()
 	}
 	if rerr := d.claim(inf); rerr != nil {
-		d.lg.Info("late result for a busy nonce ignored", "nonce", rf.Nonce)
+		// Claimed in the meantime: start over, so the result is recorded
+		// once that claim ends.
+		d.handleResult(s, rf.Raw)
 		return
 	}
 	defer d.release(inf)
