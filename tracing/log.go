@@ -1,0 +1,522 @@
+package tracing
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// Config configures Open.
+type Config struct {
+	// Path is the SQLite file; it is created when missing.
+	Path string
+	// Synchronous is the SQLite synchronous mode of the write connection:
+	// "FULL" (default: a commit is durable when Append returns), "NORMAL" or
+	// "OFF".
+	Synchronous string
+	// Clock stamps events whose At is zero. Default time.Now.
+	Clock func() time.Time
+	// Logger receives operational messages. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the log's metrics; nil means no metrics.
+	Registerer prometheus.Registerer
+	// MaxBatch is the most events committed in one transaction; it is also
+	// the most events one Append or Do call may carry. Default 2048.
+	MaxBatch int
+	// ReadConns is the size of the read-only connection pool. Default 4.
+	ReadConns int
+	// MaxCachedIntents bounds the in-memory cache of non-terminal intent
+	// rows (default 262144). Nonces beyond it are read from SQLite when
+	// touched; correctness does not depend on the cache.
+	MaxCachedIntents int
+}
+
+// Limits on what one event may carry.
+const (
+	// MaxNonceBytes is the longest nonce accepted.
+	MaxNonceBytes = 256
+	// MaxFieldBytes bounds From, To, IntentType and Transport.
+	MaxFieldBytes = 1024
+	// MaxDetailsBytes bounds one event's encoded details.
+	MaxDetailsBytes = 1 << 20
+	// MaxTraceEvents is the most events Trace returns for one nonce.
+	MaxTraceEvents = 10000
+)
+
+// Log is the append-only event log and its projections in one SQLite file.
+// It is safe for concurrent use. All writes go through one goroutine that
+// owns the only write connection.
+type Log struct {
+	cfg    Config
+	clock  func() time.Time
+	logger *slog.Logger
+	wdb    *sqlx.DB
+	rdb    *sqlx.DB
+	m      *metrics
+
+	qmu    sync.Mutex
+	qcond  *sync.Cond
+	queue  []*request
+	closed bool
+
+	writerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	// Owned by the writer goroutine (and by Open before it starts).
+	w writerState
+
+	lastSeq atomic.Int64
+
+	subMu    sync.Mutex
+	subs     map[*Subscription]struct{}
+	subCount atomic.Int64
+	subsDone bool
+	subWG    sync.WaitGroup
+}
+
+var bindOnce sync.Once
+
+// Open opens or creates the log at cfg.Path, creates the schema, loads the
+// cache of non-terminal intents (without folding the log) and starts the
+// writer.
+func Open(ctx context.Context, cfg Config) (*Log, error) {
+	bindOnce.Do(func() { sqlx.BindDriver("sqlite", sqlx.QUESTION) })
+	if cfg.Path == "" {
+		return nil, errors.New("open log: empty path")
+	}
+	if strings.ContainsRune(cfg.Path, '?') {
+		return nil, fmt.Errorf("open log: path %q must not contain '?'", cfg.Path)
+	}
+	syncMode := strings.ToUpper(cfg.Synchronous)
+	switch syncMode {
+	case "":
+		syncMode = "FULL"
+	case "FULL", "NORMAL", "OFF":
+	default:
+		return nil, fmt.Errorf("open log: unknown synchronous mode %q (want FULL, NORMAL or OFF)", cfg.Synchronous)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 2048
+	}
+	if cfg.ReadConns <= 0 {
+		cfg.ReadConns = 4
+	}
+	if cfg.MaxCachedIntents <= 0 {
+		cfg.MaxCachedIntents = 1 << 18
+	}
+
+	wq := url.Values{}
+	wq.Add("_pragma", "busy_timeout(10000)")
+	wq.Add("_pragma", "journal_mode(WAL)")
+	wq.Add("_pragma", "synchronous("+syncMode+")")
+	wq.Add("_pragma", "cache_size(-65536)")
+	wq.Add("_pragma", "temp_store(MEMORY)")
+	wq.Set("_txlock", "immediate")
+	wdb, err := sqlx.Open("sqlite", cfg.Path+"?"+wq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+
+	l := &Log{
+		cfg:        cfg,
+		clock:      cfg.Clock,
+		logger:     cfg.Logger,
+		wdb:        wdb,
+		writerDone: make(chan struct{}),
+		subs:       make(map[*Subscription]struct{}),
+	}
+	l.qcond = sync.NewCond(&l.qmu)
+	fail := func(err error) (*Log, error) {
+		if l.rdb != nil {
+			_ = l.rdb.Close()
+		}
+		_ = wdb.Close()
+		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
+	}
+	if err := l.createSchema(ctx); err != nil {
+		return fail(err)
+	}
+
+	rq := url.Values{}
+	rq.Add("_pragma", "busy_timeout(10000)")
+	rq.Add("_pragma", "query_only(1)")
+	rq.Add("_pragma", "cache_size(-16384)")
+	rdb, err := sqlx.Open("sqlite", cfg.Path+"?"+rq.Encode())
+	if err != nil {
+		return fail(err)
+	}
+	l.rdb = rdb
+	rdb.SetMaxOpenConns(cfg.ReadConns)
+	rdb.SetMaxIdleConns(cfg.ReadConns)
+	rdb.SetConnMaxLifetime(0)
+	rdb.SetConnMaxIdleTime(0)
+
+	if err := l.w.prepare(ctx, wdb); err != nil {
+		return fail(err)
+	}
+	if err := l.loadState(ctx); err != nil {
+		l.w.closeStmts()
+		return fail(err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		l.w.closeStmts()
+		return fail(err)
+	}
+	l.m = m
+	for _, s := range States {
+		l.m.intents.WithLabelValues(string(s)).Set(float64(l.w.counts[s]))
+	}
+	go l.run()
+	return l, nil
+}
+
+func (l *Log) createSchema(ctx context.Context) error {
+	var version int
+	if err := l.wdb.GetContext(ctx, &version, `PRAGMA user_version`); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if version > schemaVersion {
+		return fmt.Errorf("log schema version %d is newer than this binary's (%d)", version, schemaVersion)
+	}
+	tx, err := l.wdb.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, q := range []string{createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages,
+		fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	return nil
+}
+
+// loadState reads what the writer keeps in memory: the next seq, the
+// non-terminal intent rows (and their bus messages) and the state counts.
+// It runs on the write connection before the writer starts.
+func (l *Log) loadState(ctx context.Context) error {
+	var maxSeq sql.NullInt64
+	if err := l.wdb.GetContext(ctx, &maxSeq, `SELECT MAX(seq) FROM intent_trace_events`); err != nil {
+		return fmt.Errorf("read last seq: %w", err)
+	}
+	l.w.nextSeq = maxSeq.Int64 + 1
+	l.lastSeq.Store(maxSeq.Int64)
+
+	cache, err := loadCache(ctx, l.wdb, l.cfg.MaxCachedIntents)
+	if err != nil {
+		return err
+	}
+	l.w.cache = cache
+	l.w.maxCache = l.cfg.MaxCachedIntents
+	counts, err := countStates(ctx, l.wdb)
+	if err != nil {
+		return err
+	}
+	l.w.counts = counts
+	return nil
+}
+
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func loadCache(ctx context.Context, q queryer, limit int) (map[string]*entry, error) {
+	cache := make(map[string]*entry)
+	rows, err := q.QueryContext(ctx, `SELECT `+intentCols+` FROM intent_log WHERE status NOT IN `+terminalList+` LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("load intent cache: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e := &entry{}
+		if err := scanIntent(rows, &e.row); err != nil {
+			return nil, fmt.Errorf("load intent cache: %w", err)
+		}
+		cache[e.row.Nonce] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load intent cache: %w", err)
+	}
+	rows.Close()
+	mrows, err := q.QueryContext(ctx, `SELECT `+messageCols+` FROM beam_messages WHERE status NOT IN `+terminalList)
+	if err != nil {
+		return nil, fmt.Errorf("load message cache: %w", err)
+	}
+	defer mrows.Close()
+	for mrows.Next() {
+		m := &MessageRow{}
+		if err := scanMessage(mrows, m); err != nil {
+			return nil, fmt.Errorf("load message cache: %w", err)
+		}
+		if e := cache[m.Nonce]; e != nil {
+			e.msg = m
+		}
+	}
+	if err := mrows.Err(); err != nil {
+		return nil, fmt.Errorf("load message cache: %w", err)
+	}
+	return cache, nil
+}
+
+func countStates(ctx context.Context, q queryer) (map[State]int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT status, COUNT(*) FROM intent_log GROUP BY status`)
+	if err != nil {
+		return nil, fmt.Errorf("count states: %w", err)
+	}
+	defer rows.Close()
+	counts := make(map[State]int64, len(States))
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, fmt.Errorf("count states: %w", err)
+		}
+		counts[State(s)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count states: %w", err)
+	}
+	return counts, nil
+}
+
+// Close stops accepting appends (they fail with ErrClosed), commits
+// everything already submitted, stops the writer, ends all subscriptions
+// with ErrClosed and closes the database. It is safe to call more than once;
+// later calls return the first call's result.
+func (l *Log) Close() error {
+	l.closeOnce.Do(func() {
+		l.qmu.Lock()
+		l.closed = true
+		l.qcond.Signal()
+		l.qmu.Unlock()
+		<-l.writerDone
+
+		l.subMu.Lock()
+		l.subsDone = true
+		subs := make([]*Subscription, 0, len(l.subs))
+		for s := range l.subs {
+			subs = append(subs, s)
+		}
+		l.subMu.Unlock()
+		for _, s := range subs {
+			s.stop(ErrClosed)
+		}
+		l.subWG.Wait()
+
+		l.w.closeStmts()
+		errW := l.wdb.Close()
+		errR := l.rdb.Close()
+		if err := errors.Join(errW, errR); err != nil {
+			l.closeErr = fmt.Errorf("close log: %w", err)
+		}
+	})
+	return l.closeErr
+}
+
+// ReadDB returns the read-only connection pool. Other components use it for
+// their queries; writes must go through Append or Do.
+func (l *Log) ReadDB() *sqlx.DB { return l.rdb }
+
+// LastSeq returns the seq of the latest committed event (0 for an empty log).
+func (l *Log) LastSeq() int64 { return l.lastSeq.Load() }
+
+// State returns the current state of a nonce from intent_log; false when the
+// nonce has no event.
+func (l *Log) State(ctx context.Context, nonce string) (State, bool, error) {
+	var s string
+	err := l.rdb.QueryRowContext(ctx, `SELECT status FROM intent_log WHERE nonce = ?`, nonce).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read state of %q: %w", nonce, err)
+	}
+	return State(s), true, nil
+}
+
+// Intent returns the intent_log row of a nonce; false when there is none.
+func (l *Log) Intent(ctx context.Context, nonce string) (IntentRow, bool, error) {
+	var r IntentRow
+	err := scanIntent(l.rdb.QueryRowContext(ctx, selectIntent, nonce), &r)
+	if errors.Is(err, sql.ErrNoRows) {
+		return IntentRow{}, false, nil
+	}
+	if err != nil {
+		return IntentRow{}, false, fmt.Errorf("read intent %q: %w", nonce, err)
+	}
+	return r, true, nil
+}
+
+// Message returns the beam_messages row of a nonce; false when the nonce is
+// not a bus message.
+func (l *Log) Message(ctx context.Context, nonce string) (MessageRow, bool, error) {
+	var m MessageRow
+	err := scanMessage(l.rdb.QueryRowContext(ctx, selectMessage, nonce), &m)
+	if errors.Is(err, sql.ErrNoRows) {
+		return MessageRow{}, false, nil
+	}
+	if err != nil {
+		return MessageRow{}, false, fmt.Errorf("read message %q: %w", nonce, err)
+	}
+	return m, true, nil
+}
+
+// NonTerminal returns every intent_log row whose status is not acked,
+// failed or dead_letter, oldest request first. Startup recovery uses it.
+func (l *Log) NonTerminal(ctx context.Context) ([]IntentRow, error) {
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+intentCols+` FROM intent_log WHERE status NOT IN `+terminalList+
+		` ORDER BY requested_at, nonce`)
+	if err != nil {
+		return nil, fmt.Errorf("read non-terminal intents: %w", err)
+	}
+	defer rows.Close()
+	var out []IntentRow
+	for rows.Next() {
+		var r IntentRow
+		if err := scanIntent(rows, &r); err != nil {
+			return nil, fmt.Errorf("read non-terminal intents: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read non-terminal intents: %w", err)
+	}
+	return out, nil
+}
+
+// CountByState returns the number of intents in each state (states with no
+// intent are absent).
+func (l *Log) CountByState(ctx context.Context) (map[State]int64, error) {
+	return countStates(ctx, l.rdb)
+}
+
+// Trace returns the events of a nonce in seq order (at most MaxTraceEvents).
+func (l *Log) Trace(ctx context.Context, nonce string) ([]Event, error) {
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE nonce = ? ORDER BY seq LIMIT ?`,
+		nonce, MaxTraceEvents)
+	if err != nil {
+		return nil, fmt.Errorf("read trace %q: %w", nonce, err)
+	}
+	defer rows.Close()
+	var out []Event
+	var sc eventScan
+	for rows.Next() {
+		ev, err := sc.scan(rows, true)
+		if err != nil {
+			return nil, fmt.Errorf("read trace %q: %w", nonce, err)
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read trace %q: %w", nonce, err)
+	}
+	return out, nil
+}
+
+// Events returns up to limit committed events with seq > afterSeq in seq
+// order (limit is capped at 10000).
+func (l *Log) Events(ctx context.Context, afterSeq int64, limit int) ([]Event, error) {
+	if limit <= 0 || limit > 10000 {
+		limit = 10000
+	}
+	return l.readEvents(ctx, afterSeq, l.LastSeq(), limit)
+}
+
+func (l *Log) readEvents(ctx context.Context, afterSeq, uptoSeq int64, limit int) ([]Event, error) {
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?`,
+		afterSeq, uptoSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", afterSeq, err)
+	}
+	defer rows.Close()
+	out := make([]Event, 0, min(limit, 512))
+	var sc eventScan
+	for rows.Next() {
+		ev, err := sc.scan(rows, true)
+		if err != nil {
+			return nil, fmt.Errorf("read events after %d: %w", afterSeq, err)
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", afterSeq, err)
+	}
+	return out, nil
+}
+
+// eventScan scans event rows with reusable buffers.
+type eventScan struct {
+	seq, at, attempt                              int64
+	nonce, state, from, to, intentType, transport string
+	d                                             sql.RawBytes
+}
+
+func (s *eventScan) scan(rows *sql.Rows, full bool) (Event, error) {
+	if err := rows.Scan(&s.seq, &s.nonce, &s.state, &s.at, &s.from, &s.to, &s.intentType, &s.transport,
+		&s.attempt, &s.d); err != nil {
+		return Event{}, err
+	}
+	ev := Event{
+		Seq: s.seq, Nonce: s.nonce, State: State(s.state), At: time.UnixMicro(s.at).UTC(),
+		From: s.from, To: s.to, IntentType: s.intentType, Transport: s.transport, Attempt: int(s.attempt),
+	}
+	var err error
+	if full {
+		err = ev.Details.UnmarshalJSON(s.d)
+	} else {
+		err = ev.Details.decodeKnown(s.d)
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("event %d: %w", s.seq, err)
+	}
+	return ev, nil
+}
+
+// Ping runs a query on the read pool and a transaction through the writer.
+func (l *Log) Ping(ctx context.Context) error {
+	l.qmu.Lock()
+	closed := l.closed
+	l.qmu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	var one int
+	if err := l.rdb.GetContext(ctx, &one, `SELECT 1 FROM sqlite_master LIMIT 1`); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("ping log read pool: %w", err)
+	}
+	_, err := l.Do(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &one, `SELECT 1`)
+	})
+	if err != nil {
+		return fmt.Errorf("ping log writer: %w", err)
+	}
+	return nil
+}

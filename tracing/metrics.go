@@ -1,0 +1,102 @@
+package tracing
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Reasons of beam_log_rejected_total.
+const (
+	rejectTransition = "transition"
+	rejectInvalid    = "invalid"
+	rejectFunc       = "func"
+	rejectCanceled   = "canceled"
+	rejectClosed     = "closed"
+	rejectError      = "error"
+)
+
+type metrics struct {
+	appended prometheus.Counter
+	append   prometheus.Histogram
+	batch    prometheus.Histogram
+	commit   prometheus.Histogram
+	intents  *prometheus.GaugeVec
+	rejected *prometheus.CounterVec
+	gauges   [8]prometheus.Gauge // per state, in States order
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		appended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "beam_log_events_appended_total",
+			Help: "Events committed to the log.",
+		}),
+		append: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "beam_log_append_seconds",
+			Help:    "Duration of one Append or Do call, from submission to commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "beam_log_batch_events",
+			Help:    "Events committed per group-commit transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13),
+		}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "beam_log_commit_seconds",
+			Help:    "Duration of one group-commit transaction, from BEGIN to the end of COMMIT.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		intents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "beam_intents",
+			Help: "Intents per current lifecycle state.",
+		}, []string{"state"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "beam_log_rejected_total",
+			Help: "Append and Do calls rejected, by reason.",
+		}, []string{"reason"}),
+	}
+	for i, s := range States {
+		m.gauges[i] = m.intents.WithLabelValues(string(s))
+	}
+	for _, r := range []string{rejectTransition, rejectInvalid, rejectFunc, rejectCanceled, rejectClosed, rejectError} {
+		m.rejected.WithLabelValues(r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.appended, m.append, m.batch, m.commit, m.intents, m.rejected} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("register log metrics: %w (one Log per registry)", err)
+			}
+			return nil, fmt.Errorf("register log metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// stateIndex returns the position of s in States, or -1.
+func stateIndex(s State) int {
+	switch s {
+	case Received:
+		return 0
+	case Validated:
+		return 1
+	case Queued:
+		return 2
+	case Dispatched:
+		return 3
+	case Delivered:
+		return 4
+	case Acked:
+		return 5
+	case Failed:
+		return 6
+	case DeadLetter:
+		return 7
+	}
+	return -1
+}

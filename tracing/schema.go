@@ -1,0 +1,156 @@
+package tracing
+
+// schemaVersion is PRAGMA user_version of a log created by this package.
+const schemaVersion = 1
+
+const createEvents = `
+CREATE TABLE IF NOT EXISTS intent_trace_events(
+  seq          INTEGER PRIMARY KEY,
+  nonce        TEXT NOT NULL,
+  state        TEXT NOT NULL,
+  at           INTEGER NOT NULL,
+  from_beam_id TEXT NOT NULL DEFAULT '',
+  to_beam_id   TEXT NOT NULL DEFAULT '',
+  intent_type  TEXT NOT NULL DEFAULT '',
+  transport    TEXT NOT NULL DEFAULT '',
+  attempt      INTEGER NOT NULL DEFAULT 0,
+  details      TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS intent_trace_events_nonce_seq ON intent_trace_events(nonce, seq);
+`
+
+const createIntentLog = `
+CREATE TABLE IF NOT EXISTS intent_log(
+  nonce                 TEXT PRIMARY KEY,
+  from_beam_id          TEXT NOT NULL DEFAULT '',
+  to_beam_id            TEXT NOT NULL DEFAULT '',
+  intent_type           TEXT NOT NULL DEFAULT '',
+  owner                 TEXT NOT NULL DEFAULT 'directory',
+  status                TEXT NOT NULL,
+  requested_at          INTEGER NOT NULL,
+  client_timestamp      TEXT NOT NULL DEFAULT '',
+  attempt               INTEGER NOT NULL DEFAULT 0,
+  transport             TEXT NOT NULL DEFAULT '',
+  timeout_ms            INTEGER NOT NULL DEFAULT 0,
+  error_code            TEXT NOT NULL DEFAULT '',
+  completed_at          INTEGER,
+  round_trip_latency_ms INTEGER,
+  result_json           TEXT,
+  updated_at            INTEGER NOT NULL,
+  last_seq              INTEGER NOT NULL
+);
+`
+
+const indexIntentLog = `
+CREATE INDEX IF NOT EXISTS intent_log_status ON intent_log(status);
+CREATE INDEX IF NOT EXISTS intent_log_requested_at ON intent_log(requested_at);
+`
+
+const createMessages = `
+CREATE TABLE IF NOT EXISTS beam_messages(
+  id               TEXT PRIMARY KEY,
+  nonce            TEXT NOT NULL UNIQUE,
+  sender           TEXT NOT NULL,
+  recipient        TEXT NOT NULL,
+  intent           TEXT NOT NULL,
+  payload          TEXT NOT NULL DEFAULT '{}',
+  status           TEXT NOT NULL,
+  priority         INTEGER NOT NULL DEFAULT 0,
+  retry_count      INTEGER NOT NULL DEFAULT 0,
+  max_retries      INTEGER NOT NULL DEFAULT 5,
+  next_retry_at    REAL,
+  created_at       REAL NOT NULL,
+  delivered_at     REAL,
+  acked_at         REAL,
+  failed_at        REAL,
+  error            TEXT NOT NULL DEFAULT '',
+  response         TEXT,
+  trace_id         TEXT NOT NULL DEFAULT '',
+  metadata         TEXT,
+  lease_owner      TEXT NOT NULL DEFAULT '',
+  lease_expires_at REAL,
+  updated_at       REAL NOT NULL,
+  last_seq         INTEGER NOT NULL
+);
+`
+
+const indexMessages = `
+CREATE INDEX IF NOT EXISTS beam_messages_recipient_status ON beam_messages(recipient, status);
+CREATE INDEX IF NOT EXISTS beam_messages_status_next_retry ON beam_messages(status, next_retry_at);
+CREATE INDEX IF NOT EXISTS beam_messages_sender ON beam_messages(sender);
+CREATE INDEX IF NOT EXISTS beam_messages_created_at ON beam_messages(created_at);
+`
+
+const eventCols = `seq, nonce, state, at, from_beam_id, to_beam_id, intent_type, transport, attempt, details`
+
+const insertEvent = `INSERT INTO intent_trace_events(` + eventCols + `) VALUES(?,?,?,?,?,?,?,?,?,?)`
+
+const intentCols = `nonce, from_beam_id, to_beam_id, intent_type, owner, status, requested_at, client_timestamp,
+  attempt, transport, timeout_ms, error_code, completed_at, round_trip_latency_ms, result_json, updated_at, last_seq`
+
+const insertIntent = `INSERT INTO intent_log(` + intentCols + `) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+// updateIntent rewrites the columns the fold may change after the first
+// event (nonce, owner, requested_at and client_timestamp never change), so
+// that SQLite leaves the requested_at index alone.
+const updateIntent = `UPDATE intent_log SET from_beam_id=?, to_beam_id=?, intent_type=?, status=?, attempt=?,
+  transport=?, timeout_ms=?, error_code=?, completed_at=?, round_trip_latency_ms=?, result_json=?, updated_at=?,
+  last_seq=? WHERE nonce=?`
+
+const selectIntent = `SELECT ` + intentCols + ` FROM intent_log WHERE nonce = ?`
+
+const messageCols = `id, nonce, sender, recipient, intent, payload, status, priority, retry_count, max_retries,
+  next_retry_at, created_at, delivered_at, acked_at, failed_at, error, response, trace_id, metadata,
+  lease_owner, lease_expires_at, updated_at, last_seq`
+
+const insertMessage = `INSERT INTO beam_messages(` + messageCols + `) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+// updateMessage rewrites the columns the fold may change after the first
+// event.
+const updateMessage = `UPDATE beam_messages SET status=?, retry_count=?, next_retry_at=?, delivered_at=?, acked_at=?,
+  failed_at=?, error=?, response=?, lease_owner=?, lease_expires_at=?, updated_at=?, last_seq=? WHERE nonce=?`
+
+const selectMessage = `SELECT ` + messageCols + ` FROM beam_messages WHERE nonce = ?`
+
+const selectMessageID = `SELECT nonce FROM beam_messages WHERE id = ?`
+
+// terminalList is the SQL list of terminal states.
+const terminalList = `('acked','failed','dead_letter')`
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanIntent(s scanner, r *IntentRow) error {
+	return s.Scan(&r.Nonce, &r.From, &r.To, &r.IntentType, &r.Owner, &r.Status, &r.RequestedAt,
+		&r.ClientTimestamp, &r.Attempt, &r.Transport, &r.TimeoutMs, &r.ErrorCode, &r.CompletedAt,
+		&r.RoundTripLatencyMs, &r.ResultJSON, &r.UpdatedAt, &r.LastSeq)
+}
+
+func intentArgs(r *IntentRow, a []any) []any {
+	return append(a, r.Nonce, r.From, r.To, r.IntentType, string(r.Owner), string(r.Status), r.RequestedAt,
+		r.ClientTimestamp, r.Attempt, r.Transport, r.TimeoutMs, r.ErrorCode, r.CompletedAt,
+		r.RoundTripLatencyMs, r.ResultJSON, r.UpdatedAt, r.LastSeq)
+}
+
+func intentUpdateArgs(r *IntentRow, a []any) []any {
+	return append(a, r.From, r.To, r.IntentType, string(r.Status), r.Attempt, r.Transport, r.TimeoutMs, r.ErrorCode,
+		r.CompletedAt, r.RoundTripLatencyMs, r.ResultJSON, r.UpdatedAt, r.LastSeq, r.Nonce)
+}
+
+func messageUpdateArgs(m *MessageRow, a []any) []any {
+	return append(a, string(m.Status), m.RetryCount, m.NextRetryAt, m.DeliveredAt, m.AckedAt, m.FailedAt, m.Error,
+		m.Response, m.LeaseOwner, m.LeaseExpiresAt, m.UpdatedAt, m.LastSeq, m.Nonce)
+}
+
+func scanMessage(s scanner, m *MessageRow) error {
+	return s.Scan(&m.ID, &m.Nonce, &m.Sender, &m.Recipient, &m.Intent, &m.Payload, &m.Status, &m.Priority,
+		&m.RetryCount, &m.MaxRetries, &m.NextRetryAt, &m.CreatedAt, &m.DeliveredAt, &m.AckedAt, &m.FailedAt,
+		&m.Error, &m.Response, &m.TraceID, &m.Metadata, &m.LeaseOwner, &m.LeaseExpiresAt, &m.UpdatedAt,
+		&m.LastSeq)
+}
+
+func messageArgs(m *MessageRow, a []any) []any {
+	return append(a, m.ID, m.Nonce, m.Sender, m.Recipient, m.Intent, m.Payload, string(m.Status), m.Priority,
+		m.RetryCount, m.MaxRetries, m.NextRetryAt, m.CreatedAt, m.DeliveredAt, m.AckedAt, m.FailedAt,
+		m.Error, m.Response, m.TraceID, m.Metadata, m.LeaseOwner, m.LeaseExpiresAt, m.UpdatedAt, m.LastSeq)
+}

@@ -1,0 +1,737 @@
+package tracing
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jmoiron/sqlx"
+)
+
+type reqKind uint8
+
+const (
+	kindAppend reqKind = iota
+	kindRebuild
+)
+
+// Request lifecycle: a caller may abandon a pending request (context
+// cancelled); once the writer has taken it, the caller waits for the result.
+const (
+	reqPending int32 = iota
+	reqTaken
+	reqAbandoned
+)
+
+type request struct {
+	kind    reqKind
+	events  []Event
+	details string  // encoded details of all events, concatenated
+	ends    []int32 // end offset of each event's details in details
+	fn      func(tx *sqlx.Tx) error
+	ctx     context.Context // Rebuild only
+	state   atomic.Int32
+	done    chan struct{}
+	err     error
+	reason  string // rejection reason for metrics
+	stats   RebuildStats
+}
+
+func (r *request) detailsOf(i int) string {
+	start := int32(0)
+	if i > 0 {
+		start = r.ends[i-1]
+	}
+	return r.details[start:r.ends[i]]
+}
+
+// entry is the in-memory projection state of one nonce.
+type entry struct {
+	row   IntentRow
+	msg   *MessageRow // nil unless the nonce is a bus message
+	orig  State       // status before the current batch ("" for a new nonce)
+	dirty bool        // rows changed since they were last written
+	// stored says the rows exist in the database (in the current
+	// transaction), so they are updated rather than inserted.
+	stored bool
+}
+
+func (e *entry) clone() *entry {
+	c := *e
+	if e.msg != nil {
+		m := *e.msg
+		c.msg = &m
+	}
+	return &c
+}
+
+type snapshot struct {
+	nonce string
+	prev  *entry // nil: the nonce was new in this request
+}
+
+type overlay struct {
+	nonce string
+	state State
+}
+
+// writerState is owned by the writer goroutine.
+type writerState struct {
+	nextSeq  int64
+	cache    map[string]*entry // non-terminal nonces, as committed
+	maxCache int
+	counts   map[State]int64
+
+	ins, insI, updI, insM, updM, selI, selM, selID *sql.Stmt
+
+	// seen, during Rebuild only, holds hashes of every nonce folded so far:
+	// a nonce whose hash is absent has no row yet, so no read is needed.
+	seen     map[uint64]struct{}
+	seenSeed maphash.Seed
+
+	work   map[string]*entry // nonces touched by the current batch
+	newIDs map[string]bool   // bus message ids created in the current batch
+	ov     []overlay
+	reqIDs []string
+	snaps  []snapshot
+	args   []any
+	deltas [8]int64
+}
+
+// txStmts are the prepared statements bound to one transaction.
+type txStmts struct {
+	ins, insI, updI, insM, updM, selI, selM, selID *sql.Stmt
+}
+
+func (w *writerState) prepare(ctx context.Context, db *sqlx.DB) error {
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&w.ins, insertEvent}, {&w.insI, insertIntent}, {&w.updI, updateIntent},
+		{&w.insM, insertMessage}, {&w.updM, updateMessage},
+		{&w.selI, selectIntent}, {&w.selM, selectMessage}, {&w.selID, selectMessageID},
+	} {
+		s, err := db.PrepareContext(ctx, p.q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", p.q[:min(len(p.q), 40)], err)
+		}
+		*p.dst = s
+	}
+	w.work = make(map[string]*entry)
+	w.newIDs = make(map[string]bool)
+	return nil
+}
+
+func (w *writerState) closeStmts() {
+	for _, s := range []*sql.Stmt{w.ins, w.insI, w.updI, w.insM, w.updM, w.selI, w.selM, w.selID} {
+		if s != nil {
+			_ = s.Close()
+		}
+	}
+}
+
+func (w *writerState) bind(ctx context.Context, tx *sqlx.Tx) *txStmts {
+	return &txStmts{
+		ins: tx.StmtContext(ctx, w.ins), insI: tx.StmtContext(ctx, w.insI), updI: tx.StmtContext(ctx, w.updI),
+		insM: tx.StmtContext(ctx, w.insM), updM: tx.StmtContext(ctx, w.updM),
+		selI: tx.StmtContext(ctx, w.selI), selM: tx.StmtContext(ctx, w.selM), selID: tx.StmtContext(ctx, w.selID),
+	}
+}
+
+// lookup returns the working entry of nonce for the current batch, loading
+// it from the cache or, on a miss, from the database inside the
+// transaction. It returns nil for a nonce without events.
+func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
+	if e := w.work[nonce]; e != nil {
+		return e, nil
+	}
+	if c := w.cache[nonce]; c != nil {
+		e := c.clone()
+		e.orig = e.row.Status
+		e.dirty = false
+		e.stored = true
+		w.work[nonce] = e
+		return e, nil
+	}
+	if w.seen != nil {
+		if _, ok := w.seen[maphash.String(w.seenSeed, nonce)]; !ok {
+			return nil, nil
+		}
+	}
+	e := &entry{stored: true}
+	err := scanIntent(ts.selI.QueryRow(nonce), &e.row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read intent_log %q: %w", nonce, err)
+	}
+	m := &MessageRow{}
+	err = scanMessage(ts.selM.QueryRow(nonce), m)
+	switch {
+	case err == nil:
+		e.msg = m
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, fmt.Errorf("read beam_messages %q: %w", nonce, err)
+	}
+	e.orig = e.row.Status
+	w.work[nonce] = e
+	return e, nil
+}
+
+// write upserts the projection rows of e.
+func (w *writerState) write(ts *txStmts, e *entry) error {
+	stmtI, stmtM := ts.insI, ts.insM
+	if e.stored {
+		stmtI, stmtM = ts.updI, ts.updM
+		w.args = intentUpdateArgs(&e.row, w.args[:0])
+	} else {
+		w.args = intentArgs(&e.row, w.args[:0])
+	}
+	if _, err := stmtI.Exec(w.args...); err != nil {
+		return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
+	}
+	if e.msg != nil {
+		if e.stored {
+			w.args = messageUpdateArgs(e.msg, w.args[:0])
+		} else {
+			w.args = messageArgs(e.msg, w.args[:0])
+		}
+		if _, err := stmtM.Exec(w.args...); err != nil {
+			return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
+		}
+	}
+	e.dirty = false
+	e.stored = true
+	return nil
+}
+
+// flush writes every dirty working entry.
+func (w *writerState) flush(ts *txStmts) error {
+	for _, e := range w.work {
+		if e.dirty {
+			if err := w.write(ts, e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// merge moves the committed working entries into the cache and the state
+// counts, and empties the working set. deltas receives the count changes.
+func (w *writerState) merge() {
+	for nonce, e := range w.work {
+		if e.row.Status != e.orig {
+			if i := stateIndex(e.orig); i >= 0 {
+				w.deltas[i]--
+				w.counts[e.orig]--
+			}
+			if i := stateIndex(e.row.Status); i >= 0 {
+				w.deltas[i]++
+			}
+			w.counts[e.row.Status]++
+		}
+		e.orig = e.row.Status
+		if e.row.Status.Terminal() {
+			delete(w.cache, nonce)
+		} else if _, ok := w.cache[nonce]; ok || len(w.cache) < w.maxCache {
+			w.cache[nonce] = e
+		}
+	}
+	clear(w.work)
+	clear(w.newIDs)
+}
+
+// discard drops the working set after a failed transaction.
+func (w *writerState) discard() {
+	clear(w.work)
+	clear(w.newIDs)
+}
+
+// Append validates the events, hands them to the writer and waits until
+// they are committed, then returns them with Seq and At set. The call is
+// atomic: all of its events are written or none. Events of one call are
+// applied in order, so a call may carry several steps of one nonce.
+//
+// It returns a *TransitionError when an event's state may not follow the
+// nonce's current state, a *ValidationError for a malformed event, and
+// ErrClosed after Close. If ctx ends before the writer has taken the call,
+// Append returns ctx.Err() and nothing is written; once the writer has taken
+// it, Append waits for the commit and reports its outcome regardless of ctx
+// (a commit is normally a few milliseconds).
+func (l *Log) Append(ctx context.Context, events ...Event) ([]Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	return l.submit(ctx, nil, events)
+}
+
+// Do is Append plus fn: after the events are written, fn runs inside the
+// same transaction, in a savepoint. If fn returns an error (or panics) only
+// this call is rejected: its events and fn's writes are rolled back, and Do
+// returns a *FuncError wrapping fn's error. fn may be called with no events;
+// other components use Do for all of their writes so that the log's
+// connection stays the only SQLite writer. fn sees the projection rows of
+// this call's events, must not block for long (the whole log waits for it),
+// must not retain tx, and must not commit or roll it back.
+func (l *Log) Do(ctx context.Context, fn func(tx *sqlx.Tx) error, events ...Event) ([]Event, error) {
+	if fn == nil && len(events) == 0 {
+		return nil, nil
+	}
+	return l.submit(ctx, fn, events)
+}
+
+func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Event) ([]Event, error) {
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		l.m.rejected.WithLabelValues(rejectCanceled).Inc()
+		return nil, err
+	}
+	r, err := l.newRequest(events)
+	if err != nil {
+		l.m.rejected.WithLabelValues(rejectInvalid).Inc()
+		return nil, err
+	}
+	r.fn = fn
+	if err := l.wait(ctx, r); err != nil {
+		return nil, err
+	}
+	l.m.append.Observe(time.Since(start).Seconds())
+	return r.events, nil
+}
+
+// wait enqueues r and waits for its outcome.
+func (l *Log) wait(ctx context.Context, r *request) error {
+	l.qmu.Lock()
+	if l.closed {
+		l.qmu.Unlock()
+		l.m.rejected.WithLabelValues(rejectClosed).Inc()
+		return ErrClosed
+	}
+	l.queue = append(l.queue, r)
+	l.qcond.Signal()
+	l.qmu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqPending, reqAbandoned) {
+			l.m.rejected.WithLabelValues(rejectCanceled).Inc()
+			return ctx.Err()
+		}
+		<-r.done
+	}
+	if r.err != nil {
+		l.m.rejected.WithLabelValues(r.reason).Inc()
+		return r.err
+	}
+	return nil
+}
+
+// newRequest copies and checks the events (everything that does not depend
+// on the log's state) and encodes their details, in the caller's goroutine.
+func (l *Log) newRequest(events []Event) (*request, error) {
+	if len(events) > l.cfg.MaxBatch {
+		return nil, &ValidationError{Index: l.cfg.MaxBatch, Field: "events",
+			Reason: fmt.Sprintf("a call may carry at most %d events, got %d", l.cfg.MaxBatch, len(events))}
+	}
+	r := &request{
+		events: make([]Event, len(events)),
+		ends:   make([]int32, len(events)),
+		done:   make(chan struct{}),
+	}
+	copy(r.events, events)
+	var buf []byte
+	for i := range r.events {
+		ev := &r.events[i]
+		if err := checkEvent(i, ev); err != nil {
+			return nil, err
+		}
+		if err := ev.Details.normalize(); err != nil {
+			return nil, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details", Reason: err.Error()}
+		}
+		n := len(buf)
+		var err error
+		buf, err = ev.Details.appendJSON(buf)
+		if err != nil {
+			return nil, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details", Reason: err.Error()}
+		}
+		if len(buf)-n > MaxDetailsBytes {
+			return nil, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details",
+				Reason: fmt.Sprintf("encoded details are %d bytes, more than %d", len(buf)-n, MaxDetailsBytes)}
+		}
+		r.ends[i] = int32(len(buf))
+		ev.Seq = 0
+		if !ev.At.IsZero() {
+			ev.At = time.UnixMicro(ev.At.UnixMicro()).UTC()
+		}
+	}
+	r.details = string(buf)
+	return r, nil
+}
+
+func checkEvent(i int, ev *Event) error {
+	bad := func(field, reason string) error {
+		n := ev.Nonce
+		if len(n) > 64 {
+			n = n[:64] + "..."
+		}
+		return &ValidationError{Nonce: n, Index: i, Field: field, Reason: reason}
+	}
+	if !ev.State.Valid() {
+		return bad("state", fmt.Sprintf("unknown lifecycle state %q", string(ev.State)))
+	}
+	switch {
+	case ev.Nonce == "":
+		return bad("nonce", "empty")
+	case len(ev.Nonce) > MaxNonceBytes:
+		return bad("nonce", fmt.Sprintf("longer than %d bytes", MaxNonceBytes))
+	case !utf8.ValidString(ev.Nonce):
+		return bad("nonce", "not valid UTF-8")
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"from", ev.From}, {"to", ev.To}, {"intentType", ev.IntentType}, {"transport", ev.Transport},
+	} {
+		if len(f.v) > MaxFieldBytes {
+			return bad(f.name, fmt.Sprintf("longer than %d bytes", MaxFieldBytes))
+		}
+		if !utf8.ValidString(f.v) {
+			return bad(f.name, "not valid UTF-8")
+		}
+	}
+	if ev.Attempt < 0 {
+		return bad("attempt", "negative")
+	}
+	switch ev.Details.Owner {
+	case "", OwnerDirectory, OwnerBus:
+	default:
+		return bad("details.owner", fmt.Sprintf("unknown owner %q", string(ev.Details.Owner)))
+	}
+	if b := ev.Details.Bus; b != nil && len(b.MessageID) > MaxNonceBytes {
+		return bad("details.bus.messageId", fmt.Sprintf("longer than %d bytes", MaxNonceBytes))
+	}
+	return nil
+}
+
+// run is the writer goroutine: it takes everything pending and commits it
+// in batches of at most MaxBatch events until the log is closed and the
+// queue is empty.
+func (l *Log) run() {
+	defer close(l.writerDone)
+	var local []*request
+	var batch []*request
+	for {
+		l.qmu.Lock()
+		for len(l.queue) == 0 && !l.closed {
+			l.qcond.Wait()
+		}
+		if len(l.queue) == 0 {
+			l.qmu.Unlock()
+			return
+		}
+		local, l.queue = l.queue, local[:0]
+		l.qmu.Unlock()
+
+		for i := 0; i < len(local); {
+			if local[i].kind == kindRebuild {
+				r := local[i]
+				i++
+				if r.state.CompareAndSwap(reqPending, reqTaken) {
+					l.runRebuild(r)
+				}
+				continue
+			}
+			batch = batch[:0]
+			n := 0
+			for i < len(local) && local[i].kind != kindRebuild {
+				r := local[i]
+				if len(batch) > 0 && n+len(r.events) > l.cfg.MaxBatch {
+					break
+				}
+				i++
+				if !r.state.CompareAndSwap(reqPending, reqTaken) {
+					continue
+				}
+				batch = append(batch, r)
+				n += len(r.events)
+			}
+			if len(batch) > 0 {
+				l.commitBatch(batch)
+			}
+		}
+		clear(local)
+		clear(batch)
+	}
+}
+
+func reject(r *request, err error, reason string) {
+	r.err = err
+	r.reason = reason
+}
+
+// commitBatch runs one group-commit transaction for batch.
+func (l *Log) commitBatch(batch []*request) {
+	w := &l.w
+	t0 := time.Now()
+	seq0 := w.nextSeq
+	ctx := context.Background()
+	fail := func(err error) {
+		w.discard()
+		w.nextSeq = seq0
+		l.logger.Error("log batch failed", "requests", len(batch), "err", err)
+		for _, r := range batch {
+			reject(r, fmt.Errorf("append to log: %w", err), rejectError)
+			close(r.done)
+		}
+	}
+	tx, err := l.wdb.BeginTxx(ctx, nil)
+	if err != nil {
+		fail(fmt.Errorf("begin: %w", err))
+		return
+	}
+	ts := w.bind(ctx, tx)
+	for _, r := range batch {
+		if err := l.applyRequest(tx, ts, r); err != nil {
+			_ = tx.Rollback()
+			fail(err)
+			return
+		}
+	}
+	if err := w.flush(ts); err != nil {
+		_ = tx.Rollback()
+		fail(err)
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("commit: %w", err))
+		return
+	}
+	l.m.commit.Observe(time.Since(t0).Seconds())
+
+	w.merge()
+	for i, d := range w.deltas {
+		if d != 0 {
+			l.m.gauges[i].Add(float64(d))
+			w.deltas[i] = 0
+		}
+	}
+	n := w.nextSeq - seq0
+	if n > 0 {
+		l.m.appended.Add(float64(n))
+		l.m.batch.Observe(float64(n))
+		l.lastSeq.Store(w.nextSeq - 1)
+		if l.subCount.Load() > 0 {
+			committed := make([]Event, 0, n)
+			for _, r := range batch {
+				if r.err == nil {
+					committed = append(committed, r.events...)
+				}
+			}
+			l.publish(committed)
+		}
+	}
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+// stateOf returns the current state of nonce as seen by the request being
+// validated: its own earlier events first, then the batch, cache and
+// database.
+func (w *writerState) stateOf(ts *txStmts, nonce string) (State, bool, error) {
+	for i := len(w.ov) - 1; i >= 0; i-- {
+		if w.ov[i].nonce == nonce {
+			return w.ov[i].state, true, nil
+		}
+	}
+	e, err := w.lookup(ts, nonce)
+	if err != nil || e == nil {
+		return "", false, err
+	}
+	return e.row.Status, true, nil
+}
+
+// messageIDTaken reports whether a bus message id is already used.
+func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
+	if w.newIDs[id] {
+		return true, nil
+	}
+	var nonce string
+	err := ts.selID.QueryRow(id).Scan(&nonce)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read beam_messages id %q: %w", id, err)
+	}
+	return true, nil
+}
+
+// applyRequest validates and writes one request inside the batch
+// transaction. A rejected request leaves r.err set and nothing written; the
+// returned error is reserved for database failures, which fail the batch.
+func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
+	w := &l.w
+	w.ov = w.ov[:0]
+	w.reqIDs = w.reqIDs[:0]
+	dropIDs := func() {
+		for _, id := range w.reqIDs {
+			delete(w.newIDs, id)
+		}
+	}
+
+	// Validation: nothing is written until every event of the request is
+	// known to be acceptable.
+	for i := range r.events {
+		ev := &r.events[i]
+		cur, exists, err := w.stateOf(ts, ev.Nonce)
+		if err != nil {
+			dropIDs()
+			return err
+		}
+		if !CanTransition(cur, ev.State) {
+			dropIDs()
+			reject(r, &TransitionError{Nonce: ev.Nonce, From: cur, To: ev.State}, rejectTransition)
+			return nil
+		}
+		if !exists {
+			if ev.From == "" || ev.To == "" || ev.IntentType == "" {
+				dropIDs()
+				reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "from/to/intentType",
+					Reason: "the first event of a nonce must carry from, to and intentType"}, rejectInvalid)
+				return nil
+			}
+			if b := ev.Details.Bus; b != nil {
+				if b.MessageID == "" {
+					dropIDs()
+					reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details.bus.messageId",
+						Reason: "empty"}, rejectInvalid)
+					return nil
+				}
+				taken, err := w.messageIDTaken(ts, b.MessageID)
+				if err != nil {
+					dropIDs()
+					return err
+				}
+				if taken {
+					dropIDs()
+					reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details.bus.messageId",
+						Reason: fmt.Sprintf("message id %q is already used by another nonce", b.MessageID)}, rejectInvalid)
+					return nil
+				}
+				w.newIDs[b.MessageID] = true
+				w.reqIDs = append(w.reqIDs, b.MessageID)
+			}
+		}
+		w.ov = append(w.ov, overlay{nonce: ev.Nonce, state: ev.State})
+	}
+
+	// Apply.
+	seqStart := w.nextSeq
+	if r.fn != nil {
+		if _, err := tx.Exec(`SAVEPOINT beam_request`); err != nil {
+			return fmt.Errorf("savepoint: %w", err)
+		}
+		w.snaps = w.snaps[:0]
+	}
+	var now time.Time
+	for i := range r.events {
+		ev := &r.events[i]
+		if ev.At.IsZero() {
+			if now.IsZero() {
+				now = time.UnixMicro(l.clock().UnixMicro()).UTC()
+			}
+			ev.At = now
+		}
+		ev.Seq = w.nextSeq
+		w.nextSeq++
+		if _, err := ts.ins.Exec(ev.Seq, ev.Nonce, string(ev.State), ev.At.UnixMicro(), ev.From, ev.To,
+			ev.IntentType, ev.Transport, ev.Attempt, r.detailsOf(i)); err != nil {
+			return fmt.Errorf("insert event %q: %w", ev.Nonce, err)
+		}
+		e := w.work[ev.Nonce]
+		if r.fn != nil {
+			w.snap(ev.Nonce, e)
+		}
+		if e == nil {
+			e = &entry{}
+			if ev.Details.Bus != nil {
+				e.msg = &MessageRow{}
+			}
+			w.work[ev.Nonce] = e
+		}
+		e.row.Apply(*ev)
+		if e.msg != nil {
+			e.msg.Apply(*ev)
+		}
+		e.dirty = true
+	}
+	if r.fn == nil {
+		return nil
+	}
+
+	// Do: write the touched rows so that fn sees them, then run fn.
+	for _, s := range w.snaps {
+		if e := w.work[s.nonce]; e != nil && e.dirty {
+			if err := w.write(ts, e); err != nil {
+				return err
+			}
+		}
+	}
+	if ferr := callFn(r.fn, tx); ferr != nil {
+		if _, err := tx.Exec(`ROLLBACK TO beam_request`); err != nil {
+			return fmt.Errorf("rollback to savepoint after %v: %w", ferr, err)
+		}
+		if _, err := tx.Exec(`RELEASE beam_request`); err != nil {
+			return fmt.Errorf("release savepoint: %w", err)
+		}
+		for i := len(w.snaps) - 1; i >= 0; i-- {
+			s := w.snaps[i]
+			if s.prev == nil {
+				delete(w.work, s.nonce)
+			} else {
+				w.work[s.nonce] = s.prev
+			}
+		}
+		w.nextSeq = seqStart
+		for i := range r.events {
+			r.events[i].Seq = 0
+		}
+		dropIDs()
+		reject(r, &FuncError{Err: ferr}, rejectFunc)
+		return nil
+	}
+	if _, err := tx.Exec(`RELEASE beam_request`); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
+	}
+	return nil
+}
+
+// snap records the pre-request state of nonce once per request.
+func (w *writerState) snap(nonce string, e *entry) {
+	for _, s := range w.snaps {
+		if s.nonce == nonce {
+			return
+		}
+	}
+	var prev *entry
+	if e != nil {
+		prev = e.clone()
+	}
+	w.snaps = append(w.snaps, snapshot{nonce: nonce, prev: prev})
+}
+
+func callFn(fn func(*sqlx.Tx) error, tx *sqlx.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return fn(tx)
+}
