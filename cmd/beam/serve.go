@@ -25,6 +25,7 @@ type serveFlags struct {
 	logFormat   string
 	drain       time.Duration
 
+	secureCookies     bool
 	defaultPolicy     string
 	legacyWSIdentity  bool
 	insecureEndpoints bool
@@ -41,6 +42,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.drain, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	fs.BoolVar(&f.secureCookies, "secure-cookies", false, "mark dashboard session cookies Secure (when served over HTTPS)")
 	fs.StringVar(&f.defaultPolicy, "default-policy", "same-org", "who may send to an agent that has no rule for the sender: same-org, allow or deny")
 	fs.BoolVar(&f.legacyWSIdentity, "allow-legacy-ws-identity", false, "accept WebSocket sessions that prove no identity (beam-protocol-sdk 0.5.1); anyone can then receive any agent's intents")
 	fs.BoolVar(&f.insecureEndpoints, "allow-insecure-endpoints", false, "let agents register http:// loopback endpoints for direct delivery (local development only)")
@@ -95,6 +97,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Synchronous: f.synchronous,
 		Logger:      logger,
 
+		AdminToken:             os.Getenv("BEAM_ADMIN_TOKEN"),
+		ViewerToken:            os.Getenv("BEAM_VIEWER_TOKEN"),
+		SecureCookies:          f.secureCookies,
 		DefaultPolicy:          f.defaultPolicy,
 		AllowLegacyWSIdentity:  f.legacyWSIdentity,
 		AllowInsecureEndpoints: f.insecureEndpoints,
@@ -113,6 +118,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if tok, generated := srv.AdminToken(); generated {
 		fmt.Fprintf(stdout, "operator token (stored in %s/admin.token, shown once): %s\n", f.dataDir, tok)
+	}
+	if tok, generated := srv.ViewerToken(); generated {
+		fmt.Fprintf(stdout, "read-only viewer token (stored in %s/viewer.token, shown once): %s\n", f.dataDir, tok)
 	}
 	fmt.Fprintf(stdout, "beam serving on http://%s\n", ln.Addr())
 	logger.Info("beam serving", "addr", ln.Addr().String(), "dataDir", f.dataDir)

@@ -1,0 +1,270 @@
+package web
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// session is one logged-in browser.
+type session struct {
+	id      string
+	role    string
+	csrf    string
+	created time.Time
+	expires time.Time
+}
+
+func (s *session) checkCSRF(got string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) == 1
+}
+
+// sessionStore keeps sessions in memory, bounded and expiring.
+type sessionStore struct {
+	mu  sync.Mutex
+	m   map[string]*session
+	ttl time.Duration
+	max int
+}
+
+func newSessionStore(ttl time.Duration, max int) *sessionStore {
+	return &sessionStore{m: map[string]*session{}, ttl: ttl, max: max}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b)
+}
+
+// create starts a session for role.
+func (st *sessionStore) create(role string, now time.Time) *session {
+	s := &session{id: randomHex(32), role: role, csrf: randomHex(32), created: now, expires: now.Add(st.ttl)}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.m) >= st.max {
+		var oldest *session
+		for id, x := range st.m {
+			if !now.Before(x.expires) {
+				delete(st.m, id)
+				continue
+			}
+			if oldest == nil || x.created.Before(oldest.created) {
+				oldest = x
+			}
+		}
+		if len(st.m) >= st.max && oldest != nil {
+			delete(st.m, oldest.id)
+		}
+	}
+	st.m[s.id] = s
+	return s
+}
+
+// get returns the live session with id.
+func (st *sessionStore) get(id string, now time.Time) (*session, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s, ok := st.m[id]
+	if !ok {
+		return nil, false
+	}
+	if !now.Before(s.expires) {
+		delete(st.m, id)
+		return nil, false
+	}
+	return s, true
+}
+
+func (st *sessionStore) remove(id string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.m, id)
+}
+
+// Failed-login rate limit: each client address may fail loginBurst times,
+// then once per loginEvery.
+const (
+	loginBurst      = 5
+	loginEvery      = 12 * time.Second
+	maxLoginClients = 10_000
+)
+
+// loginLimiter limits failed logins per client address, with a bounded
+// table; when it is full, unknown clients share one limiter.
+type loginLimiter struct {
+	mu       sync.Mutex
+	clients  map[string]*rate.Limiter
+	overflow *rate.Limiter
+}
+
+func newLoginLimiter() *loginLimiter {
+	return &loginLimiter{clients: map[string]*rate.Limiter{}, overflow: rate.NewLimiter(rate.Every(loginEvery), loginBurst)}
+}
+
+func (l *loginLimiter) limiter(client string, now time.Time) *rate.Limiter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lim, ok := l.clients[client]; ok {
+		return lim
+	}
+	if len(l.clients) >= maxLoginClients {
+		for k, lim := range l.clients {
+			if lim.TokensAt(now) >= loginBurst {
+				delete(l.clients, k)
+			}
+		}
+		if len(l.clients) >= maxLoginClients {
+			return l.overflow
+		}
+	}
+	lim := rate.NewLimiter(rate.Every(loginEvery), loginBurst)
+	l.clients[client] = lim
+	return lim
+}
+
+// blocked reports whether client has no failed attempt left right now.
+func (l *loginLimiter) blocked(client string, now time.Time) bool {
+	return l.limiter(client, now).TokensAt(now) < 1
+}
+
+// failed records a failed attempt.
+func (l *loginLimiter) failed(client string, now time.Time) {
+	l.limiter(client, now).AllowN(now, 1)
+}
+
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// roleOf returns the role a token grants. Both tokens are always compared,
+// in constant time over their digests.
+func (d *Dashboard) roleOf(tok string) (string, bool) {
+	if tok == "" || len(tok) > 4096 {
+		return "", false
+	}
+	got := sha256.Sum256([]byte(tok))
+	match := func(want string) bool {
+		if want == "" {
+			return false
+		}
+		w := sha256.Sum256([]byte(want))
+		return subtle.ConstantTimeCompare(got[:], w[:]) == 1
+	}
+	admin, viewer := match(d.cfg.AdminToken), match(d.cfg.ViewerToken)
+	switch {
+	case admin:
+		return RoleAdmin, true
+	case viewer:
+		return RoleViewer, true
+	}
+	return "", false
+}
+
+type loginPage struct {
+	Error  string
+	Notice string
+}
+
+func (d *Dashboard) renderLogin(w http.ResponseWriter, status int, pg loginPage) {
+	setSecurityHeaders(w)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := d.pages.ExecuteTemplate(w, "login.html", pg); err != nil {
+		d.lg.Warn("dashboard: render login", "err", err)
+	}
+}
+
+func (d *Dashboard) handleLoginPage(w http.ResponseWriter, r *http.Request) {
+	if _, ok := d.authenticate(r); ok {
+		http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)
+		return
+	}
+	pg := loginPage{}
+	if r.URL.Query().Get("signed_out") == "1" {
+		pg.Notice = "You are signed out."
+	}
+	d.renderLogin(w, http.StatusOK, pg)
+}
+
+func (d *Dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
+	now := d.clock()
+	if err := sameOrigin(r); err != nil {
+		d.renderLogin(w, http.StatusForbidden, loginPage{Error: "This sign-in form was submitted from another site."})
+		return
+	}
+	client := clientAddr(r)
+	if d.limiter.blocked(client, now) {
+		w.Header().Set("Retry-After", "15")
+		d.renderLogin(w, http.StatusTooManyRequests, loginPage{Error: "Too many failed attempts. Wait a few seconds and try again."})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	if err := r.ParseForm(); err != nil {
+		d.renderLogin(w, http.StatusBadRequest, loginPage{Error: "The form could not be read."})
+		return
+	}
+	role, ok := d.roleOf(r.PostForm.Get("token"))
+	if !ok {
+		d.limiter.failed(client, now)
+		d.lg.Info("dashboard: failed login", "client", client)
+		d.renderLogin(w, http.StatusUnauthorized, loginPage{Error: "That token is not valid for this directory."})
+		return
+	}
+	s := d.sessions.create(role, now)
+	http.SetCookie(w, &http.Cookie{
+		Name:     SessionCookie,
+		Value:    s.id,
+		Path:     "/",
+		Expires:  s.expires,
+		MaxAge:   int(d.cfg.SessionTTL / time.Second),
+		HttpOnly: true,
+		Secure:   d.cfg.SecureCookies,
+		SameSite: http.SameSiteStrictMode,
+	})
+	d.lg.Info("dashboard: login", "role", role, "client", client)
+	http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)
+}
+
+func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request, p principal) {
+	if p.session != nil {
+		d.sessions.remove(p.session.id)
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: SessionCookie, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: d.cfg.SecureCookies, SameSite: http.SameSiteStrictMode,
+	})
+	if r.Header.Get(CSRFHeader) == "" { // a plain form post: navigate
+		http.Redirect(w, r, "/dashboard/login?signed_out=1", http.StatusSeeOther)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "redirect": "/dashboard/login?signed_out=1"})
+}
+
+// sessionView is GET /dashboard/session.
+type sessionView struct {
+	Role      string `json:"role"`
+	CSRFToken string `json:"csrfToken"`
+	ExpiresAt string `json:"expiresAt"`
+	CanMutate bool   `json:"canMutate"`
+}
+
+func (d *Dashboard) handleSession(w http.ResponseWriter, r *http.Request, p principal) {
+	v := sessionView{Role: p.role, CanMutate: p.role == RoleAdmin}
+	if p.session != nil {
+		v.CSRFToken = p.session.csrf
+		v.ExpiresAt = p.session.expires.UTC().Format(time.RFC3339)
+	}
+	writeJSON(w, http.StatusOK, v)
+}

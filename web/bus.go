@@ -1,0 +1,231 @@
+package web
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/beamdir/beam/tracing"
+)
+
+// deadLetterSummary is one beam_messages row as lists show it.
+type deadLetterSummary struct {
+	ID          string        `json:"id"`
+	Nonce       string        `json:"nonce"`
+	Sender      string        `json:"sender"`
+	Recipient   string        `json:"recipient"`
+	Intent      string        `json:"intent"`
+	Status      tracing.State `json:"status"`
+	Priority    int           `json:"priority"`
+	RetryCount  int           `json:"retryCount"`
+	MaxRetries  int           `json:"maxRetries"`
+	Error       string        `json:"error,omitempty"`
+	CreatedAt   *string       `json:"createdAt"`
+	FailedAt    *string       `json:"failedAt"`
+	UpdatedAt   *string       `json:"updatedAt"`
+	NextRetryAt *string       `json:"nextRetryAt,omitempty"`
+	TraceID     string        `json:"traceId,omitempty"`
+	LastSeq     int64         `json:"lastSeq"`
+}
+
+func summaryOf(m *tracing.MessageRow) deadLetterSummary {
+	created, updated := m.CreatedAt, m.UpdatedAt
+	return deadLetterSummary{
+		ID: m.ID, Nonce: m.Nonce, Sender: m.Sender, Recipient: m.Recipient, Intent: m.Intent,
+		Status: m.Status, Priority: m.Priority, RetryCount: m.RetryCount, MaxRetries: m.MaxRetries,
+		Error: m.Error, CreatedAt: isoSeconds(&created), FailedAt: isoSeconds(m.FailedAt),
+		UpdatedAt: isoSeconds(&updated), NextRetryAt: isoSeconds(m.NextRetryAt), TraceID: m.TraceID, LastSeq: m.LastSeq,
+	}
+}
+
+const messageSelect = `SELECT id, nonce, sender, recipient, intent, payload, status, priority, retry_count, max_retries,
+  next_retry_at, created_at, delivered_at, acked_at, failed_at, error, response, trace_id, metadata,
+  lease_owner, lease_expires_at, updated_at, last_seq FROM beam_messages`
+
+func scanMessageRow(s interface{ Scan(...any) error }, m *tracing.MessageRow) error {
+	return s.Scan(&m.ID, &m.Nonce, &m.Sender, &m.Recipient, &m.Intent, &m.Payload, &m.Status, &m.Priority,
+		&m.RetryCount, &m.MaxRetries, &m.NextRetryAt, &m.CreatedAt, &m.DeliveredAt, &m.AckedAt, &m.FailedAt,
+		&m.Error, &m.Response, &m.TraceID, &m.Metadata, &m.LeaseOwner, &m.LeaseExpiresAt, &m.UpdatedAt,
+		&m.LastSeq)
+}
+
+// requeueState tells the UI whether the requeue action can run and why not.
+type requeueState struct {
+	Available bool   `json:"available"`
+	Allowed   bool   `json:"allowed"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+func (d *Dashboard) requeueFor(p principal) requeueState {
+	switch {
+	case d.cfg.Requeue == nil:
+		return requeueState{Reason: "Requeue needs the message bus, which is not running in this directory."}
+	case p.role != RoleAdmin:
+		return requeueState{Available: true, Reason: "Only operators (admin role) can requeue; you are signed in as a viewer."}
+	}
+	return requeueState{Available: true, Allowed: true}
+}
+
+type deadLettersResponse struct {
+	DeadLetters []deadLetterSummary `json:"deadLetters"`
+	Total       int64               `json:"total"`
+	Limit       int                 `json:"limit"`
+	Offset      int                 `json:"offset"`
+	Requeue     requeueState        `json:"requeue"`
+	Summary     struct {
+		UniqueSenders    int64 `json:"uniqueSenders"`
+		UniqueRecipients int64 `json:"uniqueRecipients"`
+		MaxRetryCount    int64 `json:"maxRetryCount"`
+	} `json:"summary"`
+}
+
+func (d *Dashboard) handleDeadLetters(w http.ResponseWriter, r *http.Request, p principal) {
+	q := r.URL.Query()
+	limit, err := intParam(q, "limit", DefaultListLimit, 1, MaxListLimit)
+	if err == nil {
+		var offset int
+		offset, err = intParam(q, "offset", 0, 0, maxOffset)
+		if err == nil {
+			d.listDeadLetters(w, r, p, limit, offset)
+			return
+		}
+	}
+	writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
+}
+
+func (d *Dashboard) listDeadLetters(w http.ResponseWriter, r *http.Request, p principal, limit, offset int) {
+	ctx := r.Context()
+	db := d.log.ReadDB()
+	resp := deadLettersResponse{DeadLetters: []deadLetterSummary{}, Limit: limit, Offset: offset, Requeue: d.requeueFor(p)}
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT sender), COUNT(DISTINCT recipient), COALESCE(MAX(retry_count), 0)
+		FROM beam_messages WHERE status = 'dead_letter'`).Scan(&resp.Total, &resp.Summary.UniqueSenders,
+		&resp.Summary.UniqueRecipients, &resp.Summary.MaxRetryCount); err != nil {
+		d.internalError(w, "list dead letters", err)
+		return
+	}
+	rows, err := db.QueryContext(ctx, messageSelect+` WHERE status = 'dead_letter' ORDER BY COALESCE(failed_at, updated_at) DESC, id LIMIT ? OFFSET ?`, limit, offset)
+	if err != nil {
+		d.internalError(w, "list dead letters", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var m tracing.MessageRow
+		if err := scanMessageRow(rows, &m); err != nil {
+			d.internalError(w, "list dead letters", err)
+			return
+		}
+		resp.DeadLetters = append(resp.DeadLetters, summaryOf(&m))
+	}
+	if err := rows.Err(); err != nil {
+		d.internalError(w, "list dead letters", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+type deadLetterDetail struct {
+	Message  deadLetterSummary `json:"message"`
+	Payload  json.RawMessage   `json:"payload"`
+	Metadata json.RawMessage   `json:"metadata,omitempty"`
+	Response json.RawMessage   `json:"response,omitempty"`
+	Intent   *intentView       `json:"intent,omitempty"`
+	Requeue  requeueState      `json:"requeue"`
+}
+
+func (d *Dashboard) message(ctx context.Context, id string) (tracing.MessageRow, bool, error) {
+	var m tracing.MessageRow
+	err := scanMessageRow(d.log.ReadDB().QueryRowContext(ctx, messageSelect+` WHERE id = ?`, id), &m)
+	if err != nil {
+		if isNoRows(err) {
+			return m, false, nil
+		}
+		return m, false, err
+	}
+	return m, true, nil
+}
+
+func validJSON(b []byte) json.RawMessage {
+	if len(b) == 0 || !json.Valid(b) {
+		return nil
+	}
+	return json.RawMessage(b)
+}
+
+func (d *Dashboard) handleDeadLetter(w http.ResponseWriter, r *http.Request, p principal) {
+	id := r.PathValue("id")
+	if id == "" || len(id) > maxParamBytes {
+		writeError(w, http.StatusBadRequest, "INVALID_ID", "the message id is empty or too long")
+		return
+	}
+	m, ok, err := d.message(r.Context(), id)
+	if err != nil {
+		d.internalError(w, "read message", err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "NOT_FOUND", "no bus message with id "+id)
+		return
+	}
+	out := deadLetterDetail{
+		Message: summaryOf(&m), Payload: validJSON(m.Payload), Metadata: validJSON(m.Metadata),
+		Response: validJSON(m.Response), Requeue: d.requeueFor(p),
+	}
+	if out.Payload == nil {
+		out.Payload = json.RawMessage("{}")
+	}
+	if row, ok, err := d.log.Intent(r.Context(), m.Nonce); err != nil {
+		d.internalError(w, "read message", err)
+		return
+	} else if ok {
+		v := viewOf(&row, false)
+		out.Intent = &v
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Dashboard) handleRequeue(w http.ResponseWriter, r *http.Request, p principal) {
+	id := r.PathValue("id")
+	if id == "" || len(id) > maxParamBytes {
+		writeError(w, http.StatusBadRequest, "INVALID_ID", "the message id is empty or too long")
+		return
+	}
+	if d.cfg.Requeue == nil {
+		writeError(w, http.StatusNotImplemented, "REQUEUE_UNAVAILABLE", "requeue needs the message bus, which is not running in this directory")
+		return
+	}
+	m, ok, err := d.message(r.Context(), id)
+	if err != nil {
+		d.internalError(w, "requeue", err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "NOT_FOUND", "no bus message with id "+id)
+		return
+	}
+	if m.Status != tracing.DeadLetter {
+		writeError(w, http.StatusConflict, "NOT_DEAD_LETTER", "message "+id+" is "+string(m.Status)+", not dead_letter")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	if err := d.cfg.Requeue(ctx, id); err != nil {
+		d.lg.Warn("dashboard: requeue", "id", id, "err", err)
+		writeError(w, http.StatusBadGateway, "REQUEUE_FAILED", "requeue failed: "+err.Error())
+		return
+	}
+	d.lg.Info("dashboard: requeued dead letter", "id", id, "nonce", m.Nonce, "role", p.role)
+	after, _, err := d.message(r.Context(), id)
+	if err != nil {
+		d.internalError(w, "requeue", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"requeued": true, "id": id, "nonce": m.Nonce, "status": after.Status})
+}
+
+func isNoRows(err error) bool {
+	return errors.Is(err, sql.ErrNoRows)
+}

@@ -1,0 +1,30 @@
+// Package web is beam's trace dashboard: an operator UI at /dashboard and
+// the JSON and Server-Sent-Events endpoints it reads under /observability.
+//
+// # What it owns
+//
+//   - Operator sessions: a login form that exchanges the admin or viewer
+//     token for an HttpOnly, SameSite=Strict session cookie (sessions live in
+//     memory and expire), logout, a per-session CSRF token, a same-origin
+//     check and a rate limit on failed logins. Scripts may instead send
+//     "Authorization: Bearer <token>" to /observability/*.
+//   - Read models computed on request from the event log's projections
+//     (intent_log, beam_messages) and the agent registry: the overview
+//     (outcome buckets, latency percentiles, timeline), the intent list, one
+//     intent's trace, error pressure, agents, dead letters, federation.
+//   - GET /observability/stream: the log subscription as Server-Sent Events,
+//     one event per log record with id = seq, resumable with Last-Event-ID
+//     without gaps or duplicates.
+//   - The UI itself: plain HTML, CSS and ES modules embedded with go:embed,
+//     so neither Node nor a network is needed to build or serve it.
+//
+// # What it must not do
+//
+// web never writes to the event log or to any table. Its only mutation is
+// an operator action delegated to the component that owns the state: a
+// dead-letter requeue calls Config.Requeue (provided by the message bus),
+// and when no such function is configured the action is reported as
+// unavailable, never faked. It does not define lifecycle states or buckets
+// (tracing does), it does not relay intents, and it never exposes the admin
+// or viewer token, agent API keys or private keys.
+package web

@@ -1,0 +1,332 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/beamdir/beam/tracing"
+)
+
+// intentView is one intent_log row as the dashboard serves it.
+type intentView struct {
+	Nonce              string          `json:"nonce"`
+	From               string          `json:"from"`
+	To                 string          `json:"to"`
+	IntentType         string          `json:"intentType"`
+	Status             tracing.State   `json:"status"`
+	Bucket             tracing.Bucket  `json:"bucket"`
+	Owner              tracing.Owner   `json:"owner"`
+	Transport          string          `json:"transport,omitempty"`
+	Attempt            int             `json:"attempt,omitempty"`
+	ErrorCode          string          `json:"errorCode,omitempty"`
+	RequestedAt        string          `json:"requestedAt"`
+	Timestamp          string          `json:"timestamp,omitempty"`
+	CompletedAt        *string         `json:"completedAt"`
+	RoundTripLatencyMs *int64          `json:"roundTripLatencyMs"`
+	TimeoutMs          int64           `json:"timeoutMs,omitempty"`
+	UpdatedAt          string          `json:"updatedAt"`
+	LastSeq            int64           `json:"lastSeq"`
+	Result             json.RawMessage `json:"result,omitempty"`
+}
+
+func viewOf(r *tracing.IntentRow, withResult bool) intentView {
+	v := intentView{
+		Nonce: r.Nonce, From: r.From, To: r.To, IntentType: r.IntentType,
+		Status: r.Status, Bucket: r.Status.Bucket(), Owner: r.Owner,
+		Transport: r.Transport, Attempt: r.Attempt, ErrorCode: r.ErrorCode,
+		RequestedAt: isoMicros(r.RequestedAt), Timestamp: r.ClientTimestamp,
+		CompletedAt: isoPtr(r.CompletedAt), RoundTripLatencyMs: r.RoundTripLatencyMs,
+		TimeoutMs: r.TimeoutMs, UpdatedAt: isoMicros(r.UpdatedAt), LastSeq: r.LastSeq,
+	}
+	if withResult && len(r.ResultJSON) > 0 && json.Valid(r.ResultJSON) {
+		v.Result = json.RawMessage(r.ResultJSON)
+	}
+	return v
+}
+
+const intentSelect = `SELECT nonce, from_beam_id, to_beam_id, intent_type, owner, status, requested_at, client_timestamp,
+  attempt, transport, timeout_ms, error_code, completed_at, round_trip_latency_ms, result_json, updated_at, last_seq
+  FROM intent_log`
+
+func scanIntentRow(rows interface{ Scan(...any) error }, r *tracing.IntentRow) error {
+	return rows.Scan(&r.Nonce, &r.From, &r.To, &r.IntentType, &r.Owner, &r.Status, &r.RequestedAt,
+		&r.ClientTimestamp, &r.Attempt, &r.Transport, &r.TimeoutMs, &r.ErrorCode, &r.CompletedAt,
+		&r.RoundTripLatencyMs, &r.ResultJSON, &r.UpdatedAt, &r.LastSeq)
+}
+
+// intentFilter is the parsed query of GET /observability/intents.
+type intentFilter struct {
+	where  []string
+	args   []any
+	limit  int
+	offset int
+}
+
+func parseIntentFilter(q url.Values, now time.Time) (*intentFilter, error) {
+	f := &intentFilter{}
+	add := func(cond string, args ...any) {
+		f.where = append(f.where, cond)
+		f.args = append(f.args, args...)
+	}
+	if v, err := param(q, "q"); err != nil {
+		return nil, err
+	} else if v != "" {
+		p := likeEscape(v)
+		add(`(nonce LIKE ? ESCAPE '\' OR from_beam_id LIKE ? ESCAPE '\' OR to_beam_id LIKE ? ESCAPE '\' OR intent_type LIKE ? ESCAPE '\' OR error_code LIKE ? ESCAPE '\')`,
+			p, p, p, p, p)
+	}
+	exact := map[string]string{"from": "from_beam_id", "to": "to_beam_id", "intentType": "intent_type", "errorCode": "error_code", "nonce": "nonce"}
+	for _, name := range []string{"from", "to", "intentType", "errorCode", "nonce"} {
+		v, err := param(q, name)
+		if err != nil {
+			return nil, err
+		}
+		if v != "" {
+			add(exact[name]+` = ?`, v)
+		}
+	}
+	if v, err := param(q, "beamId"); err != nil {
+		return nil, err
+	} else if v != "" {
+		add(`(from_beam_id = ? OR to_beam_id = ?)`, v, v)
+	}
+	states, err := statesParam(q, "status")
+	if err != nil {
+		return nil, err
+	}
+	if len(states) > 0 {
+		args := make([]any, len(states))
+		for i, s := range states {
+			args[i] = string(s)
+		}
+		add(`status IN (`+placeholders(len(args))+`)`, args...)
+	}
+	since, hasSince, err := timeParam(q, "since")
+	if err != nil {
+		return nil, err
+	}
+	if q.Get("hours") != "" {
+		h, err := hoursParam(q, DefaultWindowHours)
+		if err != nil {
+			return nil, err
+		}
+		hs := now.Add(-time.Duration(h * float64(time.Hour)))
+		if !hasSince || hs.After(since) {
+			since, hasSince = hs, true
+		}
+	}
+	if hasSince {
+		add(`requested_at >= ?`, since.UnixMicro())
+	}
+	if until, ok, err := timeParam(q, "until"); err != nil {
+		return nil, err
+	} else if ok {
+		add(`requested_at <= ?`, until.UnixMicro())
+	}
+	if f.limit, err = intParam(q, "limit", DefaultListLimit, 1, MaxListLimit); err != nil {
+		return nil, err
+	}
+	if f.offset, err = intParam(q, "offset", 0, 0, maxOffset); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *intentFilter) clause() string {
+	if len(f.where) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(f.where, " AND ")
+}
+
+type intentsResponse struct {
+	Intents []intentView `json:"intents"`
+	Total   int64        `json:"total"`
+	Limit   int          `json:"limit"`
+	Offset  int          `json:"offset"`
+	// LastSeq is the log position read before the query: a stream started
+	// after it misses nothing the list does not show.
+	LastSeq int64 `json:"lastSeq"`
+}
+
+func (d *Dashboard) handleIntents(w http.ResponseWriter, r *http.Request, _ principal) {
+	f, err := parseIntentFilter(r.URL.Query(), d.clock())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
+		return
+	}
+	resp := intentsResponse{Intents: []intentView{}, Limit: f.limit, Offset: f.offset, LastSeq: d.log.LastSeq()}
+	ctx := r.Context()
+	db := d.log.ReadDB()
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM intent_log`+f.clause(), f.args...).Scan(&resp.Total); err != nil {
+		d.internalError(w, "list intents", err)
+		return
+	}
+	rows, err := db.QueryContext(ctx, intentSelect+f.clause()+` ORDER BY requested_at DESC, nonce LIMIT ? OFFSET ?`,
+		append(f.args, f.limit, f.offset)...)
+	if err != nil {
+		d.internalError(w, "list intents", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var row tracing.IntentRow
+		if err := scanIntentRow(rows, &row); err != nil {
+			d.internalError(w, "list intents", err)
+			return
+		}
+		resp.Intents = append(resp.Intents, viewOf(&row, false))
+	}
+	if err := rows.Err(); err != nil {
+		d.internalError(w, "list intents", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// stageView is one lifecycle event in a trace.
+type stageView struct {
+	Seq          int64           `json:"seq"`
+	Index        int             `json:"index"`
+	State        tracing.State   `json:"state"`
+	Bucket       tracing.Bucket  `json:"bucket"`
+	At           string          `json:"at"`
+	DeltaMs      float64         `json:"deltaMs"`
+	SinceStartMs float64         `json:"sinceStartMs"`
+	Transport    string          `json:"transport,omitempty"`
+	Attempt      int             `json:"attempt,omitempty"`
+	Annotation   bool            `json:"annotation,omitempty"`
+	Details      json.RawMessage `json:"details"`
+}
+
+// traceLink points at a related trace, such as the peer directory's side of
+// a federated intent.
+type traceLink struct {
+	Rel      string `json:"rel"`
+	Peer     string `json:"peer,omitempty"`
+	Nonce    string `json:"nonce"`
+	HopCount any    `json:"hopCount,omitempty"`
+	Seq      int64  `json:"seq"`
+	Href     string `json:"href,omitempty"`
+}
+
+type traceResponse struct {
+	Intent  intentView         `json:"intent"`
+	Stages  []stageView        `json:"stages"`
+	Request json.RawMessage    `json:"request"`
+	Result  json.RawMessage    `json:"result"`
+	Links   []traceLink        `json:"links"`
+	Message *deadLetterSummary `json:"message,omitempty"`
+}
+
+func (d *Dashboard) handleTrace(w http.ResponseWriter, r *http.Request, _ principal) {
+	nonce := r.PathValue("nonce")
+	if nonce == "" || len(nonce) > tracing.MaxNonceBytes {
+		writeError(w, http.StatusBadRequest, "INVALID_NONCE", "the nonce is empty or too long")
+		return
+	}
+	resp, err := d.trace(r.Context(), nonce)
+	if errors.Is(err, errNotFound) {
+		writeError(w, http.StatusNotFound, "NOT_FOUND", "no intent with nonce "+nonce)
+		return
+	}
+	if err != nil {
+		d.internalError(w, "read trace", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+var errNotFound = errors.New("not found")
+
+func (d *Dashboard) trace(ctx context.Context, nonce string) (*traceResponse, error) {
+	row, ok, err := d.log.Intent(ctx, nonce)
+	if err != nil {
+		return nil, err
+	}
+	events, err := d.log.Trace(ctx, nonce)
+	if err != nil {
+		return nil, err
+	}
+	if !ok && len(events) == 0 {
+		return nil, errNotFound
+	}
+	if !ok {
+		for _, ev := range events {
+			row.Apply(ev)
+		}
+	}
+	resp := &traceResponse{Intent: viewOf(&row, true), Stages: make([]stageView, 0, len(events)), Links: []traceLink{}}
+	var prev, start time.Time
+	var prevState tracing.State
+	for i, ev := range events {
+		if i == 0 {
+			start, prev = ev.At, ev.At
+		}
+		det := ev.Details
+		if len(det.Frame) > 0 && resp.Request == nil && json.Valid(det.Frame) {
+			resp.Request = det.Frame
+		}
+		if len(det.Result) > 0 && json.Valid(det.Result) {
+			resp.Result = det.Result
+		}
+		det.Frame, det.Result = nil, nil
+		raw, err := json.Marshal(det)
+		if err != nil {
+			return nil, fmt.Errorf("encode details of event %d: %w", ev.Seq, err)
+		}
+		resp.Stages = append(resp.Stages, stageView{
+			Seq: ev.Seq, Index: i + 1, State: ev.State, Bucket: ev.State.Bucket(), At: isoTime(ev.At),
+			DeltaMs:      float64(ev.At.Sub(prev).Microseconds()) / 1000,
+			SinceStartMs: float64(ev.At.Sub(start).Microseconds()) / 1000,
+			Transport:    ev.Transport, Attempt: ev.Attempt,
+			Annotation: i > 0 && ev.State == prevState,
+			Details:    raw,
+		})
+		prev, prevState = ev.At, ev.State
+		if l, ok := peerLink(ev); ok {
+			resp.Links = append(resp.Links, l)
+		}
+	}
+	if len(row.ResultJSON) > 0 && json.Valid(row.ResultJSON) {
+		resp.Result = json.RawMessage(row.ResultJSON)
+	}
+	if m, ok, err := d.log.Message(ctx, nonce); err != nil {
+		return nil, err
+	} else if ok {
+		s := summaryOf(&m)
+		resp.Message = &s
+	}
+	return resp, nil
+}
+
+// peerKeys are the detail keys that name the other directory of a
+// federation hop.
+var peerKeys = []string{"peer", "peerDirectory", "peerUrl", "peerDirectoryUrl", "sourceDirectory", "targetDirectory"}
+
+func peerLink(ev tracing.Event) (traceLink, bool) {
+	var peer string
+	for _, k := range peerKeys {
+		if s, ok := ev.Details.Extra[k].(string); ok && s != "" {
+			peer = s
+			break
+		}
+	}
+	if peer == "" {
+		return traceLink{}, false
+	}
+	l := traceLink{Rel: "peer-trace", Peer: peer, Nonce: ev.Nonce, Seq: ev.Seq, HopCount: ev.Details.Extra["hopCount"]}
+	if n, ok := ev.Details.Extra["peerNonce"].(string); ok && n != "" {
+		l.Nonce = n
+	}
+	if u, err := url.Parse(peer); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
+		l.Href = strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/") + "/dashboard/#/intents/" + url.PathEscape(l.Nonce)
+	}
+	return l, true
+}

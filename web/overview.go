@@ -1,0 +1,373 @@
+package web
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/beamdir/beam/tracing"
+)
+
+// overviewSummary is the summary block of GET /observability/overview.
+// SuccessRate is acked / (acked + failed + dead_letter) over the window, in
+// [0, 1], null when nothing completed.
+type overviewSummary struct {
+	TotalAgents          int      `json:"totalAgents"`
+	LiveAgents           int      `json:"liveAgents"`
+	ConnectedAgents      int      `json:"connectedAgents"`
+	StaleAgents          int      `json:"staleAgents"`
+	TotalIntents         int64    `json:"totalIntents"`
+	SuccessCount         int64    `json:"successCount"`
+	ErrorCount           int64    `json:"errorCount"`
+	InFlightCount        int64    `json:"inFlightCount"`
+	ByState              byState  `json:"byState"`
+	SuccessRate          *float64 `json:"successRate"`
+	AvgLatencyMs         *float64 `json:"avgLatencyMs"`
+	P50LatencyMs         *int64   `json:"p50LatencyMs"`
+	P95LatencyMs         *int64   `json:"p95LatencyMs"`
+	LatencySampled       bool     `json:"latencySampled,omitempty"`
+	ThroughputPerMin     float64  `json:"throughputPerMin"`
+	InFlightOlderThan15m int64    `json:"inFlightOlderThan15m"`
+	QueueDepth           int64    `json:"queueDepth"`
+	DeadLetters          int64    `json:"deadLetters"`
+}
+
+type byState map[tracing.State]int64
+
+type timelineBucket struct {
+	BucketStart  string  `json:"bucketStart"`
+	Total        int64   `json:"total"`
+	Success      int64   `json:"success"`
+	Error        int64   `json:"error"`
+	InFlight     int64   `json:"inFlight"`
+	P50LatencyMs *int64  `json:"p50LatencyMs"`
+	P95LatencyMs *int64  `json:"p95LatencyMs"`
+	Throughput   float64 `json:"throughput"` // intents per minute
+	lat          *sampler
+}
+
+type topIntent struct {
+	IntentType   string   `json:"intentType"`
+	Count        int64    `json:"count"`
+	Success      int64    `json:"success"`
+	Error        int64    `json:"error"`
+	AvgLatencyMs *float64 `json:"avgLatencyMs"`
+	latSum       int64
+	latN         int64
+}
+
+type topError struct {
+	ErrorCode  string `json:"errorCode"`
+	Count      int64  `json:"count"`
+	LastSeenAt string `json:"lastSeenAt"`
+	lastUs     int64
+}
+
+type alert struct {
+	ID        string  `json:"id"`
+	Severity  string  `json:"severity"`
+	Title     string  `json:"title"`
+	Message   string  `json:"message"`
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	Unit      string  `json:"valueUnit"`
+}
+
+type federationCard struct {
+	Configured bool   `json:"configured"`
+	Status     any    `json:"status,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Message    string `json:"message,omitempty"`
+}
+
+type overviewResponse struct {
+	WindowHours   float64          `json:"windowHours"`
+	GeneratedAt   string           `json:"generatedAt"`
+	BucketSeconds int64            `json:"bucketSeconds"`
+	Summary       overviewSummary  `json:"summary"`
+	Timeline      []timelineBucket `json:"timeline"`
+	TopIntents    []*topIntent     `json:"topIntents"`
+	TopErrors     []*topError      `json:"topErrors"`
+	Alerts        []alert          `json:"alerts"`
+	Federation    federationCard   `json:"federation"`
+	LastSeq       int64            `json:"lastSeq"`
+}
+
+const (
+	maxSample       = 20_000
+	maxBucketSample = 2_000
+	topN            = 8
+)
+
+func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request, _ principal) {
+	hours, err := hoursParam(r.URL.Query(), DefaultWindowHours)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
+		return
+	}
+	resp, err := d.overview(r.Context(), hours)
+	if err != nil {
+		d.internalError(w, "overview", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewResponse, error) {
+	now := d.clock().UTC()
+	window := time.Duration(hours * float64(time.Hour))
+	start := now.Add(-window)
+	size := bucketSize(window)
+	first := start.Truncate(size)
+	resp := &overviewResponse{
+		WindowHours:   hours,
+		GeneratedAt:   isoTime(now),
+		BucketSeconds: int64(size / time.Second),
+		LastSeq:       d.log.LastSeq(),
+		TopIntents:    []*topIntent{},
+		TopErrors:     []*topError{},
+		Alerts:        []alert{},
+	}
+	for t := first; !t.After(now); t = t.Add(size) {
+		resp.Timeline = append(resp.Timeline, timelineBucket{BucketStart: isoTime(t), lat: newSampler(maxBucketSample)})
+	}
+	sum := &resp.Summary
+	sum.ByState = byState{}
+	all := newSampler(maxSample)
+	var latSum, latN int64
+	intents := map[string]*topIntent{}
+	codes := map[string]*topError{}
+
+	db := d.log.ReadDB()
+	rows, err := db.QueryContext(ctx, `SELECT requested_at, status, round_trip_latency_ms, intent_type, error_code
+		FROM intent_log WHERE requested_at >= ? AND requested_at <= ?`, start.UnixMicro(), now.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("read intents: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			at         int64
+			status     string
+			lat        sql.NullInt64
+			typ, ecode string
+		)
+		if err := rows.Scan(&at, &status, &lat, &typ, &ecode); err != nil {
+			return nil, fmt.Errorf("read intents: %w", err)
+		}
+		st := tracing.State(status)
+		b := st.Bucket()
+		sum.TotalIntents++
+		sum.ByState[st]++
+		idx := int(time.UnixMicro(at).Sub(first) / size)
+		var tb *timelineBucket
+		if idx >= 0 && idx < len(resp.Timeline) {
+			tb = &resp.Timeline[idx]
+			tb.Total++
+		}
+		switch b {
+		case tracing.BucketSuccess:
+			sum.SuccessCount++
+			if tb != nil {
+				tb.Success++
+			}
+		case tracing.BucketError:
+			sum.ErrorCount++
+			if tb != nil {
+				tb.Error++
+			}
+		default:
+			sum.InFlightCount++
+			if tb != nil {
+				tb.InFlight++
+			}
+		}
+		ti := intents[typ]
+		if ti == nil && len(intents) < maxGroupKeys {
+			ti = &topIntent{IntentType: typ}
+			intents[typ] = ti
+		}
+		if ti != nil {
+			ti.Count++
+			switch b {
+			case tracing.BucketSuccess:
+				ti.Success++
+			case tracing.BucketError:
+				ti.Error++
+			}
+		}
+		if lat.Valid && lat.Int64 >= 0 {
+			all.add(lat.Int64)
+			latSum += lat.Int64
+			latN++
+			if tb != nil {
+				tb.lat.add(lat.Int64)
+			}
+			if ti != nil {
+				ti.latSum += lat.Int64
+				ti.latN++
+			}
+		}
+		if b == tracing.BucketError && ecode != "" {
+			te := codes[ecode]
+			if te == nil && len(codes) < maxGroupKeys {
+				te = &topError{ErrorCode: ecode}
+				codes[ecode] = te
+			}
+			if te != nil {
+				te.Count++
+				te.lastUs = max(te.lastUs, at)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read intents: %w", err)
+	}
+
+	if done := sum.SuccessCount + sum.ErrorCount; done > 0 {
+		rate := float64(sum.SuccessCount) / float64(done)
+		sum.SuccessRate = &rate
+	}
+	if latN > 0 {
+		avg := float64(latSum) / float64(latN)
+		sum.AvgLatencyMs = &avg
+	}
+	ps := all.percentiles(0.5, 0.95)
+	sum.P50LatencyMs, sum.P95LatencyMs, sum.LatencySampled = ps[0], ps[1], all.sampled()
+	sum.ThroughputPerMin = float64(sum.TotalIntents) / window.Minutes()
+	for i := range resp.Timeline {
+		tb := &resp.Timeline[i]
+		p := tb.lat.percentiles(0.5, 0.95)
+		tb.P50LatencyMs, tb.P95LatencyMs = p[0], p[1]
+		tb.Throughput = float64(tb.Total) / size.Minutes()
+	}
+
+	for _, ti := range intents {
+		if ti.latN > 0 {
+			avg := float64(ti.latSum) / float64(ti.latN)
+			ti.AvgLatencyMs = &avg
+		}
+		resp.TopIntents = append(resp.TopIntents, ti)
+	}
+	sort.Slice(resp.TopIntents, func(i, j int) bool {
+		a, b := resp.TopIntents[i], resp.TopIntents[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		return a.IntentType < b.IntentType
+	})
+	resp.TopIntents = resp.TopIntents[:min(topN, len(resp.TopIntents))]
+	for _, te := range codes {
+		te.LastSeenAt = isoMicros(te.lastUs)
+		resp.TopErrors = append(resp.TopErrors, te)
+	}
+	sort.Slice(resp.TopErrors, func(i, j int) bool {
+		a, b := resp.TopErrors[i], resp.TopErrors[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		return a.ErrorCode < b.ErrorCode
+	})
+	resp.TopErrors = resp.TopErrors[:min(topN, len(resp.TopErrors))]
+
+	if err := d.fillCounts(ctx, now, sum); err != nil {
+		return nil, err
+	}
+	resp.Alerts = alertsFor(sum)
+	resp.Federation = d.federationCard(ctx)
+	return resp, nil
+}
+
+// fillCounts adds the counts that do not depend on the window.
+func (d *Dashboard) fillCounts(ctx context.Context, now time.Time, sum *overviewSummary) error {
+	db := d.log.ReadDB()
+	inFlight := []any{}
+	for _, s := range tracing.States {
+		if s.Bucket() == tracing.BucketInFlight {
+			inFlight = append(inFlight, string(s))
+		}
+	}
+	args := append(append([]any{}, inFlight...), now.Add(-15*time.Minute).UnixMicro())
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM intent_log WHERE status IN (`+placeholders(len(inFlight))+
+		`) AND requested_at < ?`, args...).Scan(&sum.InFlightOlderThan15m); err != nil {
+		return fmt.Errorf("count stale in-flight intents: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT
+		COALESCE(SUM(status IN ('queued','dispatched')), 0), COALESCE(SUM(status = 'dead_letter'), 0)
+		FROM beam_messages`).Scan(&sum.QueueDepth, &sum.DeadLetters); err != nil {
+		return fmt.Errorf("count bus messages: %w", err)
+	}
+	sum.TotalAgents = d.reg.Count()
+	sum.ConnectedAgents = d.dir.ConnectedAgents()
+	sum.LiveAgents = sum.ConnectedAgents
+	var stale int
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM agents WHERE last_seen < ?`, now.Add(-24*time.Hour).UnixMicro()).Scan(&stale)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("count stale agents: %w", err)
+	}
+	sum.StaleAgents = stale
+	return nil
+}
+
+// alertsFor derives the overview's alerts from the summary, with the
+// thresholds of the reference dashboard.
+func alertsFor(s *overviewSummary) []alert {
+	out := []alert{}
+	if done := s.SuccessCount + s.ErrorCount; done >= 10 {
+		rate := float64(s.ErrorCount) / float64(done)
+		switch {
+		case rate >= 0.25:
+			out = append(out, alert{"network-error-rate", "critical", "Error rate is high",
+				fmt.Sprintf("%.0f%% of completed intents failed in this window.", rate*100), rate, 0.25, "ratio"})
+		case rate >= 0.10:
+			out = append(out, alert{"network-error-rate", "warning", "Error rate is elevated",
+				fmt.Sprintf("%.0f%% of completed intents failed in this window.", rate*100), rate, 0.10, "ratio"})
+		}
+	}
+	if p := s.P95LatencyMs; p != nil {
+		switch {
+		case *p >= 5000:
+			out = append(out, alert{"network-latency-p95", "critical", "p95 latency is very high",
+				fmt.Sprintf("p95 round trip is %d ms.", *p), float64(*p), 5000, "ms"})
+		case *p >= 2000:
+			out = append(out, alert{"network-latency-p95", "warning", "p95 latency is high",
+				fmt.Sprintf("p95 round trip is %d ms.", *p), float64(*p), 2000, "ms"})
+		}
+	}
+	if n := s.InFlightOlderThan15m; n >= 1 {
+		sev, th := "warning", 1.0
+		if n >= 5 {
+			sev, th = "critical", 5
+		}
+		out = append(out, alert{"network-in-flight-backlog", sev, "Intents stuck in flight",
+			fmt.Sprintf("%d intents have been in flight for more than 15 minutes.", n), float64(n), th, "intents"})
+	}
+	if s.DeadLetters > 0 {
+		out = append(out, alert{"bus-dead-letters", "warning", "Dead letters waiting",
+			fmt.Sprintf("%d bus messages exhausted their retries.", s.DeadLetters), float64(s.DeadLetters), 1, "messages"})
+	}
+	return out
+}
+
+// federationCard asks Config.Federation for its status, bounded in time.
+func (d *Dashboard) federationCard(ctx context.Context) federationCard {
+	if d.cfg.Federation == nil {
+		return federationCard{Configured: false, Message: "Federation is not configured on this directory."}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := d.cfg.Federation(ctx)
+	if err != nil {
+		d.lg.Warn("dashboard: federation status", "err", err)
+		return federationCard{Configured: true, Error: err.Error()}
+	}
+	return federationCard{Configured: true, Status: st}
+}
+
+func (d *Dashboard) handleFederation(w http.ResponseWriter, r *http.Request, _ principal) {
+	writeJSON(w, http.StatusOK, d.federationCard(r.Context()))
+}

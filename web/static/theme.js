@@ -1,0 +1,42 @@
+// Applies the saved theme before the page paints, and wires every
+// [data-theme-toggle] button. Stored in localStorage under "beam-theme":
+// "light", "dark" or absent (follow the system).
+(function () {
+  var KEY = "beam-theme";
+  var root = document.documentElement;
+  function saved() {
+    try { return localStorage.getItem(KEY); } catch (e) { return null; }
+  }
+  function effective() {
+    var t = saved();
+    if (t === "light" || t === "dark") return t;
+    return window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  }
+  function apply() {
+    var t = saved();
+    if (t === "light" || t === "dark") root.setAttribute("data-theme", t);
+    else root.removeAttribute("data-theme");
+    var label = effective() === "dark" ? "Switch to light theme" : "Switch to dark theme";
+    document.querySelectorAll("[data-theme-toggle]").forEach(function (b) {
+      b.setAttribute("aria-label", label);
+      b.setAttribute("title", label);
+      b.setAttribute("data-current", effective());
+    });
+    document.dispatchEvent(new CustomEvent("beam-theme"));
+  }
+  apply();
+  document.addEventListener("DOMContentLoaded", function () {
+    apply();
+    document.addEventListener("click", function (e) {
+      var b = e.target.closest && e.target.closest("[data-theme-toggle]");
+      if (!b) return;
+      var next = effective() === "dark" ? "light" : "dark";
+      try { localStorage.setItem(KEY, next); } catch (err) { /* private mode */ }
+      apply();
+    });
+  });
+  if (window.matchMedia) {
+    var mq = window.matchMedia("(prefers-color-scheme: dark)");
+    if (mq.addEventListener) mq.addEventListener("change", apply);
+  }
+})();
