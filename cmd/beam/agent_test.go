@@ -118,3 +118,13 @@ func (a *testAgent) respond(t *testing.T, ctx context.Context, c *websocket.Conn
 	require.NoError(t, err)
 	require.NoError(t, c.Write(ctx, websocket.MessageText, msg))
 }
+
+// httpGetJSON GETs url into v and returns the status code.
+func httpGetJSON(url string, v any) (int, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, json.NewDecoder(resp.Body).Decode(v)
+}
