@@ -12,9 +12,9 @@ all: lint build test
 build:
 	$(GO) build -o bin/beam ./cmd/beam
 
-## run: start a directory on embedded defaults (SQLite in ./beam-data, port 3100)
+## run: start a directory on embedded defaults (SQLite in ./beam-data, port 3100); ARGS=--demo adds demo agents
 run:
-	$(GO) run ./cmd/beam serve
+	$(GO) run ./cmd/beam serve $(ARGS)
 
 ## test: every test, with the race detector
 test:

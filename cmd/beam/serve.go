@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam/internal/demo"
 	"github.com/beamdir/beam/internal/server"
 )
 
@@ -26,6 +28,7 @@ type serveFlags struct {
 	drain       time.Duration
 
 	secureCookies     bool
+	demo              bool
 	defaultPolicy     string
 	legacyWSIdentity  bool
 	insecureEndpoints bool
@@ -42,6 +45,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.drain, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	fs.BoolVar(&f.demo, "demo", false, "also run a few built-in demo agents that exchange intents, so the dashboard has something to show")
 	fs.BoolVar(&f.secureCookies, "secure-cookies", false, "mark dashboard session cookies Secure (when served over HTTPS)")
 	fs.StringVar(&f.defaultPolicy, "default-policy", "same-org", "who may send to an agent that has no rule for the sender: same-org, allow or deny")
 	fs.BoolVar(&f.legacyWSIdentity, "allow-legacy-ws-identity", false, "accept WebSocket sessions that prove no identity (beam-protocol-sdk 0.5.1); anyone can then receive any agent's intents")
@@ -127,6 +131,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	if f.demo {
+		demoCtx, stopDemo := context.WithCancel(ctx)
+		defer stopDemo()
+		go func() {
+			err := demo.Run(demoCtx, demo.Config{
+				DirectoryURL: "http://" + ln.Addr().String(),
+				StateDir:     filepath.Join(f.dataDir, "demo"),
+				Logger:       logger,
+			})
+			if err != nil {
+				logger.Error("demo agents stopped", "err", err)
+			}
+		}()
+		fmt.Fprintf(stdout, "demo agents running; open http://%s/dashboard/ and sign in with the operator token\n", ln.Addr())
+	}
 	select {
 	case err := <-errc:
 		_ = srv.Shutdown(context.Background())

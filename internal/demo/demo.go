@@ -1,0 +1,194 @@
+// Package demo runs a handful of built-in agents against a directory so that
+// a newcomer sees a living dashboard within seconds of `beam serve --demo`.
+//
+// The agents are real: each has its own key, registers through the HTTP API,
+// holds an authenticated WebSocket session and signs every frame, exactly as
+// an external agent would. Some intents succeed, some fail, some are accepted
+// asynchronously, and one agent never connects, so messages sent to it
+// through the bus wait in its inbox.
+//
+// demo must not reach into the directory's internals: it only uses the
+// public agent SDK (package agents).
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/beamdir/beam/agents"
+)
+
+// The demo agents. They share the org "demo", so the default same-org policy
+// lets them talk to each other.
+const (
+	Procurement = "procurement@demo.beam.directory"
+	PartnerDesk = "partner-desk@demo.beam.directory"
+	Finance     = "finance@demo.beam.directory"
+	Warehouse   = "warehouse@demo.beam.directory"
+	Archive     = "archive@demo.beam.directory" // never connects
+)
+
+// Config configures Run.
+type Config struct {
+	// DirectoryURL is the base URL of the directory, e.g. http://127.0.0.1:3100.
+	DirectoryURL string
+	// StateDir keeps the agents' identities across restarts (their API keys
+	// prove ownership when they register again).
+	StateDir string
+	// Interval is the mean time between two demo intents (default 1.5 s).
+	Interval time.Duration
+	// Logger receives the demo's diagnostics.
+	Logger *slog.Logger
+}
+
+// Run registers and connects the demo agents, then keeps sending intents
+// until ctx ends. It returns nil when ctx is cancelled.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 1500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	lg := cfg.Logger.With("component", "demo")
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("demo state directory: %w", err)
+	}
+	clients := map[string]*agents.Client{}
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	for _, a := range []struct{ id, name string }{
+		{Procurement, "Procurement"}, {PartnerDesk, "Partner desk"}, {Finance, "Finance"},
+		{Warehouse, "Warehouse"}, {Archive, "Archive (offline)"},
+	} {
+		c, err := register(ctx, cfg, a.id, a.name)
+		if err != nil {
+			return err
+		}
+		clients[a.id] = c
+	}
+	handlers(clients)
+	for _, id := range []string{Procurement, PartnerDesk, Finance, Warehouse} {
+		if err := clients[id].Connect(ctx); err != nil {
+			return fmt.Errorf("demo agent %s: connect: %w", id, err)
+		}
+	}
+	lg.Info("demo agents connected", "agents", len(clients)-1, "offline", Archive)
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	tick := time.NewTimer(cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		go scenario(ctx, lg, clients, rng.IntN(10))
+		// Exponentially distributed gaps look like real traffic.
+		tick.Reset(time.Duration(rng.ExpFloat64() * float64(cfg.Interval)))
+	}
+}
+
+// register loads or creates the identity of id and registers it.
+func register(ctx context.Context, cfg Config, id, name string) (*agents.Client, error) {
+	path := filepath.Join(cfg.StateDir, id+".json")
+	ident, err := agents.LoadIdentity(path)
+	if errors.Is(err, os.ErrNotExist) {
+		ident, err = agents.GenerateIdentity(id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("demo agent %s: identity: %w", id, err)
+	}
+	c, err := agents.NewClient(agents.ClientConfig{
+		DirectoryURL: cfg.DirectoryURL, Identity: ident, APIKey: ident.APIKey, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("demo agent %s: %w", id, err)
+	}
+	res, err := c.Register(ctx, name, []string{"demo"})
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("demo agent %s: %w", id, err)
+	}
+	if res.APIKey != "" {
+		ident.APIKey = res.APIKey
+		if err := ident.Save(path); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("demo agent %s: save identity: %w", id, err)
+		}
+	}
+	return c, nil
+}
+
+// handlers gives each connected agent its behaviour.
+func handlers(c map[string]*agents.Client) {
+	c[PartnerDesk].Handle("quote.request", func(_ context.Context, in *agents.Intent) agents.Reply {
+		var req struct {
+			SKU      string `json:"sku"`
+			Quantity int    `json:"quantity"`
+		}
+		if err := in.Bind(&req); err != nil || req.Quantity <= 0 {
+			return agents.Failure("INVALID_QUOTE", "quantity must be positive")
+		}
+		return agents.Success(map[string]any{"sku": req.SKU, "unitPriceEur": 184, "totalPriceEur": 184 * req.Quantity})
+	})
+	c[Warehouse].Handle("inventory.check", func(_ context.Context, in *agents.Intent) agents.Reply {
+		var req struct {
+			SKU string `json:"sku"`
+		}
+		_ = in.Bind(&req)
+		if req.SKU == "INV-404" {
+			return agents.Failure("OUT_OF_STOCK", "no units of "+req.SKU+" in any warehouse")
+		}
+		return agents.Success(map[string]any{"sku": req.SKU, "available": true, "shipWindow": "Thu 08:00-12:00 CET"})
+	})
+	c[Finance].Handle("purchase.preflight", func(_ context.Context, _ *agents.Intent) agents.Reply {
+		return agents.Accept() // reviewed later: delivered, not yet acked
+	})
+	c[Finance].Handle("conversation.message", func(_ context.Context, in *agents.Intent) agents.Reply {
+		var m struct {
+			Message string `json:"message"`
+		}
+		_ = in.Bind(&m)
+		return agents.Success(map[string]any{"message": "Finance here: noted \"" + m.Message + "\""})
+	})
+}
+
+// scenario sends one demo intent; n picks which.
+func scenario(ctx context.Context, lg *slog.Logger, c map[string]*agents.Client, n int) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var err error
+	switch {
+	case n < 3:
+		_, err = c[Procurement].Send(ctx, PartnerDesk, "quote.request", map[string]any{"sku": "INV-240", "quantity": 1 + n*40})
+	case n < 5:
+		sku := "INV-240"
+		if n == 4 {
+			sku = "INV-404" // fails: out of stock
+		}
+		_, err = c[Procurement].Send(ctx, Warehouse, "inventory.check", map[string]any{"sku": sku})
+	case n < 7:
+		_, err = c[Procurement].Send(ctx, Finance, "purchase.preflight", map[string]any{"amountEur": 44160, "supplier": PartnerDesk})
+	case n < 8:
+		_, err = c[Warehouse].Send(ctx, Finance, "conversation.message", map[string]any{"message": "pallets shipped"})
+	case n < 9:
+		_, err = c[PartnerDesk].Send(ctx, "echo@beam.directory", "conversation.message", map[string]any{"message": "ping"})
+	default:
+		// The archive never connects: the bus keeps the message in its inbox.
+		_, err = c[Procurement].SendDurable(ctx, Archive, "conversation.message", map[string]any{"message": "file the Q3 quotes"}, nil)
+	}
+	if err != nil && ctx.Err() == nil {
+		lg.Debug("demo intent ended with an error", "err", err)
+	}
+}
