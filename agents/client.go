@@ -19,8 +19,8 @@ const (
 	// ProtocolBeam1 is the JavaScript-compatible protocol of
 	// beam-protocol-sdk: Ed25519 signatures over fixed JSON signing strings.
 	ProtocolBeam1 = "beam/1"
-	// ProtocolBeam2 is the compact-JWS protocol. Not supported by the client
-	// yet (see ErrProtocolUnsupported).
+	// ProtocolBeam2 is the compact-JWS protocol: intents and results travel
+	// as EdDSA JWS whose kid is the signer's Beam ID.
 	ProtocolBeam2 = "beam/2"
 )
 
@@ -51,9 +51,16 @@ type ClientConfig struct {
 	// mutations. When empty, Identity.APIKey is used; when that is empty too,
 	// the session is proven with a signature instead.
 	APIKey string
-	// Protocol is ProtocolBeam1 (default). ProtocolBeam2 is refused with
-	// ErrProtocolUnsupported.
+	// Protocol is ProtocolBeam1 (default) or ProtocolBeam2. With beam/2 the
+	// client signs its intents and results as JWS and announces beam/2 when
+	// it connects; it still accepts beam/1 intents (and answers them in
+	// beam/1).
 	Protocol string
+	// StrictProtocol, with ProtocolBeam2, turns off the fallback to beam/1:
+	// by default an intent the directory refuses with UNSUPPORTED_PROTOCOL
+	// (the recipient speaks beam/1 only) is sent again as a signed beam/1
+	// frame with a new nonce.
+	StrictProtocol bool
 	// HTTPClient performs every request and the WebSocket handshake; default
 	// a client with no overall timeout (requests are bounded by their
 	// contexts).
@@ -105,6 +112,10 @@ type Client struct {
 	pending  map[string]*pendingSend
 	started  bool // the session loop runs
 	closed   bool
+
+	durableHook func(DurableOutcome) // guarded by mu; OnDurableOutcome (durable.go)
+
+	b2 beam2State // beam/2 result keys (beam2.go)
 }
 
 // NewClient checks cfg and returns a client. It does no I/O.
@@ -113,9 +124,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	case "", ProtocolBeam1:
 		cfg.Protocol = ProtocolBeam1
 	case ProtocolBeam2:
-		return nil, fmt.Errorf("new client: %s: %w (use %s)", cfg.Protocol, ErrProtocolUnsupported, ProtocolBeam1)
 	default:
-		return nil, fmt.Errorf("new client: unknown protocol %q (want %s)", cfg.Protocol, ProtocolBeam1)
+		return nil, fmt.Errorf("new client: protocol %q: %w (want %s or %s)", cfg.Protocol, ErrProtocolUnsupported, ProtocolBeam1, ProtocolBeam2)
 	}
 	if err := cfg.Identity.validate(); err != nil {
 		return nil, fmt.Errorf("new client: %w", err)

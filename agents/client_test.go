@@ -487,11 +487,13 @@ func TestCloseFailsPendingAndLaterCalls(t *testing.T) {
 	require.ErrorIs(t, alice.Connect(ctx), agents.ErrClosed)
 }
 
-func TestBeam2IsRefused(t *testing.T) {
+func TestNewClientChecksConfig(t *testing.T) {
 	t.Parallel()
 	id, err := agents.GenerateIdentity("alice@acme.beam.directory")
 	require.NoError(t, err)
 	_, err = agents.NewClient(agents.ClientConfig{DirectoryURL: "http://127.0.0.1:1", Identity: id, Protocol: agents.ProtocolBeam2})
+	require.NoError(t, err)
+	_, err = agents.NewClient(agents.ClientConfig{DirectoryURL: "http://127.0.0.1:1", Identity: id, Protocol: "beam/3"})
 	require.ErrorIs(t, err, agents.ErrProtocolUnsupported)
 	_, err = agents.NewClient(agents.ClientConfig{DirectoryURL: "ftp://x", Identity: id})
 	require.Error(t, err)

@@ -27,10 +27,16 @@
 // that fail are dropped and logged. Results are signed over the sorted
 // canonical JSON of all their fields (beam/1).
 //
-// Only the beam/1 wire protocol is implemented. The directory does not yet
-// define how beam/2 (JWS) frames travel over WebSocket and HTTP, so a
-// ClientConfig with Protocol "beam/2" is refused by NewClient with
-// ErrProtocolUnsupported.
+// With ClientConfig.Protocol "beam/2" intents travel as compact JWS (EdDSA,
+// kid = the sender's Beam ID, typ beam-intent+jws) over the same session
+// ({"type":"intent","jws":…}) or POST /intents/send (application/jose). The
+// client announces beam/2 when it connects (protocol=beam/2) and answers
+// beam/2 intents with result JWS (typ beam-result+jws); beam/1 intents it
+// still answers in beam/1. Send verifies a result JWS against the
+// recipient's key as the directory lists it (Lookup, cached). A recipient
+// that speaks beam/1 only makes the directory refuse the intent with
+// UNSUPPORTED_PROTOCOL; Send then sends it again as beam/1 with a new nonce
+// unless ClientConfig.StrictProtocol is set.
 //
 // # Boundaries
 //

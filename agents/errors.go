@@ -45,6 +45,7 @@ var (
 	// delivered; sending it again creates a new intent.
 	ErrConnectionLost = errors.New("beam client: connection lost before the result arrived")
 	// ErrProtocolUnsupported is returned by NewClient for a protocol the
-	// client cannot speak to a directory yet (beam/2).
+	// client does not know, and by Connect for a beam/2 client when the
+	// directory does not confirm beam/2 for the session.
 	ErrProtocolUnsupported = errors.New("beam client: protocol not supported by this directory yet")
 )

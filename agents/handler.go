@@ -35,6 +35,13 @@ type Intent struct {
 	ActingBeamID string
 	// Frame is the decoded frame.
 	Frame *wire.IntentFrame
+	// Durable is set when the intent came from the message bus.
+	Durable *DurableDelivery
+	// Protocol is ProtocolBeam2 when the intent came as a beam/2 JWS
+	// (verified; the reply is then a result JWS too), else ProtocolBeam1.
+	Protocol string
+	// JWS is the sender's beam/2 envelope, verbatim; "" for beam/1.
+	JWS string
 }
 
 // Bind decodes the payload into v.
@@ -109,14 +116,14 @@ func (c *Client) receive(env envelope) {
 	h := c.handler(in.Type)
 	started := c.clock()
 	if h == nil {
-		c.reply(in.Nonce, Failure("UNSUPPORTED_INTENT", fmt.Sprintf("no handler for intent %q", in.Type)), started)
+		c.reply(in, Failure("UNSUPPORTED_INTENT", fmt.Sprintf("no handler for intent %q", in.Type)), started)
 		return
 	}
 	select {
 	case c.sem <- struct{}{}:
 	default:
 		c.log.Warn("beam: too many handlers running; refusing intent", "nonce", in.Nonce, "intent", in.Type)
-		c.reply(in.Nonce, Failure("AGENT_BUSY", "the agent is busy; try again later"), started)
+		c.reply(in, Failure("AGENT_BUSY", "the agent is busy; try again later"), started)
 		return
 	}
 	c.wg.Add(1)
@@ -125,7 +132,7 @@ func (c *Client) receive(env envelope) {
 		defer func() { <-c.sem }()
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HandlerTimeout)
 		defer cancel()
-		c.reply(in.Nonce, c.run(ctx, h, in), started)
+		c.reply(in, c.run(ctx, h, in), started)
 	}()
 }
 
@@ -149,7 +156,15 @@ func (c *Client) verifyIncoming(env envelope) (*Intent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("senderPublicKey: %w", err)
 	}
-	f, err := wire.DecodeIntentFrame(env.Frame)
+	protocol := ProtocolBeam1
+	var f *wire.IntentFrame
+	if env.JWS != "" {
+		// beam/2: the JWS carries the frame; kid must be its from.
+		protocol = ProtocolBeam2
+		f, err = verifyIncomingJWS(env.JWS, pub)
+	} else {
+		f, err = wire.DecodeIntentFrame(env.Frame)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -160,11 +175,23 @@ func (c *Client) verifyIncoming(env envelope) (*Intent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("intent %q: %w", f.Nonce, err)
 	}
-	if skew := c.clock().Sub(ts); skew > replayWindow || skew < -replayWindow {
+	// A bus delivery may be a retry of a frame signed long ago; the
+	// directory's log guards its nonce, so the window applies only to
+	// direct intents (unsigned bus frames carry a fresh timestamp anyway).
+	if skew := c.clock().Sub(ts); (skew > replayWindow || skew < -replayWindow) && env.Bus == nil {
 		return nil, fmt.Errorf("intent %q: timestamp %s is outside the replay window", f.Nonce, f.Timestamp)
 	}
-	if err := f.Verify(pub); err != nil {
-		return nil, err
+	// Unsigned frames are accepted only as bus deliveries the directory
+	// vouches for (sender authenticated by API key, bus key or beam/2).
+	if protocol == ProtocolBeam1 && (f.Signature != "" || !vouchedAuth(env.Bus)) {
+		if err := f.Verify(pub); err != nil {
+			return nil, err
+		}
+	}
+	var durable *DurableDelivery
+	if env.Bus != nil {
+		d := env.Bus.DurableDelivery
+		durable = &d
 	}
 	return &Intent{
 		From: f.From, To: f.To, Type: f.Intent, Nonce: f.Nonce,
@@ -173,6 +200,9 @@ func (c *Client) verifyIncoming(env envelope) (*Intent, error) {
 		SenderPublicKey: pub,
 		ActingBeamID:    env.ActingBeamID,
 		Frame:           f,
+		Durable:         durable,
+		Protocol:        protocol,
+		JWS:             env.JWS,
 	}, nil
 }
 
@@ -192,9 +222,12 @@ func resultFor(nonce string, r Reply) wire.Result {
 	return res
 }
 
-// reply signs r as the result for nonce and sends it on the live session
-// (the directory accepts results only from the recipient's current session).
-func (c *Client) reply(nonce string, r Reply, started time.Time) {
+// reply signs r as the result for in and sends it on the live session
+// (the directory accepts results only from the recipient's current session):
+// a beam/2 intent is answered with a result JWS whose frame also carries
+// the beam/1 signature, a beam/1 intent with a signed beam/1 frame.
+func (c *Client) reply(in *Intent, r Reply, started time.Time) {
+	nonce := in.Nonce
 	res := resultFor(nonce, r)
 	now := c.clock()
 	latency := max(now.Sub(started).Milliseconds(), 0)
@@ -211,7 +244,12 @@ func (c *Client) reply(nonce string, r Reply, started time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()
-	if err := writeFrame(ctx, conn, "result", frame); err != nil {
+	if in.Protocol == ProtocolBeam2 {
+		err = c.replyJWS(ctx, conn, nonce, frame)
+	} else {
+		err = writeFrame(ctx, conn, "result", frame)
+	}
+	if err != nil {
 		c.log.Warn("beam: sending result", "nonce", nonce, "err", err)
 	}
 }

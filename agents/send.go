@@ -31,6 +31,7 @@ type pendingSend struct {
 // wsAnswer is what arrived for a pending send: a result frame or an error.
 type wsAnswer struct {
 	frame json.RawMessage
+	jws   string // the recipient's result JWS (beam/2), if any
 	err   error
 }
 
@@ -78,7 +79,24 @@ func (c *Client) Send(ctx context.Context, to, intent string, payload any) (*wir
 	if err != nil {
 		return nil, fmt.Errorf("send %s to %s: %w", intent, to, err)
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.SendTimeout)
+		defer cancel()
+	}
 	f := wire.NewIntentFrame(c.id.BeamID, to, intent, raw, c.clock())
+	var res *wire.ResultFrame
+	if c.beam2() {
+		res, err = c.sendBeam2(ctx, f)
+		if ErrorCode(err) != CodeUnsupportedProtocol || c.cfg.StrictProtocol {
+			return c.sendOutcome(f, res, err)
+		}
+		// The recipient speaks beam/1 only: the directory recorded the
+		// beam/2 intent as failed; send the same intent as beam/1 under a
+		// new nonce.
+		c.log.Debug("beam: recipient speaks beam/1 only; sending as beam/1", "to", to, "nonce", f.Nonce)
+		f = wire.NewIntentFrame(c.id.BeamID, to, intent, raw, c.clock())
+	}
 	if err := wire.SignIntent(f, c.id.Private); err != nil {
 		return nil, fmt.Errorf("send %s to %s: %w", intent, to, err)
 	}
@@ -86,12 +104,6 @@ func (c *Client) Send(ctx context.Context, to, intent string, payload any) (*wir
 	if err != nil {
 		return nil, fmt.Errorf("send %s to %s: %w", intent, to, err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.SendTimeout)
-		defer cancel()
-	}
-	var res *wire.ResultFrame
 	if conn := c.session(); conn != nil {
 		res, err = c.sendWS(ctx, conn, f.Nonce, frame)
 		if errors.Is(err, errWriteFailed) && ctx.Err() == nil {
@@ -104,6 +116,12 @@ func (c *Client) Send(ctx context.Context, to, intent string, payload any) (*wir
 	} else {
 		res, err = c.sendHTTP(ctx, frame)
 	}
+	return c.sendOutcome(f, res, err)
+}
+
+// sendOutcome turns the answer to the intent f into Send's return values.
+func (c *Client) sendOutcome(f *wire.IntentFrame, res *wire.ResultFrame, err error) (*wire.ResultFrame, error) {
+	intent, to := f.Intent, f.To
 	if err != nil {
 		return nil, fmt.Errorf("send %s to %s: %w", intent, to, err)
 	}

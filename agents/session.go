@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/coder/websocket"
@@ -38,6 +39,9 @@ type envelope struct {
 	Nonce           string          `json:"nonce,omitempty"`
 	ErrorCode       string          `json:"errorCode,omitempty"`
 	Message         string          `json:"message,omitempty"`
+	Bus             *busMark        `json:"bus,omitempty"`       // set on bus deliveries and outcomes (durable.go)
+	JWS             string          `json:"jws,omitempty"`       // beam/2 envelope of an intent or result
+	Protocols       []string        `json:"protocols,omitempty"` // connected: what the session speaks
 }
 
 // Connect opens the WebSocket session and returns once the directory has
@@ -81,6 +85,9 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 	defer cancel()
 	q := url.Values{}
 	q.Set("beamId", c.id.BeamID)
+	if c.beam2() {
+		q.Set("protocol", ProtocolBeam2)
+	}
 	h := http.Header{}
 	if key := c.apiKeyValue(); key != "" {
 		h.Set("x-api-key", key)
@@ -127,6 +134,10 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 	if typ != websocket.MessageText || json.Unmarshal(data, &env) != nil || env.Type != "connected" {
 		_ = conn.Close(websocket.StatusProtocolError, "expected connected")
 		return nil, fmt.Errorf("waiting for connected: unexpected first message %.200q", data)
+	}
+	if c.beam2() && !slices.Contains(env.Protocols, ProtocolBeam2) {
+		_ = conn.Close(websocket.StatusNormalClosure, "beam/2 not supported")
+		return nil, fmt.Errorf("%w: the directory did not confirm %s for the session (protocols %v)", ErrProtocolUnsupported, ProtocolBeam2, env.Protocols)
 	}
 	c.log.Debug("beam session connected", "auth", env.Auth)
 	return conn, nil
@@ -247,6 +258,10 @@ func (c *Client) dispatch(data []byte) {
 	}
 	switch env.Type {
 	case "result":
+		if env.Bus != nil {
+			c.durableOutcome(env)
+			return
+		}
 		var head struct {
 			Nonce string `json:"nonce"`
 		}
@@ -254,7 +269,7 @@ func (c *Client) dispatch(data []byte) {
 			c.log.Warn("beam session: result without nonce")
 			return
 		}
-		if !c.complete(head.Nonce, wsAnswer{frame: env.Frame}) {
+		if !c.complete(head.Nonce, wsAnswer{frame: env.Frame, jws: env.JWS}) {
 			c.log.Debug("beam session: result for no pending send", "nonce", head.Nonce)
 		}
 	case "error":

@@ -148,6 +148,9 @@ func (d *Directory) postDirect(inf *inflight, f *wire.IntentFrame, endpoint stri
 	req.Header.Set("X-Beam-Signature", f.Signature)
 	req.Header.Set("X-Beam-Nonce", f.Nonce)
 	req.Header.Set("X-Beam-Timestamp", f.Timestamp)
+	if inf.jws != "" {
+		req.Header.Set(HeaderIntentJWS, inf.jws)
+	}
 	resp, err := d.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("post: %w", err)

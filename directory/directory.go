@@ -91,6 +91,9 @@ type Config struct {
 	// OperatorAuth recognises operator requests; operators get the session
 	// list in GET /stats. May be nil.
 	OperatorAuth func(*http.Request) bool
+	// Catalog, when set, restricts intents to the catalog's types and
+	// checks their payloads (LoadCatalog); nil accepts any intent type.
+	Catalog *Catalog
 	// OnAgentConnected is called (in its own goroutine) after an agent's
 	// session is attached; the message bus uses it to deliver queued
 	// messages. May be nil.
@@ -112,7 +115,9 @@ type Directory struct {
 	claims    map[string]*inflight // nonce → what this process is doing with it
 	sessions  map[string]*session  // beam ID → current session
 	recovered map[string]time.Time // delivered intents resumed by Recover → deadline
+	busHooks  busHookSlot          // the message bus's callbacks (bus_hooks.go)
 	closed    bool
+	remote    Remote // federation router; nil without federation
 
 	connMu     sync.Mutex
 	connNonces map[string]time.Time // used ws.connect nonces → expiry
@@ -191,6 +196,7 @@ func (d *Directory) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ws/", d.handleWS)
 	mux.HandleFunc("GET /stats", d.handleStats)
 	mux.HandleFunc("GET /agents/stats", d.handleAgentStats)
+	mux.HandleFunc("GET /intents/catalog", d.handleCatalog)
 }
 
 // Start starts the recovery sweep, which fails recovered delivered intents

@@ -26,6 +26,12 @@
 // For an authentic frame whose nonce already exists, those failures are
 // answered but not recorded.
 //
+// A beam/2 intent (a compact JWS: WebSocket {"type":"intent","jws"}, or
+// POST /intents/send with Content-Type application/jose) takes the same
+// path; its JWS is the signature step (beam2.go). With Config.Catalog set,
+// the catalog is checked after policy and before the timestamp
+// (catalog.go).
+//
 // # Nonces
 //
 // The nonce is the global idempotency key (intent_log.nonce):

@@ -79,7 +79,7 @@ func (e *RelayError) HTTPStatus() int {
 
 func httpStatus(code string) int {
 	switch code {
-	case CodeInvalidJSON, CodeInvalidIntent, CodeBadRequest:
+	case CodeInvalidJSON, CodeInvalidIntent, CodeBadRequest, CodeUnsupportedProtocol:
 		return http.StatusBadRequest
 	case CodeForbidden:
 		return http.StatusForbidden

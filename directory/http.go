@@ -25,6 +25,10 @@ func (d *Directory) handleSend(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "Could not read the request body", "errorCode": "INVALID_BODY"})
 		return
 	}
+	if token, ok := sendJWSToken(r, body); ok {
+		d.handleSendJWS(w, r, token)
+		return
+	}
 	if !json.Valid(body) {
 		d.m.rejected.WithLabelValues(CodeInvalidJSON).Inc()
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "Request body must be valid JSON", "errorCode": CodeInvalidJSON})

@@ -53,6 +53,20 @@ type RelayOptions struct {
 	// Timeout overrides the result timeout (default WSTimeout for
 	// OriginWS, HTTPTimeout otherwise).
 	Timeout time.Duration
+	// Sender, when set, is the sending agent as the caller resolved it (a
+	// peer directory's agent, whose key its home directory vouched for); the
+	// registry is not consulted. The frame's from must equal Sender.BeamID.
+	Sender *registry.Agent
+	// Extra is added to the details of the received event (federation:
+	// peer, hop, origin).
+	Extra map[string]any
+	// JWS is the beam/2 compact JWS the frame arrived in (its payload is
+	// the frame's bytes). The frame then needs no beam/1 signature: the JWS
+	// is verified against the sender's key instead (unless
+	// SignatureVerified), recorded with the intent, and delivered verbatim.
+	JWS string
+
+	resultJWS *jwsSink // receives the recipient's result JWS (beam2.go)
 }
 
 // inflight is what this process is doing with one nonce: it is the nonce's
@@ -78,6 +92,9 @@ type inflight struct {
 	delivered   bool          // delivered is committed
 	deliveredCh chan struct{} // closed when delivering ends
 	released    chan struct{} // closed when the claim is released
+	bus         *busAttempt   // set for a message bus delivery (bus_hooks.go)
+	jws         string        // beam/2: the sender's intent JWS (beam2.go)
+	resultJWS   *jwsSink      // beam/2: where the recipient's result JWS goes
 }
 
 // event returns an event of inf's nonce with the intent's identity set.
@@ -162,7 +179,7 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 	inf := &inflight{
 		nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, hash: hash,
 		origin: o.Origin, attempt: 1, timeout: timeout,
-		start: d.clock(), t0: t0, done: finish,
+		start: d.clock(), t0: t0, done: finish, jws: o.JWS, resultJWS: o.resultJWS,
 	}
 	if rerr := d.claim(inf); rerr != nil {
 		d.m.relayed.WithLabelValues(outcomeRefused).Inc()
@@ -193,6 +210,10 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 		TimeoutMs:       timeout.Milliseconds(),
 		Extra:           map[string]any{"payloadHash": hash},
 	}
+	for k, v := range o.Extra {
+		received.Details.Extra[k] = v
+	}
+	beam2Details(o, received.Details.Extra)
 	if code, msg := d.checkAdmission(f, inf.start); code != "" {
 		d.fail(inf, []tracing.Event{received}, code, msg, false, nil)
 		return
@@ -208,6 +229,12 @@ func (d *Directory) checkSender(f *wire.IntentFrame, o RelayOptions) (registry.A
 				"Session of %s may not send intents from %s", o.SessionBeamID, f.From)
 		}
 	}
+	if o.Sender != nil {
+		if f.From != o.Sender.BeamID {
+			return registry.Agent{}, relayErr(CodeForbidden, f.Nonce, "Frame from %s does not match the vouched sender %s", f.From, o.Sender.BeamID)
+		}
+		return *o.Sender, nil
+	}
 	a, ok := d.reg.Get(f.From)
 	if !ok {
 		return registry.Agent{}, relayErr(CodeInvalidIntent, f.Nonce, "Sender %s is not registered", f.From)
@@ -217,6 +244,9 @@ func (d *Directory) checkSender(f *wire.IntentFrame, o RelayOptions) (registry.A
 
 // checkSignature verifies the frame's signature once, here at the edge.
 func (d *Directory) checkSignature(f *wire.IntentFrame, sender registry.Agent, o RelayOptions) *RelayError {
+	if o.JWS != "" {
+		return d.checkJWS(f, sender, o)
+	}
 	if f.Signature == "" {
 		if o.AllowUnsigned {
 			return nil
@@ -243,6 +273,9 @@ func (d *Directory) checkAdmission(f *wire.IntentFrame, now time.Time) (code, ms
 			}
 			return CodeForbidden, msg
 		}
+	}
+	if code, msg := d.checkCatalog(f); code != "" {
+		return code, msg
 	}
 	ts, err := wire.ParseTimestamp(f.Timestamp)
 	if err != nil {
@@ -342,6 +375,10 @@ func (d *Directory) abort(inf *inflight, err error) {
 // fail records pre followed by a failed event with a synthesized failure
 // result, releases the claim and answers the sender.
 func (d *Directory) fail(inf *inflight, pre []tracing.Event, code, msg string, retryable bool, extra map[string]any) {
+	if inf.bus != nil {
+		d.busFailed(inf, code, msg)
+		return
+	}
 	now := d.clock()
 	lat := inf.latencyMs(now)
 	result := wire.FailureResult(inf.nonce, code, msg, now, lat)
@@ -364,6 +401,9 @@ func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Ag
 		d.echo(inf, f, pre)
 		return
 	}
+	if !registered && d.routeRemote(inf, f, pre) {
+		return
+	}
 	if !registered {
 		d.fail(inf, pre, CodeOffline, fmt.Sprintf("Agent %s is not available locally or through federation", f.To), true, nil)
 		return
@@ -383,7 +423,12 @@ func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registr
 		d.fail(inf, pre, CodeOffline, fmt.Sprintf("Agent %s is offline", inf.to), true, extra)
 		return
 	}
+	if inf.jws != "" && !s.beam2 {
+		d.fail(inf, pre, CodeUnsupportedProtocol, unsupportedProtocol(inf.to), false, extra)
+		return
+	}
 	msg, err := intentMessage(f, sender.PublicKeyB64)
+	msg = withJWSMember(msg, inf.jws)
 	if err != nil {
 		d.fail(inf, pre, CodeInvalidIntent, fmt.Sprintf("frame cannot be delivered: %v", err), false, extra)
 		return
@@ -459,6 +504,10 @@ func (d *Directory) undelivered(inf *inflight, msg string) {
 // finishWithResult records the recipient's result for a settled inf and
 // answers the sender with the result frame.
 func (d *Directory) finishWithResult(inf *inflight, rf *wire.ResultFrame, extra map[string]any) {
+	if inf.bus != nil {
+		d.busResult(inf, rf)
+		return
+	}
 	now := d.clock()
 	lat := inf.latencyMs(now)
 	var events []tracing.Event
@@ -538,6 +587,11 @@ func (d *Directory) recordDelivered(infs []*inflight) {
 		close(inf.deliveredCh)
 	}
 	d.mu.Unlock()
+	for i, inf := range infs {
+		if ok[i] {
+			inf.busDelivered()
+		}
+	}
 }
 
 // beginDelivery marks inf as being written; false when it was settled

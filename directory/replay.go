@@ -161,6 +161,12 @@ func (d *Directory) handleResult(s *session, raw []byte) {
 		s.sendError("", wire.CodeInvalidResult, "Invalid result frame: "+frameErrMsg(err))
 		return
 	}
+	d.takeResult(s, rf, "")
+}
+
+// takeResult settles the intent rf answers. token is the result's beam/2
+// JWS (verified by handleResultJWS), "" for a beam/1 result.
+func (d *Directory) takeResult(s *session, rf *wire.ResultFrame, token string) {
 	for tries := 0; ; tries++ {
 		d.mu.Lock()
 		inf := d.claims[rf.Nonce]
@@ -173,7 +179,7 @@ func (d *Directory) handleResult(s *session, raw []byte) {
 				return
 			}
 			if d.settle(inf) {
-				d.finishWithResult(inf, rf, nil)
+				d.finishWithResult(inf, rf, d.noteResultJWS(inf, token))
 				return
 			}
 			// Settled concurrently (a timeout): record it as a late result.
@@ -199,7 +205,7 @@ func (d *Directory) handleResult(s *session, raw []byte) {
 		case <-time.After(appendTimeout):
 		}
 	}
-	d.lateResult(s, rf)
+	d.lateResult(s, rf, token)
 }
 
 func (d *Directory) refuseResult(s *session, nonce string) {
@@ -211,7 +217,7 @@ func (d *Directory) refuseResult(s *session, nonce string) {
 // lateResult records a result that arrived with no waiter: after a timeout
 // (failed → failed annotation) or after a restart (delivered → acked or
 // failed), always with lateResult:true.
-func (d *Directory) lateResult(s *session, rf *wire.ResultFrame) {
+func (d *Directory) lateResult(s *session, rf *wire.ResultFrame, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
 	row, ok, err := d.log.Intent(ctx, rf.Nonce)
@@ -229,6 +235,9 @@ func (d *Directory) lateResult(s *session, rf *wire.ResultFrame) {
 		return
 	}
 	if row.Owner != tracing.OwnerDirectory {
+		if d.busLateResult(s.beamID, rf) {
+			return
+		}
 		d.lg.Info("late result for a bus message ignored", "nonce", rf.Nonce)
 		return
 	}
@@ -240,11 +249,14 @@ func (d *Directory) lateResult(s *session, rf *wire.ResultFrame) {
 	if rerr := d.claim(inf); rerr != nil {
 		// Claimed in the meantime: start over, so the result is recorded
 		// once that claim ends.
-		d.handleResult(s, rf.Raw)
+		d.takeResult(s, rf, token)
 		return
 	}
 	defer d.release(inf)
 	extra := map[string]any{"lateResult": true}
+	if token != "" {
+		extra["resultJWS"], extra["resultProtocol"] = token, ProtocolBeam2
+	}
 	var ev tracing.Event
 	switch row.Status {
 	case tracing.Delivered:
@@ -263,6 +275,9 @@ func (d *Directory) lateResult(s *session, rf *wire.ResultFrame) {
 		ev.Details.Extra = map[string]any{"lateResult": true, "lateSuccess": rf.Success, "lateResultFrame": json.RawMessage(rf.Raw)}
 		if rf.ErrorCode != "" {
 			ev.Details.Extra["lateErrorCode"] = rf.ErrorCode
+		}
+		if token != "" {
+			ev.Details.Extra["lateResultJWS"] = token
 		}
 	default:
 		d.lg.Info("late result ignored", "nonce", rf.Nonce, "status", row.Status)

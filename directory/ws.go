@@ -53,6 +53,7 @@ type session struct {
 	d           *Directory
 	beamID      string
 	auth        string
+	beam2       bool // announced beam/2 (protocol query parameter or a beam/2 connect token)
 	conn        *websocket.Conn
 	connectedAt time.Time
 	out         chan outMsg
@@ -114,13 +115,13 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 		stop: make(chan struct{}), writerDone: make(chan struct{}), done: make(chan struct{}),
 		work: make(chan []byte, 4*d.cfg.SessionWorkers),
 	}
+	s.beam2, _ = sessionProtocols(r.URL.Query()["protocol"], auth)
 	if !d.attach(s) {
 		cancel()
 		_ = conn.Close(websocket.StatusGoingAway, "going away")
 		return
 	}
-	connected, _ := json.Marshal(map[string]string{"type": "connected", "beamId": s.beamID, "auth": auth})
-	s.enqueue(outMsg{data: connected})
+	s.enqueue(outMsg{data: connectedMessage(s)})
 	go s.writer()
 	go s.pinger()
 	for range d.cfg.SessionWorkers {
@@ -131,6 +132,7 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 	if hook := d.cfg.OnAgentConnected; hook != nil {
 		go hook(s.beamID)
 	}
+	d.busConnected(s.beamID)
 	s.readLoop()
 }
 
@@ -473,6 +475,7 @@ func (s *session) pinger() {
 type wsMessage struct {
 	Type  string
 	Frame json.RawMessage
+	JWS   string // beam/2 envelope of an intent or result
 }
 
 // errInvalidMessage is the reference's answer to a message that is not a
@@ -485,6 +488,7 @@ func decodeWSMessage(data []byte) (wsMessage, error) {
 	var m struct {
 		Type  json.RawMessage `json:"type"`
 		Frame json.RawMessage `json:"frame"`
+		JWS   json.RawMessage `json:"jws"`
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
@@ -495,6 +499,7 @@ func decodeWSMessage(data []byte) (wsMessage, error) {
 	}
 	var out wsMessage
 	_ = json.Unmarshal(m.Type, &out.Type)
+	_ = json.Unmarshal(m.JWS, &out.JWS)
 	if len(m.Frame) > 0 && string(m.Frame) != "null" {
 		out.Frame = m.Frame
 	}
@@ -511,8 +516,16 @@ func (d *Directory) handleMessage(s *session, data []byte) {
 	}
 	switch msg.Type {
 	case "intent":
+		if msg.JWS != "" {
+			d.handleWSIntentJWS(s, msg.JWS)
+			return
+		}
 		d.handleWSIntent(s, msg.Frame)
 	case "result":
+		if msg.JWS != "" {
+			d.handleResultJWS(s, msg.JWS)
+			return
+		}
 		if len(msg.Frame) == 0 {
 			s.sendError("", wire.CodeInvalidResult, "Invalid result frame: missing frame")
 			return

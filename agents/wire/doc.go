@@ -8,6 +8,13 @@
 // from raw wire JSON without going through Go maps, so key order, string escaping and number formatting
 // match Node byte for byte (see fixtures/vectors-js for the vectors that pin this).
 //
+// beam/2 wraps the same frames in a compact JWS (EdDSA only, protected kid = the signer's Beam ID, typ
+// TypIntentJWS or TypResultJWS, payload = the frame's JSON): SignIntentJWS / DecodeIntentJWS and
+// SignResultJWS / DecodeResultJWS. Over WebSocket an intent travels as {"type":"intent","jws":…} and a
+// result as {"type":"result","jws":…}; over HTTP the token is the body of POST /intents/send with
+// Content-Type application/jose, and the result's token comes back in X-Beam-Result-JWS. A session
+// announces beam/2 with protocol=beam/2 on /ws; docs/ARCHITECTURE.md ("beam/2") has the whole exchange.
+//
 // Payload bytes are kept exactly as received (IntentFrame.Payload, IntentFrame.Raw) and forwarded
 // unchanged by DeliveryJSON; a round trip through map[string]any would reorder keys and break the
 // recipient's signature check.
