@@ -148,6 +148,7 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	af.register(fs)
 	var timeout time.Duration
 	fs.DurationVar(&timeout, "timeout", 65*time.Second, "how long to wait for the result")
+	durable := fs.Bool("durable", false, "hand the intent to the message bus and print its receipt instead of waiting for the result")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: beam send [--url URL] [--identity FILE] TO INTENT [JSON-PAYLOAD]")
 		fmt.Fprintln(stderr)
@@ -178,6 +179,9 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if *durable {
+		return sendDurable(ctx, c, to, intent, payload, stdout)
+	}
 	res, err := c.Send(ctx, to, intent, payload)
 	if res != nil {
 		fmt.Fprintln(stdout, string(res.Raw))

@@ -25,10 +25,15 @@ func commands() []command {
 		{"keygen", "generate an agent identity: beam keygen --beam-id ID [--out FILE]", runKeygen},
 		{"register", "register an agent with a directory", runRegister},
 		{"send", "send an intent and print the result: beam send TO INTENT [JSON]", runSend},
+		{"poll", "print the agent's bus messages (--claim for a lease): beam poll", runPoll},
+		{"ack", "record the outcome of a bus message: beam ack MESSAGE_ID", runAck},
+		{"dead-letters", "list dead-lettered bus messages (operator)", runDeadLetters},
+		{"requeue", "requeue a dead-lettered bus message (operator): beam requeue MESSAGE_ID", runRequeue},
 		{"listen", "connect an agent and answer its intents until interrupted", runListen},
 		{"replay", "rebuild the projections from the event log", runReplay},
 		{"trace", "print the events of one intent: beam trace NONCE", runTrace},
 		{"import", "append the intents of a Beam TypeScript database: beam import PATH", runImport},
+		{"bench", "load-test a directory: beam bench [--url URL] [--mode ws|http] [--count N] [--concurrency C] [--json]", runBench},
 		{"version", "print the version", runVersion},
 	}
 }

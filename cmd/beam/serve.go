@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/internal/demo"
 	"github.com/beamdir/beam/internal/server"
 )
@@ -36,6 +37,12 @@ type serveFlags struct {
 	httpTimeout       time.Duration
 	relayTimeout      time.Duration
 	sweepInterval     time.Duration
+
+	busAPIKey          string
+	busRetrySchedule   string
+	busMaxAttempts     int
+	busDeliveryTimeout time.Duration
+	busTickInterval    time.Duration
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -53,6 +60,11 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.wsTimeout, "ws-timeout", 30*time.Second, "result timeout of intents sent over WebSocket")
 	fs.DurationVar(&f.httpTimeout, "http-timeout", 60*time.Second, "result timeout of POST /intents/send")
 	fs.DurationVar(&f.relayTimeout, "relay-timeout", msEnv("RELAY_TIMEOUT_MS", 30*time.Second), "timeout assumed on restart for a delivered intent that stored none (also RELAY_TIMEOUT_MS, in ms)")
+	fs.StringVar(&f.busAPIKey, "bus-api-key", "", "operator bus key: a trusted back-end presenting it (Authorization: Bearer) may send for local agents, poll, ack and requeue")
+	fs.StringVar(&f.busRetrySchedule, "bus-retry-schedule", "30s,60s,120s,240s", "message bus delays after each failed attempt (the last repeats), ±15% jitter")
+	fs.IntVar(&f.busMaxAttempts, "bus-max-attempts", 5, "message bus delivery attempts before a message is dead-lettered")
+	fs.DurationVar(&f.busDeliveryTimeout, "bus-delivery-timeout", 30*time.Second, "how long a bus delivery waits for the recipient's result")
+	fs.DurationVar(&f.busTickInterval, "bus-tick-interval", time.Second, "how often the bus retries due messages and expires poll leases")
 	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
 }
 
@@ -96,6 +108,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
+	schedule, err := bus.ParseSchedule(f.busRetrySchedule)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(ctx, server.Config{
 		DataDir:     f.dataDir,
 		Synchronous: f.synchronous,
@@ -111,6 +127,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		HTTPTimeout:            f.httpTimeout,
 		RelayTimeout:           f.relayTimeout,
 		RecoverySweepInterval:  f.sweepInterval,
+		BusAPIKey:              f.busAPIKey,
+		BusRetrySchedule:       schedule,
+		BusMaxAttempts:         f.busMaxAttempts,
+		BusDeliveryTimeout:     f.busDeliveryTimeout,
+		BusTickInterval:        f.busTickInterval,
 	})
 	if err != nil {
 		return err

@@ -32,11 +32,12 @@ func TestDemoProducesEveryOutcome(t *testing.T) {
 		done <- Run(ctx, Config{DirectoryURL: "http://" + ln.Addr().String(), StateDir: t.TempDir(), Interval: 20 * time.Millisecond})
 	}()
 
-	// Successes, failures and asynchronous acceptances all show up.
+	// Successes, failures, asynchronous acceptances and messages queued for
+	// the offline agent all show up.
 	require.Eventually(t, func() bool {
 		counts, err := srv.Log().CountByState(ctx)
 		require.NoError(t, err)
-		return counts[tracing.Acked] >= 3 && counts[tracing.Failed] >= 1 && counts[tracing.Delivered] >= 1
+		return counts[tracing.Acked] >= 3 && counts[tracing.Failed] >= 1 && counts[tracing.Delivered] >= 1 && counts[tracing.Queued] >= 1
 	}, 60*time.Second, 50*time.Millisecond)
 
 	cancel()

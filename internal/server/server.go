@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
@@ -72,6 +74,15 @@ type Config struct {
 	// RecoverySweepInterval is how often recovered delivered intents are
 	// checked for expiry (RELAY_RECOVERY_SWEEP_INTERVAL_MS, 5 s).
 	RecoverySweepInterval time.Duration
+
+	// BusAPIKey (BEAM_BUS_API_KEY) is the operator bus key; empty disables it.
+	BusAPIKey string
+	// BusRetrySchedule, BusMaxAttempts, BusDeliveryTimeout and
+	// BusTickInterval tune the message bus (zero values: its defaults).
+	BusRetrySchedule   []time.Duration
+	BusMaxAttempts     int
+	BusDeliveryTimeout time.Duration
+	BusTickInterval    time.Duration
 }
 
 // Server is a running directory.
@@ -80,6 +91,7 @@ type Server struct {
 	log      *tracing.Log
 	agents   *registry.Registry
 	dir      *directory.Directory
+	bus      *bus.Bus
 	registry *prometheus.Registry
 	mux      *http.ServeMux
 	started  time.Time
@@ -152,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mountPprof()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	return s, nil
 }
@@ -204,6 +217,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		var errs []error
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		if err := s.bus.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close bus: %w", err))
 		}
 		if err := s.dir.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close directory: %w", err))
@@ -343,13 +359,31 @@ func (s *Server) openDirectory(ctx context.Context) error {
 		_ = agents.Close(ctx)
 		return fmt.Errorf("startup recovery: %w", err)
 	}
+	b, err := bus.New(bus.Config{
+		Log: s.log, Directory: dir, Registry: agents, Clock: s.cfg.Clock, Logger: s.logger,
+		Registerer: s.registry, BusAPIKey: s.cfg.BusAPIKey, OperatorAuth: s.IsOperator,
+		Schedule: s.cfg.BusRetrySchedule, MaxAttempts: s.cfg.BusMaxAttempts,
+		DeliveryTimeout: s.cfg.BusDeliveryTimeout, TickInterval: s.cfg.BusTickInterval,
+	})
+	if err != nil {
+		_ = dir.Close()
+		_ = agents.Close(ctx)
+		return fmt.Errorf("open message bus: %w", err)
+	}
+	if _, err := b.Recover(ctx); err != nil {
+		_ = dir.Close()
+		_ = agents.Close(ctx)
+		return fmt.Errorf("message bus recovery: %w", err)
+	}
 	dir.Start(context.WithoutCancel(ctx))
+	b.Start(context.WithoutCancel(ctx))
 	agents.Routes(s.mux)
 	dir.Routes(s.mux)
-	s.agents, s.dir = agents, dir
+	b.Routes(s.mux)
+	s.agents, s.dir, s.bus = agents, dir, b
 
 	dash, err := web.New(web.Config{
-		Log: s.log, Registry: agents, Directory: dir,
+		Log: s.log, Registry: agents, Directory: dir, Requeue: b.Requeue,
 		AdminToken: s.adminToken, ViewerToken: s.viewerToken,
 		Clock: s.cfg.Clock, Logger: s.logger, SecureCookies: s.cfg.SecureCookies,
 	})
@@ -367,4 +401,22 @@ func (s *Server) openDirectory(ctx context.Context) error {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found", "errorCode": "NOT_FOUND"})
 	})
 	return nil
+}
+
+// mountPprof serves the Go profiles under /debug/pprof/ to operators only.
+func (s *Server) mountPprof() {
+	guard := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !s.IsOperator(r) {
+				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "operator token required", "errorCode": "UNAUTHORIZED"})
+				return
+			}
+			h(w, r)
+		}
+	}
+	s.mux.HandleFunc("GET /debug/pprof/", guard(pprof.Index))
+	s.mux.HandleFunc("GET /debug/pprof/cmdline", guard(pprof.Cmdline))
+	s.mux.HandleFunc("GET /debug/pprof/profile", guard(pprof.Profile))
+	s.mux.HandleFunc("GET /debug/pprof/symbol", guard(pprof.Symbol))
+	s.mux.HandleFunc("GET /debug/pprof/trace", guard(pprof.Trace))
 }

@@ -1,0 +1,1234 @@
+package bus
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Error codes of the bus's HTTP API ({"error", "errorCode"} bodies).
+const (
+	CodeInvalidJSON       = "INVALID_JSON"
+	CodeMissingFields     = "MISSING_REQUIRED_FIELDS"
+	CodeInvalidPayload    = "INVALID_PAYLOAD"
+	CodeNonceReuse        = "NONCE_REUSE_CONFLICT"
+	CodeInProgress        = "IN_PROGRESS"
+	CodeMessageNotFound   = "MESSAGE_NOT_FOUND"
+	CodeMissingMessageID  = "MISSING_MESSAGE_ID"
+	CodeInvalidState      = "INVALID_STATE"
+	CodeInvalidStatus     = "INVALID_STATUS"
+	CodeMissingAgent      = "MISSING_AGENT"
+	CodeUnauthorized      = "UNAUTHORIZED"
+	CodeForbidden         = "FORBIDDEN"
+	CodePayloadTooLarge   = "PAYLOAD_TOO_LARGE"
+	CodeInternal          = "INTERNAL_ERROR"
+	maxFieldBytes         = 256
+	maxFilterBytes        = 1024
+	defaultPollLimit      = 10
+	maxPollLimit          = 100
+	defaultHistoryLimit   = 50
+	defaultDeadLimit      = 100
+	maxListLimit          = 500
+	signedFrameWindow     = directory.ReplayWindow
+	reasonLeaseMismatch   = "LEASE_MISMATCH"
+	reasonLeaseExpired    = "LEASE_EXPIRED"
+	reasonWebSocketInFlux = "WEBSOCKET_ATTEMPT_IN_FLIGHT"
+)
+
+// apiError is an error answer of the HTTP API.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+	reason string
+}
+
+func errf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func (b *Bus) writeErr(w http.ResponseWriter, e *apiError) {
+	body := map[string]any{"error": e.msg, "errorCode": e.code}
+	if e.reason != "" {
+		body["reason"] = e.reason
+	}
+	writeJSON(w, e.status, body)
+}
+
+func (b *Bus) internal(w http.ResponseWriter, what string, err error) {
+	b.lg.Error("bus: "+what, "err", err)
+	b.writeErr(w, errf(http.StatusInternalServerError, CodeInternal, "%s failed", what))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// Routes registers the bus API under /v1/beam on mux.
+func (b *Bus) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/beam/send", b.handleSend)
+	mux.HandleFunc("GET /v1/beam/poll", b.handlePoll)
+	mux.HandleFunc("POST /v1/beam/ack", b.handleAck)
+	mux.HandleFunc("POST /v1/beam/lease", b.handleLease)
+	mux.HandleFunc("GET /v1/beam/messages/{id}", b.handleMessage)
+	mux.HandleFunc("GET /v1/beam/history", b.handleHistory)
+	mux.HandleFunc("GET /v1/beam/stats", b.handleStats)
+	mux.HandleFunc("GET /v1/beam/dead-letter", b.handleDeadLetters)
+	mux.HandleFunc("POST /v1/beam/dead-letter/{id}/requeue", b.handleRequeue)
+}
+
+// principal is who a request acts as.
+type principal struct {
+	agent   string // the agent of an API key
+	trusted bool   // the bus key or the operator token
+	via     string
+}
+
+func (p principal) canActAs(beamID string) bool { return p.trusted || p.agent == beamID }
+
+func bearer(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		return strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
+	}
+	return ""
+}
+
+// authenticate resolves the request's credentials: the operator token, the
+// bus key (Authorization: Bearer), or an agent's API key (x-api-key or
+// Authorization: Bearer bk_…).
+func (b *Bus) authenticate(r *http.Request) (principal, *apiError) {
+	if b.cfg.OperatorAuth != nil && b.cfg.OperatorAuth(r) {
+		return principal{trusted: true, via: "operator"}, nil
+	}
+	tok := bearer(r)
+	if key := b.cfg.BusAPIKey; key != "" && tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(key)) == 1 {
+		return principal{trusted: true, via: directory.BusAuthBusKey}, nil
+	}
+	key := r.Header.Get("X-Api-Key")
+	if key == "" && strings.HasPrefix(tok, "bk_") {
+		key = tok
+	}
+	if key != "" {
+		if a, ok := b.reg.AuthenticateAPIKey(key); ok {
+			return principal{agent: a.BeamID, via: directory.BusAuthAPIKey}, nil
+		}
+		return principal{}, errf(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized: invalid API key")
+	}
+	if tok != "" {
+		return principal{}, errf(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized: invalid token")
+	}
+	return principal{}, errf(http.StatusUnauthorized, CodeUnauthorized,
+		"Unauthorized: send the agent's API key (x-api-key), the bus key or a signed frame")
+}
+
+// readBody reads a bounded JSON object body.
+func (b *Bus) readBody(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(b.cfg.MaxBodyBytes)))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", b.cfg.MaxBodyBytes)
+		}
+		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
+		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object")
+	}
+	return raw, nil
+}
+
+// str reads an optional string member; a present non-string is an error.
+func str(raw map[string]json.RawMessage, key string) (string, *apiError) {
+	v, ok := raw[key]
+	if !ok || string(v) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", errf(http.StatusBadRequest, CodeMissingFields, "%s must be a string", key)
+	}
+	s = strings.TrimSpace(s)
+	if len(s) > maxFieldBytes {
+		return "", errf(http.StatusBadRequest, CodeMissingFields, "%s is longer than %d bytes", key, maxFieldBytes)
+	}
+	return s, nil
+}
+
+// sendRequest is a validated POST /v1/beam/send.
+type sendRequest struct {
+	from, to, intent string
+	payload          json.RawMessage
+	nonce            string
+	priority         int
+	traceID          string
+	frame            *wire.IntentFrame // the sender's signed frame (signature auth)
+	auth             string            // directory.BusAuth*
+}
+
+func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) {
+	raw, aerr := b.readBody(w, r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	req, aerr := b.parseSend(r, raw)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	status, body, aerr := b.accept(r.Context(), req)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	writeJSON(w, status, body)
+}
+
+// parseSend authenticates and validates a send body: {from|sender, to,
+// intent, payload?, nonce?, priority?, trace_id?}, or {frame: signed beam/1
+// frame | beam/2 JWS string, priority?, trace_id?}, or a signed beam/1
+// frame as the whole body.
+func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendRequest, *apiError) {
+	req := &sendRequest{}
+	var frameRaw json.RawMessage
+	if fr, ok := raw["frame"]; ok && string(fr) != "null" {
+		frameRaw = fr
+	} else if _, signed := raw["signature"]; signed {
+		if _, ok := raw["timestamp"]; ok {
+			whole, _ := json.Marshal(raw)
+			frameRaw = whole
+		}
+	}
+	if frameRaw != nil {
+		f, aerr := b.verifyFrame(frameRaw)
+		if aerr != nil {
+			return nil, aerr
+		}
+		req.frame = f
+	}
+	var p principal
+	if req.frame == nil {
+		var aerr *apiError
+		if p, aerr = b.authenticate(r); aerr != nil {
+			return nil, aerr
+		}
+	}
+	var aerr *apiError
+	if req.traceID, aerr = str(raw, "trace_id"); aerr != nil {
+		return nil, aerr
+	}
+	if pr, ok := raw["priority"]; ok && string(pr) != "null" {
+		var v float64
+		if err := json.Unmarshal(pr, &v); err != nil || math.IsNaN(v) || math.Abs(v) > 1e6 {
+			return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "priority must be a number between -1e6 and 1e6")
+		}
+		req.priority = int(v)
+	}
+	if f := req.frame; f != nil {
+		req.from, req.to, req.intent, req.nonce = f.From, f.To, f.Intent, f.Nonce
+		req.payload = json.RawMessage(f.Payload)
+		if f.Signature != "" {
+			req.auth = directory.BusAuthSignature
+		} else {
+			req.auth = directory.BusAuthJWS
+		}
+	} else {
+		if req.from, aerr = str(raw, "from"); aerr != nil {
+			return nil, aerr
+		}
+		if req.from == "" {
+			if req.from, aerr = str(raw, "sender"); aerr != nil {
+				return nil, aerr
+			}
+		}
+		if req.to, aerr = str(raw, "to"); aerr != nil {
+			return nil, aerr
+		}
+		if req.intent, aerr = str(raw, "intent"); aerr != nil {
+			return nil, aerr
+		}
+		if req.from == "" || req.to == "" || req.intent == "" {
+			return nil, errf(http.StatusBadRequest, CodeMissingFields, "from, to and intent are required")
+		}
+		if req.nonce, aerr = str(raw, "nonce"); aerr != nil {
+			return nil, aerr
+		}
+		if pl, ok := raw["payload"]; ok && string(pl) != "null" {
+			if objectOrNil(pl) == nil || !json.Valid(pl) {
+				return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "payload must be a JSON object")
+			}
+			req.payload = pl
+		}
+		if !p.canActAs(req.from) {
+			return nil, errf(http.StatusForbidden, CodeForbidden, "the API key of %s may not send as %s", p.agent, req.from)
+		}
+		req.auth = p.via
+		if p.via == "operator" {
+			req.auth = directory.BusAuthBusKey
+		}
+	}
+	if len(req.payload) == 0 {
+		req.payload = json.RawMessage("{}")
+	}
+	if req.nonce == "" {
+		req.nonce = wire.NewNonce()
+	}
+	if _, ok := b.reg.Get(req.from); !ok {
+		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
+	}
+	if _, ok := b.reg.Get(req.to); !ok {
+		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", req.to)
+	}
+	if ok, reason := b.reg.Allowed(req.from, req.to, req.intent); !ok {
+		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", req.intent, req.from, req.to)
+		if reason != "" {
+			msg += " (" + reason + ")"
+		}
+		return nil, errf(http.StatusForbidden, CodeForbidden, "%s", msg)
+	}
+	probe := req.frame
+	if probe == nil || req.auth != directory.BusAuthSignature {
+		probe = wire.NewIntentFrame(req.from, req.to, req.intent, req.payload, b.clock())
+		probe.Nonce = req.nonce
+	}
+	size, err := probe.DeliverySize()
+	if err != nil {
+		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "payload cannot be delivered: %v", err)
+	}
+	if size > b.dir.MaxFrameBytes() {
+		return nil, errf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+			"the delivered frame would be %d bytes; recipients accept at most %d", size, b.dir.MaxFrameBytes())
+	}
+	return req, nil
+}
+
+// verifyFrame checks a sender-signed frame: a beam/1 frame object whose
+// signature verifies with the registered key and whose timestamp is within
+// ±5 minutes, or a beam/2 JWS string.
+func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
+	var tok string
+	if json.Unmarshal(raw, &tok) == nil {
+		f, err := wire.DecodeIntentJWS(tok, func(kid string) (ed25519.PublicKey, error) {
+			a, ok := b.reg.Get(kid)
+			if !ok {
+				return nil, fmt.Errorf("unknown signer %s", kid)
+			}
+			return a.PublicKey, nil
+		})
+		if err != nil {
+			return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "beam/2 frame does not verify: %v", err)
+		}
+		f.Signature = ""
+		f.Raw = nil
+		if aerr := checkFrameFields(f); aerr != nil {
+			return nil, aerr
+		}
+		return f, nil
+	}
+	f, err := wire.DecodeIntentFrame(raw)
+	if err != nil {
+		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame: %v", err)
+	}
+	if aerr := checkFrameFields(f); aerr != nil {
+		return nil, aerr
+	}
+	if f.Signature == "" {
+		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "the frame carries no signature")
+	}
+	sender, ok := b.reg.Get(f.From)
+	if !ok {
+		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", f.From)
+	}
+	if err := f.Verify(sender.PublicKey); err != nil {
+		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "signature verification failed")
+	}
+	ts, err := wire.ParseTimestamp(f.Timestamp)
+	if err != nil {
+		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame timestamp")
+	}
+	if d := b.clock().Sub(ts); d > signedFrameWindow || d < -signedFrameWindow {
+		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "signed frame timestamp is outside the 5 minute window")
+	}
+	return f, nil
+}
+
+func checkFrameFields(f *wire.IntentFrame) *apiError {
+	for _, s := range []string{f.From, f.To, f.Intent, f.Nonce} {
+		if s == "" || len(s) > maxFieldBytes {
+			return errf(http.StatusBadRequest, CodeMissingFields, "frame from, to, intent and nonce must be 1-%d bytes", maxFieldBytes)
+		}
+	}
+	return nil
+}
+
+// payloadHash is the hex SHA-256 of the JavaScript-normalised payload, the
+// same hash the directory records, so either side detects a reused nonce.
+func payloadHash(payload []byte) string {
+	js, err := wire.JSStringify(payload)
+	if err != nil {
+		js = payload
+	}
+	sum := sha256.Sum256(js)
+	return hex.EncodeToString(sum[:])
+}
+
+func newMessageID() string {
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	return hex.EncodeToString(raw[:])
+}
+
+var errNonceTaken = errors.New("nonce already recorded")
+
+// accept records a new message (or answers a resend of one) and starts its
+// first attempt.
+func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError) {
+	hash := payloadHash(req.payload)
+	release, rerr := b.dir.ClaimBusNonce(req.nonce, req.from, req.to, req.intent)
+	if rerr != nil {
+		return 0, nil, errf(http.StatusConflict, rerr.Code, "%s", rerr.Message)
+	}
+	ir, exists, err := b.log.Intent(ctx, req.nonce)
+	if err != nil {
+		release()
+		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+	}
+	if exists {
+		release()
+		return b.dedupe(ctx, ir, req, hash)
+	}
+	id := newMessageID()
+	ev := tracing.Event{Nonce: req.nonce, State: tracing.Received, From: req.from, To: req.to, IntentType: req.intent,
+		Transport: transportBus}
+	ev.Details = tracing.Details{
+		Owner: tracing.OwnerBus,
+		Bus: &tracing.BusMessage{MessageID: id, Payload: req.payload, Priority: req.priority,
+			MaxRetries: b.cfg.MaxAttempts, TraceID: req.traceID},
+		Extra: map[string]any{"payloadHash": hash, "auth": req.auth},
+	}
+	if req.frame != nil && req.auth == directory.BusAuthSignature {
+		frame := req.frame.Raw
+		if len(frame) == 0 {
+			frame, _ = req.frame.DeliveryJSON()
+		}
+		ev.Details.Frame = frame
+		ev.Details.ClientTimestamp = req.frame.Timestamp
+	}
+	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
+		var n int
+		if err := tx.Get(&n, `SELECT COUNT(*) FROM intent_trace_events WHERE nonce = ?`, req.nonce); err != nil {
+			return err
+		}
+		if n != 1 {
+			return errNonceTaken
+		}
+		return nil
+	}, ev)
+	release()
+	if err != nil {
+		if errors.Is(err, errNonceTaken) {
+			return 0, nil, errf(http.StatusConflict, CodeInProgress, "nonce %s was recorded concurrently; resend to get its status", req.nonce)
+		}
+		var ve *tracing.ValidationError
+		if errors.As(err, &ve) {
+			return 0, nil, errf(http.StatusBadRequest, CodeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
+		}
+		b.lg.Error("bus: record message", "nonce", req.nonce, "err", err)
+		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "message could not be recorded")
+	}
+	b.lg.Debug("message accepted", "id", id, "nonce", req.nonce, "from", req.from, "to", req.to, "auth", req.auth)
+	if _, err := b.attempt(ctx, req.nonce); err != nil {
+		b.lg.Warn("bus: first attempt", "nonce", req.nonce, "err", err)
+	}
+	b.waitSettled(ctx, req.nonce)
+	row, ok, err := b.message(ctx, req.nonce)
+	if err != nil || !ok {
+		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "message could not be read back")
+	}
+	return http.StatusCreated, b.sendResponse(ctx, row, false), nil
+}
+
+// waitSettled waits (at most SendWait) while nonce is dispatched over
+// WebSocket, so that a send to an online recipient answers delivered.
+func (b *Bus) waitSettled(ctx context.Context, nonce string) {
+	deadline := time.NewTimer(b.cfg.SendWait)
+	defer deadline.Stop()
+	for {
+		ch := b.waitFor(nonce)
+		row, ok, err := b.message(ctx, nonce)
+		if err != nil || !ok || row.Status != tracing.Dispatched || row.LeaseOwner != "" {
+			b.dropWaiters(nonce)
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			b.dropWaiters(nonce)
+			return
+		case <-ctx.Done():
+			b.dropWaiters(nonce)
+			return
+		}
+	}
+}
+
+// dedupe answers a send whose nonce exists: the same message again is
+// 200 deduped; anything else is 409 NONCE_REUSE_CONFLICT.
+func (b *Bus) dedupe(ctx context.Context, ir tracing.IntentRow, req *sendRequest, hash string) (int, any, *apiError) {
+	conflict := errf(http.StatusConflict, CodeNonceReuse, "nonce %s was already used for a different message", req.nonce)
+	if ir.Owner != tracing.OwnerBus || ir.From != req.from || ir.To != req.to || ir.IntentType != req.intent {
+		return 0, nil, conflict
+	}
+	first, err := b.firstDetails(ctx, req.nonce)
+	if err != nil {
+		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+	}
+	if h, _ := first.Extra["payloadHash"].(string); h != hash {
+		return 0, nil, conflict
+	}
+	row, ok, err := b.message(ctx, req.nonce)
+	if err != nil || !ok {
+		return 0, nil, conflict
+	}
+	return http.StatusOK, b.sendResponse(ctx, row, true), nil
+}
+
+// sendResponse is the body of a send or requeue answer.
+func (b *Bus) sendResponse(ctx context.Context, row tracing.MessageRow, deduped bool) map[string]any {
+	out := map[string]any{
+		"message_id": row.ID, "nonce": row.Nonce, "status": row.Status, "created_at": row.CreatedAt,
+		"retry_count": row.RetryCount,
+	}
+	if deduped {
+		out["deduped"] = true
+	}
+	if row.NextRetryAt != nil {
+		out["next_retry_at"] = *row.NextRetryAt
+	}
+	switch row.Status {
+	case tracing.Queued, tracing.DeadLetter, tracing.Failed:
+		if row.Error != "" {
+			out["error"] = row.Error
+		}
+		if ir, ok, err := b.log.Intent(ctx, row.Nonce); err == nil && ok && ir.ErrorCode != "" {
+			out["error_code"] = ir.ErrorCode
+		}
+	}
+	return out
+}
+
+// messageView is a beam_messages row as the API shows it (epoch seconds,
+// snake_case, JSON fields parsed).
+type messageView struct {
+	ID             string          `json:"id"`
+	Nonce          string          `json:"nonce"`
+	Sender         string          `json:"sender"`
+	Recipient      string          `json:"recipient"`
+	Intent         string          `json:"intent"`
+	Payload        json.RawMessage `json:"payload"`
+	Status         tracing.State   `json:"status"`
+	Priority       int             `json:"priority"`
+	RetryCount     int             `json:"retry_count"`
+	MaxRetries     int             `json:"max_retries"`
+	NextRetryAt    *float64        `json:"next_retry_at"`
+	CreatedAt      float64         `json:"created_at"`
+	DeliveredAt    *float64        `json:"delivered_at"`
+	AckedAt        *float64        `json:"acked_at"`
+	FailedAt       *float64        `json:"failed_at"`
+	Error          *string         `json:"error"`
+	Response       json.RawMessage `json:"response"`
+	TraceID        *string         `json:"trace_id"`
+	Metadata       json.RawMessage `json:"metadata"`
+	LeaseExpiresAt *float64        `json:"lease_expires_at,omitempty"`
+	LeaseID        string          `json:"lease_id,omitempty"`
+	UpdatedAt      float64         `json:"updated_at"`
+}
+
+func rawOrNull(r tracing.RawJSON) json.RawMessage {
+	if len(r) == 0 {
+		return json.RawMessage("null")
+	}
+	return json.RawMessage(r)
+}
+
+func strOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func view(m tracing.MessageRow, withLease bool) messageView {
+	v := messageView{
+		ID: m.ID, Nonce: m.Nonce, Sender: m.Sender, Recipient: m.Recipient, Intent: m.Intent,
+		Payload: rawOrNull(m.Payload), Status: m.Status, Priority: m.Priority, RetryCount: m.RetryCount,
+		MaxRetries: m.MaxRetries, NextRetryAt: m.NextRetryAt, CreatedAt: m.CreatedAt, DeliveredAt: m.DeliveredAt,
+		AckedAt: m.AckedAt, FailedAt: m.FailedAt, Error: strOrNil(m.Error), Response: rawOrNull(m.Response),
+		TraceID: strOrNil(m.TraceID), Metadata: rawOrNull(m.Metadata), LeaseExpiresAt: m.LeaseExpiresAt,
+		UpdatedAt: m.UpdatedAt,
+	}
+	if withLease {
+		v.LeaseID = m.LeaseOwner
+	}
+	return v
+}
+
+// messageColumns are the beam_messages columns MessageRow reads.
+const messageColumns = `id, nonce, sender, recipient, intent, payload, status, priority, retry_count, max_retries,
+  next_retry_at, created_at, delivered_at, acked_at, failed_at, error, response, trace_id, metadata,
+  lease_owner, lease_expires_at, updated_at, last_seq`
+
+// queryMessages selects beam_messages rows.
+func (b *Bus) queryMessages(ctx context.Context, where string, args []any, order string, limit int) ([]tracing.MessageRow, error) {
+	q := `SELECT ` + messageColumns + ` FROM beam_messages`
+	if where != "" {
+		q += ` WHERE ` + where
+	}
+	q += ` ORDER BY ` + order + ` LIMIT ?`
+	var rows []tracing.MessageRow
+	if err := b.log.ReadDB().SelectContext(ctx, &rows, q, append(args, limit)...); err != nil {
+		return nil, fmt.Errorf("query messages: %w", err)
+	}
+	return rows, nil
+}
+
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+
+// intParam parses an optional integer query parameter, clamped to [1, max].
+func intParam(r *http.Request, key string, def, max int) int {
+	v, err := strconv.Atoi(r.URL.Query().Get(key))
+	if err != nil || v <= 0 {
+		return def
+	}
+	return min(v, max)
+}
+
+// floatParam parses an optional epoch-seconds query parameter.
+func floatParam(r *http.Request, key string) (*float64, *apiError) {
+	s := r.URL.Query().Get(key)
+	if s == "" {
+		return nil, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "%s must be epoch seconds", key)
+	}
+	return &v, nil
+}
+
+func statusParam(r *http.Request, def string) (string, *apiError) {
+	s := r.URL.Query().Get("status")
+	if s == "" {
+		return def, nil
+	}
+	if _, err := tracing.ParseState(s); err != nil {
+		return "", errf(http.StatusBadRequest, CodeInvalidStatus, "unknown status %q", truncate(s))
+	}
+	return s, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) {
+	agent := strings.TrimSpace(r.URL.Query().Get("agent"))
+	if agent == "" {
+		b.writeErr(w, errf(http.StatusBadRequest, CodeMissingAgent, "the agent query parameter is required"))
+		return
+	}
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	if !p.canActAs(agent) {
+		b.writeErr(w, errf(http.StatusForbidden, CodeForbidden, "%s may not poll the inbox of %s", p.agent, truncate(agent)))
+		return
+	}
+	if _, ok := b.reg.Get(agent); !ok {
+		b.writeErr(w, errf(http.StatusNotFound, CodeUnknownAgent, "agent %s is not registered here", truncate(agent)))
+		return
+	}
+	limit := intParam(r, "limit", defaultPollLimit, maxPollLimit)
+	q := r.URL.Query()
+	if c := q.Get("claim"); c == "true" || c == "1" {
+		lease := b.cfg.DefaultLease
+		if s := q.Get("lease"); s != "" {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil || v <= 0 || math.IsNaN(v) || v > b.cfg.MaxLease.Seconds() {
+				b.writeErr(w, errf(http.StatusBadRequest, CodeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds()))
+				return
+			}
+			lease = time.Duration(v * float64(time.Second))
+		}
+		rows, err := b.claimLeases(r.Context(), agent, limit, lease)
+		if err != nil && len(rows) == 0 {
+			b.internal(w, "poll claim", err)
+			return
+		}
+		msgs := make([]messageView, 0, len(rows))
+		for _, m := range rows {
+			msgs = append(msgs, view(m, true))
+		}
+		body := map[string]any{"messages": msgs, "count": len(msgs)}
+		if len(rows) > 0 {
+			body["lease_id"] = rows[0].LeaseOwner
+			body["lease_expires_at"] = rows[0].LeaseExpiresAt
+		}
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	status, aerr := statusParam(r, string(tracing.Delivered))
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	since, aerr := floatParam(r, "since")
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	where, args := `recipient = ? AND status = ?`, []any{agent, status}
+	if since != nil {
+		where += ` AND created_at > ?`
+		args = append(args, *since)
+	}
+	rows, err := b.queryMessages(r.Context(), where, args, `created_at ASC`, limit)
+	if err != nil {
+		b.internal(w, "poll", err)
+		return
+	}
+	msgs := make([]messageView, 0, len(rows))
+	for _, m := range rows {
+		msgs = append(msgs, view(m, false))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
+}
+
+// lookup finds a message by message_id or nonce from a JSON body.
+func (b *Bus) lookup(ctx context.Context, raw map[string]json.RawMessage) (string, *apiError) {
+	id, aerr := str(raw, "message_id")
+	if aerr != nil {
+		return "", aerr
+	}
+	nonce, aerr := str(raw, "nonce")
+	if aerr != nil {
+		return "", aerr
+	}
+	if id == "" && nonce == "" {
+		return "", errf(http.StatusBadRequest, CodeMissingMessageID, "message_id or nonce is required")
+	}
+	if id != "" {
+		n, ok, err := b.nonceOfID(ctx, id)
+		if err != nil {
+			return "", errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+		}
+		if !ok {
+			return "", errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", id)
+		}
+		if nonce != "" && nonce != n {
+			return "", errf(http.StatusBadRequest, CodeInvalidPayload, "message_id and nonce name different messages")
+		}
+		return n, nil
+	}
+	return nonce, nil
+}
+
+func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) {
+	raw, aerr := b.readBody(w, r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	status, aerr := str(raw, "status")
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	if status == "" {
+		status = string(tracing.Acked)
+	}
+	if status != string(tracing.Acked) && status != string(tracing.Failed) {
+		b.writeErr(w, errf(http.StatusBadRequest, CodeInvalidStatus, "status must be acked or failed"))
+		return
+	}
+	var response json.RawMessage
+	if rv, ok := raw["response"]; ok && string(rv) != "null" {
+		if objectOrNil(rv) == nil {
+			b.writeErr(w, errf(http.StatusBadRequest, CodeInvalidPayload, "response must be a JSON object"))
+			return
+		}
+		response = rv
+	}
+	leaseID, aerr := str(raw, "lease_id")
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	nonce, aerr := b.lookup(r.Context(), raw)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	row, aerr := b.ack(r.Context(), p, nonce, tracing.State(status), response, leaseID)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "nonce": row.Nonce, "status": row.Status, "updated_at": row.UpdatedAt})
+}
+
+// ack records a consumer's completion: delivered → acked|failed, or for a
+// message dispatched under a live poll lease held by leaseID, dispatched →
+// delivered → acked|failed.
+func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing.State, response json.RawMessage, leaseID string) (tracing.MessageRow, *apiError) {
+	unlock := b.lock(nonce)
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil {
+		unlock()
+		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+	}
+	if !ok {
+		unlock()
+		return row, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(nonce))
+	}
+	if !p.canActAs(row.Recipient) {
+		unlock()
+		return row, errf(http.StatusForbidden, CodeForbidden, "only the recipient %s may ack message %s", row.Recipient, row.ID)
+	}
+	n, err := b.attemptOf(ctx, nonce)
+	if err != nil {
+		unlock()
+		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+	}
+	now := b.clock()
+	var pre []tracing.Event
+	transport := transportBus
+	switch row.Status {
+	case tracing.Delivered:
+	case tracing.Dispatched:
+		e := errf(http.StatusConflict, CodeInvalidState, "message %s is dispatched under a poll lease that %s", row.ID, "is not yours")
+		switch {
+		case row.LeaseOwner == "":
+			e.msg, e.reason = fmt.Sprintf("message %s is being delivered over WebSocket; ack it once delivered", row.ID), reasonWebSocketInFlux
+		case leaseID != row.LeaseOwner:
+			e.reason = reasonLeaseMismatch
+		case row.LeaseExpiresAt == nil || *row.LeaseExpiresAt <= secs(now):
+			e.msg, e.reason = fmt.Sprintf("the lease on message %s has expired", row.ID), reasonLeaseExpired
+		default:
+			e = nil
+		}
+		if e != nil {
+			unlock()
+			return row, e
+		}
+		transport = transportPoll
+		pre = append(pre, event(row, tracing.Delivered, transportPoll, n))
+	default:
+		unlock()
+		e := errf(http.StatusConflict, CodeInvalidState, "Invalid message %s lifecycle transition from %s to %s", row.ID, row.Status, status)
+		if row.Status == tracing.Queued && leaseID != "" {
+			e.reason = reasonLeaseExpired
+		}
+		return row, e
+	}
+	lat := latencyMs(row, now)
+	ev := event(row, status, transport, n)
+	var result []byte
+	if status == tracing.Acked {
+		result = successResult(row.Nonce, response, now, lat)
+		ev.Details = tracing.Details{Response: response, Result: result, LatencyMs: lat, Extra: map[string]any{"ackedBy": ackedBy(p)}}
+	} else {
+		msg := "Manually failed"
+		if len(response) > 0 {
+			msg = string(response)
+		}
+		result = wire.FailureResult(row.Nonce, CodeConsumerFailed, msg, now, lat)
+		ev.Details = tracing.Details{ErrorCode: CodeConsumerFailed, Error: msg, Response: response, Result: result,
+			LatencyMs: lat, Extra: map[string]any{"ackedBy": ackedBy(p)}}
+	}
+	err = b.append(append(pre, ev)...)
+	if err == nil {
+		row, _, err = b.message(ctx, nonce)
+	}
+	unlock()
+	if err != nil {
+		var te *tracing.TransitionError
+		if errors.As(err, &te) {
+			return row, errf(http.StatusConflict, CodeInvalidState, "message %s changed state meanwhile", row.ID)
+		}
+		b.lg.Error("bus: record ack", "nonce", nonce, "err", err)
+		return row, errf(http.StatusInternalServerError, CodeInternal, "ack could not be recorded")
+	}
+	b.forget(nonce)
+	b.m.outcomes.WithLabelValues(string(status)).Inc()
+	b.notifySender(row, status, result)
+	return row, nil
+}
+
+func ackedBy(p principal) string {
+	if p.agent != "" {
+		return p.agent
+	}
+	return p.via
+}
+
+func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) {
+	raw, aerr := b.readBody(w, r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	leaseID, aerr := str(raw, "lease_id")
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	if leaseID == "" {
+		b.writeErr(w, errf(http.StatusBadRequest, CodeMissingFields, "lease_id is required"))
+		return
+	}
+	lease := b.cfg.DefaultLease
+	if lv, ok := raw["lease"]; ok {
+		var v float64
+		if err := json.Unmarshal(lv, &v); err != nil || v <= 0 || v > b.cfg.MaxLease.Seconds() {
+			b.writeErr(w, errf(http.StatusBadRequest, CodeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds()))
+			return
+		}
+		lease = time.Duration(v * float64(time.Second))
+	}
+	nonce, aerr := b.lookup(r.Context(), raw)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	row, aerr := b.renew(r.Context(), p, nonce, leaseID, lease)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "nonce": row.Nonce, "lease_id": row.LeaseOwner,
+		"lease_expires_at": row.LeaseExpiresAt})
+}
+
+// renew extends a live poll lease held by leaseID to now + lease.
+func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lease time.Duration) (tracing.MessageRow, *apiError) {
+	unlock := b.lock(nonce)
+	defer unlock()
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil {
+		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+	}
+	if !ok {
+		return row, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(nonce))
+	}
+	if !p.canActAs(row.Recipient) {
+		return row, errf(http.StatusForbidden, CodeForbidden, "only the recipient %s may renew leases on message %s", row.Recipient, row.ID)
+	}
+	now := b.clock()
+	if row.Status != tracing.Dispatched || row.LeaseOwner != leaseID || row.LeaseExpiresAt == nil || *row.LeaseExpiresAt <= secs(now) {
+		e := errf(http.StatusConflict, CodeInvalidState, "message %s is not under a live lease %s", row.ID, truncate(leaseID))
+		e.reason = reasonLeaseExpired
+		return row, e
+	}
+	n, err := b.attemptOf(ctx, nonce)
+	if err != nil {
+		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+	}
+	ev := event(row, tracing.Dispatched, transportPoll, n)
+	ev.Details = tracing.Details{LeaseOwner: leaseID, LeaseExpiresAt: now.Add(lease).UnixMilli(), TimeoutMs: lease.Milliseconds(),
+		Extra: map[string]any{"leaseRenewed": true}}
+	if err := b.append(ev); err != nil {
+		b.lg.Error("bus: renew lease", "nonce", nonce, "err", err)
+		return row, errf(http.StatusInternalServerError, CodeInternal, "lease could not be renewed")
+	}
+	row, _, err = b.message(ctx, nonce)
+	if err != nil {
+		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+	}
+	return row, nil
+}
+
+func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) {
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	id := r.PathValue("id")
+	nonce, ok, err := b.nonceOfID(r.Context(), id)
+	if err != nil {
+		b.internal(w, "message", err)
+		return
+	}
+	if !ok {
+		nonce = id
+	}
+	row, ok, err := b.message(r.Context(), nonce)
+	if err != nil {
+		b.internal(w, "message", err)
+		return
+	}
+	if !ok {
+		b.writeErr(w, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id)))
+		return
+	}
+	if !p.canActAs(row.Sender) && !p.canActAs(row.Recipient) {
+		b.writeErr(w, errf(http.StatusForbidden, CodeForbidden, "message %s is neither from nor to %s", row.ID, p.agent))
+		return
+	}
+	writeJSON(w, http.StatusOK, view(row, p.canActAs(row.Recipient)))
+}
+
+// scope restricts an agent principal to its own messages.
+func scope(p principal, where []string, args []any) ([]string, []any) {
+	if p.trusted {
+		return where, args
+	}
+	return append(where, `(sender = ? OR recipient = ?)`), append(args, p.agent, p.agent)
+}
+
+func filters(r *http.Request, where []string, args []any, keys ...string) ([]string, []any, *apiError) {
+	for _, k := range keys {
+		if v := r.URL.Query().Get(k); v != "" {
+			if len(v) > maxFilterBytes {
+				return nil, nil, errf(http.StatusBadRequest, CodeInvalidPayload, "%s is too long", k)
+			}
+			where = append(where, k+` = ?`)
+			args = append(args, v)
+		}
+	}
+	return where, args, nil
+}
+
+func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) {
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	where, args, aerr := filters(r, nil, nil, "sender", "recipient", "intent")
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	status, aerr := statusParam(r, "")
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	if status != "" {
+		where, args = append(where, `status = ?`), append(args, status)
+	}
+	for _, f := range []struct{ key, op string }{{"since", ">="}, {"until", "<="}} {
+		v, aerr := floatParam(r, f.key)
+		if aerr != nil {
+			b.writeErr(w, aerr)
+			return
+		}
+		if v != nil {
+			where, args = append(where, `created_at `+f.op+` ?`), append(args, *v)
+		}
+	}
+	where, args = scope(p, where, args)
+	rows, err := b.queryMessages(r.Context(), strings.Join(where, " AND "), args, `created_at DESC`,
+		intParam(r, "limit", defaultHistoryLimit, maxListLimit))
+	if err != nil {
+		b.internal(w, "history", err)
+		return
+	}
+	msgs := make([]messageView, 0, len(rows))
+	for _, m := range rows {
+		msgs = append(msgs, view(m, false))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
+}
+
+func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	where, args, aerr := filters(r, []string{`status = 'dead_letter'`}, nil, "sender", "recipient", "intent")
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	where, args = scope(p, where, args)
+	rows, err := b.queryMessages(r.Context(), strings.Join(where, " AND "), args, `failed_at DESC, created_at DESC`,
+		intParam(r, "limit", defaultDeadLimit, maxListLimit))
+	if err != nil {
+		b.internal(w, "dead letters", err)
+		return
+	}
+	msgs := make([]messageView, 0, len(rows))
+	for _, m := range rows {
+		msgs = append(msgs, view(m, false))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
+}
+
+// countByState counts beam_messages by status, optionally limited to one
+// agent's messages.
+func (b *Bus) countByState(ctx context.Context, agent string, extra []string) (map[string]int64, error) {
+	q := `SELECT status, COUNT(*) FROM beam_messages`
+	var args []any
+	if agent != "" {
+		q += ` WHERE sender = ? OR recipient = ?`
+		args = append(args, agent, agent)
+	}
+	rows, err := b.log.ReadDB().QueryContext(ctx, q+` GROUP BY status`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count messages: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, fmt.Errorf("count messages: %w", err)
+		}
+		out[s] = n
+	}
+	return out, rows.Err()
+}
+
+func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) {
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	ctx := r.Context()
+	counts, err := b.countByState(ctx, p.agent, nil)
+	if err != nil {
+		b.internal(w, "stats", err)
+		return
+	}
+	body := map[string]any{}
+	var total int64
+	for _, s := range tracing.States {
+		body[string(s)] = counts[string(s)]
+		total += counts[string(s)]
+	}
+	body["total"] = total
+	where, args := scope(p, nil, nil)
+	cond := ""
+	if len(where) > 0 {
+		cond = ` WHERE ` + strings.Join(where, " AND ")
+	}
+	byAgent := map[string]map[string]int64{}
+	for _, side := range []struct{ col, key string }{{"sender", "sent"}, {"recipient", "received"}} {
+		rows, err := b.log.ReadDB().QueryContext(ctx, `SELECT `+side.col+`, COUNT(*) FROM beam_messages`+cond+
+			` GROUP BY `+side.col+` ORDER BY COUNT(*) DESC LIMIT 1000`, args...)
+		if err != nil {
+			b.internal(w, "stats", err)
+			return
+		}
+		for rows.Next() {
+			var id string
+			var n int64
+			if err := rows.Scan(&id, &n); err != nil {
+				rows.Close()
+				b.internal(w, "stats", err)
+				return
+			}
+			if byAgent[id] == nil {
+				byAgent[id] = map[string]int64{"sent": 0, "received": 0}
+			}
+			byAgent[id][side.key] = n
+		}
+		rows.Close()
+	}
+	body["by_agent"] = byAgent
+	var last int64
+	dayWhere := append([]string{`created_at >= ?`}, where...)
+	dayArgs := append([]any{secs(b.clock().Add(-24 * time.Hour))}, args...)
+	if err := b.log.ReadDB().QueryRowContext(ctx, `SELECT COUNT(*) FROM beam_messages WHERE `+strings.Join(dayWhere, " AND "),
+		dayArgs...).Scan(&last); err != nil {
+		b.internal(w, "stats", err)
+		return
+	}
+	body["last_24h"] = last
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (b *Bus) handleRequeue(w http.ResponseWriter, r *http.Request) {
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		b.writeErr(w, aerr)
+		return
+	}
+	if !p.trusted {
+		b.writeErr(w, errf(http.StatusForbidden, CodeForbidden, "requeue needs the bus key or the operator token"))
+		return
+	}
+	id := r.PathValue("id")
+	err := b.Requeue(r.Context(), id)
+	var se *StateError
+	switch {
+	case errors.Is(err, ErrNotFound):
+		b.writeErr(w, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id)))
+		return
+	case errors.As(err, &se):
+		b.writeErr(w, errf(http.StatusConflict, CodeInvalidState, "message %s is %s; only dead_letter or failed messages can be requeued", id, se.Status))
+		return
+	case err != nil:
+		b.internal(w, "requeue", err)
+		return
+	}
+	nonce, _, err := b.nonceOfID(r.Context(), id)
+	if err != nil {
+		b.internal(w, "requeue", err)
+		return
+	}
+	b.waitSettled(r.Context(), nonce)
+	row, ok, err := b.message(r.Context(), nonce)
+	if err != nil || !ok {
+		b.internal(w, "requeue", fmt.Errorf("read back %s: %v", id, err))
+		return
+	}
+	body := b.sendResponse(r.Context(), row, false)
+	body["requeued"] = true
+	writeJSON(w, http.StatusOK, body)
+}

@@ -1,0 +1,388 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts     = 5
+	DefaultJitter          = 0.15
+	DefaultDeliveryTimeout = 30 * time.Second
+	DefaultTickInterval    = time.Second
+	DefaultLease           = 60 * time.Second
+	DefaultMaxLease        = time.Hour
+	DefaultMaxBodyBytes    = 64 << 10
+	DefaultSendWait        = 2 * time.Second
+	DefaultBatch           = 100
+	// DefaultPerRecipient bounds the WebSocket attempts in flight to one
+	// recipient, so a backlog never overflows its session's send queue.
+	DefaultPerRecipient = 32
+)
+
+// DefaultSchedule is the retry delay after the 1st, 2nd, 3rd and 4th failed
+// attempt (the reference's 30/60/120/240 s); the last delay repeats when
+// MaxAttempts is larger.
+var DefaultSchedule = []time.Duration{30 * time.Second, 60 * time.Second, 120 * time.Second, 240 * time.Second}
+
+// minDelay is the shortest retry delay the jitter may produce.
+const minDelay = 5 * time.Second
+
+// appendTimeout bounds one log write made by the bus.
+const appendTimeout = 30 * time.Second
+
+// Config configures a Bus. Log, Directory and Registry are required.
+type Config struct {
+	Log       *tracing.Log
+	Directory *directory.Directory
+	Registry  *registry.Registry
+	// Clock is the time source of schedules, leases and timestamps;
+	// default time.Now. Tests drive it and call Tick.
+	Clock func() time.Time
+	// Logger receives diagnostics; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the bus metrics; nil means none.
+	Registerer prometheus.Registerer
+	// BusAPIKey (BEAM_BUS_API_KEY) is the operator bus key: a trusted
+	// back-end presenting it as "Authorization: Bearer <key>" may send for
+	// any local agent, poll, ack and requeue. Empty disables it.
+	BusAPIKey string
+	// OperatorAuth recognises operator requests (the directory's operator
+	// token); operators have the bus key's rights. May be nil.
+	OperatorAuth func(*http.Request) bool
+
+	// Schedule is the delay after each failed attempt (DefaultSchedule);
+	// the last entry repeats.
+	Schedule []time.Duration
+	// MaxAttempts is how many delivery attempts a message gets before it is
+	// dead-lettered (5).
+	MaxAttempts int
+	// Jitter is the ± fraction applied to each delay (0.15), deterministic
+	// per nonce and attempt. Negative means none.
+	Jitter float64
+	// DeliveryTimeout is how long a WebSocket attempt waits for the
+	// recipient's result (30 s).
+	DeliveryTimeout time.Duration
+	// TickInterval is how often Start runs Tick (1 s).
+	TickInterval time.Duration
+	// DefaultLease and MaxLease bound poll leases (60 s, 1 h).
+	DefaultLease, MaxLease time.Duration
+	// MaxBodyBytes bounds request bodies (64 KiB).
+	MaxBodyBytes int
+	// SendWait is how long POST /v1/beam/send waits for an attempt it
+	// started to be delivered before answering (2 s).
+	SendWait time.Duration
+	// Batch is the most messages one Tick step handles (100).
+	Batch int
+	// PerRecipient bounds the WebSocket attempts in flight per recipient
+	// (32).
+	PerRecipient int
+}
+
+// Bus is the durable message bus. It is safe for concurrent use.
+type Bus struct {
+	cfg   Config
+	log   *tracing.Log
+	dir   *directory.Directory
+	reg   *registry.Registry
+	clock func() time.Time
+	lg    *slog.Logger
+	m     *metrics
+
+	locks [64]sync.Mutex
+
+	mu        sync.Mutex
+	active    map[string]int             // recipient → WebSocket attempts in flight
+	draining  map[string]bool            // recipient → a drain runs (value: run again)
+	waiters   map[string][]chan struct{} // nonce → POST /send handlers waiting
+	recovered map[string]time.Time       // delivered at restart, awaiting a result → deadline
+	closed    bool
+
+	stop      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New returns a Bus and installs its hooks in the directory. Call Recover
+// before serving and Start after it.
+func New(cfg Config) (*Bus, error) {
+	if cfg.Log == nil || cfg.Directory == nil || cfg.Registry == nil {
+		return nil, errors.New("bus: new: log, directory and registry are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.Schedule) == 0 {
+		cfg.Schedule = DefaultSchedule
+	}
+	for _, d := range cfg.Schedule {
+		if d <= 0 {
+			return nil, fmt.Errorf("bus: new: retry delay %s must be positive", d)
+		}
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = DefaultJitter
+	}
+	if cfg.Jitter < 0 {
+		cfg.Jitter = 0
+	}
+	if cfg.Jitter > 0.5 {
+		return nil, fmt.Errorf("bus: new: jitter %v must be at most 0.5", cfg.Jitter)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.DeliveryTimeout, DefaultDeliveryTimeout)
+	def(&cfg.TickInterval, DefaultTickInterval)
+	def(&cfg.DefaultLease, DefaultLease)
+	def(&cfg.MaxLease, DefaultMaxLease)
+	def(&cfg.SendWait, DefaultSendWait)
+	if cfg.MaxLease < cfg.DefaultLease {
+		cfg.MaxLease = cfg.DefaultLease
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.PerRecipient <= 0 {
+		cfg.PerRecipient = DefaultPerRecipient
+	}
+	b := &Bus{
+		cfg: cfg, log: cfg.Log, dir: cfg.Directory, reg: cfg.Registry, clock: cfg.Clock,
+		lg:        cfg.Logger.With("component", "bus"),
+		active:    map[string]int{},
+		draining:  map[string]bool{},
+		waiters:   map[string][]chan struct{}{},
+		recovered: map[string]time.Time{},
+		stop:      make(chan struct{}),
+	}
+	m, err := newMetrics(cfg.Registerer, b)
+	if err != nil {
+		return nil, fmt.Errorf("bus: new: %w", err)
+	}
+	b.m = m
+	b.dir.SetBusHooks(directory.BusHooks{Connected: b.AgentConnected, LateResult: b.lateResult})
+	return b, nil
+}
+
+// Start runs Tick every TickInterval until ctx ends or Close.
+func (b *Bus) Start(ctx context.Context) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTicker(b.cfg.TickInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.stop:
+				return
+			case <-t.C:
+				if err := b.Tick(ctx); err != nil {
+					b.lg.Warn("bus tick", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Close stops the worker. Attempts in flight stay as the log has them;
+// the next start's Recover settles them. It does not close the log or the
+// directory.
+func (b *Bus) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		close(b.stop)
+		b.wg.Wait()
+	})
+	return nil
+}
+
+func (b *Bus) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// lock serializes the bus's state changes of one nonce.
+func (b *Bus) lock(nonce string) func() {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(nonce))
+	mu := &b.locks[h.Sum32()%uint32(len(b.locks))]
+	mu.Lock()
+	return mu.Unlock
+}
+
+// append writes events durably in one call; the caller's context is not
+// used so that a write handed to the log is never abandoned halfway.
+func (b *Bus) append(events ...tracing.Event) error {
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	if _, err := b.log.Append(ctx, events...); err != nil {
+		return fmt.Errorf("record %s of %s: %w", events[len(events)-1].State, events[0].Nonce, err)
+	}
+	b.signal(events[0].Nonce)
+	return nil
+}
+
+// signal wakes the send handlers waiting on nonce.
+func (b *Bus) signal(nonce string) {
+	b.mu.Lock()
+	ws := b.waiters[nonce]
+	delete(b.waiters, nonce)
+	b.mu.Unlock()
+	for _, ch := range ws {
+		close(ch)
+	}
+}
+
+// waitFor returns a channel closed at the next state change of nonce.
+func (b *Bus) waitFor(nonce string) <-chan struct{} {
+	ch := make(chan struct{})
+	b.mu.Lock()
+	b.waiters[nonce] = append(b.waiters[nonce], ch)
+	b.mu.Unlock()
+	return ch
+}
+
+func (b *Bus) dropWaiters(nonce string) {
+	b.mu.Lock()
+	delete(b.waiters, nonce)
+	b.mu.Unlock()
+}
+
+// nowMs is the clock in unix milliseconds.
+func (b *Bus) nowMs() int64 { return b.clock().UnixMilli() }
+
+// secs converts a time to the epoch seconds of beam_messages.
+func secs(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
+
+// event returns an event of row's message.
+func event(row tracing.MessageRow, state tracing.State, transport string, attempt int) tracing.Event {
+	return tracing.Event{Nonce: row.Nonce, State: state, From: row.Sender, To: row.Recipient,
+		IntentType: row.Intent, Transport: transport, Attempt: attempt}
+}
+
+// Transports of the bus's events.
+const (
+	transportBus  = "bus"
+	transportWS   = "ws"
+	transportPoll = "poll"
+)
+
+// message reads the beam_messages row of nonce.
+func (b *Bus) message(ctx context.Context, nonce string) (tracing.MessageRow, bool, error) {
+	return b.log.Message(ctx, nonce)
+}
+
+// nonceOfID returns the nonce of message id.
+func (b *Bus) nonceOfID(ctx context.Context, id string) (string, bool, error) {
+	var nonce string
+	err := b.log.ReadDB().QueryRowContext(ctx, `SELECT nonce FROM beam_messages WHERE id = ?`, id).Scan(&nonce)
+	if err != nil {
+		if isNoRows(err) {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("look up message %q: %w", id, err)
+	}
+	return nonce, true, nil
+}
+
+// attemptOf returns the latest attempt number recorded for nonce.
+func (b *Bus) attemptOf(ctx context.Context, nonce string) (int, error) {
+	row, ok, err := b.log.Intent(ctx, nonce)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return row.Attempt, nil
+}
+
+// firstDetails returns the details of the nonce's received event.
+func (b *Bus) firstDetails(ctx context.Context, nonce string) (tracing.Details, error) {
+	var raw string
+	err := b.log.ReadDB().QueryRowContext(ctx,
+		`SELECT details FROM intent_trace_events WHERE nonce = ? ORDER BY seq LIMIT 1`, nonce).Scan(&raw)
+	if err != nil {
+		return tracing.Details{}, fmt.Errorf("read received event of %q: %w", nonce, err)
+	}
+	var d tracing.Details
+	if err := json.Unmarshal([]byte(raw), &d); err != nil {
+		return tracing.Details{}, fmt.Errorf("decode received event of %q: %w", nonce, err)
+	}
+	return d, nil
+}
+
+// lastDetails returns the details of the nonce's latest event.
+func (b *Bus) lastDetails(ctx context.Context, nonce string) (tracing.Details, error) {
+	var raw string
+	err := b.log.ReadDB().QueryRowContext(ctx,
+		`SELECT details FROM intent_trace_events WHERE nonce = ? ORDER BY seq DESC LIMIT 1`, nonce).Scan(&raw)
+	if err != nil {
+		return tracing.Details{}, fmt.Errorf("read latest event of %q: %w", nonce, err)
+	}
+	var d tracing.Details
+	if err := json.Unmarshal([]byte(raw), &d); err != nil {
+		return tracing.Details{}, fmt.Errorf("decode latest event of %q: %w", nonce, err)
+	}
+	return d, nil
+}
+
+// notifySender tells a connected sender how its message ended:
+// {"type":"result","frame":…,"bus":{"messageId","nonce","status"}}.
+func (b *Bus) notifySender(row tracing.MessageRow, status tracing.State, frame []byte) {
+	if len(frame) == 0 {
+		return
+	}
+	mark, err := json.Marshal(map[string]string{"messageId": row.ID, "nonce": row.Nonce, "status": string(status)})
+	if err != nil {
+		return
+	}
+	msg := make([]byte, 0, len(frame)+len(mark)+40)
+	msg = append(msg, `{"type":"result","frame":`...)
+	msg = append(msg, frame...)
+	msg = append(msg, `,"bus":`...)
+	msg = append(msg, mark...)
+	msg = append(msg, '}')
+	b.dir.NotifyAgent(row.Sender, msg)
+}
+
+// successResult builds the unsigned success result frame the bus records
+// for an acked message (payload: the consumer's response, or {}).
+func successResult(nonce string, payload json.RawMessage, now time.Time, lat *int64) []byte {
+	if len(payload) == 0 || payload[0] != '{' {
+		payload = json.RawMessage("{}")
+	}
+	raw, err := wire.Result{Success: true, Nonce: nonce, Payload: payload, Latency: lat}.Build(now, nil)
+	if err != nil {
+		return wire.FailureResult(nonce, "RESULT_ERROR", "result could not be built", now, lat)
+	}
+	return raw
+}

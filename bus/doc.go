@@ -1,0 +1,112 @@
+// Package bus is the durable message bus: POST /v1/beam/send, GET
+// /v1/beam/poll (with leases), POST /v1/beam/ack, POST /v1/beam/lease,
+// history, stats, dead letters and operator requeue. It runs in the
+// directory's process, on the directory's log, and delivers through the
+// directory's WebSocket sessions. A message is kept until it is acked or
+// visibly dead (dead_letter); it is never silently dropped.
+//
+// # Messages are intents owned by the bus
+//
+// A message is a nonce in the same log and nonce space as the directory's
+// intents. Its received event carries details.owner "bus" and details.bus
+// {messageId, payload, priority, maxRetries, traceId}, plus extra
+// payloadHash (the directory's hash, so either side detects a reused
+// nonce) and auth (how the sender was authenticated). beam_messages is the
+// tracing package's projection of those events; the bus writes nothing but
+// events (tracing.Log.Append / Do), each committed before the HTTP answer
+// or the frame leaves. While a send records a new nonce it holds the
+// directory's in-memory claim on it, and the received event is written by
+// Log.Do with a check that it is the nonce's first event. The directory
+// answers a POST /intents/send of a bus nonce from the log (cached result,
+// IN_PROGRESS) and never delivers it itself.
+//
+// # Authentication
+//
+// A send is authenticated as its sender: a signed beam/1 frame ({"frame":
+// frame} or the frame as the body; signature and ±5 min window checked), a
+// beam/2 JWS ({"frame":"<jws>"}), the sender's API key (x-api-key or
+// Authorization: Bearer bk_…), or the operator bus key (BEAM_BUS_API_KEY,
+// Authorization: Bearer) with which a trusted back-end may send for any
+// local agent. The directory's operator token has the bus key's rights.
+// No agent private key is ever held. Poll, ack and lease renewal act as
+// the recipient (its API key) or with the bus key; history, stats and
+// dead-letter lists show an agent only its own messages; requeue needs the
+// bus key or the operator token.
+//
+// # Frames
+//
+// A signed beam/1 frame is forwarded verbatim on every attempt, so its
+// signature still verifies; a retry therefore carries the original
+// timestamp. With API-key, bus-key or JWS authentication there is no
+// sender signature: each attempt gets an unsigned frame with the same
+// nonce and a fresh timestamp. Every bus delivery carries, outside the
+// frame, "bus":{"messageId","attempt","auth"}. The Go SDK accepts an
+// unsigned frame only when auth is api_key, bus_key or jws (the directory
+// vouches for the sender), and skips the ±5 min window for bus deliveries
+// (the log guards the nonce; a retried signed frame may be older).
+// beam-protocol-sdk 0.5.1 receivers verify every frame and drop unsigned
+// ones and stale ones: send to them with signed frames, and expect signed
+// retries older than 5 minutes to be dropped (they end in dead_letter).
+//
+// # Delivery, retries, dead letters
+//
+// A message to an online recipient is dispatched at once (received →
+// dispatched → delivered) through directory.DeliverBus: the directory's
+// bounded session queue, results accepted only from the recipient's
+// current session, routed back to the bus (not to the directory's
+// synchronous path). To an offline recipient it is queued with no
+// next_retry_at ("waiting for the recipient": no attempt is counted) and
+// delivered the moment the recipient attaches a session
+// (BusHooks.Connected), at most PerRecipient attempts in flight per
+// recipient. A success result acks it (response = the result payload); an
+// async acceptance ("terminal": false) leaves it delivered until POST
+// /v1/beam/ack; a failure result, TIMEOUT (no result within
+// DeliveryTimeout) or DELIVERY_FAILED is retried: retry_count+1 and
+// queued with next_retry_at = now + Schedule[n-1] ± Jitter (deterministic
+// per nonce and attempt; defaults 30/60/120/240 s ±15 %), until
+// MaxAttempts (5) attempts are used: then dead_letter. Non-retryable codes
+// (BAD_REQUEST, FORBIDDEN, INVALID_INTENT, NONCE_REUSE_CONFLICT,
+// UNAUTHORIZED, UNKNOWN_SENDER, UNKNOWN_AGENT, UNSUPPORTED_INTENT,
+// FRAME_TOO_LARGE, PAYLOAD_TOO_LARGE) dead-letter at once. The schedule is
+// in the log (details.nextRetryAt), so it survives restarts. Requeue
+// (operator) moves dead_letter or failed back to queued with retry_count
+// 0 and the same nonce and delivers at once if the recipient is online.
+//
+// # Poll and leases
+//
+// GET /v1/beam/poll?agent= lists the accepted, non-terminal deliveries
+// (status delivered). With claim=true&lease=SECONDS (default 60, max 1 h)
+// it hands out queued messages under a new lease id: each becomes
+// dispatched (transport poll, details.leaseOwner/leaseExpiresAt) and
+// counts as an attempt. POST /v1/beam/lease renews a live lease. An ack of
+// a leased message must carry its lease_id and arrive before expiry
+// (dispatched → delivered → acked|failed); otherwise 409 INVALID_STATE
+// with reason LEASE_MISMATCH or LEASE_EXPIRED. Tick returns expired leases
+// to queued, due at once, with the attempt counted.
+//
+// # Restart rules (seed 003)
+//
+// Recover: received and dispatched (WebSocket or leased) messages are
+// requeued at once with the same nonce (retry_count kept); queued ones
+// keep next_retry_at; delivered, acked, failed and dead_letter are
+// unchanged. A delivered message that still waited for a WebSocket result
+// may get it late (BusHooks.LateResult); if none comes within
+// DeliveryTimeout of its delivery, Tick retries it as TIMEOUT. Async
+// acceptances stay delivered until acked.
+//
+// # Errors
+//
+// {"error","errorCode"} (plus "reason" for lease conflicts): 400
+// INVALID_JSON, MISSING_REQUIRED_FIELDS, INVALID_PAYLOAD, INVALID_STATUS,
+// MISSING_MESSAGE_ID, MISSING_AGENT; 401 UNAUTHORIZED; 403 FORBIDDEN; 404
+// UNKNOWN_AGENT, MESSAGE_NOT_FOUND; 409 NONCE_REUSE_CONFLICT, IN_PROGRESS,
+// INVALID_STATE; 413 PAYLOAD_TOO_LARGE (body over 64 KiB, or a delivered
+// frame over the directory's MaxFrameBytes); 500 INTERNAL_ERROR only when
+// the log cannot be read or written.
+//
+// Time comes from Config.Clock; the worker (Tick) is started by Start and
+// called directly by tests. The package must not write SQLite except
+// through the log, must not keep a message's state anywhere but the log
+// (its maps only mirror attempts in flight in this process), and does not
+// own sessions, the registry or federation.
+package bus

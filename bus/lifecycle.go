@@ -1,0 +1,750 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Error codes the bus records or answers besides the HTTP ones.
+const (
+	// CodeLeaseExpired: a poll lease ran out without an ack (retryable).
+	CodeLeaseExpired = "LEASE_EXPIRED"
+	// CodeConsumerFailed: the consumer acked with status failed.
+	CodeConsumerFailed = "CONSUMER_FAILED"
+	// CodeUnknownAgent: the sender or recipient is no longer registered.
+	CodeUnknownAgent = "UNKNOWN_AGENT"
+)
+
+// nonRetryable are the failure codes that dead-letter a message at once:
+// retrying cannot change their outcome.
+var nonRetryable = map[string]bool{
+	"BAD_REQUEST": true, "FORBIDDEN": true, "INVALID_INTENT": true, "NONCE_REUSE_CONFLICT": true,
+	"UNAUTHORIZED": true, "UNKNOWN_SENDER": true, CodeUnknownAgent: true, "UNSUPPORTED_INTENT": true,
+	"FRAME_TOO_LARGE": true, "PAYLOAD_TOO_LARGE": true,
+}
+
+// Retryable reports whether a failed attempt with code is retried on the
+// schedule (true) or dead-lettered at once (false).
+func Retryable(code string) bool { return !nonRetryable[code] }
+
+// ErrNotFound is returned for a message id or nonce the bus does not have.
+var ErrNotFound = errors.New("bus: message not found")
+
+// StateError is returned when a message is not in a state that allows the
+// operation.
+type StateError struct {
+	MessageID string
+	Status    tracing.State
+	Op        string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("bus: message %s is %s: cannot %s", e.MessageID, e.Status, e.Op)
+}
+
+// reserve counts a WebSocket attempt to recipient; false when its limit is
+// reached.
+func (b *Bus) reserve(recipient string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.active[recipient] >= b.cfg.PerRecipient {
+		return false
+	}
+	b.active[recipient]++
+	return true
+}
+
+func (b *Bus) unreserve(recipient string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.active[recipient] <= 1 {
+		delete(b.active, recipient)
+		return
+	}
+	b.active[recipient]--
+}
+
+func (b *Bus) activeCount(recipient string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.active[recipient]
+}
+
+// attempt starts a WebSocket delivery attempt of nonce when it is received,
+// or queued and due (or waiting for its recipient), and the recipient has a
+// session. A message whose recipient is offline is left queued waiting for
+// it (no attempt is counted). It reports whether an attempt was started.
+func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
+	if b.isClosed() {
+		return false, nil
+	}
+	unlock := b.lock(nonce)
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil || !ok {
+		unlock()
+		return false, err
+	}
+	now := b.clock()
+	switch row.Status {
+	case tracing.Received:
+	case tracing.Queued:
+		if row.NextRetryAt != nil && *row.NextRetryAt > secs(now) {
+			unlock()
+			return false, nil
+		}
+	default:
+		unlock()
+		return false, nil
+	}
+	prev, err := b.attemptOf(ctx, nonce)
+	if err != nil {
+		unlock()
+		return false, err
+	}
+	sender, senderOK := b.reg.Get(row.Sender)
+	if _, ok := b.reg.Get(row.Recipient); !ok || !senderOK {
+		err := b.retry(row, prev, transportBus, CodeUnknownAgent, "sender or recipient is no longer registered", nil, nil, nil, false)
+		unlock()
+		return false, err
+	}
+	if !b.dir.Online(row.Recipient) {
+		if row.Status == tracing.Received || row.NextRetryAt != nil {
+			ev := event(row, tracing.Queued, transportBus, 0)
+			ev.Details.Extra = map[string]any{"waitingFor": "recipient"}
+			err = b.append(ev)
+		}
+		unlock()
+		return false, err
+	}
+	if !b.reserve(row.Recipient) {
+		unlock()
+		return false, nil
+	}
+	first, err := b.firstDetails(ctx, nonce)
+	if err != nil {
+		b.unreserve(row.Recipient)
+		unlock()
+		return false, err
+	}
+	frame, auth, ferr := b.frameFor(row, first, now)
+	if ferr != nil {
+		b.unreserve(row.Recipient)
+		err := b.retry(row, prev, transportBus, "INVALID_INTENT", ferr.Error(), nil, nil, nil, false)
+		unlock()
+		return false, err
+	}
+	n := prev + 1
+	disp := event(row, tracing.Dispatched, transportWS, n)
+	disp.Details.TimeoutMs = b.cfg.DeliveryTimeout.Milliseconds()
+	if err := b.append(disp); err != nil {
+		b.unreserve(row.Recipient)
+		unlock()
+		return false, err
+	}
+	unlock()
+	b.m.attempts.WithLabelValues(transportWS).Inc()
+	recipient := row.Recipient
+	err = b.dir.DeliverBus(directory.BusDelivery{
+		Frame: frame, SenderKey: sender.PublicKeyB64, MessageID: row.ID, Attempt: n, Auth: auth,
+		Timeout:     b.cfg.DeliveryTimeout,
+		OnDelivered: func() { b.onDelivered(row) },
+		OnOutcome: func(o directory.BusOutcome) {
+			b.unreserve(recipient)
+			b.onOutcome(nonce, n, o)
+			b.kickDrain(recipient)
+		},
+	})
+	if err != nil {
+		b.unreserve(recipient)
+		b.interrupted(nonce, n, err)
+		return false, nil
+	}
+	return true, nil
+}
+
+// frameFor returns the frame of an attempt: the sender's signed frame
+// verbatim, or an unsigned frame with a fresh timestamp and the same nonce.
+func (b *Bus) frameFor(row tracing.MessageRow, first tracing.Details, now time.Time) (*wire.IntentFrame, string, error) {
+	auth, _ := first.Extra["auth"].(string)
+	if auth == directory.BusAuthSignature && len(first.Frame) > 0 {
+		f, err := wire.DecodeIntentFrame(first.Frame)
+		if err != nil {
+			return nil, "", fmt.Errorf("stored frame: %w", err)
+		}
+		return f, auth, nil
+	}
+	if auth == "" {
+		auth = directory.BusAuthAPIKey
+	}
+	f := wire.NewIntentFrame(row.Sender, row.Recipient, row.Intent, json.RawMessage(row.Payload), now)
+	f.Nonce = row.Nonce
+	return f, auth, nil
+}
+
+// onDelivered records the delivery latency and wakes a waiting send.
+func (b *Bus) onDelivered(row tracing.MessageRow) {
+	lat := b.clock().Sub(time.UnixMicro(int64(row.CreatedAt * 1e6)))
+	b.m.latency.Observe(max(lat.Seconds(), 0))
+	b.signal(row.Nonce)
+}
+
+// interrupted settles an attempt the directory could not start.
+func (b *Bus) interrupted(nonce string, n int, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	unlock := b.lock(nonce)
+	defer unlock()
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil || !ok || row.Status != tracing.Dispatched {
+		return
+	}
+	if cur, err := b.attemptOf(ctx, nonce); err != nil || cur != n {
+		return
+	}
+	switch {
+	case errors.Is(cause, directory.ErrBusRecipientOffline):
+		// Not an attempt: the recipient left between the check and the
+		// hand-off. Wait for it again; the attempt number is reused.
+		ev := event(row, tracing.Queued, transportBus, n-1)
+		ev.Details.Extra = map[string]any{"waitingFor": "recipient", "interrupted": "offline"}
+		if err := b.append(ev); err != nil {
+			b.lg.Warn("requeue after offline hand-off", "nonce", nonce, "err", err)
+		}
+	case errors.Is(cause, directory.ErrBusNonceBusy):
+		ev := event(row, tracing.Queued, transportBus, n-1)
+		ev.Details.NextRetryAt = b.clock().Add(time.Second).UnixMilli()
+		ev.Details.Extra = map[string]any{"interrupted": "nonce busy"}
+		if err := b.append(ev); err != nil {
+			b.lg.Warn("requeue after busy nonce", "nonce", nonce, "err", err)
+		}
+	default:
+		if err := b.retry(row, n, transportWS, directory.CodeDeliveryFailed, cause.Error(), nil, nil, nil, false); err != nil {
+			b.lg.Warn("record failed hand-off", "nonce", nonce, "err", err)
+		}
+	}
+}
+
+// onOutcome records how WebSocket attempt n of nonce ended.
+func (b *Bus) onOutcome(nonce string, n int, o directory.BusOutcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	unlock := b.lock(nonce)
+	defer unlock()
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil || !ok {
+		b.lg.Warn("bus outcome: read message", "nonce", nonce, "err", err)
+		return
+	}
+	cur, err := b.attemptOf(ctx, nonce)
+	if err != nil {
+		b.lg.Warn("bus outcome: read attempt", "nonce", nonce, "err", err)
+		return
+	}
+	if (row.Status != tracing.Dispatched && row.Status != tracing.Delivered) || cur != n {
+		b.lg.Info("bus outcome for a settled attempt ignored", "nonce", nonce, "attempt", n, "status", row.Status)
+		return
+	}
+	if o.Result != nil {
+		err = b.applyResult(row, n, transportWS, o.Result, nil)
+	} else {
+		var pre []tracing.Event
+		if o.Delivered && row.Status == tracing.Dispatched {
+			pre = append(pre, event(row, tracing.Delivered, transportWS, n))
+		}
+		err = b.retry(row, n, transportWS, o.ErrorCode, o.Error, pre, nil, nil, false)
+	}
+	if err != nil {
+		b.lg.Warn("bus outcome: record", "nonce", nonce, "err", err)
+	}
+}
+
+// applyResult records a recipient's result for row (dispatched or
+// delivered): an async acceptance leaves it delivered, a success acks it, a
+// failure retries or dead-letters it. The caller holds the nonce's lock.
+func (b *Bus) applyResult(row tracing.MessageRow, n int, transport string, rf *wire.ResultFrame, extra map[string]any) error {
+	now := b.clock()
+	var pre []tracing.Event
+	if row.Status == tracing.Dispatched {
+		pre = append(pre, event(row, tracing.Delivered, transport, n))
+	}
+	lat := latencyMs(row, now)
+	switch {
+	case wire.IsAsyncAcceptance(rf):
+		ev := event(row, tracing.Delivered, transport, n)
+		ev.Details = tracing.Details{Result: rf.Raw, Extra: with(extra, "asyncAccepted", true)}
+		if err := b.append(append(pre, ev)...); err != nil {
+			return err
+		}
+		b.m.outcomes.WithLabelValues("accepted").Inc()
+		return nil
+	case rf.Success:
+		ev := event(row, tracing.Acked, transport, n)
+		ev.Details = tracing.Details{Result: rf.Raw, Response: objectOrNil(rf.Payload), LatencyMs: lat, Extra: extra}
+		if err := b.append(append(pre, ev)...); err != nil {
+			return err
+		}
+		b.forget(row.Nonce)
+		b.m.outcomes.WithLabelValues(string(tracing.Acked)).Inc()
+		b.notifySender(row, tracing.Acked, rf.Raw)
+		return nil
+	default:
+		code := rf.ErrorCode
+		if code == "" {
+			code = directory.CodeResultError
+		}
+		msg := rf.Error
+		if msg == "" {
+			msg = "the recipient answered with a failure"
+		}
+		return b.retry(row, n, transport, code, msg, pre, with(extra, "recipientResult", true), rf.Raw, false)
+	}
+}
+
+// retry records a failed attempt n of row: queued for the next attempt on
+// the schedule (at once when immediate), or dead_letter when code is not
+// retryable or the attempts are used up. pre are events to write first in
+// the same append. The caller holds the nonce's lock.
+func (b *Bus) retry(row tracing.MessageRow, n int, transport, code, msg string, pre []tracing.Event, extra map[string]any, result []byte, immediate bool) error {
+	now := b.clock()
+	count := row.RetryCount + 1
+	if !Retryable(code) || count >= row.MaxRetries {
+		if len(result) == 0 {
+			result = wire.FailureResult(row.Nonce, code, msg, now, nil)
+		}
+		ev := event(row, tracing.DeadLetter, transport, n)
+		ev.Details = tracing.Details{ErrorCode: code, Error: msg, RetryCount: &count, Result: result,
+			LatencyMs: latencyMs(row, now), Extra: extra}
+		if err := b.append(append(pre, ev)...); err != nil {
+			return err
+		}
+		b.forget(row.Nonce)
+		b.m.deadLetters.Inc()
+		b.m.outcomes.WithLabelValues(string(tracing.DeadLetter)).Inc()
+		b.lg.Info("message dead-lettered", "nonce", row.Nonce, "id", row.ID, "code", code, "attempts", count)
+		b.notifySender(row, tracing.DeadLetter, result)
+		return nil
+	}
+	next := now.Add(b.Delay(row.Nonce, count))
+	if immediate {
+		next = now
+	}
+	ev := event(row, tracing.Queued, transportBus, n)
+	ev.Details = tracing.Details{ErrorCode: code, Error: msg, Retryable: true, RetryCount: &count,
+		NextRetryAt: next.UnixMilli(), Extra: extra}
+	if err := b.append(append(pre, ev)...); err != nil {
+		return err
+	}
+	b.m.retries.Inc()
+	return nil
+}
+
+// lateResult takes a result for a bus message that no attempt of this
+// process waits for: a delivered message (recovered after a restart, timed
+// out, or accepted asynchronously) is settled with it.
+func (b *Bus) lateResult(beamID string, rf *wire.ResultFrame) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	unlock := b.lock(rf.Nonce)
+	defer unlock()
+	row, ok, err := b.message(ctx, rf.Nonce)
+	if err != nil || !ok {
+		return false
+	}
+	if row.Recipient != beamID || row.Status != tracing.Delivered {
+		b.lg.Info("late result for a bus message ignored", "nonce", rf.Nonce, "from", beamID, "status", row.Status)
+		return true
+	}
+	n, err := b.attemptOf(ctx, rf.Nonce)
+	if err != nil {
+		b.lg.Warn("late result: read attempt", "nonce", rf.Nonce, "err", err)
+		return true
+	}
+	if err := b.applyResult(row, n, transportWS, rf, map[string]any{"lateResult": true}); err != nil {
+		b.lg.Warn("late result: record", "nonce", rf.Nonce, "err", err)
+	}
+	return true
+}
+
+// forget drops a nonce from the recovered set.
+func (b *Bus) forget(nonce string) {
+	b.mu.Lock()
+	delete(b.recovered, nonce)
+	b.mu.Unlock()
+}
+
+// RecoveryReport says what Recover did.
+type RecoveryReport struct {
+	// Requeued counts received and dispatched messages requeued at once.
+	Requeued int `json:"requeued"`
+	// AwaitingResult counts delivered messages (not accepted
+	// asynchronously) whose result may still arrive until their deadline.
+	AwaitingResult int `json:"awaitingResult"`
+}
+
+// Recover applies the restart rules (seed 003) to the messages a previous
+// process left: received and dispatched ones are requeued at once with the
+// same nonce (retry_count kept); queued ones keep next_retry_at; delivered,
+// acked, failed and dead_letter ones are unchanged. Delivered messages that
+// still wait for a WebSocket result get DeliveryTimeout from their delivery
+// to receive it; after that Tick retries them as TIMEOUT. Run it before
+// serving.
+func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
+	var rep RecoveryReport
+	nonces, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE status IN ('received','validated','dispatched') ORDER BY created_at`)
+	if err != nil {
+		return rep, fmt.Errorf("bus recover: %w", err)
+	}
+	var errs []error
+	for _, nonce := range nonces {
+		unlock := b.lock(nonce)
+		row, ok, err := b.message(ctx, nonce)
+		if err == nil && ok && (row.Status == tracing.Received || row.Status == tracing.Validated || row.Status == tracing.Dispatched) {
+			n, _ := b.attemptOf(ctx, nonce)
+			ev := event(row, tracing.Queued, "recovery", n)
+			ev.Details = tracing.Details{NextRetryAt: b.nowMs(), Error: "Recovered after a restart",
+				Extra: map[string]any{"recoveryAction": "requeued_after_restart", "previousState": string(row.Status)}}
+			if err = b.append(ev); err == nil {
+				rep.Requeued++
+			}
+		}
+		unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	rows, err := b.log.ReadDB().QueryContext(ctx, `SELECT nonce, COALESCE(delivered_at, updated_at) FROM beam_messages WHERE status = 'delivered'`)
+	if err != nil {
+		return rep, fmt.Errorf("bus recover: %w", err)
+	}
+	type pending struct {
+		nonce string
+		at    float64
+	}
+	var delivered []pending
+	for rows.Next() {
+		var p pending
+		if err := rows.Scan(&p.nonce, &p.at); err != nil {
+			rows.Close()
+			return rep, fmt.Errorf("bus recover: %w", err)
+		}
+		delivered = append(delivered, p)
+	}
+	rows.Close()
+	for _, p := range delivered {
+		last, err := b.lastDetails(ctx, p.nonce)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if last.Extra["asyncAccepted"] == true {
+			continue
+		}
+		b.mu.Lock()
+		b.recovered[p.nonce] = time.UnixMicro(int64(p.at * 1e6)).Add(b.cfg.DeliveryTimeout)
+		b.mu.Unlock()
+		rep.AwaitingResult++
+	}
+	b.lg.Info("bus recovery", "requeued", rep.Requeued, "awaitingResult", rep.AwaitingResult)
+	return rep, errors.Join(errs...)
+}
+
+// Tick runs one round of the worker: expired poll leases go back to
+// queued (the attempt counted), recovered deliveries past their deadline
+// are retried as TIMEOUT, and due queued messages are attempted. Start calls
+// it every TickInterval; tests call it after moving the clock.
+func (b *Bus) Tick(ctx context.Context) error {
+	now := b.clock()
+	var errs []error
+	expired, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE status = 'dispatched'
+		AND lease_expires_at IS NOT NULL AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, secs(now), b.cfg.Batch)
+	if err != nil {
+		return fmt.Errorf("bus tick: %w", err)
+	}
+	for _, nonce := range expired {
+		if err := b.expireLease(ctx, nonce); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.mu.Lock()
+	var overdue []string
+	for nonce, dl := range b.recovered {
+		if !now.Before(dl) {
+			overdue = append(overdue, nonce)
+		}
+	}
+	b.mu.Unlock()
+	for _, nonce := range overdue {
+		if err := b.timeoutRecovered(ctx, nonce); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	due, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE status = 'queued'
+		AND next_retry_at IS NOT NULL AND next_retry_at <= ? ORDER BY priority DESC, created_at LIMIT ?`, secs(now), b.cfg.Batch)
+	if err != nil {
+		return fmt.Errorf("bus tick: %w", err)
+	}
+	for _, nonce := range due {
+		if _, err := b.attempt(ctx, nonce); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// expireLease returns a leased message whose lease ran out to queued, due
+// at once, with the attempt counted (or dead-letters it).
+func (b *Bus) expireLease(ctx context.Context, nonce string) error {
+	unlock := b.lock(nonce)
+	defer unlock()
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil || !ok {
+		return err
+	}
+	if row.Status != tracing.Dispatched || row.LeaseExpiresAt == nil || *row.LeaseExpiresAt > secs(b.clock()) {
+		return nil
+	}
+	n, err := b.attemptOf(ctx, nonce)
+	if err != nil {
+		return err
+	}
+	b.m.leasesExpired.Inc()
+	return b.retry(row, n, transportPoll, CodeLeaseExpired, "poll lease expired without an ack", nil,
+		map[string]any{"expiredLease": row.LeaseOwner}, nil, true)
+}
+
+// timeoutRecovered retries a message recovered as delivered whose result
+// did not come in time.
+func (b *Bus) timeoutRecovered(ctx context.Context, nonce string) error {
+	b.forget(nonce)
+	unlock := b.lock(nonce)
+	defer unlock()
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil || !ok || row.Status != tracing.Delivered {
+		return err
+	}
+	last, err := b.lastDetails(ctx, nonce)
+	if err != nil {
+		return err
+	}
+	if last.Extra["asyncAccepted"] == true {
+		return nil
+	}
+	n, err := b.attemptOf(ctx, nonce)
+	if err != nil {
+		return err
+	}
+	return b.retry(row, n, "recovery", directory.CodeTimeout, "No result from "+row.Recipient+" after the directory restarted", nil,
+		map[string]any{"recoveryAction": "timeout_after_restart"}, nil, false)
+}
+
+// AgentConnected delivers the messages waiting for beamID. The directory
+// calls it when the agent attaches a session.
+func (b *Bus) AgentConnected(beamID string) { b.kickDrain(beamID) }
+
+// kickDrain runs drain for recipient in the background, at most once at a
+// time per recipient (a request during a run makes it run again).
+func (b *Bus) kickDrain(recipient string) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	if _, running := b.draining[recipient]; running {
+		b.draining[recipient] = true
+		b.mu.Unlock()
+		return
+	}
+	b.draining[recipient] = false
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		for {
+			b.drain(recipient)
+			b.mu.Lock()
+			if !b.draining[recipient] || b.closed {
+				delete(b.draining, recipient)
+				b.mu.Unlock()
+				return
+			}
+			b.draining[recipient] = false
+			b.mu.Unlock()
+		}
+	}()
+}
+
+// drain attempts the queued messages of an online recipient that are
+// waiting for it or due, within its in-flight limit.
+func (b *Bus) drain(recipient string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 1000 {
+		if b.isClosed() || !b.dir.Online(recipient) {
+			return
+		}
+		free := b.cfg.PerRecipient - b.activeCount(recipient)
+		if free <= 0 {
+			return
+		}
+		nonces, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE recipient = ? AND status = 'queued'
+			AND (next_retry_at IS NULL OR next_retry_at <= ?) ORDER BY priority DESC, created_at LIMIT ?`,
+			recipient, secs(b.clock()), free)
+		if err != nil {
+			b.lg.Warn("bus drain", "recipient", recipient, "err", err)
+			return
+		}
+		started := 0
+		for _, nonce := range nonces {
+			ok, err := b.attempt(ctx, nonce)
+			if err != nil {
+				b.lg.Warn("bus drain attempt", "nonce", nonce, "err", err)
+			}
+			if ok {
+				started++
+			}
+		}
+		if started == 0 {
+			return
+		}
+	}
+}
+
+// Requeue moves a dead-lettered or failed message back to queued with its
+// retry count reset and the same nonce, and delivers it at once when its
+// recipient is online. It returns ErrNotFound or a *StateError.
+func (b *Bus) Requeue(ctx context.Context, messageID string) error {
+	nonce, ok, err := b.nonceOfID(ctx, messageID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	unlock := b.lock(nonce)
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil || !ok {
+		unlock()
+		if err == nil {
+			err = ErrNotFound
+		}
+		return err
+	}
+	if row.Status != tracing.DeadLetter && row.Status != tracing.Failed {
+		unlock()
+		return &StateError{MessageID: messageID, Status: row.Status, Op: "requeue (only dead_letter or failed)"}
+	}
+	zero := 0
+	n, _ := b.attemptOf(ctx, nonce)
+	ev := event(row, tracing.Queued, transportBus, n)
+	ev.Details = tracing.Details{RetryCount: &zero, Extra: map[string]any{"requeued": true, "previousState": string(row.Status)}}
+	err = b.append(ev)
+	unlock()
+	if err != nil {
+		return err
+	}
+	b.m.requeues.Inc()
+	b.lg.Info("message requeued", "id", messageID, "nonce", nonce, "previousState", row.Status)
+	_, err = b.attempt(ctx, nonce)
+	return err
+}
+
+// claimLeases hands out up to limit queued messages of agent under one new
+// poll lease: each becomes dispatched (transport poll) with the lease owner
+// and expiry recorded, and counts as an attempt.
+func (b *Bus) claimLeases(ctx context.Context, agent string, limit int, lease time.Duration) ([]tracing.MessageRow, error) {
+	now := b.clock()
+	nonces, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE recipient = ? AND status = 'queued'
+		AND (next_retry_at IS NULL OR next_retry_at <= ?) ORDER BY priority DESC, created_at LIMIT ?`, agent, secs(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	leaseID := newLeaseID()
+	exp := now.Add(lease)
+	var out []tracing.MessageRow
+	for _, nonce := range nonces {
+		row, ok, err := b.claimOne(ctx, nonce, leaseID, exp, lease)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out = append(out, row)
+		}
+	}
+	return out, nil
+}
+
+func (b *Bus) claimOne(ctx context.Context, nonce, leaseID string, exp time.Time, lease time.Duration) (tracing.MessageRow, bool, error) {
+	unlock := b.lock(nonce)
+	defer unlock()
+	row, ok, err := b.message(ctx, nonce)
+	if err != nil || !ok || row.Status != tracing.Queued || (row.NextRetryAt != nil && *row.NextRetryAt > secs(b.clock())) {
+		return tracing.MessageRow{}, false, err
+	}
+	n, err := b.attemptOf(ctx, nonce)
+	if err != nil {
+		return tracing.MessageRow{}, false, err
+	}
+	ev := event(row, tracing.Dispatched, transportPoll, n+1)
+	ev.Details = tracing.Details{LeaseOwner: leaseID, LeaseExpiresAt: exp.UnixMilli(), TimeoutMs: lease.Milliseconds()}
+	if err := b.append(ev); err != nil {
+		return tracing.MessageRow{}, false, err
+	}
+	b.m.attempts.WithLabelValues(transportPoll).Inc()
+	row, ok, err = b.message(ctx, nonce)
+	return row, ok, err
+}
+
+func newLeaseID() string {
+	var raw [12]byte
+	_, _ = rand.Read(raw[:])
+	return "lease_" + hex.EncodeToString(raw[:])
+}
+
+// selectNonces runs a query returning one nonce column.
+func (b *Bus) selectNonces(ctx context.Context, query string, args ...any) ([]string, error) {
+	var out []string
+	if err := b.log.ReadDB().SelectContext(ctx, &out, query, args...); err != nil {
+		return nil, fmt.Errorf("select messages: %w", err)
+	}
+	return out, nil
+}
+
+func latencyMs(row tracing.MessageRow, now time.Time) *int64 {
+	ms := now.Sub(time.UnixMicro(int64(row.CreatedAt * 1e6))).Milliseconds()
+	if ms < 0 {
+		ms = 0
+	}
+	return &ms
+}
+
+func with(extra map[string]any, key string, v any) map[string]any {
+	out := make(map[string]any, len(extra)+1)
+	for k, x := range extra {
+		out[k] = x
+	}
+	out[key] = v
+	return out
+}
+
+// objectOrNil returns raw when it is a JSON object, else nil.
+func objectOrNil(raw json.RawMessage) json.RawMessage {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return raw
+		}
+		return nil
+	}
+	return nil
+}
