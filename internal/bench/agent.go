@@ -1,0 +1,334 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/beamdir/beam/agents/wire"
+)
+
+// maxResponse bounds an HTTP response body bench reads.
+const maxResponse = 1 << 20
+
+// Agent is one registered agent with its own key.
+type Agent struct {
+	// BeamID is the agent's Beam ID.
+	BeamID string
+	// Public and Private are its Ed25519 keys.
+	Public  ed25519.PublicKey
+	Private ed25519.PrivateKey
+	// APIKey is the key the directory returned at registration.
+	APIKey string
+}
+
+// apiError is a non-2xx answer of the directory.
+type apiError struct {
+	Status int
+	Code   string
+	Msg    string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Msg)
+}
+
+// readAPIError builds an apiError from a response body.
+func readAPIError(status int, body []byte) *apiError {
+	var v struct {
+		Error     string `json:"error"`
+		ErrorCode string `json:"errorCode"`
+	}
+	_ = json.Unmarshal(body, &v)
+	if v.ErrorCode == "" {
+		v.ErrorCode = fmt.Sprintf("HTTP_%d", status)
+	}
+	if v.Error == "" {
+		v.Error = strings.TrimSpace(string(body))
+		if len(v.Error) > 200 {
+			v.Error = v.Error[:200]
+		}
+	}
+	return &apiError{Status: status, Code: v.ErrorCode, Msg: v.Error}
+}
+
+// register creates a key pair for beamID and registers it with the
+// directory at base.
+func register(ctx context.Context, hc *http.Client, base, beamID, org string) (*Agent, error) {
+	pub, priv, err := wire.GenerateKey()
+	if err != nil {
+		return nil, fmt.Errorf("register %s: %w", beamID, err)
+	}
+	body, err := json.Marshal(map[string]any{
+		"beamId":       beamID,
+		"displayName":  "bench " + strings.SplitN(beamID, "@", 2)[0],
+		"capabilities": []string{"bench.echo"},
+		"publicKey":    wire.EncodePublicKey(pub),
+		"org":          org,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register %s: %w", beamID, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/agents/register", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("register %s: %w", beamID, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("register %s: %w", beamID, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return nil, fmt.Errorf("register %s: read response: %w", beamID, err)
+	}
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("register %s: %w", beamID, readAPIError(resp.StatusCode, b))
+	}
+	var v struct {
+		APIKey string `json:"apiKey"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || v.APIKey == "" {
+		return nil, fmt.Errorf("register %s: response carries no apiKey: %.200s", beamID, b)
+	}
+	return &Agent{BeamID: beamID, Public: pub, Private: priv, APIKey: v.APIKey}, nil
+}
+
+// registerMany registers n agents named prefix-<i>@org with at most
+// parallel registrations in flight.
+func registerMany(ctx context.Context, hc *http.Client, base, org, prefix string, n, parallel int) ([]*Agent, error) {
+	out := make([]*Agent, n)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	next := make(chan int)
+	for range max(1, min(parallel, n)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				a, err := register(ctx, hc, base, fmt.Sprintf("%s-%d@%s.%s", prefix, i, org, wire.BeamDomain), org)
+				if err != nil {
+					errOnce.Do(func() { first = err; cancel() })
+					continue
+				}
+				out[i] = a
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("register agents: %w", err)
+	}
+	return out, nil
+}
+
+// wsEnvelope is a message on an agent's WebSocket, both directions.
+type wsEnvelope struct {
+	Type            string          `json:"type"`
+	Frame           json.RawMessage `json:"frame,omitempty"`
+	SenderPublicKey string          `json:"senderPublicKey,omitempty"`
+	Nonce           string          `json:"nonce,omitempty"`
+	ErrorCode       string          `json:"errorCode,omitempty"`
+	Message         string          `json:"message,omitempty"`
+}
+
+// wsURL turns the directory's base URL into its WebSocket URL for a.
+func wsURL(base string, a *Agent) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("directory url %q: %w", base, err)
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("directory url %q: want http or https", base)
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + "/ws"
+	u.RawQuery = url.Values{"beamId": {a.BeamID}, "apiKey": {a.APIKey}}.Encode()
+	return u.String(), nil
+}
+
+// dial opens a's WebSocket session with its API key and waits for the
+// directory's "connected" message.
+func dial(ctx context.Context, hc *http.Client, base string, a *Agent) (*websocket.Conn, error) {
+	u, err := wsURL(base, a)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", a.BeamID, err)
+	}
+	conn.SetReadLimit(maxResponse)
+	_, data, err := conn.Read(ctx)
+	if err != nil {
+		_ = conn.CloseNow()
+		return nil, fmt.Errorf("connect %s: waiting for connected: %w", a.BeamID, err)
+	}
+	var env wsEnvelope
+	if json.Unmarshal(data, &env) != nil || env.Type != "connected" {
+		_ = conn.CloseNow()
+		return nil, fmt.Errorf("connect %s: unexpected first message %.200q", a.BeamID, data)
+	}
+	return conn, nil
+}
+
+// writeEnvelope writes {"type":typ,"frame":frame} keeping frame's bytes.
+func writeEnvelope(ctx context.Context, conn *websocket.Conn, typ string, frame []byte) error {
+	b := make([]byte, 0, len(frame)+len(typ)+22)
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","frame":`...)
+	b = append(b, frame...)
+	b = append(b, '}')
+	return conn.Write(ctx, websocket.MessageText, b)
+}
+
+// Fleet is the set of agents of one run: senders, recipients (which answer
+// every intent) and idle agents.
+type Fleet struct {
+	// Org is the organization every agent of the run belongs to.
+	Org string
+	// Senders send the intents; Recipients answer them.
+	Senders, Recipients []*Agent
+
+	base  string
+	hc    *http.Client
+	keys  map[string]ed25519.PublicKey
+	stats *Recorder // recipient-side failures (bad signatures…)
+
+	mu    sync.Mutex
+	conns []*websocket.Conn
+	wg    sync.WaitGroup
+	ctx   context.Context
+	stop  context.CancelFunc
+	idle  int
+	rxErr int64
+}
+
+// Key returns the public key of an agent of the fleet.
+func (f *Fleet) Key(beamID string) (ed25519.PublicKey, bool) {
+	k, ok := f.keys[beamID]
+	return k, ok
+}
+
+// track remembers conn so Close closes it.
+func (f *Fleet) track(conn *websocket.Conn) {
+	f.mu.Lock()
+	f.conns = append(f.conns, conn)
+	f.mu.Unlock()
+}
+
+// Close closes every connection of the fleet and waits for its readers.
+func (f *Fleet) Close() {
+	f.stop()
+	f.mu.Lock()
+	conns := f.conns
+	f.conns = nil
+	f.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close(websocket.StatusNormalClosure, "bench done")
+	}
+	f.wg.Wait()
+}
+
+// IdleConnected returns how many idle agents are connected.
+func (f *Fleet) IdleConnected() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.idle
+}
+
+// RecipientErrors returns how many delivered intents a recipient could not
+// verify or answer.
+func (f *Fleet) RecipientErrors() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rxErr
+}
+
+// serveRecipient reads a's session and answers every intent with a signed
+// success result after verifying the intent's signature against the key
+// the fleet registered for its sender.
+func (f *Fleet) serveRecipient(conn *websocket.Conn, a *Agent, clock func() time.Time) {
+	defer f.wg.Done()
+	for {
+		_, data, err := conn.Read(f.ctx)
+		if err != nil {
+			return
+		}
+		var env wsEnvelope
+		if err := json.Unmarshal(data, &env); err != nil || env.Type != "intent" {
+			continue
+		}
+		if err := f.answer(f.ctx, conn, a, env, clock); err != nil {
+			f.mu.Lock()
+			f.rxErr++
+			f.mu.Unlock()
+		}
+	}
+}
+
+// resultPayload is what a recipient answers with.
+var resultPayload = json.RawMessage(`{"ok":true}`)
+
+func (f *Fleet) answer(ctx context.Context, conn *websocket.Conn, a *Agent, env wsEnvelope, clock func() time.Time) error {
+	fr, err := wire.DecodeIntentFrame(env.Frame)
+	if err != nil {
+		return err
+	}
+	pub, ok := f.keys[fr.From]
+	if !ok {
+		// Not one of ours: fall back to the key the directory vouches for.
+		if pub, err = wire.ParsePublicKey(env.SenderPublicKey); err != nil {
+			return err
+		}
+	}
+	if fr.To != a.BeamID {
+		return fmt.Errorf("intent for %s delivered to %s", fr.To, a.BeamID)
+	}
+	if err := fr.Verify(pub); err != nil {
+		return err
+	}
+	lat := int64(0)
+	res, err := wire.Result{Success: true, Nonce: fr.Nonce, Payload: resultPayload, Latency: &lat}.Build(clock(), a.Private)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return writeEnvelope(wctx, conn, "result", res)
+}

@@ -1,0 +1,461 @@
+package bench
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds of a run's configuration.
+const (
+	MaxCount        = 100_000_000
+	MaxConcurrency  = 10_000
+	MaxAgents       = 1_000
+	MaxIdleAgents   = 100_000
+	MaxPayloadBytes = 32 << 10
+)
+
+// Config describes one run.
+type Config struct {
+	// URL is the directory's base URL, e.g. http://127.0.0.1:3100.
+	URL string
+	// Mode is how intents are sent (ws, http, …).
+	Mode Mode
+	// Count is the number of intents of a burn-down run.
+	Count int
+	// Concurrency is how many intents are in flight at most.
+	Concurrency int
+	// Rate, when positive, makes the run steady-rate: Rate intents per
+	// second for Duration, at most Concurrency in flight. Latency is then
+	// measured from each intent's scheduled time, so a server that falls
+	// behind shows it.
+	Rate     float64
+	Duration time.Duration
+	// Warmup intents are sent before the measurement and not counted.
+	Warmup int
+	// Senders and Recipients are how many agents send and answer
+	// (defaults: min(Concurrency, 8) each).
+	Senders, Recipients int
+	// IdleAgents are registered and connected, then left idle for the whole
+	// run; the server's RSS is sampled once they are all connected.
+	IdleAgents int
+	// RegisterParallel bounds concurrent registrations (default 16).
+	RegisterParallel int
+	// PayloadBytes is the size of the filler string in each intent's
+	// payload (default 64).
+	PayloadBytes int
+	// Timeout bounds each intent (default 35 s).
+	Timeout time.Duration
+	// Org is the organization of every agent (default bench<random>).
+	Org string
+	// ServerPID, when positive, is the server's process, read from /proc
+	// for CPU per intent and RSS.
+	ServerPID int
+	// Clock is the time source for frame timestamps; nil means time.Now.
+	Clock func() time.Time
+	// Logger receives progress logs; nil discards them.
+	Logger *slog.Logger
+
+	payloadJSON json.RawMessage
+}
+
+// withDefaults fills in defaults and checks bounds.
+func (c Config) withDefaults() (Config, error) {
+	if c.URL == "" {
+		return c, errors.New("bench: no directory URL")
+	}
+	c.URL = strings.TrimRight(c.URL, "/")
+	if c.Mode == "" {
+		c.Mode = ModeWS
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	if c.Concurrency > MaxConcurrency {
+		return c, fmt.Errorf("bench: concurrency %d exceeds %d", c.Concurrency, MaxConcurrency)
+	}
+	if c.Count < 0 || c.Count > MaxCount {
+		return c, fmt.Errorf("bench: count %d out of range 0..%d", c.Count, MaxCount)
+	}
+	if c.Rate < 0 {
+		return c, fmt.Errorf("bench: negative rate %v", c.Rate)
+	}
+	if c.Rate > 0 {
+		if c.Duration <= 0 {
+			return c, errors.New("bench: a steady-rate run needs a duration")
+		}
+		n := c.Rate * c.Duration.Seconds()
+		if n > MaxCount {
+			return c, fmt.Errorf("bench: rate × duration = %.0f intents exceeds %d", n, MaxCount)
+		}
+		c.Count = int(n)
+	}
+	if c.Senders <= 0 {
+		c.Senders = min(c.Concurrency, 8)
+	}
+	if c.Recipients <= 0 {
+		c.Recipients = min(c.Concurrency, 8)
+	}
+	if c.Senders > MaxAgents || c.Recipients > MaxAgents {
+		return c, fmt.Errorf("bench: at most %d senders and %d recipients", MaxAgents, MaxAgents)
+	}
+	if c.IdleAgents < 0 || c.IdleAgents > MaxIdleAgents {
+		return c, fmt.Errorf("bench: idle agents %d out of range 0..%d", c.IdleAgents, MaxIdleAgents)
+	}
+	if c.Warmup < 0 || c.Warmup > MaxCount {
+		return c, fmt.Errorf("bench: warmup %d out of range", c.Warmup)
+	}
+	if c.RegisterParallel <= 0 {
+		c.RegisterParallel = 16
+	}
+	if c.PayloadBytes == 0 {
+		c.PayloadBytes = 64
+	}
+	if c.PayloadBytes < 0 || c.PayloadBytes > MaxPayloadBytes {
+		return c, fmt.Errorf("bench: payload bytes %d out of range 0..%d", c.PayloadBytes, MaxPayloadBytes)
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 35 * time.Second
+	}
+	if c.Org == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.Org = "bench" + hex.EncodeToString(b)
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	p, err := json.Marshal(map[string]string{"task": "bench", "fill": strings.Repeat("x", c.PayloadBytes)})
+	if err != nil {
+		return c, fmt.Errorf("bench: payload: %w", err)
+	}
+	c.payloadJSON = p
+	return c, nil
+}
+
+func (c Config) payload() json.RawMessage { return c.payloadJSON }
+
+// newHTTPClient returns a client that keeps enough idle connections to the
+// one directory for conns requests in flight.
+func newHTTPClient(conns int) *http.Client {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns + 16,
+		MaxIdleConnsPerHost: conns + 16,
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   false,
+	}
+	return &http.Client{Transport: tr}
+}
+
+// Run registers the fleet, connects it, runs the configured load and
+// returns its summary. A failed intent counts as an error in the summary;
+// Run itself fails only when the run cannot be set up.
+func Run(ctx context.Context, cfg Config) (*Summary, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	factory, err := factoryFor(cfg.Mode)
+	if err != nil {
+		return nil, err
+	}
+	lg := cfg.Logger
+	hc := newHTTPClient(cfg.Concurrency + cfg.RegisterParallel)
+	defer hc.CloseIdleConnections()
+
+	began := time.Now()
+	fctx, stop := context.WithCancel(context.Background())
+	fleet := &Fleet{Org: cfg.Org, base: cfg.URL, hc: hc, keys: map[string]ed25519.PublicKey{}, ctx: fctx, stop: stop}
+	defer fleet.Close()
+	lg.Info("registering agents", "senders", cfg.Senders, "recipients", cfg.Recipients, "org", cfg.Org)
+	if fleet.Senders, err = registerMany(ctx, hc, cfg.URL, cfg.Org, "s", cfg.Senders, cfg.RegisterParallel); err != nil {
+		return nil, err
+	}
+	if fleet.Recipients, err = registerMany(ctx, hc, cfg.URL, cfg.Org, "r", cfg.Recipients, cfg.RegisterParallel); err != nil {
+		return nil, err
+	}
+	for _, a := range append(append([]*Agent(nil), fleet.Senders...), fleet.Recipients...) {
+		fleet.keys[a.BeamID] = a.Public
+	}
+	for _, a := range fleet.Recipients {
+		conn, err := dial(ctx, hc, cfg.URL, a)
+		if err != nil {
+			return nil, err
+		}
+		fleet.track(conn)
+		fleet.wg.Add(1)
+		go fleet.serveRecipient(conn, a, cfg.Clock)
+	}
+
+	sum := &Summary{
+		Mode: cfg.Mode, Count: cfg.Count, Concurrency: cfg.Concurrency,
+		Senders: cfg.Senders, Recipients: cfg.Recipients, IdleAgents: cfg.IdleAgents,
+		PayloadBytes: cfg.PayloadBytes, ErrorCodes: map[string]int64{},
+	}
+	if cfg.Rate > 0 {
+		sum.Rate, sum.DurationS = cfg.Rate, cfg.Duration.Seconds()
+	}
+	if cfg.ServerPID > 0 {
+		pid := cfg.ServerPID
+		sum.ServerPID = &pid
+	}
+
+	if cfg.IdleAgents > 0 {
+		lg.Info("registering idle agents", "n", cfg.IdleAgents, "parallel", cfg.RegisterParallel)
+		t0 := time.Now()
+		if err := connectIdle(ctx, fleet, cfg); err != nil {
+			return nil, err
+		}
+		sum.IdleConnectS = round3(time.Since(t0).Seconds())
+		if cfg.ServerPID > 0 {
+			if s, err := settledRSS(ctx, cfg.ServerPID); err == nil {
+				v := mb(s.RSS)
+				sum.ServerRSSIdleMB = &v
+			} else {
+				sum.Notes = append(sum.Notes, "idle RSS: "+err.Error())
+			}
+		}
+		lg.Info("idle agents connected", "n", fleet.IdleConnected(), "seconds", sum.IdleConnectS)
+	}
+
+	driver, err := factory(ctx, &Env{URL: cfg.URL, Fleet: fleet, HTTP: hc, Config: cfg, Clock: cfg.Clock})
+	if err != nil {
+		return nil, fmt.Errorf("mode %s: %w", cfg.Mode, err)
+	}
+	defer driver.Close()
+	sum.SetupS = round3(time.Since(began).Seconds())
+
+	if cfg.Warmup > 0 && cfg.Count > 0 {
+		lg.Info("warming up", "intents", cfg.Warmup)
+		burnDown(ctx, driver, fleet, cfg, cfg.Warmup, NewRecorder())
+	}
+
+	var before ProcSample
+	if cfg.ServerPID > 0 {
+		if before, err = ReadProc(cfg.ServerPID); err != nil {
+			sum.Notes = append(sum.Notes, "server process: "+err.Error())
+		}
+	}
+	self, selfErr := ReadProc(os.Getpid())
+	rec := NewRecorder()
+	t0 := time.Now()
+	if cfg.Count > 0 {
+		lg.Info("running", "mode", cfg.Mode, "count", cfg.Count, "concurrency", cfg.Concurrency, "rate", cfg.Rate)
+		if cfg.Rate > 0 {
+			steadyRate(ctx, driver, fleet, cfg, rec)
+		} else {
+			burnDown(ctx, driver, fleet, cfg, cfg.Count, rec)
+		}
+	}
+	elapsed := time.Since(t0)
+	lat := rec.Snapshot()
+	sum.fill(lat, elapsed)
+	if selfAfter, err := ReadProc(os.Getpid()); err == nil && selfErr == nil && lat.OK+lat.Errors > 0 {
+		v := round3(float64(selfAfter.CPU-self.CPU) / float64(time.Millisecond) / float64(lat.OK+lat.Errors))
+		sum.ClientCPUmsPerIntent = &v
+	}
+	if cfg.ServerPID > 0 && !before.At.IsZero() {
+		after, err := ReadProc(cfg.ServerPID)
+		if err != nil {
+			sum.Notes = append(sum.Notes, "server process: "+err.Error())
+		} else {
+			sum.setServer(before, after, lat.OK+lat.Errors)
+		}
+	} else if cfg.ServerPID <= 0 {
+		sum.Notes = append(sum.Notes, "server CPU and RSS not measured: the server's process is unknown (run without --url, or pass --server-pid)")
+	}
+	if n := fleet.RecipientErrors(); n > 0 {
+		sum.RecipientErrors = n
+	}
+	if err := ctx.Err(); err != nil {
+		return sum, fmt.Errorf("bench interrupted: %w", err)
+	}
+	return sum, nil
+}
+
+// pair picks the sender and recipient of the i-th intent so that every
+// sender talks to every recipient.
+func pair(f *Fleet, i int) (*Agent, *Agent) {
+	s := len(f.Senders)
+	return f.Senders[i%s], f.Recipients[(i/s)%len(f.Recipients)]
+}
+
+// sendOne sends one intent and records its outcome, with latency measured
+// from start.
+func sendOne(ctx context.Context, d Driver, f *Fleet, cfg Config, i int, start time.Time, rec *Recorder) {
+	from, to := pair(f, i)
+	ictx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	err := d.Send(ictx, from, to)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return // interrupted, not a failure of the directory
+		}
+		rec.Failure(CodeOf(err))
+		cfg.Logger.Debug("intent failed", "err", err)
+		return
+	}
+	rec.Success(time.Since(start))
+}
+
+// burnDown sends n intents with cfg.Concurrency in flight.
+func burnDown(ctx context.Context, d Driver, f *Fleet, cfg Config, n int, rec *Recorder) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(cfg.Concurrency, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				sendOne(ctx, d, f, cfg, i, time.Now(), rec)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// steadyRate starts cfg.Count intents on a fixed schedule of cfg.Rate per
+// second with at most cfg.Concurrency in flight; latency counts from each
+// intent's scheduled time.
+func steadyRate(ctx context.Context, d Driver, f *Fleet, cfg Config, rec *Recorder) {
+	slots := make(chan struct{}, cfg.Concurrency)
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	start := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i := 0; i < cfg.Count; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(at); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			sendOne(ctx, d, f, cfg, i, at, rec)
+		}(i)
+	}
+	wg.Wait()
+}
+
+// connectIdle registers and connects cfg.IdleAgents agents that only keep
+// their sessions open (answering pings).
+func connectIdle(ctx context.Context, f *Fleet, cfg Config) error {
+	idle, err := registerMany(ctx, f.hc, cfg.URL, cfg.Org, "idle", cfg.IdleAgents, cfg.RegisterParallel)
+	if err != nil {
+		return err
+	}
+	next := make(chan *Agent)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range max(1, min(cfg.RegisterParallel*4, len(idle))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for a := range next {
+				conn, err := dial(ctx, f.hc, cfg.URL, a)
+				if err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+					continue
+				}
+				// CloseRead keeps reading (and answering pings) in the
+				// background; the session only ever carries control frames
+				// now that "connected" was read.
+				conn.CloseRead(f.ctx)
+				f.mu.Lock()
+				f.conns = append(f.conns, conn)
+				f.idle++
+				f.mu.Unlock()
+			}
+		}()
+	}
+	var firstErr error
+feed:
+	for _, a := range idle {
+		select {
+		case next <- a:
+		case err := <-errc:
+			firstErr = err
+			break feed
+		case <-ctx.Done():
+			firstErr = ctx.Err()
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr == nil {
+		select {
+		case firstErr = <-errc:
+		default:
+		}
+	}
+	if firstErr != nil {
+		return fmt.Errorf("connect idle agents: %w", firstErr)
+	}
+	return nil
+}
+
+// settledRSS samples the server until its RSS stops growing (the last
+// sessions' buffers and goroutines settle) or two seconds pass.
+func settledRSS(ctx context.Context, pid int) (ProcSample, error) {
+	prev, err := ReadProc(pid)
+	if err != nil {
+		return prev, err
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return prev, ctx.Err()
+		case <-t.C:
+		}
+		s, err := ReadProc(pid)
+		if err != nil {
+			return prev, err
+		}
+		if s.RSS <= prev.RSS {
+			return s, nil
+		}
+		prev = s
+	}
+	return prev, nil
+}

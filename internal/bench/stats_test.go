@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPercentileNearestRank(t *testing.T) {
+	t.Parallel()
+	var s []time.Duration
+	for i := 1; i <= 100; i++ {
+		s = append(s, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 50*time.Millisecond, Percentile(s, 0.50))
+	require.Equal(t, 90*time.Millisecond, Percentile(s, 0.90))
+	require.Equal(t, 99*time.Millisecond, Percentile(s, 0.99))
+	require.Equal(t, 100*time.Millisecond, Percentile(s, 1))
+	require.Equal(t, 1*time.Millisecond, Percentile(s, 0))
+	require.Equal(t, 1*time.Millisecond, Percentile(s, 0.001))
+	require.Equal(t, time.Duration(0), Percentile(nil, 0.5))
+
+	one := []time.Duration{7 * time.Millisecond}
+	require.Equal(t, 7*time.Millisecond, Percentile(one, 0.5))
+	require.Equal(t, 7*time.Millisecond, Percentile(one, 0.99))
+
+	// Ten samples: p90 is the 9th, p99 the 10th.
+	ten := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	require.Equal(t, time.Duration(9), Percentile(ten, 0.9))
+	require.Equal(t, time.Duration(10), Percentile(ten, 0.99))
+	require.Equal(t, time.Duration(5), Percentile(ten, 0.5))
+}
+
+func TestMean(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, time.Duration(0), Mean(nil))
+	require.Equal(t, 2*time.Millisecond, Mean([]time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}))
+}
+
+func TestRecorderCountsAndSorts(t *testing.T) {
+	t.Parallel()
+	r := NewRecorder()
+	perm := rand.Perm(1000)
+	for _, v := range perm {
+		r.Success(time.Duration(v+1) * time.Microsecond)
+	}
+	r.Failure("TIMEOUT")
+	r.Failure("TIMEOUT")
+	r.Failure("")
+	l := r.Snapshot()
+	require.EqualValues(t, 1000, l.OK)
+	require.EqualValues(t, 3, l.Errors)
+	require.Equal(t, map[string]int64{"TIMEOUT": 2, "UNKNOWN": 1}, l.ErrorCodes)
+	require.Len(t, l.Sorted, 1000)
+	require.IsNonDecreasing(t, l.Sorted)
+	require.Equal(t, 1000*time.Microsecond, l.Max)
+	require.Equal(t, 500*time.Microsecond, Percentile(l.Sorted, 0.5))
+}
+
+func TestRecorderThinsBeyondCap(t *testing.T) {
+	t.Parallel()
+	r := NewRecorder()
+	r.capLimit = 100
+	for i := 1; i <= 1000; i++ {
+		r.Success(time.Duration(i))
+	}
+	l := r.Snapshot()
+	require.EqualValues(t, 1000, l.OK)
+	require.LessOrEqual(t, len(l.Sorted), 100)
+	require.GreaterOrEqual(t, len(l.Sorted), 50)
+	require.Equal(t, time.Duration(1000), l.Max, "max stays exact")
+	// Thinning keeps an even spread: the median stays near the middle.
+	require.InDelta(t, 500, float64(Percentile(l.Sorted, 0.5)), 30)
+}
+
+func TestRecorderBoundsErrorCodes(t *testing.T) {
+	t.Parallel()
+	r := NewRecorder()
+	for i := range 200 {
+		r.Failure(string(rune('A'+i%26)) + string(rune('a'+i/26)))
+	}
+	l := r.Snapshot()
+	require.EqualValues(t, 200, l.Errors)
+	require.LessOrEqual(t, len(l.ErrorCodes), 65)
+	require.Positive(t, l.ErrorCodes["OTHER"])
+}
+
+func TestSummaryFill(t *testing.T) {
+	t.Parallel()
+	r := NewRecorder()
+	for i := 1; i <= 100; i++ {
+		r.Success(time.Duration(i) * time.Millisecond)
+	}
+	r.Failure("X")
+	s := &Summary{ErrorCodes: map[string]int64{}}
+	s.fill(r.Snapshot(), 2*time.Second)
+	require.EqualValues(t, 100, s.OK)
+	require.EqualValues(t, 1, s.Errors)
+	require.InDelta(t, 50.0, s.IntentsPerSecond, 1e-9)
+	require.InDelta(t, 50.0, s.P50ms, 1e-9)
+	require.InDelta(t, 90.0, s.P90ms, 1e-9)
+	require.InDelta(t, 99.0, s.P99ms, 1e-9)
+	require.InDelta(t, 100.0, s.Maxms, 1e-9)
+	require.InDelta(t, 50.5, s.Meanms, 1e-9)
+
+	before := ProcSample{At: time.Unix(100, 0), CPU: 1 * time.Second}
+	after := ProcSample{At: time.Unix(102, 0), CPU: 1500 * time.Millisecond, RSS: 50 << 20, HWM: 80 << 20, Threads: 9}
+	s.setServer(before, after, 1000)
+	require.InDelta(t, 0.5, *s.ServerCPUmsPerIntent, 1e-9)
+	require.InDelta(t, 0.25, *s.ServerCPUUtil, 1e-9)
+	require.InDelta(t, 80.0, *s.ServerRSSMB, 1e-9)
+	require.InDelta(t, 50.0, *s.ServerRSSEndMB, 1e-9)
+}

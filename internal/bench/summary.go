@@ -1,0 +1,155 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Summary is the outcome of a run. Its JSON names intents_per_second,
+// p50_ms, p90_ms, p99_ms, errors, server_cpu_ms_per_intent and
+// server_rss_mb are a stable interface.
+type Summary struct {
+	Mode         Mode    `json:"mode"`
+	Count        int     `json:"count"`
+	Concurrency  int     `json:"concurrency"`
+	Rate         float64 `json:"rate,omitempty"`
+	DurationS    float64 `json:"duration_s,omitempty"`
+	Senders      int     `json:"senders"`
+	Recipients   int     `json:"recipients"`
+	PayloadBytes int     `json:"payload_bytes"`
+
+	OK               int64            `json:"ok"`
+	Errors           int64            `json:"errors"`
+	ErrorCodes       map[string]int64 `json:"error_codes,omitempty"`
+	RecipientErrors  int64            `json:"recipient_errors,omitempty"`
+	ElapsedS         float64          `json:"elapsed_s"`
+	IntentsPerSecond float64          `json:"intents_per_second"`
+	P50ms            float64          `json:"p50_ms"`
+	P90ms            float64          `json:"p90_ms"`
+	P99ms            float64          `json:"p99_ms"`
+	Maxms            float64          `json:"max_ms"`
+	Meanms           float64          `json:"mean_ms"`
+
+	// Server fields are null when the server's process could not be read.
+	ServerPID            *int     `json:"server_pid"`
+	ServerCPUmsPerIntent *float64 `json:"server_cpu_ms_per_intent"`
+	ServerCPUUtil        *float64 `json:"server_cpu_cores,omitempty"`
+	ServerRSSMB          *float64 `json:"server_rss_mb"`
+	ServerRSSEndMB       *float64 `json:"server_rss_end_mb,omitempty"`
+	ServerThreads        *int     `json:"server_threads,omitempty"`
+
+	IdleAgents      int      `json:"idle_agents,omitempty"`
+	IdleConnectS    float64  `json:"idle_connect_s,omitempty"`
+	ServerRSSIdleMB *float64 `json:"server_rss_idle_mb,omitempty"`
+
+	// ClientCPUmsPerIntent is the load generator's own CPU per intent.
+	ClientCPUmsPerIntent *float64 `json:"client_cpu_ms_per_intent,omitempty"`
+
+	SetupS float64  `json:"setup_s"`
+	Notes  []string `json:"notes,omitempty"`
+}
+
+// fill sets the client-side figures from the recorded latencies.
+func (s *Summary) fill(l Latencies, elapsed time.Duration) {
+	s.OK, s.Errors = l.OK, l.Errors
+	for k, v := range l.ErrorCodes {
+		s.ErrorCodes[k] = v
+	}
+	s.ElapsedS = round3(elapsed.Seconds())
+	if elapsed > 0 {
+		s.IntentsPerSecond = math.Round(float64(l.OK)/elapsed.Seconds()*10) / 10
+	}
+	s.P50ms = ms(Percentile(l.Sorted, 0.50))
+	s.P90ms = ms(Percentile(l.Sorted, 0.90))
+	s.P99ms = ms(Percentile(l.Sorted, 0.99))
+	s.Maxms = ms(l.Max)
+	s.Meanms = ms(Mean(l.Sorted))
+}
+
+// setServer sets the server figures from samples taken before and after
+// the measured phase; intents is how many intents the phase sent.
+func (s *Summary) setServer(before, after ProcSample, intents int64) {
+	cpu := after.CPU - before.CPU
+	if intents > 0 {
+		v := round3(float64(cpu) / float64(time.Millisecond) / float64(intents))
+		s.ServerCPUmsPerIntent = &v
+	}
+	if wall := after.At.Sub(before.At); wall > 0 {
+		v := round3(float64(cpu) / float64(wall))
+		s.ServerCPUUtil = &v
+	}
+	hwm, end := mb(after.HWM), mb(after.RSS)
+	s.ServerRSSMB, s.ServerRSSEndMB = &hwm, &end
+	th := after.Threads
+	s.ServerThreads = &th
+}
+
+func mb(b int64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// WriteJSON writes s as one JSON object and a newline.
+func (s *Summary) WriteJSON(w io.Writer) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encode summary: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// WriteTable writes s as a readable table.
+func (s *Summary) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	opt := func(v *float64, unit string) string {
+		if v == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.3g%s", *v, unit)
+	}
+	fmt.Fprintln(tw, "mode\tcount\tconc\tintents/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tsrv cpu ms/intent\tsrv peak rss MB")
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%s\t%s\n",
+		s.Mode, s.Count, s.Concurrency, s.IntentsPerSecond, s.P50ms, s.P90ms, s.P99ms, s.Maxms, s.Errors,
+		opt(s.ServerCPUmsPerIntent, ""), opt(s.ServerRSSMB, ""))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var extra []string
+	if s.Rate > 0 {
+		extra = append(extra, fmt.Sprintf("steady rate %.0f/s for %.0fs", s.Rate, s.DurationS))
+	}
+	extra = append(extra, fmt.Sprintf("%d senders, %d recipients, %.1fs measured, %.1fs setup", s.Senders, s.Recipients, s.ElapsedS, s.SetupS))
+	if s.ServerCPUUtil != nil {
+		extra = append(extra, fmt.Sprintf("server used %.2f cores", *s.ServerCPUUtil))
+	}
+	if s.ClientCPUmsPerIntent != nil {
+		extra = append(extra, fmt.Sprintf("load generator used %.3f ms CPU per intent", *s.ClientCPUmsPerIntent))
+	}
+	if s.IdleAgents > 0 {
+		extra = append(extra, fmt.Sprintf("%d idle agents connected in %.1fs; server RSS with them %s MB", s.IdleAgents, s.IdleConnectS, opt(s.ServerRSSIdleMB, "")))
+	}
+	if len(s.ErrorCodes) > 0 {
+		codes := make([]string, 0, len(s.ErrorCodes))
+		for k, v := range s.ErrorCodes {
+			codes = append(codes, fmt.Sprintf("%s=%d", k, v))
+		}
+		slices.Sort(codes)
+		extra = append(extra, "errors by code: "+strings.Join(codes, " "))
+	}
+	if s.RecipientErrors > 0 {
+		extra = append(extra, fmt.Sprintf("recipients rejected %d deliveries", s.RecipientErrors))
+	}
+	extra = append(extra, s.Notes...)
+	for _, e := range extra {
+		if _, err := fmt.Fprintln(w, "  "+e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
