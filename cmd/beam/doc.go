@@ -5,6 +5,7 @@
 //	beam register              register that agent with a directory
 //	beam send TO INTENT [JSON] send an intent and print the result
 //	beam listen [--echo]       connect an agent and answer its intents
+//	beam peer show-self|add|list|remove   federation peers
 //	beam bench                 load-test a directory and print intents/s, latency, CPU, RSS
 //	beam version               print the version
 //	beam replay                rebuild the projections from the event log

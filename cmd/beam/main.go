@@ -30,6 +30,7 @@ func commands() []command {
 		{"dead-letters", "list dead-lettered bus messages (operator)", runDeadLetters},
 		{"requeue", "requeue a dead-lettered bus message (operator): beam requeue MESSAGE_ID", runRequeue},
 		{"listen", "connect an agent and answer its intents until interrupted", runListen},
+		{"peer", "manage federation peers: beam peer show-self|add|list|remove", runPeer},
 		{"replay", "rebuild the projections from the event log", runReplay},
 		{"trace", "print the events of one intent: beam trace NONCE", runTrace},
 		{"import", "append the intents of a Beam TypeScript database: beam import PATH", runImport},

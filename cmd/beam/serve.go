@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/demo"
 	"github.com/beamdir/beam/internal/server"
 )
@@ -30,6 +32,11 @@ type serveFlags struct {
 
 	secureCookies     bool
 	demo              bool
+	intentCatalog     string
+	domain            string
+	natsListen        string
+	natsURL           string
+	peers             stringList
 	defaultPolicy     string
 	legacyWSIdentity  bool
 	insecureEndpoints bool
@@ -52,6 +59,11 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.drain, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	fs.StringVar(&f.domain, "domain", "", "this directory's federation domain, e.g. acme.beam.directory")
+	fs.StringVar(&f.natsListen, "nats-listen", "", "start the embedded NATS server for federation on HOST:PORT (federation is off without it or --nats-url)")
+	fs.StringVar(&f.natsURL, "nats-url", "", "use an existing NATS deployment for federation instead of the embedded server")
+	fs.Var(&f.peers, "peer", "pin a peer directory: DOMAIN=nats://HOST:PORT#PUBLICKEY as printed by 'beam peer show-self' (repeatable)")
+	fs.StringVar(&f.intentCatalog, "intent-catalog", "", "JSON file of intent types with payload schemas; when set, other intent types are refused (default: any intent type is accepted)")
 	fs.BoolVar(&f.demo, "demo", false, "also run a few built-in demo agents that exchange intents, so the dashboard has something to show")
 	fs.BoolVar(&f.secureCookies, "secure-cookies", false, "mark dashboard session cookies Secure (when served over HTTPS)")
 	fs.StringVar(&f.defaultPolicy, "default-policy", "same-org", "who may send to an agent that has no rule for the sender: same-org, allow or deny")
@@ -112,10 +124,29 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	var catalog *directory.Catalog
+	if f.intentCatalog != "" {
+		if catalog, err = directory.LoadCatalog(f.intentCatalog); err != nil {
+			return err
+		}
+	}
+	var peers []federation.Peer
+	for _, line := range f.peers {
+		p, err := federation.ParsePeerLine(line)
+		if err != nil {
+			return fmt.Errorf("--peer %q: %w", line, err)
+		}
+		peers = append(peers, p)
+	}
 	srv, err := server.New(ctx, server.Config{
-		DataDir:     f.dataDir,
-		Synchronous: f.synchronous,
-		Logger:      logger,
+		IntentCatalog: catalog,
+		Domain:        f.domain,
+		NATSListen:    f.natsListen,
+		NATSURL:       f.natsURL,
+		Peers:         peers,
+		DataDir:       f.dataDir,
+		Synchronous:   f.synchronous,
+		Logger:        logger,
 
 		AdminToken:             os.Getenv("BEAM_ADMIN_TOKEN"),
 		ViewerToken:            os.Getenv("BEAM_VIEWER_TOKEN"),
@@ -146,6 +177,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if tok, generated := srv.ViewerToken(); generated {
 		fmt.Fprintf(stdout, "read-only viewer token (stored in %s/viewer.token, shown once): %s\n", f.dataDir, tok)
+	}
+	if node := srv.Federation(); node != nil {
+		fmt.Fprintf(stdout, "federation: %s\n", node.Self().Line())
 	}
 	fmt.Fprintf(stdout, "beam serving on http://%s\n", ln.Addr())
 	logger.Info("beam serving", "addr", ln.Addr().String(), "dataDir", f.dataDir)

@@ -25,6 +25,7 @@ import (
 	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/tracing"
 	"github.com/beamdir/beam/web"
@@ -71,6 +72,20 @@ type Config struct {
 	// RelayTimeout is the timeout recovery assumes for a delivered intent
 	// that stored none (RELAY_TIMEOUT_MS, 30 s).
 	RelayTimeout time.Duration
+	// Domain is this directory's federation domain, e.g.
+	// acme.beam.directory.
+	Domain string
+	// NATSListen starts the embedded NATS server for federation on
+	// host:port; NATSURL uses an existing NATS deployment instead. Without
+	// either, federation is off.
+	NATSListen string
+	NATSURL    string
+	// Peers are pinned at start (beam serve --peer).
+	Peers []federation.Peer
+
+	// IntentCatalog, when set, restricts intents to its types and checks
+	// their payloads; nil accepts any intent type.
+	IntentCatalog *directory.Catalog
 	// RecoverySweepInterval is how often recovered delivered intents are
 	// checked for expiry (RELAY_RECOVERY_SWEEP_INTERVAL_MS, 5 s).
 	RecoverySweepInterval time.Duration
@@ -92,6 +107,7 @@ type Server struct {
 	agents   *registry.Registry
 	dir      *directory.Directory
 	bus      *bus.Bus
+	fed      *federation.Node
 	registry *prometheus.Registry
 	mux      *http.ServeMux
 	started  time.Time
@@ -218,6 +234,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
+		if s.fed != nil {
+			if err := s.fed.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close federation: %w", err))
+			}
+		}
 		if err := s.bus.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close bus: %w", err))
 		}
@@ -310,7 +331,7 @@ func loadToken(dataDir, name, prefix, configured string) (string, bool, error) {
 
 // openDirectory opens the agent registry and the relay, runs startup
 // recovery (before anything is served) and starts the recovery sweep.
-func (s *Server) openDirectory(ctx context.Context) error {
+func (s *Server) openDirectory(ctx context.Context) (err error) {
 	policy := registry.Policy(s.cfg.DefaultPolicy)
 	if policy == "" {
 		policy = registry.PolicySameOrg
@@ -320,6 +341,17 @@ func (s *Server) openDirectory(ctx context.Context) error {
 	default:
 		return fmt.Errorf("default policy %q: want same-org, allow or deny", s.cfg.DefaultPolicy)
 	}
+	// Everything opened so far is closed again, in reverse, if a later part
+	// fails to start.
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
 	agents, err := registry.Open(ctx, s.log, registry.Config{
 		DefaultPolicy: policy,
 		OperatorAuth: func(r *http.Request) (string, bool) {
@@ -336,6 +368,7 @@ func (s *Server) openDirectory(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open registry: %w", err)
 	}
+	closers = append(closers, func() { _ = agents.Close(context.WithoutCancel(ctx)) })
 	dir, err := directory.New(directory.Config{
 		Log:                   s.log,
 		Registry:              agents,
@@ -347,16 +380,14 @@ func (s *Server) openDirectory(ctx context.Context) error {
 		RelayTimeout:          s.cfg.RelayTimeout,
 		RecoverySweepInterval: s.cfg.RecoverySweepInterval,
 		AllowLegacyWSIdentity: s.cfg.AllowLegacyWSIdentity,
+		Catalog:               s.cfg.IntentCatalog,
 		OperatorAuth:          s.IsOperator,
 	})
 	if err != nil {
-		_ = agents.Close(ctx)
 		return fmt.Errorf("open directory: %w", err)
 	}
-	_, err = dir.Recover(ctx)
-	if err != nil {
-		_ = dir.Close()
-		_ = agents.Close(ctx)
+	closers = append(closers, func() { _ = dir.Close() })
+	if _, err := dir.Recover(ctx); err != nil {
 		return fmt.Errorf("startup recovery: %w", err)
 	}
 	b, err := bus.New(bus.Config{
@@ -366,31 +397,40 @@ func (s *Server) openDirectory(ctx context.Context) error {
 		DeliveryTimeout: s.cfg.BusDeliveryTimeout, TickInterval: s.cfg.BusTickInterval,
 	})
 	if err != nil {
-		_ = dir.Close()
-		_ = agents.Close(ctx)
 		return fmt.Errorf("open message bus: %w", err)
 	}
+	closers = append(closers, func() { _ = b.Close() })
 	if _, err := b.Recover(ctx); err != nil {
-		_ = dir.Close()
-		_ = agents.Close(ctx)
 		return fmt.Errorf("message bus recovery: %w", err)
 	}
+
+	var fedStatus func(context.Context) (any, error)
+	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" {
+		node, err := s.openFederation(ctx, agents, dir)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, func() { _ = node.Close() })
+		s.fed = node
+		fedStatus = node.Status
+	}
+
+	dash, err := web.New(web.Config{
+		Log: s.log, Registry: agents, Directory: dir, Requeue: b.Requeue, Federation: fedStatus,
+		AdminToken: s.adminToken, ViewerToken: s.viewerToken,
+		Clock: s.cfg.Clock, Logger: s.logger, SecureCookies: s.cfg.SecureCookies,
+	})
+	if err != nil {
+		return fmt.Errorf("open dashboard: %w", err)
+	}
+
 	dir.Start(context.WithoutCancel(ctx))
 	b.Start(context.WithoutCancel(ctx))
 	agents.Routes(s.mux)
 	dir.Routes(s.mux)
 	b.Routes(s.mux)
-	s.agents, s.dir, s.bus = agents, dir, b
-
-	dash, err := web.New(web.Config{
-		Log: s.log, Registry: agents, Directory: dir, Requeue: b.Requeue,
-		AdminToken: s.adminToken, ViewerToken: s.viewerToken,
-		Clock: s.cfg.Clock, Logger: s.logger, SecureCookies: s.cfg.SecureCookies,
-	})
-	if err != nil {
-		_ = dir.Close()
-		_ = agents.Close(ctx)
-		return fmt.Errorf("open dashboard: %w", err)
+	if s.fed != nil {
+		s.fed.Routes(s.mux)
 	}
 	dash.Routes(s.mux)
 	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -400,8 +440,39 @@ func (s *Server) openDirectory(ctx context.Context) error {
 		}
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found", "errorCode": "NOT_FOUND"})
 	})
+	s.agents, s.dir, s.bus = agents, dir, b
 	return nil
 }
+
+// openFederation loads (or creates) the directory key and starts the
+// federation node: the embedded NATS server or a client of NATSURL, the
+// pinned peers and the outbox relay.
+func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, dir *directory.Directory) (*federation.Node, error) {
+	if s.cfg.Domain == "" {
+		return nil, errors.New("federation needs --domain")
+	}
+	key, _, err := federation.LoadOrCreateKey(s.cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("directory key: %w", err)
+	}
+	node, err := federation.New(ctx, federation.Config{
+		Domain: s.cfg.Domain, Key: key, Log: s.log, Directory: dir, Registry: agents,
+		NATSListen: s.cfg.NATSListen, NATSURL: s.cfg.NATSURL, Peers: s.cfg.Peers,
+		Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry, OperatorAuth: s.IsOperator,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open federation: %w", err)
+	}
+	if err := node.Start(ctx); err != nil {
+		_ = node.Close()
+		return nil, fmt.Errorf("start federation: %w", err)
+	}
+	s.logger.Info("federation", "self", node.Self().Line(), "peers", len(node.Peers()))
+	return node, nil
+}
+
+// Federation returns the federation node, or nil when federation is off.
+func (s *Server) Federation() *federation.Node { return s.fed }
 
 // mountPprof serves the Go profiles under /debug/pprof/ to operators only.
 func (s *Server) mountPprof() {

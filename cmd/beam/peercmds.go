@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/beamdir/beam/federation"
+)
+
+// runPeer dispatches `beam peer show-self|add|list|remove`.
+func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := func() {
+		fmt.Fprintln(stderr, "usage: beam peer <show-self|add|list|remove> [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "  show-self --data-dir DIR --domain D --nats-listen HOST:PORT   print this directory's peer line")
+		fmt.Fprintln(stderr, "  add LINE      pin a peer in a running directory")
+		fmt.Fprintln(stderr, "  list          list the pinned peers of a running directory")
+		fmt.Fprintln(stderr, "  remove DOMAIN unpin a peer")
+	}
+	if len(args) == 0 {
+		usage()
+		return errUsage
+	}
+	switch args[0] {
+	case "show-self":
+		return runPeerShowSelf(args[1:], stdout, stderr)
+	case "add", "list", "remove":
+		return runPeerRemote(ctx, args[0], args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		usage()
+		return nil
+	default:
+		fmt.Fprintf(stderr, "beam peer: unknown subcommand %q\n", args[0])
+		usage()
+		return errUsage
+	}
+}
+
+// runPeerShowSelf prints DOMAIN=nats://HOST:PORT#PUBLICKEY, creating the
+// directory key when the data directory has none. The output is a stable,
+// scriptable interface: one line, nothing else on stdout.
+func runPeerShowSelf(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("beam peer show-self", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var dataDir, domain, natsListen string
+	fs.StringVar(&dataDir, "data-dir", "./beam-data", "data directory holding the directory key")
+	fs.StringVar(&domain, "domain", "", "this directory's domain, e.g. acme.beam.directory (required)")
+	fs.StringVar(&natsListen, "nats-listen", "", "HOST:PORT where peers reach this directory's NATS server (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if domain == "" || natsListen == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: beam peer show-self --data-dir DIR --domain D --nats-listen HOST:PORT")
+		return errUsage
+	}
+	if err := federation.ValidDomain(domain); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(natsListen); err != nil {
+		return fmt.Errorf("--nats-listen %q: %w", natsListen, err)
+	}
+	priv, _, err := federation.LoadOrCreateKey(dataDir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, federation.SelfLine(domain, natsListen, priv.Public().(ed25519.PublicKey)))
+	return nil
+}
+
+func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("beam peer "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var base, token, dataDir string
+	var asJSON bool
+	fs.StringVar(&base, "url", defaultDirectoryURL, "base URL of the running directory")
+	fs.StringVar(&token, "admin-token", "", "operator token (default: read from --data-dir/admin.token)")
+	fs.StringVar(&dataDir, "data-dir", "./beam-data", "data directory whose admin.token is used when --admin-token is empty")
+	if sub == "list" {
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	want := map[string]int{"add": 1, "list": 0, "remove": 1}[sub]
+	if fs.NArg() != want {
+		switch sub {
+		case "add":
+			fmt.Fprintln(stderr, "usage: beam peer add [--url URL] [--admin-token T] DOMAIN=nats://HOST:PORT#PUBLICKEY")
+		case "remove":
+			fmt.Fprintln(stderr, "usage: beam peer remove [--url URL] [--admin-token T] DOMAIN")
+		default:
+			fmt.Fprintln(stderr, "usage: beam peer list [--url URL] [--admin-token T] [--json]")
+		}
+		return errUsage
+	}
+	if token == "" {
+		b, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+		if err != nil {
+			return fmt.Errorf("no --admin-token and no readable %s: %w", filepath.Join(dataDir, "admin.token"), err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	base = strings.TrimRight(base, "/")
+	var method, path string
+	var body []byte
+	switch sub {
+	case "add":
+		if _, err := federation.ParsePeerLine(fs.Arg(0)); err != nil {
+			return err
+		}
+		method, path = http.MethodPost, "/federation/peers"
+		body, _ = json.Marshal(map[string]string{"line": fs.Arg(0)})
+	case "remove":
+		method, path = http.MethodDelete, "/federation/peers/"+url.PathEscape(fs.Arg(0))
+	default:
+		method, path = http.MethodGet, "/federation/peers"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error     string `json:"error"`
+			ErrorCode string `json:"errorCode"`
+		}
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s: %s (HTTP %d)", e.ErrorCode, e.Error, resp.StatusCode)
+		}
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	switch sub {
+	case "add":
+		fmt.Fprintf(stdout, "pinned %s\n", strings.SplitN(fs.Arg(0), "=", 2)[0])
+	case "remove":
+		fmt.Fprintf(stdout, "removed %s\n", fs.Arg(0))
+	default:
+		if asJSON {
+			_, err := stdout.Write(data)
+			return err
+		}
+		var out struct {
+			Peers []federation.PeerView `json:"peers"`
+		}
+		if err := json.Unmarshal(data, &out); err != nil {
+			return errors.New("unexpected response from the directory")
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DOMAIN\tURL\tLAST CONTACT\tKEY")
+		for _, p := range out.Peers {
+			last := "never"
+			if !p.LastContact.IsZero() {
+				last = p.LastContact.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Domain, p.URL, last, p.PublicKey)
+		}
+		return tw.Flush()
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package federation
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/tracing"
+)
+
+// onMessage takes a message on this directory's subjects. Verification and
+// handling run off the subscription goroutine, at most MaxInbound at once.
+func (n *Node) onMessage(msg *nats.Msg) {
+	select {
+	case n.inbound <- struct{}{}:
+	default:
+		n.m.rejected.WithLabelValues("busy").Inc()
+		n.lg.Warn("inbound federation message dropped: too many in flight", "subject", msg.Subject)
+		return
+	}
+	go func() {
+		defer func() { <-n.inbound }()
+		n.handle(msg)
+	}()
+}
+
+// rejected counts and logs a refused message.
+func (n *Node) rejected(err error, peer string) {
+	reason := RejectMalformed
+	var re *RejectError
+	if errors.As(err, &re) {
+		reason = re.Reason
+	}
+	n.m.rejected.WithLabelValues(reason).Inc()
+	n.lg.Warn("federation message rejected", "reason", reason, "peer", peer, "err", err)
+}
+
+func (n *Node) handle(msg *nats.Msg) {
+	target, originTok, kind, err := parseSubject(msg.Subject)
+	if err != nil || target != Token(n.cfg.Domain) {
+		n.rejected(rejectf(RejectMisaddressed, "subject %q", truncate(msg.Subject)), "")
+		return
+	}
+	n.mu.Lock()
+	peer, ok := n.byToken[originTok]
+	n.mu.Unlock()
+	if !ok {
+		n.rejected(rejectf(RejectUnpinned, "no pinned peer for subject token %q", truncate(originTok)), originTok)
+		return
+	}
+	now := n.clock()
+	m, err := open(msg.Data, n.cfg.Domain, peer, kind, n.pinnedKey, now)
+	if err != nil {
+		n.rejected(err, peer)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), MaxIntentTimeout+time.Minute)
+	defer cancel()
+	if err := n.store.markSeen(ctx, m.ID, peer, time.UnixMilli(m.Expires), now); err != nil {
+		if errors.Is(err, errReplay) {
+			n.rejected(rejectf(RejectReplay, "message %s was already received", m.ID), peer)
+			return
+		}
+		n.lg.Error("record federation message id", "err", err)
+		return
+	}
+	n.contact(peer)
+	n.m.received.WithLabelValues(peer, kind).Inc()
+	var reply *Message
+	switch kind {
+	case KindIntent:
+		reply = n.handleIntent(ctx, peer, m)
+	case KindResolve:
+		reply = n.handleResolve(peer, m)
+	default:
+		n.rejected(rejectf(RejectMisaddressed, "kind %q is not a request", truncate(kind)), peer)
+		return
+	}
+	if msg.Reply == "" {
+		return
+	}
+	now = n.clock()
+	reply.Kind, reply.ID, reply.From, reply.To, reply.Re = KindResult, newID(), n.cfg.Domain, peer, m.ID
+	reply.IssuedAt, reply.Expires = now.UnixMilli(), now.Add(time.Minute).UnixMilli()
+	tok, err := seal(reply, n.cfg.Key)
+	if err != nil {
+		n.lg.Error("seal reply", "err", err)
+		return
+	}
+	if err := msg.Respond(tok); err != nil {
+		n.lg.Warn("reply to peer", "peer", peer, "err", err)
+	}
+}
+
+func errorReply(code, msg string) *Message {
+	return &Message{Status: StatusError, ErrorCode: code, Error: msg}
+}
+
+// handleIntent runs a forwarded intent through this directory's relay (its
+// own policies, nonce rules and lifecycle) and answers with the outcome,
+// after the outcome is committed here.
+func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Message {
+	if m.Hop < 1 || m.Hop > MaxHops {
+		n.rejected(rejectf(RejectHops, "hop %d outside 1..%d", m.Hop, MaxHops), peer)
+		return errorReply(CodeHopLimit, "intent exceeded the federation hop limit")
+	}
+	if slices.Contains(m.Path, n.cfg.Domain) {
+		n.rejected(rejectf(RejectLoop, "path %v already crossed %s", m.Path, n.cfg.Domain), peer)
+		return errorReply(CodeLoop, "intent already crossed "+n.cfg.Domain)
+	}
+	f, err := wire.DecodeIntentFrame([]byte(m.Frame))
+	if err != nil || f.Nonce != m.Nonce {
+		n.rejected(rejectf(RejectMalformed, "frame: %v", err), peer)
+		return errorReply(directory.CodeInvalidIntent, "forwarded frame is not a valid intent for its nonce")
+	}
+	if d, err := DomainOf(f.From); err != nil || d != peer {
+		n.rejected(rejectf(RejectSender, "%s may not forward intents from %s", peer, truncate(f.From)), peer)
+		return errorReply(directory.CodeForbidden, "a directory forwards only its own agents' intents")
+	}
+	if d, err := DomainOf(f.To); err != nil || d != n.cfg.Domain {
+		n.rejected(rejectf(RejectMisaddressed, "recipient %s is not served here", truncate(f.To)), peer)
+		return errorReply(directory.CodeOffline, "recipient "+f.To+" is not served by "+n.cfg.Domain)
+	}
+	pub, err := n.resolveKey(ctx, peer, f.From)
+	if err != nil {
+		n.lg.Warn("resolve sender key", "peer", peer, "sender", f.From, "err", err)
+		return errorReply(CodeSenderUnresolved, "could not resolve the key of "+f.From+" from "+peer)
+	}
+	extra := map[string]any{"peer": peer, "hop": m.Hop, "originEventId": m.EventID}
+	opts := directory.RelayOptions{Origin: directory.OriginFederation, Extra: extra}
+	if f.Signature != "" {
+		if err := f.Verify(pub); err != nil {
+			// Try once more with a fresh key: the agent may have rotated.
+			n.forgetKey(f.From)
+			pub2, e := n.resolveKey(ctx, peer, f.From)
+			if e != nil || f.Verify(pub2) != nil {
+				n.rejected(rejectf(RejectSender, "signature of %s on %s does not verify", f.From, f.Nonce), peer)
+				return errorReply(directory.CodeInvalidIntent, "Signature verification failed")
+			}
+			pub = pub2
+		}
+		opts.SignatureVerified = true
+	} else {
+		// Unsigned frames (a durable send) are vouched for by the origin
+		// directory's signature on the message.
+		opts.AllowUnsigned = true
+		extra["vouchedBy"] = peer
+	}
+	sender := directory.RemoteSender(f.From, pub)
+	opts.Sender = &sender
+	timeout := time.Duration(m.TimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = n.cfg.DurableTimeout
+	}
+	opts.Timeout = min(max(timeout, time.Second), MaxIntentTimeout)
+	res, rerr := n.cfg.Directory.Relay(ctx, f, opts)
+	if rerr == nil {
+		return &Message{Status: StatusResult, Result: string(res), Delivered: true}
+	}
+	out := errorReply(rerr.Code, rerr.Message)
+	out.Result = string(rerr.Result)
+	out.Delivered = n.wasDelivered(ctx, f.Nonce)
+	return out
+}
+
+// wasDelivered reports whether this directory recorded delivered for nonce.
+func (n *Node) wasDelivered(ctx context.Context, nonce string) bool {
+	trace, err := n.cfg.Log.Trace(ctx, nonce)
+	if err != nil {
+		return false
+	}
+	for _, ev := range trace {
+		if ev.State == tracing.Delivered {
+			return true
+		}
+	}
+	return false
+}
+
+// handleResolve answers with the current key of one of this directory's
+// agents.
+func (n *Node) handleResolve(peer string, m *Message) *Message {
+	if d, err := DomainOf(m.BeamID); err != nil || d != n.cfg.Domain {
+		return errorReply(CodeUnknownAgent, "not an agent of "+n.cfg.Domain)
+	}
+	a, ok := n.cfg.Registry.Get(m.BeamID)
+	if !ok {
+		return errorReply(CodeUnknownAgent, "no agent "+m.BeamID)
+	}
+	return &Message{Status: StatusResult, BeamID: a.BeamID, PublicKey: wire.EncodePublicKey(a.PublicKey)}
+}
+
+func (n *Node) forgetKey(beamID string) {
+	n.mu.Lock()
+	delete(n.keys, beamID)
+	n.mu.Unlock()
+}
+
+// resolveKey returns the current key of a peer's agent: from the cache
+// (KeyTTL), else by a signed resolve request to the agent's home directory.
+func (n *Node) resolveKey(ctx context.Context, peer, beamID string) (ed25519.PublicKey, error) {
+	now := n.clock()
+	n.mu.Lock()
+	ck, ok := n.keys[beamID]
+	n.mu.Unlock()
+	if ok && now.Sub(ck.fetched) < n.cfg.KeyTTL {
+		n.m.keyCache.WithLabelValues("hit").Inc()
+		return ck.pub, nil
+	}
+	n.m.keyCache.WithLabelValues("miss").Inc()
+	conn, ok := n.connFor(peer)
+	if !ok {
+		return nil, errors.New("no connection to " + peer)
+	}
+	req := &Message{Kind: KindResolve, ID: newID(), From: n.cfg.Domain, To: peer,
+		IssuedAt: now.UnixMilli(), Expires: now.Add(time.Minute).UnixMilli(), BeamID: beamID}
+	tok, err := seal(req, n.cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, DefaultResolveTimeout)
+	defer cancel()
+	reply, err := conn.RequestWithContext(rctx, Subject(peer, n.cfg.Domain, KindResolve), tok)
+	if err != nil {
+		return nil, err
+	}
+	res, err := open(reply.Data, n.cfg.Domain, peer, KindResult, n.pinnedKey, n.clock())
+	if err == nil && res.Re != req.ID {
+		err = rejectf(RejectMisaddressed, "reply answers %q", truncate(res.Re))
+	}
+	if err != nil {
+		n.rejected(err, peer)
+		return nil, err
+	}
+	if res.Status != StatusResult || res.BeamID != beamID {
+		return nil, errors.New(peer + " answered " + res.ErrorCode + ": " + res.Error)
+	}
+	pub, err := wire.ParsePublicKey(res.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.keys[beamID] = cachedKey{pub: pub, fetched: now}
+	n.mu.Unlock()
+	return pub, nil
+}

@@ -1,0 +1,189 @@
+package federation
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/beamdir/beam/agents/wire"
+)
+
+// KeyFile is the name of the directory key inside the data directory: the
+// base64url (unpadded) Ed25519 seed, mode 0600.
+const KeyFile = "directory.key"
+
+// LoadOrCreateKey returns the directory key stored in dataDir, generating
+// and storing one when the data directory has none. created reports a new
+// key.
+func LoadOrCreateKey(dataDir string) (priv ed25519.PrivateKey, created bool, err error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, false, fmt.Errorf("directory key: create data directory: %w", err)
+	}
+	path := filepath.Join(dataDir, KeyFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		seed, derr := base64.RawURLEncoding.DecodeString(strings.TrimSpace(string(b)))
+		if derr != nil || len(seed) != ed25519.SeedSize {
+			return nil, false, fmt.Errorf("directory key %s: not a base64url Ed25519 seed", path)
+		}
+		return ed25519.NewKeyFromSeed(seed), false, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, false, fmt.Errorf("directory key: read %s: %w", path, err)
+	}
+	seed := make([]byte, ed25519.SeedSize)
+	if _, err := rand.Read(seed); err != nil {
+		return nil, false, fmt.Errorf("directory key: generate: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			// Another process created it first: use theirs.
+			return LoadOrCreateKey(dataDir)
+		}
+		return nil, false, fmt.Errorf("directory key: create %s: %w", path, err)
+	}
+	if _, err := f.WriteString(base64.RawURLEncoding.EncodeToString(seed) + "\n"); err != nil {
+		_ = f.Close()
+		return nil, false, fmt.Errorf("directory key: write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return nil, false, fmt.Errorf("directory key: sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, false, fmt.Errorf("directory key: close %s: %w", path, err)
+	}
+	return ed25519.NewKeyFromSeed(seed), true, nil
+}
+
+// EncodeKey is the text form of a directory public key in peer lines:
+// base64url without padding (43 characters).
+func EncodeKey(pub ed25519.PublicKey) string {
+	return base64.RawURLEncoding.EncodeToString(pub)
+}
+
+// ParseKey parses EncodeKey's form.
+func ParseKey(s string) (ed25519.PublicKey, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("directory key %q: want 43 characters of unpadded base64url (32 bytes)", truncate(s))
+	}
+	return ed25519.PublicKey(b), nil
+}
+
+// NkeyUser returns the NATS user public key ("U...") of a directory key:
+// the same Ed25519 key in nkey encoding, so a directory authenticates to
+// NATS with the key its messages are signed with.
+func NkeyUser(pub ed25519.PublicKey) (string, error) {
+	if len(pub) != ed25519.PublicKeySize {
+		return "", fmt.Errorf("nkey: public key is %d bytes", len(pub))
+	}
+	b, err := nkeys.Encode(nkeys.PrefixByteUser, pub)
+	if err != nil {
+		return "", fmt.Errorf("nkey: %w", err)
+	}
+	return string(b), nil
+}
+
+// nkeyPair is the NATS user key pair of a directory key.
+func nkeyPair(priv ed25519.PrivateKey) (nkeys.KeyPair, error) {
+	kp, err := nkeys.FromRawSeed(nkeys.PrefixByteUser, priv.Seed())
+	if err != nil {
+		return nil, fmt.Errorf("nkey from directory key: %w", err)
+	}
+	return kp, nil
+}
+
+// ValidDomain reports whether d is a directory domain: beam.directory or
+// <org>.beam.directory, the domains of Beam IDs.
+func ValidDomain(d string) error {
+	if _, err := wire.ParseBeamID("x@" + d); err != nil {
+		return fmt.Errorf("domain %q: want beam.directory or <org>.beam.directory", truncate(d))
+	}
+	return nil
+}
+
+// DomainOf returns the directory domain of a Beam ID.
+func DomainOf(beamID string) (string, error) {
+	id, err := wire.ParseBeamID(beamID)
+	if err != nil {
+		return "", err
+	}
+	return id.Domain(), nil
+}
+
+// Peer is a pinned peer directory.
+type Peer struct {
+	// Domain is the peer's directory domain, e.g. beta.beam.directory.
+	Domain string `json:"domain"`
+	// URL is where the peer's NATS server accepts this directory
+	// (nats://host:port). With a shared NATS deployment it is informative.
+	URL string `json:"url"`
+	// PublicKey is the peer's pinned directory key.
+	PublicKey ed25519.PublicKey `json:"-"`
+	// AddedAt is when the peer was pinned.
+	AddedAt time.Time `json:"addedAt"`
+	// LastContact is when a verified message from the peer last arrived
+	// (zero: never).
+	LastContact time.Time `json:"lastContact,omitzero"`
+}
+
+// Line returns the peer line DOMAIN=URL#PUBLICKEY.
+func (p Peer) Line() string {
+	return p.Domain + "=" + p.URL + "#" + EncodeKey(p.PublicKey)
+}
+
+// MaxPeerLineBytes bounds a peer line.
+const MaxPeerLineBytes = 1024
+
+// ParsePeerLine parses DOMAIN=nats://HOST:PORT#PUBLICKEY as printed by
+// `beam peer show-self`.
+func ParsePeerLine(line string) (Peer, error) {
+	line = strings.TrimSpace(line)
+	if len(line) > MaxPeerLineBytes {
+		return Peer{}, fmt.Errorf("peer line: longer than %d bytes", MaxPeerLineBytes)
+	}
+	domain, rest, ok := strings.Cut(line, "=")
+	if !ok {
+		return Peer{}, fmt.Errorf("peer line %q: want DOMAIN=nats://HOST:PORT#PUBLICKEY", truncate(line))
+	}
+	if err := ValidDomain(domain); err != nil {
+		return Peer{}, fmt.Errorf("peer line: %w", err)
+	}
+	i := strings.LastIndexByte(rest, '#')
+	if i < 0 {
+		return Peer{}, fmt.Errorf("peer line %q: missing #PUBLICKEY", truncate(line))
+	}
+	rawURL, key := rest[:i], rest[i+1:]
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.Path != "" || u.User != nil {
+		return Peer{}, fmt.Errorf("peer line %q: want a nats://HOST:PORT URL", truncate(line))
+	}
+	pub, err := ParseKey(key)
+	if err != nil {
+		return Peer{}, fmt.Errorf("peer line: %w", err)
+	}
+	return Peer{Domain: domain, URL: rawURL, PublicKey: pub}, nil
+}
+
+// SelfLine is the peer line other directories pin for this one.
+func SelfLine(domain, natsAddr string, pub ed25519.PublicKey) string {
+	return Peer{Domain: domain, URL: "nats://" + natsAddr, PublicKey: pub}.Line()
+}
+
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

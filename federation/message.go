@@ -1,0 +1,257 @@
+package federation
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+// Kinds of federation messages. Each travels on its own subject.
+const (
+	// KindIntent forwards an agent's intent frame to the recipient's
+	// directory; the reply is a KindResult.
+	KindIntent = "intent"
+	// KindResolve asks a directory for the current key of one of its
+	// agents; the reply is a KindResult carrying the key.
+	KindResolve = "resolve"
+	// KindResult answers a request: the outcome of a forwarded intent
+	// (the recipient's result frame, or the target directory's error) or a
+	// resolved key.
+	KindResult = "result"
+	// KindNotice tells the origin directory about a step of a forwarded
+	// intent (delivered). Reserved: results currently carry it.
+	KindNotice = "notice"
+)
+
+// TypMessage is the JWS "typ" of every federation message.
+const TypMessage = "beam-fed+jws"
+
+// Limits of federation messages.
+const (
+	// MaxMessageBytes bounds one compact JWS on the wire.
+	MaxMessageBytes = 256 << 10
+	// MaxHops is the most directories an intent may cross.
+	MaxHops = 3
+	// MaxClockSkew is how far a message's iat may be ahead of local time.
+	MaxClockSkew = time.Minute
+	// MaxMessageTTL bounds exp - iat.
+	MaxMessageTTL = 10 * time.Minute
+)
+
+// Message is the signed payload of a federation message. Its jti is unique
+// per envelope (replay protection); EventID is stable across the publish
+// attempts of one outbox row (receivers deduplicate work on it and on the
+// intent's nonce).
+type Message struct {
+	Kind     string `json:"kind"`
+	ID       string `json:"jti"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	IssuedAt int64  `json:"iat"` // unix ms
+	Expires  int64  `json:"exp"` // unix ms
+	// Re is the jti of the request a result answers.
+	Re string `json:"re,omitempty"`
+	// EventID is the outbox event a forwarded intent belongs to.
+	EventID string `json:"eventId,omitempty"`
+
+	// Intent forwarding.
+	Nonce     string   `json:"nonce,omitempty"`
+	Frame     string   `json:"frame,omitempty"` // the agent's frame, verbatim
+	Hop       int      `json:"hop,omitempty"`
+	Path      []string `json:"path,omitempty"` // directories crossed so far, origin first
+	TimeoutMs int64    `json:"timeoutMs,omitempty"`
+	Owner     string   `json:"owner,omitempty"`
+
+	// Results.
+	Status    string `json:"status,omitempty"` // StatusResult or StatusError
+	ErrorCode string `json:"errorCode,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Result    string `json:"result,omitempty"` // a result frame, verbatim
+	Delivered bool   `json:"delivered,omitempty"`
+
+	// Resolution.
+	BeamID    string `json:"beamId,omitempty"`
+	PublicKey string `json:"publicKey,omitempty"` // base64 SPKI DER, as registered
+}
+
+// Statuses of a KindResult.
+const (
+	// StatusResult: the recipient (or its directory, for a failure it
+	// committed) produced Result; the outcome is final.
+	StatusResult = "result"
+	// StatusError: the target directory refused or could not handle the
+	// request; ErrorCode says whether trying again may help.
+	StatusError = "error"
+)
+
+// newID returns 16 random bytes in hex.
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// seal signs m as a compact JWS with the directory key; kid is m.From.
+func seal(m *Message, priv ed25519.PrivateKey) ([]byte, error) {
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("seal %s: %w", m.Kind, err)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{
+		Algorithm: jose.EdDSA,
+		Key:       jose.JSONWebKey{Key: priv, KeyID: m.From, Algorithm: string(jose.EdDSA)},
+	}, (&jose.SignerOptions{}).WithType(TypMessage))
+	if err != nil {
+		return nil, fmt.Errorf("seal %s: %w", m.Kind, err)
+	}
+	obj, err := signer.Sign(payload)
+	if err != nil {
+		return nil, fmt.Errorf("seal %s: %w", m.Kind, err)
+	}
+	tok, err := obj.CompactSerialize()
+	if err != nil {
+		return nil, fmt.Errorf("seal %s: %w", m.Kind, err)
+	}
+	if len(tok) > MaxMessageBytes {
+		return nil, fmt.Errorf("seal %s: %d bytes exceeds %d", m.Kind, len(tok), MaxMessageBytes)
+	}
+	return []byte(tok), nil
+}
+
+// Reasons a federation message is rejected (label of
+// beam_federation_rejected_total).
+const (
+	RejectMalformed    = "malformed"
+	RejectUnpinned     = "unpinned"
+	RejectBadSignature = "bad_signature"
+	RejectStale        = "stale"
+	RejectReplay       = "replay"
+	RejectMisaddressed = "misaddressed"
+	RejectPermission   = "permission"
+	RejectHops         = "hop_limit"
+	RejectLoop         = "loop"
+	RejectSender       = "sender"
+)
+
+// RejectError is why a federation message was not accepted.
+type RejectError struct {
+	// Reason is one of the Reject* constants.
+	Reason string
+	// Msg says what was wrong.
+	Msg string
+}
+
+func (e *RejectError) Error() string {
+	return "federation message rejected (" + e.Reason + "): " + e.Msg
+}
+
+func rejectf(reason, format string, args ...any) *RejectError {
+	return &RejectError{Reason: reason, Msg: fmt.Sprintf(format, args...)}
+}
+
+// keyOf returns the pinned key of a peer domain, or false.
+type keyOf func(domain string) (ed25519.PublicKey, bool)
+
+// open verifies a federation message: EdDSA only, one signature, typ
+// TypMessage, kid a pinned peer (and equal to wantFrom when set), no
+// embedded keys, a payload whose from equals the kid, to equals self, kind
+// equals wantKind, and a fresh iat/exp at now. Replay of the jti is the
+// caller's check.
+func open(token []byte, self, wantFrom, wantKind string, keys keyOf, now time.Time) (*Message, error) {
+	if len(token) > MaxMessageBytes {
+		return nil, rejectf(RejectMalformed, "%d bytes exceeds %d", len(token), MaxMessageBytes)
+	}
+	obj, err := jose.ParseSignedCompact(string(token), []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		return nil, rejectf(RejectMalformed, "not a compact EdDSA JWS: %v", err)
+	}
+	if len(obj.Signatures) != 1 {
+		return nil, rejectf(RejectMalformed, "want one signature, got %d", len(obj.Signatures))
+	}
+	h := obj.Signatures[0].Protected
+	if h.JSONWebKey != nil {
+		return nil, rejectf(RejectMalformed, "embedded jwk is not allowed")
+	}
+	if typ, _ := h.ExtraHeaders[jose.HeaderType].(string); typ != TypMessage {
+		return nil, rejectf(RejectMalformed, "typ %q, want %q", typ, TypMessage)
+	}
+	kid := h.KeyID
+	if wantFrom != "" && kid != wantFrom {
+		return nil, rejectf(RejectUnpinned, "signed as %q on the subject of %q", truncate(kid), wantFrom)
+	}
+	pub, ok := keys(kid)
+	if !ok {
+		return nil, rejectf(RejectUnpinned, "no pinned key for %q", truncate(kid))
+	}
+	payload, err := obj.Verify(pub)
+	if err != nil {
+		return nil, rejectf(RejectBadSignature, "signature of %q does not verify with its pinned key", kid)
+	}
+	var m Message
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return nil, rejectf(RejectMalformed, "payload: %v", err)
+	}
+	switch {
+	case m.From != kid:
+		return nil, rejectf(RejectMisaddressed, "from %q signed by %q", truncate(m.From), kid)
+	case m.To != self:
+		return nil, rejectf(RejectMisaddressed, "addressed to %q, not %q", truncate(m.To), self)
+	case m.Kind != wantKind:
+		return nil, rejectf(RejectMisaddressed, "kind %q on a %q subject", truncate(m.Kind), wantKind)
+	case m.ID == "" || len(m.ID) > 64:
+		return nil, rejectf(RejectMalformed, "jti missing or too long")
+	}
+	iat, exp := time.UnixMilli(m.IssuedAt), time.UnixMilli(m.Expires)
+	switch {
+	case iat.After(now.Add(MaxClockSkew)):
+		return nil, rejectf(RejectStale, "issued in the future (%s)", iat.UTC().Format(time.RFC3339))
+	case !exp.After(now):
+		return nil, rejectf(RejectStale, "expired at %s", exp.UTC().Format(time.RFC3339))
+	case exp.Sub(iat) > MaxMessageTTL:
+		return nil, rejectf(RejectStale, "lifetime %s exceeds %s", exp.Sub(iat), MaxMessageTTL)
+	}
+	return &m, nil
+}
+
+// Subjects. Every federation subject is
+//
+//	beam.fed.<target>.<origin>.<kind>
+//
+// where <target> and <origin> are subject tokens of directory domains
+// (dots replaced by underscores).
+
+// SubjectPrefix starts every federation subject.
+const SubjectPrefix = "beam.fed"
+
+// Token is the subject token of a domain: its dots replaced by
+// underscores. It is injective on valid domains (org labels have no dots).
+func Token(domain string) string { return strings.ReplaceAll(domain, ".", "_") }
+
+// Subject is the subject origin publishes kind messages for target on.
+func Subject(target, origin, kind string) string {
+	return SubjectPrefix + "." + Token(target) + "." + Token(origin) + "." + kind
+}
+
+// InboxPrefix is the reply inbox prefix of a directory: it may subscribe
+// only below it.
+func InboxPrefix(domain string) string { return "_INBOX_" + Token(domain) }
+
+// parseSubject splits a subject into target token, origin token and kind.
+func parseSubject(s string) (target, origin, kind string, err error) {
+	rest, ok := strings.CutPrefix(s, SubjectPrefix+".")
+	if !ok {
+		return "", "", "", errors.New("not a federation subject")
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 {
+		return "", "", "", fmt.Errorf("subject %q: want %s.<target>.<origin>.<kind>", truncate(s), SubjectPrefix)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
