@@ -290,7 +290,7 @@ func (d *Dashboard) trace(ctx context.Context, nonce string) (*traceResponse, er
 			Details:    raw,
 		})
 		prev, prevState = ev.At, ev.State
-		if l, ok := peerLink(ev); ok {
+		if l, ok := peerLink(ev); ok && !hasLink(resp.Links, l) {
 			resp.Links = append(resp.Links, l)
 		}
 	}
@@ -310,6 +310,17 @@ func (d *Dashboard) trace(ctx context.Context, nonce string) (*traceResponse, er
 // federation hop.
 var peerKeys = []string{"peer", "peerDirectory", "peerUrl", "peerDirectoryUrl", "sourceDirectory", "targetDirectory"}
 
+// hasLink reports whether links already point at l's peer trace (every
+// event of a hop names the peer; the trace shows the hop once).
+func hasLink(links []traceLink, l traceLink) bool {
+	for _, x := range links {
+		if x.Peer == l.Peer && x.Nonce == l.Nonce {
+			return true
+		}
+	}
+	return false
+}
+
 func peerLink(ev tracing.Event) (traceLink, bool) {
 	var peer string
 	for _, k := range peerKeys {
@@ -321,7 +332,11 @@ func peerLink(ev tracing.Event) (traceLink, bool) {
 	if peer == "" {
 		return traceLink{}, false
 	}
-	l := traceLink{Rel: "peer-trace", Peer: peer, Nonce: ev.Nonce, Seq: ev.Seq, HopCount: ev.Details.Extra["hopCount"]}
+	hop := ev.Details.Extra["hopCount"]
+	if hop == nil {
+		hop = ev.Details.Extra["hop"]
+	}
+	l := traceLink{Rel: "peer-trace", Peer: peer, Nonce: ev.Nonce, Seq: ev.Seq, HopCount: hop}
 	if n, ok := ev.Details.Extra["peerNonce"].(string); ok && n != "" {
 		l.Nonce = n
 	}

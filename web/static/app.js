@@ -762,8 +762,8 @@ const FACT_KEYS = [
   ["errorCode", "Error code"], ["error", "Error"], ["retryable", "Retryable"], ["retryCount", "Retry count"],
   ["nextRetryAt", "Next retry"], ["recoveryAction", "Recovery action"], ["fallbackReason", "Fallback"],
   ["legacyStage", "Legacy stage"], ["legacyStatus", "Legacy status"], ["peer", "Federation peer"],
-  ["peerUrl", "Federation peer"], ["peerDirectory", "Federation peer"], ["hopCount", "Hop count"],
-  ["lateResult", "Late result"], ["timeoutMs", "Timeout"], ["latencyMs", "Latency"], ["leaseOwner", "Lease owner"],
+  ["peerUrl", "Federation peer"], ["peerDirectory", "Federation peer"], ["hopCount", "Hop count"], ["hop", "Hop"],
+  ["requeued", "Requeued"], ["previousState", "Previous state"], ["waitingFor", "Waiting for"], ["lateResult", "Late result"], ["timeoutMs", "Timeout"], ["latencyMs", "Latency"], ["leaseOwner", "Lease owner"],
 ];
 
 function renderTrace(root, { arg, isCurrent }) {
@@ -813,7 +813,8 @@ function renderTrace(root, { arg, isCurrent }) {
     for (const l of t.links) {
       linkCards.push(h("div", { class: "link-card" }, icon(ICONS.link),
         h("div", null, h("strong", null, "Federation hop"), h("div", { class: "muted" }, `${l.peer}${l.hopCount !== undefined && l.hopCount !== null ? ` · hop ${l.hopCount}` : ""}`)),
-        l.href ? h("a", { class: "btn small", href: l.href, target: "_blank", rel: "noopener" }, "Open peer trace") : h("span", { class: "reason" }, "peer dashboard URL unknown")));
+        l.href ? h("a", { class: "btn small", href: l.href, target: "_blank", rel: "noopener", "data-peer-link": l.peer }, "Open peer trace")
+          : h("a", { class: "btn small", href: "#/federation", "data-peer-link": l.peer, title: "The peer's dashboard address is not known here; see the pinned peer" }, "View peer")));
     }
     if (t.message) {
       const m = t.message;
@@ -907,12 +908,14 @@ function renderDeadLetters(root, { arg, isCurrent }) {
   const table = h("table", { class: "data" }, h("thead", null, h("tr", null,
     ...[["Nonce", "160px"], ["Route", ""], ["Intent", "130px"], ["Retries", "80px"], ["Error", "18%"], ["Failed", "110px"], ["", "110px"]]
       .map(([t, w]) => { const th = h("th", { scope: "col" }, t); if (w) th.style.width = w; return th; }))), tbody);
-  const card = h("section", { class: "card", "aria-label": "Dead letters" }, h("div", { class: "table-wrap" }, table), panel);
+  const wrap = h("div", { class: "table-wrap" }, table);
+  const card = h("section", { class: "card", "aria-label": "Dead letters" }, wrap, panel);
   root.append(notice, card);
   for (let i = 0; i < 4; i++) tbody.append(h("tr", null, ...Array.from({ length: 7 }, () => h("td", null, h("div", { class: "skeleton sk-line" })))));
   let selected = arg || "";
 
   function requeueButton(m, rq, onDone) {
+    if (m.status && m.status !== "dead_letter") return null;
     if (!rq.available || !rq.allowed) {
       return h("span", { class: "requeue-wrap" },
         h("button", { class: "btn small", type: "button", disabled: true, "aria-disabled": "true", title: rq.reason, "data-requeue": m.id }, "Requeue"));
@@ -945,10 +948,13 @@ function renderDeadLetters(root, { arg, isCurrent }) {
       const d = await api(`/observability/dead-letters/${encodeURIComponent(id)}`);
       if (!isCurrent()) return;
       const m = d.message;
+      const dead = m.status === "dead_letter";
       put(panel, 
-        h("div", { class: "detail-head" }, h("h2", null, `Message ${m.id}`), chip(m.status),
+        h("div", { class: "detail-head" }, h("h2", null, `Message ${m.id}`), h("span", { id: "dl-status", dataset: { status: m.status } }, chip(m.status)),
           h("div", { class: "right" }, h("a", { class: "btn small", href: `#/intents/${encodeURIComponent(m.nonce)}` }, "Open trace"), requeueButton(m, d.requeue, load))),
-        !d.requeue.allowed ? h("p", { class: "reason", id: "requeue-reason" }, d.requeue.reason) : null,
+        !d.requeue.allowed && m.status === "dead_letter" ? h("p", { class: "reason", id: "requeue-reason" }, d.requeue.reason) : null,
+        m.status !== "dead_letter" ? h("div", { class: "notice notice-gap", id: "requeued-note", role: "note" }, icon(ICONS.info),
+          `Requeued: this message is now ${stateLabel(m.status)}. It has left the dead-letter list; its trace shows every attempt.`) : null,
         h("div", { class: "grid cols-2" },
           h("dl", { class: "kv" },
             h("dt", null, "Nonce"), h("dd", { class: "mono" }, m.nonce),
@@ -956,9 +962,10 @@ function renderDeadLetters(root, { arg, isCurrent }) {
             h("dt", null, "Recipient"), h("dd", { class: "mono" }, m.recipient),
             h("dt", null, "Intent"), h("dd", null, m.intent),
             h("dt", null, "Retries"), h("dd", null, `${m.retryCount} of ${m.maxRetries}`),
-            h("dt", null, "Error"), h("dd", null, m.error || "—"),
+            h("dt", null, dead ? "Error" : "Last error"), h("dd", null, m.error || "—"),
             h("dt", null, "Created"), h("dd", null, fmtTime(m.createdAt)),
-            h("dt", null, "Failed"), h("dd", null, fmtTime(m.failedAt))),
+            h("dt", null, dead ? "Failed" : "Dead-lettered"), h("dd", null, fmtTime(m.failedAt)),
+            dead ? null : h("dt", null, "Updated"), dead ? null : h("dd", null, fmtTime(m.updatedAt))),
           h("div", null, h("div", { class: "eyebrow" }, "Payload"), jsonPre(d.payload))));
     } catch (err) {
       put(panel, errorBox(err));
@@ -993,9 +1000,8 @@ function renderDeadLetters(root, { arg, isCurrent }) {
         h("td", null, requeueButton(m, d.requeue, load)));
         return tr;
       }));
-      if (!d.deadLetters.length) {
-        put(card, emptyState(ICONS.inbox, "No dead letters", "Messages land here when the bus exhausts their retries. Nothing needs an operator right now."));
-      }
+      put(wrap, d.deadLetters.length ? table
+        : emptyState(ICONS.inbox, "No dead letters", "Messages land here when the bus exhausts their retries. Nothing needs an operator right now."));
       if (selected) showDetail(selected);
     } catch (err) {
       if (isCurrent()) { put(tbody); showError(root, err); }
@@ -1092,22 +1098,82 @@ function renderFederation(root, { isCurrent }) {
     }
     if (f.error) { put(body, errorBox(new Error(f.error))); return; }
     const st = f.status || {};
+    const known = new Set();
     const parts = [];
-    if (Array.isArray(st.peers)) {
-      const peers = st.peers;
-      const keys = peers.length ? Object.keys(peers[0]).slice(0, 7) : [];
-      parts.push(h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Peers"), h("span", { class: "sub" }, `${peers.length}`)),
-        peers.length ? h("div", { class: "table-wrap" }, h("table", { class: "data" },
+    let metricsRow = null;
+    const peers = Array.isArray(st.peers) ? st.peers : null;
+    const outbox = st.outbox && typeof st.outbox === "object" ? st.outbox : null;
+    const dead = Array.isArray(st.dead) ? st.dead : null;
+    const when = (iso) => (iso && !iso.startsWith("0001-") ? timeEl(iso) : h("span", { class: "muted" }, "—"));
+
+    if (peers || outbox) {
+      const n = (k) => Number((outbox || {})[k] || 0);
+      const waiting = n("PENDING") + n("CLAIMED");
+      metricsRow = h("div", { class: "grid metrics four" },
+        metric("Peers", "fed-peers"), metric("Outbox waiting", "fed-waiting"), metric("Published", "fed-published"), metric("Dead", "fed-dead"));
+      queueMicrotask(() => {
+        const inContact = (peers || []).filter((p) => p.lastContact).length;
+        setMetric("fed-peers", fmtInt(peers ? peers.length : null), peers ? `${fmtInt(inContact)} heard from` : "\u00a0", peers && peers.length && inContact === peers.length ? "ok" : null);
+        setMetric("fed-waiting", fmtInt(waiting), waiting ? "pending or claimed" : "nothing waiting", waiting ? "warn" : null);
+        setMetric("fed-published", fmtInt(n("PUBLISHED")), "confirmed by the peer");
+        setMetric("fed-dead", fmtInt(n("DEAD")), n("DEAD") ? "gave up; replay from the CLI" : "none", n("DEAD") ? "err" : null);
+      });
+      known.add("outbox");
+    }
+
+    if (st.self && typeof st.self === "object" && st.self.domain) {
+      known.add("self");
+      parts.push(h("section", { class: "card", id: "federation-self" }, h("div", { class: "card-head" }, h("h2", null, "This directory")),
+        h("div", { class: "card-body" }, h("dl", { class: "kv" },
+          h("dt", null, "Domain"), h("dd", { class: "mono" }, st.self.domain),
+          h("dt", null, "NATS address"), h("dd", { class: "mono" }, st.self.url || "—")))));
+    }
+
+    if (peers) {
+      known.add("peers");
+      const custom = peers.every((p) => p && typeof p === "object" && p.domain);
+      let table;
+      if (custom) {
+        table = h("table", { class: "data", id: "federation-peers" },
+          h("thead", null, h("tr", null, ...["Peer directory", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", null, ...peers.map((p) => h("tr", { dataset: { peer: p.domain } },
+            h("td", null, h("div", { class: "agent-cell" }, h("span", { class: `presence ${p.lastContact ? "on" : ""}`, title: p.lastContact ? "heard from" : "never heard from" }),
+              h("span", { class: "mono" }, p.domain))),
+            h("td", { class: "mono muted", title: p.url || "" }, p.url || "—"),
+            h("td", null, when(p.addedAt)),
+            h("td", null, p.lastContact ? when(p.lastContact) : h("span", { class: "chip muted plain" }, "never"))))));
+      } else {
+        const keys = peers.length ? Object.keys(peers[0]).slice(0, 7) : [];
+        table = h("table", { class: "data", id: "federation-peers" },
           h("thead", null, h("tr", null, ...keys.map((k) => h("th", { scope: "col" }, k)))),
           h("tbody", null, ...peers.map((p) => h("tr", null, ...keys.map((k) => h("td", { title: String(p[k] ?? "") },
-            /status|state/i.test(k) ? h("span", { class: `chip ${/ok|up|healthy|connected/i.test(String(p[k])) ? "b-success" : "b-error"}` }, String(p[k])) : typeof p[k] === "object" ? JSON.stringify(p[k]) : String(p[k] ?? "—"))))))))
-          : emptyState(ICONS.globe, "No peers yet", "Add a peer directory to start relaying.")));
+            typeof p[k] === "object" ? JSON.stringify(p[k]) : String(p[k] ?? "—")))))));
+      }
+      parts.push(h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Peers"), h("span", { class: "sub" }, `${peers.length} pinned`)),
+        peers.length ? h("div", { class: "table-wrap" }, table)
+          : emptyState(ICONS.globe, "No peers yet", "Pin a peer directory (beam peer add) to start relaying.")));
     }
-    const rest = Object.fromEntries(Object.entries(st).filter(([k]) => k !== "peers"));
+
+    if (dead) {
+      known.add("dead");
+      parts.push(h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Dead outbox rows"), h("span", { class: "sub" }, `${dead.length}`)),
+        dead.length ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "federation-dead" },
+          h("thead", null, h("tr", null, ...["Nonce", "Peer", "Kind", "Attempts", "Last error", "Updated"].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", null, ...dead.map((r) => h("tr", null,
+            h("td", null, r.nonce ? h("a", { class: "nonce", href: `#/intents/${encodeURIComponent(r.nonce)}`, title: r.nonce }, r.nonce) : "—"),
+            h("td", { class: "mono" }, r.peer || "—"),
+            h("td", null, r.kind || "—"),
+            h("td", { class: "num" }, `${r.attempts ?? "—"} / ${r.maxAttempts ?? "—"}`),
+            h("td", { title: r.lastError || "" }, r.lastError || "—"),
+            h("td", null, when(r.updatedAt)))))))
+          : h("div", { class: "card-body" }, h("p", { class: "muted" }, "No dead outbox rows: every relayed event reached its peer or is still being retried."))));
+    }
+
+    const rest = Object.fromEntries(Object.entries(st).filter(([k]) => !known.has(k)));
     if (Object.keys(rest).length) {
       parts.push(h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Status")), h("div", { class: "card-body" }, jsonPre(rest))));
     }
-    put(body, h("div", { class: "stack" }, ...parts));
+    put(body, metricsRow, h("div", { class: "stack" }, ...parts));
   }).catch((err) => { if (isCurrent()) put(body, errorBox(err)); });
 }
 
