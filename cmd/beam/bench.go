@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,6 +43,19 @@ type benchFlags struct {
 
 	restartEvents int
 	inFlightEvery int
+
+	peerURL       string
+	domain        string
+	peerDomain    string
+	peerServerPID int
+
+	chaos         bool
+	chaosDuration time.Duration
+	chaosKills    int
+	chaosSeed     uint64
+	chaosRate     float64
+	chaosWorkers  int
+	chaosSettle   time.Duration
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
@@ -66,6 +80,17 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "warn", "progress log level on stderr: debug, info, warn, error")
 	fs.IntVar(&f.restartEvents, "restart-events", 0, "instead of a load run: seed a log with this many events and time two starts of beam serve on it")
 	fs.IntVar(&f.inFlightEvery, "restart-in-flight-every", 1000, "with --restart-events: leave every n-th seeded intent in flight (0: none)")
+	fs.StringVar(&f.peerURL, "peer-url", "", "--mode federation with --url: base URL of the second directory, federated with --url's (recipients connect there)")
+	fs.StringVar(&f.domain, "domain", "alpha.beam.directory", "--mode federation: federation domain of the senders' directory")
+	fs.StringVar(&f.peerDomain, "peer-domain", "beta.beam.directory", "--mode federation: federation domain of the recipients' directory")
+	fs.IntVar(&f.peerServerPID, "peer-server-pid", 0, "with --peer-url: process id of the second directory, read for CPU and RSS")
+	fs.BoolVar(&f.chaos, "chaos", false, "instead of a load run: a mixed durable load while `beam serve` is SIGKILLed and restarted, then check the log's invariants (exit status 1 on a violation)")
+	fs.DurationVar(&f.chaosDuration, "chaos-duration", 5*time.Minute, "with --chaos: length of the load")
+	fs.IntVar(&f.chaosKills, "chaos-kills", 3, "with --chaos: how many times the server is SIGKILLed")
+	fs.Uint64Var(&f.chaosSeed, "chaos-seed", 0, "with --chaos: seed of the kill schedule and the load (0: random, printed)")
+	fs.Float64Var(&f.chaosRate, "chaos-rate", 200, "with --chaos: durable sends per second at most")
+	fs.IntVar(&f.chaosWorkers, "chaos-workers", 16, "with --chaos: sends in flight at most")
+	fs.DurationVar(&f.chaosSettle, "chaos-settle-timeout", 2*time.Minute, "with --chaos: how long to wait after the load for every message to be acked or dead-lettered")
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -97,12 +122,28 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.restartEvents > 0 {
 		return benchRestart(ctx, &f, logger, stdout, stderr)
 	}
+	if f.chaos {
+		if f.url != "" {
+			fmt.Fprintln(stderr, "beam bench: --chaos starts and kills its own server; it takes no --url")
+			return errUsage
+		}
+		return benchChaos(ctx, &f, logger, stdout, stderr)
+	}
 
 	if err := bench.CheckMode(bench.Mode(f.mode)); err != nil {
 		if errors.Is(err, bench.ErrModeUnavailable) {
-			return fmt.Errorf("mode %s is not available yet: this build has no %s support to benchmark (available: ws, http)", f.mode, f.mode)
+			return fmt.Errorf("mode %s is not available yet: this build has no %s support to benchmark", f.mode, f.mode)
 		}
 		fmt.Fprintf(stderr, "beam bench: %v\n", err)
+		return errUsage
+	}
+	federated := bench.Mode(f.mode) == bench.ModeFederation
+	if f.url != "" && federated && f.peerURL == "" {
+		fmt.Fprintln(stderr, "beam bench: --mode federation with --url needs --peer-url, the second directory")
+		return errUsage
+	}
+	if !federated && (f.peerURL != "" || f.peerServerPID != 0) {
+		fmt.Fprintln(stderr, "beam bench: --peer-url and --peer-server-pid are for --mode federation")
 		return errUsage
 	}
 	cfg := bench.Config{
@@ -111,8 +152,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Senders: f.senders, Recipients: f.recipients, IdleAgents: f.idleAgents,
 		RegisterParallel: f.registerParallel, PayloadBytes: f.payloadBytes, Timeout: f.timeout,
 		ServerPID: f.serverPID, Logger: logger,
+		PeerURL: f.peerURL, Domain: f.domain, PeerDomain: f.peerDomain, PeerServerPID: f.peerServerPID,
 	}
-	if f.url == "" {
+	if f.url == "" && federated {
+		if f.serverPID != 0 || f.peerServerPID != 0 || f.peerURL != "" {
+			fmt.Fprintln(stderr, "beam bench: --server-pid, --peer-server-pid and --peer-url need --url (without it the started servers are measured)")
+			return errUsage
+		}
+		a, b, cleanup, err := startBenchFederation(ctx, &f, stderr)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		cfg.URL, cfg.ServerPID, cfg.PeerURL, cfg.PeerServerPID = a.URL, a.PID, b.URL, b.PID
+		logger.Info("started two federated beam serve", "alpha", a.URL, "beta", b.URL)
+	} else if f.url == "" {
 		if f.serverPID != 0 {
 			fmt.Fprintln(stderr, "beam bench: --server-pid needs --url (without it the started server is measured)")
 			return errUsage
@@ -129,6 +183,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if sum != nil {
 		if f.url == "" {
 			sum.Notes = append(sum.Notes, "server started by beam bench with --sqlite-synchronous "+strings.ToUpper(f.synchronous))
+		}
+		if federated {
+			sum.Notes = append(sum.Notes, "senders on "+cfg.URL+" ("+f.domain+"), recipients on "+cfg.PeerURL+" ("+f.peerDomain+"); server figures are the senders' directory's")
 		}
 		if f.json {
 			if werr := sum.WriteJSON(stdout); werr != nil {
@@ -216,5 +273,108 @@ func benchRestart(ctx context.Context, f *benchFlags, logger *slog.Logger, stdou
 	}
 	fmt.Fprintf(stdout, "events\tintents\tin flight\tseed s\tfirst start s\trestart s\trestart rss MB\n")
 	fmt.Fprintf(stdout, "%d\t%d\t%d\t%.2f\t%.3f\t%.3f\t%s\n", sum.Events, sum.Intents, sum.InFlight, sum.SeedS, sum.FirstStartS, sum.RestartS, rss)
+	return nil
+}
+
+// startBenchFederation starts two federated beam serve processes for a
+// federation run without --url and returns them with a function that stops
+// both and removes their temporary data directories.
+func startBenchFederation(ctx context.Context, f *benchFlags, stderr io.Writer) (*bench.ServerProcess, *bench.ServerProcess, func(), error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("find the beam binary: %w", err)
+	}
+	root := f.dataDir
+	remove := func() {}
+	if root == "" {
+		if root, err = os.MkdirTemp("", "beam-bench-fed-"); err != nil {
+			return nil, nil, nil, fmt.Errorf("data directory: %w", err)
+		}
+		remove = func() { _ = os.RemoveAll(root) }
+	}
+	dirA, dirB := filepath.Join(root, "alpha"), filepath.Join(root, "beta")
+	for _, d := range []string{dirA, dirB} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			remove()
+			return nil, nil, nil, fmt.Errorf("data directory: %w", err)
+		}
+	}
+	opts := bench.FederationOptions{
+		Server:  bench.ServerOptions{Binary: bin, Synchronous: f.synchronous, Args: []string{"--log-level", "warn"}},
+		DataDir: dirA, PeerDataDir: dirB, Domain: f.domain, PeerDomain: f.peerDomain,
+	}
+	if f.serverLog {
+		opts.Server.Output = stderr
+	}
+	a, b, err := bench.StartFederation(ctx, opts)
+	if err != nil {
+		remove()
+		return nil, nil, nil, err
+	}
+	return a, b, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, p := range []*bench.ServerProcess{a, b} {
+			if err := p.Stop(sctx); err != nil {
+				fmt.Fprintf(stderr, "beam bench: %v\n", err)
+			}
+		}
+		remove()
+	}, nil
+}
+
+// errChaosFailed is returned when a chaos run broke an invariant.
+var errChaosFailed = errors.New("chaos: invariants violated")
+
+// benchChaos runs beam bench --chaos and prints its report.
+func benchChaos(ctx context.Context, f *benchFlags, logger *slog.Logger, stdout, stderr io.Writer) error {
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the beam binary: %w", err)
+	}
+	dir := f.dataDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "beam-bench-chaos-"); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+	} else if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return fmt.Errorf("--data-dir %s is not empty; --chaos needs a fresh one", dir)
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	cfg := bench.ChaosConfig{
+		Binary: bin, DataDir: dir, Duration: f.chaosDuration, Kills: f.chaosKills, Seed: f.chaosSeed,
+		Rate: f.chaosRate, Workers: f.chaosWorkers, SettleTimeout: f.chaosSettle,
+		Synchronous: f.synchronous, Logger: logger,
+	}
+	if f.serverLog {
+		cfg.Output = stderr
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = bench.RandomSeed()
+	}
+	// Printed first, so a run that hangs or crashes can be repeated.
+	fmt.Fprintf(stderr, "beam bench --chaos: seed %d (repeat with --chaos-seed %d)\n", cfg.Seed, cfg.Seed)
+	rep, err := bench.RunChaos(ctx, cfg)
+	if rep != nil {
+		if f.json {
+			b, jerr := json.Marshal(rep)
+			if jerr != nil {
+				return fmt.Errorf("encode chaos report: %w", jerr)
+			}
+			if _, werr := fmt.Fprintln(stdout, string(b)); werr != nil {
+				return werr
+			}
+		} else if werr := rep.WriteText(stdout); werr != nil {
+			return werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return errChaosFailed
+	}
 	return nil
 }

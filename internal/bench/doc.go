@@ -5,15 +5,31 @@
 // percentiles, errors and, when it can read the server's process, the
 // server's CPU per intent and peak RSS.
 //
-// A mode is a Driver registered under a name (ws and http today; bus and
-// federation plug in through RegisterMode when those packages exist). The
-// package also starts `beam serve` as a child process (StartServer), seeds
-// an event log with many events (SeedLog) and times a restart on it
-// (MeasureRestart).
+// A mode is a Driver registered under a name (RegisterMode):
 //
-// bench only talks to the directory over its public HTTP and WebSocket
-// routes and reads /proc; it must not import the server's packages, so that
-// what it measures is what an outside agent sees. The one exception is
-// SeedLog, which writes a log file through package tracing before any server
-// runs on it.
+//   - ws: intents over the senders' WebSocket sessions;
+//   - http: POST /intents/send;
+//   - bus: durable sends (POST /v1/beam/send with the sender's signed
+//     frame); the recipients answer over WebSocket, which acks the
+//     message; the latency runs from the send to the ack, which the bus
+//     reports on the sender's session (GET /v1/beam/messages/{id} is
+//     polled when that notification is late). The summary adds the
+//     messages accepted per second;
+//   - federation: ws sends from senders on one directory (Config.URL,
+//     named in Config.Domain) to recipients on a federated second one
+//     (Config.PeerURL, Config.PeerDomain).
+//
+// The package also starts `beam serve` as a child process (StartServer),
+// two federated ones (StartFederation), seeds an event log with many events
+// (SeedLog), times a restart on it (MeasureRestart) and runs the chaos
+// scenario (RunChaos): a mixed durable load through the Go SDK while the
+// server is SIGKILLed and restarted at seeded random points, followed by
+// invariant checks on the stopped server's log.
+//
+// bench talks to the directory only over its public HTTP and WebSocket
+// routes (directly or through the Go SDK, package agents) and reads /proc;
+// it must not import the server's packages, so that what it measures is
+// what an outside agent sees. The exceptions are package tracing, used by
+// SeedLog to write a log before any server runs on it and by RunChaos to
+// check a stopped server's log.
 package bench

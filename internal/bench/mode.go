@@ -91,6 +91,10 @@ func factoryFor(mode Mode) (DriverFactory, error) {
 func init() {
 	RegisterMode(ModeWS, newWSDriver)
 	RegisterMode(ModeHTTP, newHTTPDriver)
+	RegisterMode(ModeBus, newBusDriver)
+	// Federation sends over the senders' sessions on the first directory
+	// to recipients connected to the second; Run places the agents.
+	RegisterMode(ModeFederation, newWSDriver)
 }
 
 // codeError is a failed intent with its failure code.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -16,7 +17,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/beamdir/beam/agents/wire"
 )
+
+// acceptCounter is implemented by drivers that can tell sends the
+// directory accepted apart from completed ones (the bus).
+type acceptCounter interface {
+	Accepted() int64
+	Polled() int64
+}
 
 // Bounds of a run's configuration.
 const (
@@ -63,6 +73,16 @@ type Config struct {
 	// ServerPID, when positive, is the server's process, read from /proc
 	// for CPU per intent and RSS.
 	ServerPID int
+	// PeerURL is the second directory of a federation run: senders
+	// register with URL, recipients with PeerURL.
+	PeerURL string
+	// Domain and PeerDomain are the federation domains of URL and PeerURL
+	// (defaults alpha.beam.directory and beta.beam.directory); the agents
+	// of a federation run are named in them.
+	Domain, PeerDomain string
+	// PeerServerPID, when positive, is PeerURL's process, read like
+	// ServerPID.
+	PeerServerPID int
 	// Clock is the time source for frame timestamps; nil means time.Now.
 	Clock func() time.Time
 	// Logger receives progress logs; nil discards them.
@@ -145,7 +165,56 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("bench: payload: %w", err)
 	}
 	c.payloadJSON = p
+	if c.Mode == ModeFederation {
+		if c.PeerURL == "" {
+			return c, errors.New("bench: a federation run needs the second directory's URL (--peer-url)")
+		}
+		c.PeerURL = strings.TrimRight(c.PeerURL, "/")
+		if c.Domain == "" {
+			c.Domain = "alpha." + wire.BeamDomain
+		}
+		if c.PeerDomain == "" {
+			c.PeerDomain = "beta." + wire.BeamDomain
+		}
+		for _, d := range []string{c.Domain, c.PeerDomain} {
+			if _, err := orgOfDomain(d); err != nil {
+				return c, err
+			}
+		}
+		if c.Domain == c.PeerDomain {
+			return c, fmt.Errorf("bench: both directories have the domain %s", c.Domain)
+		}
+	}
 	return c, nil
+}
+
+// orgOfDomain returns the organization part of a directory domain
+// ("alpha" of alpha.beam.directory).
+func orgOfDomain(domain string) (string, error) {
+	id, err := wire.ParseBeamID("x@" + domain)
+	if err != nil || id.Org == "" {
+		return "", fmt.Errorf("bench: domain %q is not ORG.%s", domain, wire.BeamDomain)
+	}
+	return id.Org, nil
+}
+
+// placement says where the senders and recipients of a run register and
+// connect: both on URL in cfg.Org, or for federation senders on URL in
+// Domain and recipients on PeerURL in PeerDomain.
+type placement struct {
+	sendURL, sendOrg, sendPrefix string
+	recvURL, recvOrg, recvPrefix string
+}
+
+func (c Config) placement() placement {
+	if c.Mode != ModeFederation {
+		return placement{c.URL, c.Org, "s", c.URL, c.Org, "r"}
+	}
+	so, _ := orgOfDomain(c.Domain)
+	ro, _ := orgOfDomain(c.PeerDomain)
+	// Agents live in the directories' own organizations: a per-run tag in
+	// their names keeps runs apart.
+	return placement{c.URL, so, "s" + c.Org, c.PeerURL, ro, "r" + c.Org}
 }
 
 func (c Config) payload() json.RawMessage { return c.payloadJSON }
@@ -185,17 +254,18 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	fleet := &Fleet{Org: cfg.Org, base: cfg.URL, hc: hc, keys: map[string]ed25519.PublicKey{}, ctx: fctx, stop: stop}
 	defer fleet.Close()
 	lg.Info("registering agents", "senders", cfg.Senders, "recipients", cfg.Recipients, "org", cfg.Org)
-	if fleet.Senders, err = registerMany(ctx, hc, cfg.URL, cfg.Org, "s", cfg.Senders, cfg.RegisterParallel); err != nil {
+	pl := cfg.placement()
+	if fleet.Senders, err = registerMany(ctx, hc, pl.sendURL, pl.sendOrg, pl.sendPrefix, cfg.Senders, cfg.RegisterParallel); err != nil {
 		return nil, err
 	}
-	if fleet.Recipients, err = registerMany(ctx, hc, cfg.URL, cfg.Org, "r", cfg.Recipients, cfg.RegisterParallel); err != nil {
+	if fleet.Recipients, err = registerMany(ctx, hc, pl.recvURL, pl.recvOrg, pl.recvPrefix, cfg.Recipients, cfg.RegisterParallel); err != nil {
 		return nil, err
 	}
 	for _, a := range append(append([]*Agent(nil), fleet.Senders...), fleet.Recipients...) {
 		fleet.keys[a.BeamID] = a.Public
 	}
 	for _, a := range fleet.Recipients {
-		conn, err := dial(ctx, hc, cfg.URL, a)
+		conn, err := dial(ctx, hc, pl.recvURL, a)
 		if err != nil {
 			return nil, err
 		}
@@ -215,6 +285,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if cfg.ServerPID > 0 {
 		pid := cfg.ServerPID
 		sum.ServerPID = &pid
+	}
+	if cfg.PeerServerPID > 0 {
+		pid := cfg.PeerServerPID
+		sum.PeerServerPID = &pid
 	}
 
 	if cfg.IdleAgents > 0 {
@@ -247,11 +321,21 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		burnDown(ctx, driver, fleet, cfg, cfg.Warmup, NewRecorder())
 	}
 
-	var before ProcSample
+	var before, peerBefore ProcSample
 	if cfg.ServerPID > 0 {
 		if before, err = ReadProc(cfg.ServerPID); err != nil {
 			sum.Notes = append(sum.Notes, "server process: "+err.Error())
 		}
+	}
+	if cfg.PeerServerPID > 0 {
+		if peerBefore, err = ReadProc(cfg.PeerServerPID); err != nil {
+			sum.Notes = append(sum.Notes, "peer server process: "+err.Error())
+		}
+	}
+	counter, _ := driver.(acceptCounter)
+	var acceptedBefore, polledBefore int64
+	if counter != nil {
+		acceptedBefore, polledBefore = counter.Accepted(), counter.Polled()
 	}
 	self, selfErr := ReadProc(os.Getpid())
 	rec := NewRecorder()
@@ -267,6 +351,24 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	elapsed := time.Since(t0)
 	lat := rec.Snapshot()
 	sum.fill(lat, elapsed)
+	if counter != nil {
+		n := counter.Accepted() - acceptedBefore
+		sum.Accepted = &n
+		if elapsed > 0 {
+			v := math.Round(float64(n)/elapsed.Seconds()*10) / 10
+			sum.SentPerSecond = &v
+		}
+		if p := counter.Polled() - polledBefore; p > 0 {
+			sum.Notes = append(sum.Notes, fmt.Sprintf("%d acks were observed by polling the message instead of the sender's notification", p))
+		}
+	}
+	if cfg.PeerServerPID > 0 && !peerBefore.At.IsZero() {
+		if after, err := ReadProc(cfg.PeerServerPID); err != nil {
+			sum.Notes = append(sum.Notes, "peer server process: "+err.Error())
+		} else {
+			sum.setPeerServer(peerBefore, after, lat.OK+lat.Errors)
+		}
+	}
 	if selfAfter, err := ReadProc(os.Getpid()); err == nil && selfErr == nil && lat.OK+lat.Errors > 0 {
 		v := round3(float64(selfAfter.CPU-self.CPU) / float64(time.Millisecond) / float64(lat.OK+lat.Errors))
 		sum.ClientCPUmsPerIntent = &v

@@ -31,6 +31,9 @@ type ServerOptions struct {
 	Output io.Writer
 	// StartTimeout bounds the wait for /health to answer 200 (default 60 s).
 	StartTimeout time.Duration
+	// Listen is the --listen address (default 127.0.0.1:0, a free port). A
+	// fixed address lets a restarted server keep its URL.
+	Listen string
 }
 
 // ServerProcess is a `beam serve` child process.
@@ -51,7 +54,7 @@ type ServerProcess struct {
 // servingPrefix starts the line beam serve prints once it listens.
 const servingPrefix = "beam serving on "
 
-// StartServer runs `beam serve --listen 127.0.0.1:0 --data-dir DIR` and
+// StartServer runs `beam serve --listen LISTEN --data-dir DIR` and
 // returns once /health answers 200.
 func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error) {
 	if opts.Binary == "" || opts.DataDir == "" {
@@ -64,7 +67,11 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 	if out == nil {
 		out = io.Discard
 	}
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", opts.DataDir}
+	listen := opts.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	args := []string{"serve", "--listen", listen, "--data-dir", opts.DataDir}
 	if opts.Synchronous != "" {
 		args = append(args, "--sqlite-synchronous", opts.Synchronous)
 	}
@@ -184,6 +191,15 @@ func (p *ServerProcess) Stop(ctx context.Context) error {
 	})
 	return err
 }
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (p *ServerProcess) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Exited is closed once the process has exited.
+func (p *ServerProcess) Exited() <-chan struct{} { return p.done }
 
 // tailBuffer keeps the last tailBytes written to it.
 type tailBuffer struct {

@@ -44,6 +44,16 @@ type Summary struct {
 	ServerRSSEndMB       *float64 `json:"server_rss_end_mb,omitempty"`
 	ServerThreads        *int     `json:"server_threads,omitempty"`
 
+	// Accepted and SentPerSecond (bus mode) count the sends the bus
+	// accepted; IntentsPerSecond counts the messages acked.
+	Accepted      *int64   `json:"accepted,omitempty"`
+	SentPerSecond *float64 `json:"sent_per_second,omitempty"`
+
+	// PeerServer fields describe the second directory of a federation run.
+	PeerServerPID            *int     `json:"peer_server_pid,omitempty"`
+	PeerServerCPUmsPerIntent *float64 `json:"peer_server_cpu_ms_per_intent,omitempty"`
+	PeerServerRSSMB          *float64 `json:"peer_server_rss_mb,omitempty"`
+
 	IdleAgents      int      `json:"idle_agents,omitempty"`
 	IdleConnectS    float64  `json:"idle_connect_s,omitempty"`
 	ServerRSSIdleMB *float64 `json:"server_rss_idle_mb,omitempty"`
@@ -90,6 +100,16 @@ func (s *Summary) setServer(before, after ProcSample, intents int64) {
 	s.ServerThreads = &th
 }
 
+// setPeerServer sets the second directory's figures of a federation run.
+func (s *Summary) setPeerServer(before, after ProcSample, intents int64) {
+	if intents > 0 {
+		v := round3(float64(after.CPU-before.CPU) / float64(time.Millisecond) / float64(intents))
+		s.PeerServerCPUmsPerIntent = &v
+	}
+	hwm := mb(after.HWM)
+	s.PeerServerRSSMB = &hwm
+}
+
 func mb(b int64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
@@ -125,6 +145,12 @@ func (s *Summary) WriteTable(w io.Writer) error {
 		extra = append(extra, fmt.Sprintf("steady rate %.0f/s for %.0fs", s.Rate, s.DurationS))
 	}
 	extra = append(extra, fmt.Sprintf("%d senders, %d recipients, %.1fs measured, %.1fs setup", s.Senders, s.Recipients, s.ElapsedS, s.SetupS))
+	if s.SentPerSecond != nil && s.Accepted != nil {
+		extra = append(extra, fmt.Sprintf("bus accepted %d messages (%.0f/s sent); intents/s counts messages acked, latency is send → acked", *s.Accepted, *s.SentPerSecond))
+	}
+	if s.PeerServerRSSMB != nil {
+		extra = append(extra, fmt.Sprintf("peer directory: cpu %s ms/intent, peak rss %s MB", opt(s.PeerServerCPUmsPerIntent, ""), opt(s.PeerServerRSSMB, "")))
+	}
 	if s.ServerCPUUtil != nil {
 		extra = append(extra, fmt.Sprintf("server used %.2f cores", *s.ServerCPUUtil))
 	}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/internal/beamtest"
+	"github.com/beamdir/beam/internal/bench"
+)
+
+var chaosDuration = flag.Duration("chaos-duration", 20*time.Second, "load length of TestBenchChaos (the acceptance run is 5m)")
+
+// TestBenchChaos is the short form of `beam bench --chaos`: a mixed durable
+// load (online, late-connecting and failing recipients) on a real beam
+// serve that is SIGKILLed and restarted twice, then the invariants checked
+// on its log: every accepted message acked or dead-lettered, legal traces,
+// no misdelivery, projections equal to a rebuild. The load is sized for a
+// race-built server on a small machine.
+func TestBenchChaos(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	cfg := bench.ChaosConfig{
+		Binary: beamtest.Binary(t), DataDir: t.TempDir(),
+		Duration: *chaosDuration, Kills: 2, Rate: 25, Workers: 4,
+		Senders: 2, Online: 2, Late: 1, SettleTimeout: 3 * time.Minute,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *chaosDuration+6*time.Minute)
+	defer cancel()
+	rep, err := bench.RunChaos(ctx, cfg)
+	if rep != nil {
+		require.NoError(t, rep.WriteText(&out))
+		t.Logf("chaos report:\n%s", out.String())
+	}
+	require.NoError(t, err)
+	require.Len(t, rep.Kills, 2)
+	require.Positive(t, rep.Accepted)
+	require.True(t, rep.Settled, out.String())
+	require.Len(t, rep.Invariants, 4)
+	require.True(t, rep.OK(), out.String())
+	require.Contains(t, out.String(), "CHAOS PASS")
+	// The load reached every kind of recipient.
+	require.Positive(t, rep.FlakyFailures, "the flaky agent failed no delivery")
+	require.Positive(t, rep.Messages["acked"])
+}
+
+// The CLI form prints the seed first and the PASS verdict last.
+func TestBenchChaosCLI(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := beamtest.Run(t, ctx, "bench", "--chaos", "--chaos-duration", "6s", "--chaos-kills", "1",
+		"--chaos-rate", "10", "--chaos-workers", "2", "--chaos-seed", "42")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "seed 42")
+	require.Contains(t, out, "kill 1 at")
+	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "CHAOS PASS"), out)
+}
