@@ -148,7 +148,14 @@ func (d *Directory) MaxFrameBytes() int { return d.cfg.MaxFrameBytes }
 func (d *Directory) ClaimBusNonce(nonce, from, to, intent string) (func(), *RelayError) {
 	inf := &inflight{nonce: nonce, from: from, to: to, intentType: intent, origin: TransportBus,
 		done: func([]byte, *RelayError) {}}
-	if rerr := d.claim(inf); rerr != nil {
+	d.mu.Lock()
+	rerr := d.claimLocked(inf)
+	if rerr == nil {
+		// The bus is about to record the nonce as received.
+		d.noteBusReceived(nonce)
+	}
+	d.mu.Unlock()
+	if rerr != nil {
 		return nil, rerr
 	}
 	return func() { d.release(inf) }, nil
@@ -183,6 +190,8 @@ func (d *Directory) DeliverBus(del BusDelivery) error {
 	if rerr := d.claim(inf); rerr != nil {
 		return ErrBusNonceBusy
 	}
+	// The bus recorded dispatched before this call: the nonce left received.
+	d.forgetBusReceived(f.Nonce)
 	d.mu.Lock()
 	inf.transport = TransportWS
 	inf.waiting = true

@@ -32,6 +32,7 @@ const (
 	DefaultPingInterval          = 20 * time.Second
 	DefaultWriteTimeout          = 10 * time.Second
 	DefaultSessionWorkers        = 4
+	DefaultDeliveredDelay        = 5 * time.Millisecond
 	// ReplayWindow is how far a frame's timestamp may be from server time.
 	ReplayWindow = 5 * time.Minute
 )
@@ -84,6 +85,11 @@ type Config struct {
 	// concurrently (4). Handling an intent waits for a log commit; several
 	// workers let one agent's intents share group commits.
 	SessionWorkers int
+	// DeliveredDelay is how long a written frame's delivered event may wait
+	// to be recorded (5 ms): delivered events of many intents share one
+	// append, and a result that comes within the delay is recorded with its
+	// delivered in one append.
+	DeliveredDelay time.Duration
 
 	// HTTPClient performs direct-http deliveries; default a client with
 	// DirectHTTPTimeout.
@@ -116,8 +122,15 @@ type Directory struct {
 	sessions  map[string]*session  // beam ID → current session
 	recovered map[string]time.Time // delivered intents resumed by Recover → deadline
 	busHooks  busHookSlot          // the message bus's callbacks (bus_hooks.go)
-	closed    bool
-	remote    Remote // federation router; nil without federation
+	// busRecv holds the nonces the bus may keep in received, each with the
+	// generation it was last noted at (busnonces.go).
+	busRecv        map[string]uint64
+	busRecvGen     uint64
+	busRecvLimit   int
+	busRecvPruning bool
+	deliv          delivState // the delivered recorder (delivered.go)
+	closed         bool
+	remote         Remote // federation router; nil without federation
 
 	connMu     sync.Mutex
 	connNonces map[string]time.Time // used ws.connect nonces → expiry
@@ -153,6 +166,7 @@ func New(cfg Config) (*Directory, error) {
 	def(&cfg.RecoverySweepInterval, DefaultRecoverySweepInterval)
 	def(&cfg.PingInterval, DefaultPingInterval)
 	def(&cfg.WriteTimeout, DefaultWriteTimeout)
+	def(&cfg.DeliveredDelay, DefaultDeliveredDelay)
 	defInt := func(d *int, v int) {
 		if *d <= 0 {
 			*d = v
@@ -185,6 +199,7 @@ func New(cfg Config) (*Directory, error) {
 		recovered:  map[string]time.Time{},
 		connNonces: map[string]time.Time{},
 		stop:       make(chan struct{}),
+		deliv:      delivState{kick: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -257,6 +272,7 @@ func (d *Directory) Close() error {
 		for _, s := range sessions {
 			<-s.done
 		}
+		d.stopDelivered()
 		d.wg.Wait()
 	})
 	return nil
@@ -304,7 +320,7 @@ func (d *Directory) handleStats(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
 		list := make([]sessionInfo, 0, len(d.sessions))
 		for _, s := range d.sessions {
-			list = append(list, sessionInfo{BeamID: s.beamID, Auth: s.auth, ConnectedAt: s.connectedAt.UTC().Format(time.RFC3339Nano), Queued: len(s.out)})
+			list = append(list, sessionInfo{BeamID: s.beamID, Auth: s.auth, ConnectedAt: s.connectedAt.UTC().Format(time.RFC3339Nano), Queued: s.queued()})
 		}
 		d.mu.Unlock()
 		sort.Slice(list, func(i, j int) bool { return list[i].BeamID < list[j].BeamID })

@@ -39,7 +39,9 @@
 //   - new: claimed in memory (so two concurrent first frames cannot both
 //     start it), then recorded received (frame, client timestamp, payload
 //     hash = sha256 of the JavaScript-normalised payload, timeout) and
-//     validated;
+//     validated. The log is not read first: a nonce it already has refuses
+//     the received event and the frame takes the replay path; nonces the
+//     bus may hold in received are looked up first (busnonces.go);
 //   - in flight (claimed here, or non-terminal in the log): IN_PROGRESS;
 //   - same nonce with a different from, to, intent or payload:
 //     NONCE_REUSE_CONFLICT;
@@ -58,7 +60,11 @@
 // OFFLINE (retryable). Events: received, validated, dispatched (transport,
 // timeoutMs), delivered, then acked or failed (errorCode, latencyMs, the
 // result frame). dispatched is committed before the frame leaves the
-// process; delivered is recorded after the frame was written. A successful
+// process; delivered is recorded after the frame was written, without
+// holding up the session's writer: delivered events of many intents share
+// one append after Config.DeliveredDelay, or ride in the append of the
+// intent's outcome when the result comes first (delivered.go); either way
+// delivered precedes acked or failed in the log. A successful
 // result whose payload says "terminal": false (async acceptance) leaves the
 // intent delivered. Results are accepted only from the addressed
 // recipient's current session. A result that arrives after a timeout is
@@ -88,9 +94,11 @@
 // Ed25519 over wire.CanonicalJSON of {"action":"ws.connect","beamId",
 // "nonce","timestamp"}), or a beam/2 JWS token. Unauthenticated sessions are
 // accepted only with Config.AllowLegacyWSIdentity. Each session has a
-// bounded send queue drained by its own writer goroutine; a session whose
-// queue overflows is closed (1008 "too slow") so that a slow agent never
-// stalls others.
+// bounded send queue drained by a writer goroutine that runs while there is
+// something to write; a session whose queue overflows is closed (1008 "too
+// slow") so that a slow agent never stalls others. Workers that handle a
+// session's messages also run only on demand, and the keepalive ping is a
+// timer, so an idle session costs one goroutine.
 //
 // The package must not write SQLite except through the event log, must not
 // keep an intent's state anywhere but the log (the in-memory claims and

@@ -49,7 +49,11 @@ func (d *Directory) Recover(ctx context.Context) (RecoveryReport, error) {
 	now := d.clock()
 	var events []tracing.Event
 	resumed := map[string]time.Time{}
+	var inReceived []string
 	for _, row := range rows {
+		if row.Status == tracing.Received {
+			inReceived = append(inReceived, row.Nonce)
+		}
 		if row.Owner != "" && row.Owner != tracing.OwnerDirectory {
 			continue
 		}
@@ -94,6 +98,11 @@ func (d *Directory) Recover(ctx context.Context) (RecoveryReport, error) {
 	d.mu.Lock()
 	for nonce, dl := range resumed {
 		d.recovered[nonce] = dl
+	}
+	// Nonces in received (the bus's, or ours if failing them did not
+	// work) are looked up before a frame with one of them is recorded.
+	for _, nonce := range inReceived {
+		d.noteBusReceived(nonce)
 	}
 	d.mu.Unlock()
 	d.lg.Info("recovery", "failedInterrupted", rep.FailedInterrupted, "resumedAwaitingResult", rep.ResumedAwaitingResult,

@@ -81,20 +81,27 @@ type inflight struct {
 	start                       time.Time // d.clock() at receipt
 	t0                          time.Time // time.Now() at receipt (metrics)
 	done                        func([]byte, *RelayError)
+	// fresh is set when the nonce was recorded optimistically as new: the
+	// frame and sender to replay if the log already had the nonce.
+	fresh *freshFrame
 
 	// Guarded by Directory.mu.
 	transport   string
 	waiting     bool     // a result from the recipient may settle it
 	recipient   *session // the session the frame was handed to
 	timer       *time.Timer
-	finished    bool          // settled: no further delivered event
-	delivering  bool          // a writer is recording delivered
-	delivered   bool          // delivered is committed
-	deliveredCh chan struct{} // closed when delivering ends
-	released    chan struct{} // closed when the claim is released
-	bus         *busAttempt   // set for a message bus delivery (bus_hooks.go)
-	jws         string        // beam/2: the sender's intent JWS (beam2.go)
-	resultJWS   *jwsSink      // beam/2: where the recipient's result JWS goes
+	finished    bool // settled: no further delivered event
+	delivering  bool // being written, queued for or being recorded by the delivered recorder
+	delivered   bool // delivered is committed
+	delivQueued bool // written; delivered waits in the recorder's queue
+	// needDelivered: settle took delivered out of the recorder's queue; the
+	// settling caller records it before its own events.
+	needDelivered bool
+	deliveredCh   chan struct{} // closed when delivering ends
+	released      chan struct{} // closed when the claim is released
+	bus           *busAttempt   // set for a message bus delivery (bus_hooks.go)
+	jws           string        // beam/2: the sender's intent JWS (beam2.go)
+	resultJWS     *jwsSink      // beam/2: where the recipient's result JWS goes
 }
 
 // event returns an event of inf's nonce with the intent's identity set.
@@ -181,20 +188,28 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 		origin: o.Origin, attempt: 1, timeout: timeout,
 		start: d.clock(), t0: t0, done: finish, jws: o.JWS, resultJWS: o.resultJWS,
 	}
-	if rerr := d.claim(inf); rerr != nil {
+	lookup, rerr := d.claimNew(inf)
+	if rerr != nil {
 		d.m.relayed.WithLabelValues(outcomeRefused).Inc()
 		finish(nil, rerr)
 		return
 	}
-	row, exists, err := d.log.Intent(ctx, f.Nonce)
-	if err != nil {
-		d.abort(inf, fmt.Errorf("look up nonce: %w", err))
-		return
+	if lookup {
+		// The bus may hold this nonce in received, where an optimistic
+		// received would pass as an annotation: look it up first.
+		row, exists, err := d.log.Intent(ctx, f.Nonce)
+		if err != nil {
+			d.abort(inf, fmt.Errorf("look up nonce: %w", err))
+			return
+		}
+		if exists {
+			d.replay(ctx, inf, f, sender, row)
+			return
+		}
 	}
-	if exists {
-		d.replay(ctx, inf, f, sender, row)
-		return
-	}
+	// The nonce is recorded optimistically: a nonce the log already has
+	// rejects the first append (abort then takes the replay path).
+	inf.fresh = &freshFrame{frame: f, sender: sender}
 	received := inf.event(tracing.Received, o.Origin)
 	frame := f.Raw
 	if len(frame) == 0 {
@@ -318,6 +333,11 @@ func payloadHash(payload []byte) (string, error) {
 func (d *Directory) claim(inf *inflight) *RelayError {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.claimLocked(inf)
+}
+
+// claimLocked is claim with d.mu held.
+func (d *Directory) claimLocked(inf *inflight) *RelayError {
 	if d.closed {
 		return relayErr(CodeRelayError, inf.nonce, "directory is shutting down")
 	}
@@ -331,6 +351,19 @@ func (d *Directory) claim(inf *inflight) *RelayError {
 	inf.released = make(chan struct{})
 	d.claims[inf.nonce] = inf
 	return nil
+}
+
+// claimNew is claim for a frame about to be recorded; lookup says that the
+// nonce may be one the bus holds in received, so the log must be asked
+// before recording it optimistically.
+func (d *Directory) claimNew(inf *inflight) (lookup bool, rerr *RelayError) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if rerr := d.claimLocked(inf); rerr != nil {
+		return false, rerr
+	}
+	_, lookup = d.busRecv[inf.nonce]
+	return lookup, nil
 }
 
 // release drops inf's claim.
@@ -358,8 +391,60 @@ func (d *Directory) append(events ...tracing.Event) error {
 	return nil
 }
 
+// freshFrame is what the replay path needs of a frame whose nonce was
+// recorded optimistically as new.
+type freshFrame struct {
+	frame  *wire.IntentFrame
+	sender registry.Agent
+}
+
+// nonceTaken reports whether err is the log's refusal of an optimistic
+// received event because the nonce already has events.
+func nonceTaken(err error) bool {
+	var te *tracing.TransitionError
+	return errors.As(err, &te) && te.To == tracing.Received && te.From != ""
+}
+
+// replayTaken takes the replay path for inf, whose optimistic first append
+// was refused because the log already has the nonce. Nothing was recorded.
+func (d *Directory) replayTaken(inf *inflight) {
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	// A new inflight takes over the claim: inf may carry a settled waiter.
+	nf := &inflight{
+		nonce: inf.nonce, from: inf.from, to: inf.to, intentType: inf.intentType, hash: inf.hash,
+		origin: inf.origin, attempt: 1, timeout: inf.timeout, start: inf.start, t0: inf.t0,
+		done: inf.done, jws: inf.jws, resultJWS: inf.resultJWS,
+	}
+	d.mu.Lock()
+	if d.claims[inf.nonce] == inf {
+		nf.released = inf.released
+		d.claims[inf.nonce] = nf
+	}
+	d.mu.Unlock()
+	if nf.released == nil {
+		d.abort(inf, fmt.Errorf("nonce %s: claim lost", inf.nonce))
+		return
+	}
+	row, exists, err := d.log.Intent(ctx, nf.nonce)
+	if err == nil && !exists {
+		err = fmt.Errorf("nonce %s: refused as taken but not found", nf.nonce)
+	}
+	if err != nil {
+		d.abort(nf, fmt.Errorf("look up nonce: %w", err))
+		return
+	}
+	d.replay(ctx, nf, inf.fresh.frame, inf.fresh.sender, row)
+}
+
 // abort answers RELAY_ERROR after a log failure; nothing more is recorded.
+// A first append refused because the nonce already exists is not a failure:
+// the frame is a replay and takes the replay path.
 func (d *Directory) abort(inf *inflight, err error) {
+	if inf.fresh != nil && nonceTaken(err) {
+		d.replayTaken(inf)
+		return
+	}
 	d.lg.Error("relay aborted", "nonce", inf.nonce, "err", err)
 	d.release(inf)
 	d.m.relayed.WithLabelValues(outcomeFailed).Inc()
@@ -384,6 +469,9 @@ func (d *Directory) fail(inf *inflight, pre []tracing.Event, code, msg string, r
 	result := wire.FailureResult(inf.nonce, code, msg, now, lat)
 	ev := inf.event(tracing.Failed, "")
 	ev.Details = tracing.Details{ErrorCode: code, Error: msg, Retryable: retryable, LatencyMs: lat, Result: result, Extra: extra}
+	if inf.needDelivered {
+		pre = append(pre, inf.event(tracing.Delivered, TransportWS))
+	}
 	if err := d.append(append(pre, ev)...); err != nil {
 		d.abort(inf, err)
 		return
@@ -466,10 +554,23 @@ func (d *Directory) settle(inf *inflight) bool {
 	}
 	var wait chan struct{}
 	if inf.delivering {
-		wait = inf.deliveredCh
+		if inf.delivQueued && inf.bus == nil {
+			// delivered is not issued yet: the caller records it with
+			// its own events, in the same append.
+			inf.delivQueued = false
+			inf.delivering = false
+			inf.needDelivered = true
+			close(inf.deliveredCh)
+		} else {
+			// Being written or being recorded: wait for the commit, and
+			// have it issued now rather than after the delay.
+			wait = inf.deliveredCh
+			d.deliv.urgent = true
+		}
 	}
 	d.mu.Unlock()
 	if wait != nil {
+		d.kickDelivered()
 		<-wait
 	}
 	return true
@@ -553,45 +654,6 @@ func withExtra(extra map[string]any, key string, v any) map[string]any {
 	}
 	out[key] = v
 	return out
-}
-
-// recordDelivered commits delivered for frames a session writer wrote, in
-// one append; then it wakes anyone waiting in settle.
-func (d *Directory) recordDelivered(infs []*inflight) {
-	events := make([]tracing.Event, 0, len(infs))
-	for _, inf := range infs {
-		events = append(events, inf.event(tracing.Delivered, TransportWS))
-	}
-	err := d.append(events...)
-	ok := make([]bool, len(infs))
-	if err == nil {
-		for i := range ok {
-			ok[i] = true
-		}
-	} else if len(infs) > 1 {
-		// One bad nonce rejects the whole call; record the others alone.
-		for i, ev := range events {
-			if e := d.append(ev); e == nil {
-				ok[i] = true
-			} else {
-				d.lg.Warn("record delivered", "nonce", ev.Nonce, "err", e)
-			}
-		}
-	} else {
-		d.lg.Warn("record delivered", "nonce", events[0].Nonce, "err", err)
-	}
-	d.mu.Lock()
-	for i, inf := range infs {
-		inf.delivering = false
-		inf.delivered = ok[i]
-		close(inf.deliveredCh)
-	}
-	d.mu.Unlock()
-	for i, inf := range infs {
-		if ok[i] {
-			inf.busDelivered()
-		}
-	}
 }
 
 // beginDelivery marks inf as being written; false when it was settled

@@ -1,12 +1,15 @@
 package directory
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -48,7 +51,10 @@ type outMsg struct {
 	inf  *inflight
 }
 
-// session is an attached WebSocket session of one agent.
+// session is an attached WebSocket session of one agent. An idle session
+// costs one goroutine (readLoop, on the HTTP server's connection
+// goroutine): its writer and its workers run only while it has messages to
+// write or to handle, and its keepalive is a timer.
 type session struct {
 	d           *Directory
 	beamID      string
@@ -56,7 +62,6 @@ type session struct {
 	beam2       bool // announced beam/2 (protocol query parameter or a beam/2 connect token)
 	conn        *websocket.Conn
 	connectedAt time.Time
-	out         chan outMsg
 	ctx         context.Context
 	cancel      context.CancelFunc
 
@@ -64,11 +69,16 @@ type session struct {
 	closing     bool
 	closeCode   websocket.StatusCode
 	closeReason string
-	stop        chan struct{} // closed by closeWith
-	work        chan []byte   // messages read, for the workers
-	workers     sync.WaitGroup
-	writerDone  chan struct{}
+	out         []outMsg      // queued for the writer, at most Config.SendQueue
+	writing     bool          // a writer goroutine (or the shutdown) runs
+	ping        *time.Timer   // the next keepalive
+	writerDone  chan struct{} // closed when the shutdown is complete
 	done        chan struct{} // closed when the session is torn down
+
+	wmu     sync.Mutex
+	wcond   sync.Cond // on wmu: space in work, or a worker exited
+	work    [][]byte  // messages read, for the workers
+	workers int       // running workers
 }
 
 // session returns the current session of beamID, or nil.
@@ -80,7 +90,7 @@ func (d *Directory) session(beamID string) *session {
 
 // handleWS serves the WebSocket endpoint.
 func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	conn, err := websocket.Accept(leanHijack{w}, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		d.lg.Info("websocket upgrade failed", "err", err)
 		return
@@ -111,10 +121,9 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{
 		d: d, beamID: agent.BeamID, auth: auth, conn: conn, connectedAt: d.clock(),
-		out: make(chan outMsg, d.cfg.SendQueue), ctx: ctx, cancel: cancel,
-		stop: make(chan struct{}), writerDone: make(chan struct{}), done: make(chan struct{}),
-		work: make(chan []byte, 4*d.cfg.SessionWorkers),
+		ctx: ctx, cancel: cancel, writerDone: make(chan struct{}), done: make(chan struct{}),
 	}
+	s.wcond.L = &s.wmu
 	s.beam2, _ = sessionProtocols(r.URL.Query()["protocol"], auth)
 	if !d.attach(s) {
 		cancel()
@@ -122,18 +131,65 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.enqueue(outMsg{data: connectedMessage(s)})
-	go s.writer()
-	go s.pinger()
-	for range d.cfg.SessionWorkers {
-		s.workers.Add(1)
-		go s.worker()
+	s.mu.Lock()
+	if !s.closing {
+		s.ping = time.AfterFunc(d.cfg.PingInterval, s.keepalive)
 	}
+	s.mu.Unlock()
 	d.reg.Touch(s.beamID)
 	if hook := d.cfg.OnAgentConnected; hook != nil {
 		go hook(s.beamID)
 	}
 	d.busConnected(s.beamID)
-	s.readLoop()
+	// The reader runs on its own goroutine so that the HTTP server's
+	// connection state (request, response and their buffers) can be
+	// collected: a hijacked connection needs none of it.
+	go s.readLoop()
+}
+
+// Buffer sizes of a WebSocket connection: big enough for one delivered
+// intent message (a frame is at most 4 KiB by default) in one write;
+// larger messages bypass them.
+const (
+	wsReadBuffer  = 2 << 10
+	wsWriteBuffer = 4 << 10
+)
+
+// leanHijack hands the WebSocket library new, smaller read buffers on
+// Hijack instead of the HTTP server's, which would otherwise stay
+// allocated for as long as the session lives.
+type leanHijack struct {
+	http.ResponseWriter
+}
+
+// Hijack takes over the connection; bytes the server had read ahead are
+// kept.
+func (w leanHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("response writer cannot be hijacked")
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	n := brw.Reader.Buffered()
+	if n > wsReadBuffer {
+		return conn, brw, nil
+	}
+	var src io.Reader = conn
+	if n > 0 {
+		ahead, _ := brw.Reader.Peek(n)
+		src = io.MultiReader(bytes.NewReader(bytes.Clone(ahead)), conn)
+	}
+	br := bufio.NewReaderSize(src, wsReadBuffer)
+	if n > 0 {
+		// Load the read-ahead bytes, so that Buffered reports them.
+		if _, err := br.Peek(n); err != nil {
+			return conn, brw, nil
+		}
+	}
+	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsWriteBuffer)), nil
 }
 
 // authenticate checks the proof of identity of an upgrade request.
@@ -277,30 +333,42 @@ func (d *Directory) detach(s *session) {
 	d.mu.Unlock()
 }
 
-// enqueue hands m to the writer without blocking. A full queue closes the
-// session (1008 "too slow"); false means m was not queued.
+// enqueue hands m to the writer without blocking, starting the writer when
+// none runs. A full queue closes the session (1008 "too slow"); false means
+// m was not queued.
 func (s *session) enqueue(m outMsg) bool {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		return false
 	}
-	select {
-	case s.out <- m:
+	if len(s.out) >= s.d.cfg.SendQueue {
 		s.mu.Unlock()
-		return true
-	default:
+		s.d.lg.Warn("session send queue full; closing", "beamId", s.beamID, "queue", s.d.cfg.SendQueue)
+		s.d.m.rejected.WithLabelValues("WS_TOO_SLOW").Inc()
+		s.closeWith(websocket.StatusPolicyViolation, "too slow")
+		return false
 	}
+	s.out = append(s.out, m)
+	start := !s.writing
+	s.writing = true
 	s.mu.Unlock()
-	s.d.lg.Warn("session send queue full; closing", "beamId", s.beamID, "queue", cap(s.out))
-	s.d.m.rejected.WithLabelValues("WS_TOO_SLOW").Inc()
-	s.closeWith(websocket.StatusPolicyViolation, "too slow")
-	return false
+	if start {
+		go s.writer()
+	}
+	return true
+}
+
+// queued returns the number of messages waiting for the writer.
+func (s *session) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.out)
 }
 
 // closeWith starts closing the session: it is detached at once (no new
-// deliveries), the writer fails what is still queued and sends the close
-// frame.
+// deliveries); the writer (started here when none runs) fails what is
+// still queued and sends the close frame.
 func (s *session) closeWith(code websocket.StatusCode, reason string) {
 	s.mu.Lock()
 	if s.closing {
@@ -309,9 +377,16 @@ func (s *session) closeWith(code websocket.StatusCode, reason string) {
 	}
 	s.closing = true
 	s.closeCode, s.closeReason = code, reason
-	close(s.stop)
+	start := !s.writing
+	s.writing = true
+	if s.ping != nil {
+		s.ping.Stop()
+	}
 	s.mu.Unlock()
 	s.d.detach(s)
+	if start {
+		go s.shutdown()
+	}
 }
 
 func (s *session) isClosing() bool {
@@ -333,10 +408,13 @@ func (s *session) readLoop() {
 			}
 			break
 		}
-		s.work <- data
+		s.dispatch(data)
 	}
-	close(s.work)
-	s.workers.Wait()
+	s.wmu.Lock()
+	for s.workers > 0 {
+		s.wcond.Wait()
+	}
+	s.wmu.Unlock()
 	s.closeWith(websocket.StatusNormalClosure, "")
 	<-s.writerDone
 	s.d.m.sessions.Dec()
@@ -344,41 +422,75 @@ func (s *session) readLoop() {
 	close(s.done)
 }
 
-// worker handles messages read by readLoop.
+// dispatch queues a message read for the workers, starting one when fewer
+// than Config.SessionWorkers run (workers exit when nothing is queued). It
+// waits while 4×SessionWorkers messages are queued.
+func (s *session) dispatch(data []byte) {
+	s.wmu.Lock()
+	for len(s.work) >= 4*s.d.cfg.SessionWorkers {
+		s.wcond.Wait()
+	}
+	s.work = append(s.work, data)
+	start := s.workers < s.d.cfg.SessionWorkers
+	if start {
+		s.workers++
+	}
+	s.wmu.Unlock()
+	if start {
+		go s.worker()
+	}
+}
+
+// worker handles queued messages until none is left.
 func (s *session) worker() {
-	defer s.workers.Done()
-	for data := range s.work {
+	for {
+		s.wmu.Lock()
+		if len(s.work) == 0 {
+			s.workers--
+			if s.workers == 0 {
+				s.work = nil
+			}
+			s.wcond.Broadcast()
+			s.wmu.Unlock()
+			return
+		}
+		data := s.work[0]
+		s.work[0] = nil
+		s.work = s.work[1:]
+		s.wcond.Broadcast()
+		s.wmu.Unlock()
 		s.d.handleMessage(s, data)
 	}
 }
 
-// writer writes queued messages in batches and records delivered for the
-// intents among them with one append per batch.
+// writer writes queued messages in order until the queue is empty (then
+// it exits) or the session closes (then it shuts the session down). The
+// intents among the messages are handed to the delivered recorder once
+// written.
 func (s *session) writer() {
-	defer close(s.writerDone)
-	batch := make([]outMsg, 0, 64)
+	var batch []outMsg
 	for {
-		select {
-		case <-s.stop:
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
 			s.shutdown()
 			return
-		case m := <-s.out:
-			batch = append(batch[:0], m)
-		drain:
-			for len(batch) < cap(batch) {
-				select {
-				case m := <-s.out:
-					batch = append(batch, m)
-				default:
-					break drain
-				}
-			}
-			if err := s.writeBatch(batch); err != nil {
-				s.d.lg.Info("websocket write failed", "beamId", s.beamID, "err", err)
-				s.closeWith(websocket.StatusGoingAway, "write failed")
-				s.shutdown()
-				return
-			}
+		}
+		if len(s.out) == 0 {
+			s.writing = false
+			s.out = nil // an idle session keeps no buffer
+			s.mu.Unlock()
+			return
+		}
+		batch, s.out = s.out, batch[:0]
+		s.mu.Unlock()
+		err := s.writeBatch(batch)
+		clear(batch)
+		if err != nil {
+			s.d.lg.Info("websocket write failed", "beamId", s.beamID, "err", err)
+			s.closeWith(websocket.StatusGoingAway, "write failed")
+			s.shutdown()
+			return
 		}
 	}
 }
@@ -388,9 +500,7 @@ func (s *session) writer() {
 func (s *session) writeBatch(batch []outMsg) error {
 	var written []*inflight
 	defer func() {
-		if len(written) > 0 {
-			s.d.recordDelivered(written)
-		}
+		s.d.queueDelivered(written)
 	}()
 	for i, m := range batch {
 		if s.isClosing() {
@@ -428,47 +538,41 @@ func (s *session) failQueued(msgs []outMsg) {
 }
 
 // shutdown fails what is still queued, sends the close frame and ends the
-// connection.
+// connection. It runs once, on the writer's goroutine or (when no writer
+// ran) on its own.
 func (s *session) shutdown() {
-	for {
-		select {
-		case m := <-s.out:
-			s.failQueued([]outMsg{m})
-			continue
-		default:
-		}
-		break
-	}
 	s.mu.Lock()
+	queued := s.out
+	s.out = nil
 	code, reason := s.closeCode, s.closeReason
 	s.mu.Unlock()
+	s.failQueued(queued)
 	_ = s.conn.Close(code, reason)
 	s.cancel()
+	close(s.writerDone)
 }
 
-// pinger keeps the connection alive and detects dead peers.
-func (s *session) pinger() {
-	t := time.NewTicker(s.d.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(s.ctx, s.d.cfg.PingInterval)
-			err := s.conn.Ping(ctx)
-			cancel()
-			if err != nil {
-				if !s.isClosing() {
-					s.d.lg.Info("websocket keepalive failed", "beamId", s.beamID, "err", err)
-				}
-				s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
-				return
-			}
-		}
+// keepalive pings the peer (a timer runs it every PingInterval) and closes
+// the session when no pong comes within PingInterval.
+func (s *session) keepalive() {
+	if s.isClosing() {
+		return
 	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.d.cfg.PingInterval)
+	err := s.conn.Ping(ctx)
+	cancel()
+	if err != nil {
+		if !s.isClosing() {
+			s.d.lg.Info("websocket keepalive failed", "beamId", s.beamID, "err", err)
+		}
+		s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
+		return
+	}
+	s.mu.Lock()
+	if !s.closing {
+		s.ping.Reset(s.d.cfg.PingInterval)
+	}
+	s.mu.Unlock()
 }
 
 // wsMessage is a decoded client → server message.

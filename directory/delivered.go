@@ -1,0 +1,182 @@
+package directory
+
+import (
+	"time"
+
+	"github.com/beamdir/beam/tracing"
+)
+
+// Recording delivered. A session writer writes a frame and hands the
+// intent to the directory's delivered recorder without waiting; the
+// recorder appends the delivered events of many intents (of every session)
+// in one call, DeliveredDelay after the oldest of them was written. A result
+// (or a timeout) that settles an intent whose delivered is still queued
+// takes it out of the queue, and the settling caller appends delivered
+// together with acked or failed: one append instead of two for a recipient
+// that answers quickly. A settle that finds delivered being written or
+// being recorded waits for that commit (and has it issued at once), so
+// delivered always precedes the intent's outcome in the log.
+
+// deliveredChunk is the most delivered events of one append.
+const deliveredChunk = 512
+
+// deliveredFlushCount is the queue length that is recorded without waiting
+// for DeliveredDelay.
+const deliveredFlushCount = 256
+
+// delivState is the recorder's state, guarded by Directory.mu.
+type delivState struct {
+	queue   []*inflight
+	since   time.Time // when the oldest queued entry was queued
+	urgent  bool      // a settle waits: record without delay
+	started bool      // the recorder goroutine runs (or ran)
+	closing bool      // Close: record what is queued and exit
+	stopped bool      // the recorder exited: record synchronously
+	kick    chan struct{}
+}
+
+// kickDelivered wakes the recorder.
+func (d *Directory) kickDelivered() {
+	select {
+	case d.deliv.kick <- struct{}{}:
+	default:
+	}
+}
+
+// queueDelivered hands intents whose frames were written to the recorder.
+// It does not wait for the commit.
+func (d *Directory) queueDelivered(infs []*inflight) {
+	if len(infs) == 0 {
+		return
+	}
+	d.mu.Lock()
+	if d.deliv.stopped || d.deliv.closing && !d.deliv.started {
+		d.mu.Unlock()
+		d.recordDelivered(infs)
+		return
+	}
+	if !d.deliv.started {
+		d.deliv.started = true
+		d.wg.Add(1)
+		go d.deliveredLoop()
+	}
+	if len(d.deliv.queue) == 0 {
+		d.deliv.since = time.Now()
+	}
+	for _, inf := range infs {
+		inf.delivQueued = true
+		if inf.finished {
+			// Settled while it was written: its settle waits.
+			d.deliv.urgent = true
+		}
+		d.deliv.queue = append(d.deliv.queue, inf)
+	}
+	d.mu.Unlock()
+	d.kickDelivered()
+}
+
+// deliveredLoop is the recorder goroutine.
+func (d *Directory) deliveredLoop() {
+	defer d.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var spare []*inflight
+	for {
+		d.mu.Lock()
+		if len(d.deliv.queue) == 0 {
+			if d.deliv.closing {
+				d.deliv.stopped = true
+				d.mu.Unlock()
+				return
+			}
+			d.mu.Unlock()
+			<-d.deliv.kick
+			continue
+		}
+		wait := time.Until(d.deliv.since.Add(d.cfg.DeliveredDelay))
+		if !d.deliv.urgent && !d.deliv.closing && len(d.deliv.queue) < deliveredFlushCount && wait > 0 {
+			d.mu.Unlock()
+			timer.Reset(wait)
+			select {
+			case <-d.deliv.kick:
+				timer.Stop()
+			case <-timer.C:
+			}
+			continue
+		}
+		queue := d.deliv.queue
+		d.deliv.queue = spare[:0]
+		d.deliv.urgent = false
+		batch := queue[:0]
+		for _, inf := range queue {
+			if inf.delivQueued { // not taken by a settle
+				inf.delivQueued = false
+				batch = append(batch, inf)
+			}
+		}
+		d.mu.Unlock()
+		d.recordDelivered(batch)
+		clear(queue)
+		spare = queue[:0]
+		if cap(spare) > 4*deliveredFlushCount {
+			spare = nil
+		}
+	}
+}
+
+// stopDelivered makes the recorder record what is queued and exit; later
+// deliveries are recorded synchronously. Close calls it once no session
+// is left.
+func (d *Directory) stopDelivered() {
+	d.mu.Lock()
+	d.deliv.closing = true
+	d.mu.Unlock()
+	d.kickDelivered()
+}
+
+// recordDelivered commits delivered for infs (in chunks of at most
+// deliveredChunk events), then wakes anyone waiting in settle.
+func (d *Directory) recordDelivered(infs []*inflight) {
+	if len(infs) == 0 {
+		return
+	}
+	ok := make([]bool, len(infs))
+	events := make([]tracing.Event, 0, min(len(infs), deliveredChunk))
+	for start := 0; start < len(infs); start += deliveredChunk {
+		part := infs[start:min(start+deliveredChunk, len(infs))]
+		events = events[:0]
+		for _, inf := range part {
+			events = append(events, inf.event(tracing.Delivered, TransportWS))
+		}
+		err := d.append(events...)
+		switch {
+		case err == nil:
+			for i := range part {
+				ok[start+i] = true
+			}
+		case len(part) > 1:
+			// One bad nonce rejects the whole call; record the others alone.
+			for i, ev := range events {
+				if e := d.append(ev); e == nil {
+					ok[start+i] = true
+				} else {
+					d.lg.Warn("record delivered", "nonce", ev.Nonce, "err", e)
+				}
+			}
+		default:
+			d.lg.Warn("record delivered", "nonce", events[0].Nonce, "err", err)
+		}
+	}
+	d.mu.Lock()
+	for i, inf := range infs {
+		inf.delivering = false
+		inf.delivered = ok[i]
+		close(inf.deliveredCh)
+	}
+	d.mu.Unlock()
+	for i, inf := range infs {
+		if ok[i] {
+			inf.busDelivered()
+		}
+	}
+}
