@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -121,13 +123,15 @@ func BenchmarkAppendSingle(b *testing.B) {
 	l := openBench(b, filepath.Join(b.TempDir(), "beam.db"))
 	ctx := context.Background()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for i := 0; i < b.N; i++ {
 		if _, err := l.Append(ctx, lifecycle(fmt.Sprintf("s-%d", i/5), i)); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/event")
+	reportCommits(b, l)
 }
 
 // BenchmarkAppendConcurrent64: 64 goroutines, each walking intents through
@@ -139,7 +143,7 @@ func BenchmarkAppendConcurrent64(b *testing.B) {
 	var worker atomic.Int64
 	b.SetParallelism((64 + 1) / 2)
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	var total atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		w := worker.Add(1)
@@ -159,7 +163,44 @@ func BenchmarkAppendConcurrent64(b *testing.B) {
 	})
 	elapsed := time.Since(start)
 	b.ReportMetric(float64(total.Load())/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(total.Load()), "cpu-µs/event")
 	b.ReportMetric(float64(worker.Load()), "goroutines")
+	reportCommits(b, l)
+}
+
+// cpuTime is the CPU time the process has used (user and system). The
+// machine is shared, so CPU per event is steadier than events per second.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCommits reports the mean events per commit and the mean commit time.
+func reportCommits(b *testing.B, l *Log) {
+	reg := prometheus.NewRegistry()
+	if reg.Register(l.m.batch) != nil || reg.Register(l.m.commit) != nil {
+		return
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return
+	}
+	for _, mf := range mfs {
+		h := mf.GetMetric()[0].GetHistogram()
+		n := h.GetSampleCount()
+		if n == 0 {
+			continue
+		}
+		switch mf.GetName() {
+		case "beam_log_batch_events":
+			b.ReportMetric(h.GetSampleSum()/float64(n), "events/commit")
+		case "beam_log_commit_seconds":
+			b.ReportMetric(h.GetSampleSum()/float64(n)*1e6, "µs/commit")
+		}
+	}
 }
 
 // BenchmarkRebuild refolds the prebuilt log (-tracing.bench.events).
@@ -169,7 +210,7 @@ func BenchmarkRebuild(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	var events int64
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for i := 0; i < b.N; i++ {
 		st, err := l.Rebuild(ctx)
 		if err != nil {
@@ -178,6 +219,7 @@ func BenchmarkRebuild(b *testing.B) {
 		events += st.Events
 	}
 	b.ReportMetric(float64(events)/time.Since(start).Seconds(), "events/s")
+	b.ReportMetric((cpuTime()-cpu).Seconds()/float64(b.N), "cpu-s/op")
 }
 
 // BenchmarkOpen opens (and closes) the prebuilt log.

@@ -36,7 +36,7 @@ func isDetailsKey(k string) bool {
 // bus payload and metadata) are written verbatim, so a frame keeps its bytes.
 // Strings must be valid UTF-8.
 func (d Details) MarshalJSON() ([]byte, error) {
-	return d.appendJSON(make([]byte, 0, 128))
+	return d.appendJSON(make([]byte, 0, 128), false)
 }
 
 // UnmarshalJSON decodes a flat JSON object: known keys into their fields,
@@ -133,6 +133,8 @@ type objWriter struct {
 	n     int
 	err   error
 	extra bool
+	// trusted skips the validation of raw values (see appendJSON).
+	trusted bool
 }
 
 func (w *objWriter) key(k string) {
@@ -164,6 +166,11 @@ func (w *objWriter) raw(k string, v json.RawMessage) {
 	if len(v) == 0 {
 		return
 	}
+	if w.trusted {
+		w.key(k)
+		w.b = append(w.b, v...)
+		return
+	}
 	t := bytes.TrimSpace(v)
 	if len(t) == 0 {
 		return
@@ -178,8 +185,10 @@ func (w *objWriter) raw(k string, v json.RawMessage) {
 	w.b = append(w.b, t...)
 }
 
-func (d *Details) appendJSON(b []byte) ([]byte, error) {
-	w := objWriter{b: append(b, '{')}
+// appendJSON appends the encoded details to b. normalized says that d has
+// been through normalize, so its raw values are already trimmed and valid.
+func (d *Details) appendJSON(b []byte, normalized bool) ([]byte, error) {
+	w := objWriter{b: append(b, '{'), trusted: normalized}
 	w.str("owner", string(d.Owner))
 	w.raw("frame", d.Frame)
 	w.str("clientTimestamp", d.ClientTimestamp)
@@ -197,7 +206,7 @@ func (d *Details) appendJSON(b []byte) ([]byte, error) {
 	w.raw("result", d.Result)
 	if d.Bus != nil {
 		w.key("bus")
-		bw := objWriter{b: append(w.b, '{')}
+		bw := objWriter{b: append(w.b, '{'), trusted: normalized}
 		bw.key("messageId")
 		bw.b = appendJSONString(bw.b, d.Bus.MessageID, &bw.err)
 		bw.raw("payload", d.Bus.Payload)

@@ -70,6 +70,10 @@ type Log struct {
 	qcond  *sync.Cond
 	queue  []*request
 	closed bool
+	// gatherTarget is the queue length the gathering writer waits for (0:
+	// it is not gathering); gatherGen tells its deadline timers apart.
+	gatherTarget int
+	gatherGen    uint64
 
 	writerDone chan struct{}
 	closeOnce  sync.Once
@@ -156,7 +160,8 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		_ = wdb.Close()
 		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
 	}
-	if err := l.createSchema(ctx); err != nil {
+	migrated, err := l.createSchema(ctx)
+	if err != nil {
 		return fail(err)
 	}
 
@@ -177,6 +182,17 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err := l.w.prepare(ctx, wdb); err != nil {
 		return fail(err)
 	}
+	if migrated {
+		l.w.cache = make(map[string]*entry)
+		l.w.counts = make(map[State]int64, len(States))
+		st, err := l.rebuildTx(ctx)
+		l.w.discard()
+		if err != nil {
+			l.w.closeStmts()
+			return fail(fmt.Errorf("rebuild projections after migration: %w", err))
+		}
+		l.logger.Info("rebuilt log projections", "events", st.Events, "intents", st.Intents, "messages", st.Messages)
+	}
 	if err := l.loadState(ctx); err != nil {
 		l.w.closeStmts()
 		return fail(err)
@@ -194,29 +210,38 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	return l, nil
 }
 
-func (l *Log) createSchema(ctx context.Context) error {
+// createSchema creates the tables of a new log or migrates an older one.
+// It reports whether the projections must be rebuilt (after a migration).
+func (l *Log) createSchema(ctx context.Context) (bool, error) {
 	var version int
 	if err := l.wdb.GetContext(ctx, &version, `PRAGMA user_version`); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return false, fmt.Errorf("read schema version: %w", err)
 	}
 	if version > schemaVersion {
-		return fmt.Errorf("log schema version %d is newer than this binary's (%d)", version, schemaVersion)
+		return false, fmt.Errorf("log schema version %d is newer than this binary's (%d)", version, schemaVersion)
 	}
 	tx, err := l.wdb.BeginTxx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("create schema: %w", err)
+		return false, fmt.Errorf("create schema: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	for _, q := range []string{createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages,
-		fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)} {
+	var qs []string
+	migrate := version == 1
+	if migrate {
+		l.logger.Info("migrating the log schema; the projections will be rebuilt", "from", version, "to", schemaVersion)
+		qs = append(qs, migrateV1...)
+	}
+	qs = append(qs, createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages,
+		fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
+	for _, q := range qs {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("create schema: %w", err)
+			return false, fmt.Errorf("create schema: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("create schema: %w", err)
+		return false, fmt.Errorf("create schema: %w", err)
 	}
-	return nil
+	return migrate, nil
 }
 
 // loadState reads what the writer keeps in memory: the next seq, the
@@ -420,8 +445,8 @@ func (l *Log) CountByState(ctx context.Context) (map[State]int64, error) {
 
 // Trace returns the events of a nonce in seq order (at most MaxTraceEvents).
 func (l *Log) Trace(ctx context.Context, nonce string) ([]Event, error) {
-	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE nonce = ? ORDER BY seq LIMIT ?`,
-		nonce, MaxTraceEvents)
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE `+eventsByNonce+` ORDER BY seq LIMIT ?`,
+		nonce, nonce, MaxTraceEvents)
 	if err != nil {
 		return nil, fmt.Errorf("read trace %q: %w", nonce, err)
 	}

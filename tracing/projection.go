@@ -34,6 +34,10 @@ type IntentRow struct {
 	ResultJSON RawJSON `db:"result_json" json:"result,omitempty"`
 	UpdatedAt  int64   `db:"updated_at" json:"updatedAt"`
 	LastSeq    int64   `db:"last_seq" json:"lastSeq"`
+	// FirstSeq is the seq of the nonce's first event: the row's key in
+	// intent_log and the intent id that groups the nonce's events in the log
+	// (intent_trace_events.first_seq).
+	FirstSeq int64 `db:"first_seq" json:"firstSeq"`
 }
 
 // Apply folds ev into the row. ev must be the next event of the row's nonce
@@ -45,6 +49,7 @@ func (r *IntentRow) Apply(ev Event) {
 	d := &ev.Details
 	if r.Nonce == "" {
 		r.Nonce = ev.Nonce
+		r.FirstSeq = ev.Seq
 		r.RequestedAt = us
 		r.Owner = d.Owner
 		if r.Owner == "" {

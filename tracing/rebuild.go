@@ -2,14 +2,17 @@ package tracing
 
 import (
 	"context"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"time"
 )
 
 // rebuildFlush is how many events Rebuild folds between two writes of the
 // touched projection rows.
-const rebuildFlush = 16384
+const rebuildFlush = 65536
 
 // RebuildStats reports what Rebuild did.
 type RebuildStats struct {
@@ -66,6 +69,139 @@ func (l *Log) runRebuild(r *request) {
 		"messages", stats.Messages, "duration", stats.Duration)
 }
 
+// rebuildChunk is a slice of the log handed from Rebuild's reader goroutine
+// to the writer.
+type rebuildChunk struct {
+	events []Event
+	firsts []int64 // intent_trace_events.first_seq of each event
+	err    error
+}
+
+const rebuildChunkEvents = 4096
+
+// readLog streams the whole log in seq order from the read pool, decoding
+// only what the folds read, in chunks sent to out; free returns used chunks.
+// It runs in its own goroutine, so that reading and decoding overlap with
+// the fold and the writes. The read transaction's snapshot holds every
+// committed event, since the writer (running the rebuild) is the only one
+// who appends.
+func (l *Log) readLog(ctx context.Context, out chan<- *rebuildChunk, free chan *rebuildChunk) {
+	defer close(out)
+	send := func(c *rebuildChunk) bool {
+		select {
+		case out <- c:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	conn, err := l.rdb.Conn(ctx)
+	if err != nil {
+		send(&rebuildChunk{err: fmt.Errorf("read log: %w", err)})
+		return
+	}
+	defer conn.Close()
+	// The driver's rows are read directly: database/sql's Scan would copy
+	// every value once more.
+	err = conn.Raw(func(dc any) error {
+		q, ok := dc.(driver.QueryerContext)
+		if !ok {
+			return fmt.Errorf("driver connection %T cannot query", dc)
+		}
+		rows, err := q.QueryContext(ctx, `SELECT `+eventCols+`, first_seq FROM intent_trace_events ORDER BY seq`, nil)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		dest := make([]driver.Value, 11)
+		c := &rebuildChunk{}
+		for {
+			err := rows.Next(dest)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if len(c.events) == rebuildChunkEvents {
+				if !send(c) {
+					return ctx.Err()
+				}
+				select {
+				case c = <-free:
+					c.events, c.firsts = c.events[:0], c.firsts[:0]
+				default:
+					c = &rebuildChunk{}
+				}
+			}
+			c.events = append(c.events, Event{})
+			first, err := scanFoldRow(dest, &c.events[len(c.events)-1])
+			if err != nil {
+				return err
+			}
+			c.firsts = append(c.firsts, first)
+		}
+		if len(c.events) > 0 {
+			send(c)
+		}
+		return nil
+	})
+	if err != nil {
+		send(&rebuildChunk{err: fmt.Errorf("read log: %w", err)})
+	}
+}
+
+// scanFoldRow fills ev from one driver row (eventCols, first_seq),
+// decoding only what the folds read, and returns first_seq.
+func scanFoldRow(v []driver.Value, ev *Event) (int64, error) {
+	var err error
+	ints := func(i int) int64 {
+		n, ok := v[i].(int64)
+		if !ok && err == nil {
+			err = fmt.Errorf("column %d: %T is not an integer", i, v[i])
+		}
+		return n
+	}
+	strs := func(i int) string {
+		switch x := v[i].(type) {
+		case string:
+			return x
+		case []byte:
+			return string(x)
+		case nil:
+			return ""
+		}
+		if err == nil {
+			err = fmt.Errorf("column %d: %T is not text", i, v[i])
+		}
+		return ""
+	}
+	*ev = Event{
+		Seq: ints(0), Nonce: strs(1), State: stateOf(strs(2)), At: time.UnixMicro(ints(3)).UTC(),
+		From: strs(4), To: strs(5), IntentType: strs(6), Transport: strs(7), Attempt: int(ints(8)),
+	}
+	details := strs(9)
+	first := ints(10)
+	if err != nil {
+		return 0, fmt.Errorf("event %d: %w", ev.Seq, err)
+	}
+	if err := ev.Details.decodeFoldString(details); err != nil {
+		return 0, fmt.Errorf("event %d: %w", ev.Seq, err)
+	}
+	return first, nil
+}
+
+// stateOf returns the canonical State named s, so that events share the
+// constants' memory.
+func stateOf(s string) State {
+	for _, st := range States {
+		if string(st) == s {
+			return st
+		}
+	}
+	return State(s)
+}
+
 func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 	var st RebuildStats
 	w := &l.w
@@ -81,57 +217,79 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 		}
 	}
 	ts := w.bind(ctx, tx)
-	w.seen = make(map[uint64]struct{})
+	w.seen = make(map[uint64]int64)
 	w.seenSeed = maphash.MakeSeed()
 	defer func() { w.seen = nil }()
-	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events ORDER BY seq`)
-	if err != nil {
-		return st, fmt.Errorf("read log: %w", err)
-	}
-	defer rows.Close()
-	var sc eventScan
-	for rows.Next() {
-		ev, err := sc.scan(rows, false)
-		if err != nil {
-			return st, fmt.Errorf("read log: %w", err)
+
+	rctx, cancel := context.WithCancel(ctx)
+	chunks := make(chan *rebuildChunk, 4)
+	free := make(chan *rebuildChunk, 4)
+	go l.readLog(rctx, chunks, free)
+	defer func() {
+		cancel()
+		for range chunks { // wait for the reader to finish
 		}
-		e, err := w.lookup(ts, ev.Nonce)
-		if err != nil {
-			return st, err
+	}()
+	var fixes [][2]int64 // seq, first_seq of events whose stored first_seq is wrong
+	for c := range chunks {
+		if c.err != nil {
+			return st, c.err
 		}
-		if e == nil {
-			e = &entry{}
-			if ev.Details.Bus != nil {
-				e.msg = &MessageRow{}
-				st.Messages++
-			}
-			st.Intents++
-			w.work[ev.Nonce] = e
-			w.seen[maphash.String(w.seenSeed, ev.Nonce)] = struct{}{}
-		}
-		e.row.Apply(ev)
-		if e.msg != nil {
-			e.msg.Apply(ev)
-		}
-		e.dirty = true
-		st.Events++
-		if st.Events%rebuildFlush == 0 {
-			if err := w.flush(ts); err != nil {
+		for i := range c.events {
+			ev := &c.events[i]
+			e, err := w.lookup(ts, ev.Nonce)
+			if err != nil {
 				return st, err
 			}
-			w.merge()
+			if e == nil {
+				e = &entry{}
+				if ev.Details.Bus != nil {
+					e.msg = &MessageRow{}
+					st.Messages++
+				}
+				st.Intents++
+				w.work[ev.Nonce] = e
+				w.seen[maphash.String(w.seenSeed, ev.Nonce)] = ev.Seq
+			}
+			e.row.Apply(*ev)
+			if e.msg != nil {
+				e.msg.Apply(*ev)
+			}
+			e.dirty = true
+			if c.firsts[i] != e.row.FirstSeq {
+				fixes = append(fixes, [2]int64{ev.Seq, e.row.FirstSeq})
+			}
+			st.Events++
+			if st.Events%rebuildFlush == 0 {
+				if err := w.flush(ts); err != nil {
+					return st, err
+				}
+				w.merge()
+			}
+		}
+		clear(c.events) // drop references before reuse
+		select {
+		case free <- c:
+		default:
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("read log: %w", err)
-	}
-	if err := rows.Close(); err != nil {
-		return st, fmt.Errorf("read log: %w", err)
+	if err := ctx.Err(); err != nil {
+		return st, err
 	}
 	if err := w.flush(ts); err != nil {
 		return st, err
 	}
 	w.merge()
+	if len(fixes) > 0 {
+		// The log's grouping column disagrees with the fold (it was written
+		// by hand or damaged): repair it so that Trace finds every event.
+		l.logger.Warn("rebuild repairs intent_trace_events.first_seq", "events", len(fixes))
+		for _, f := range fixes {
+			if _, err := tx.ExecContext(ctx, `UPDATE intent_trace_events SET first_seq = ? WHERE seq = ?`, f[1], f[0]); err != nil {
+				return st, fmt.Errorf("repair first_seq of event %d: %w", f[0], err)
+			}
+		}
+	}
 	for _, q := range []string{indexIntentLog, indexMessages} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return st, fmt.Errorf("index projection tables: %w", err)

@@ -1,7 +1,8 @@
 package tracing
 
 // schemaVersion is PRAGMA user_version of a log created by this package.
-const schemaVersion = 1
+// Version 1 had no first_seq columns; Open migrates it (see migrateV1).
+const schemaVersion = 2
 
 const createEvents = `
 CREATE TABLE IF NOT EXISTS intent_trace_events(
@@ -14,14 +15,34 @@ CREATE TABLE IF NOT EXISTS intent_trace_events(
   intent_type  TEXT NOT NULL DEFAULT '',
   transport    TEXT NOT NULL DEFAULT '',
   attempt      INTEGER NOT NULL DEFAULT 0,
-  details      TEXT NOT NULL DEFAULT '{}'
+  details      TEXT NOT NULL DEFAULT '{}',
+  first_seq    INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS intent_trace_events_nonce_seq ON intent_trace_events(nonce, seq);
+CREATE INDEX IF NOT EXISTS intent_trace_events_first_seq ON intent_trace_events(first_seq);
 `
+
+// migrateV1 turns a version 1 log into a version 2 one: events get the
+// first seq of their nonce (found through the old (nonce, seq) index, which
+// is then dropped) and intent_log is recreated empty with first_seq as its
+// key; Open then rebuilds the projections.
+var migrateV1 = []string{
+	`ALTER TABLE intent_trace_events ADD COLUMN first_seq INTEGER NOT NULL DEFAULT 0`,
+	`UPDATE intent_trace_events SET first_seq = f.s
+	   FROM (SELECT nonce, MIN(seq) AS s FROM intent_trace_events GROUP BY nonce) AS f
+	  WHERE f.nonce = intent_trace_events.nonce`,
+	`DROP INDEX IF EXISTS intent_trace_events_nonce_seq`,
+	`DROP TABLE IF EXISTS intent_log`,
+}
+
+// eventsByNonce is the condition that selects the events of one nonce
+// (bound twice to the nonce): it goes through intent_log's nonce index to
+// the nonce's first seq, whose index lists the events in seq order. The
+// nonce test keeps the answer exact even if the projection were damaged.
+const eventsByNonce = `first_seq = (SELECT first_seq FROM intent_log WHERE nonce = ?) AND nonce = ?`
 
 const createIntentLog = `
 CREATE TABLE IF NOT EXISTS intent_log(
-  nonce                 TEXT PRIMARY KEY,
+  nonce                 TEXT NOT NULL,
   from_beam_id          TEXT NOT NULL DEFAULT '',
   to_beam_id            TEXT NOT NULL DEFAULT '',
   intent_type           TEXT NOT NULL DEFAULT '',
@@ -37,11 +58,15 @@ CREATE TABLE IF NOT EXISTS intent_log(
   round_trip_latency_ms INTEGER,
   result_json           TEXT,
   updated_at            INTEGER NOT NULL,
-  last_seq              INTEGER NOT NULL
+  last_seq              INTEGER NOT NULL,
+  first_seq             INTEGER PRIMARY KEY
 );
 `
 
+// indexIntentLog are the secondary indexes of intent_log. Rebuild creates
+// them after the bulk load.
 const indexIntentLog = `
+CREATE UNIQUE INDEX IF NOT EXISTS intent_log_nonce ON intent_log(nonce);
 CREATE INDEX IF NOT EXISTS intent_log_status ON intent_log(status);
 CREATE INDEX IF NOT EXISTS intent_log_requested_at ON intent_log(requested_at);
 `
@@ -83,27 +108,35 @@ CREATE INDEX IF NOT EXISTS beam_messages_created_at ON beam_messages(created_at)
 
 const eventCols = `seq, nonce, state, at, from_beam_id, to_beam_id, intent_type, transport, attempt, details`
 
-const insertEvent = `INSERT INTO intent_trace_events(` + eventCols + `) VALUES(?,?,?,?,?,?,?,?,?,?)`
+// eventInsertCols are the columns the writer inserts per event.
+const eventInsertCols = eventCols + `, first_seq`
+
+const eventInsertWidth = 11
 
 const intentCols = `nonce, from_beam_id, to_beam_id, intent_type, owner, status, requested_at, client_timestamp,
-  attempt, transport, timeout_ms, error_code, completed_at, round_trip_latency_ms, result_json, updated_at, last_seq`
+  attempt, transport, timeout_ms, error_code, completed_at, round_trip_latency_ms, result_json, updated_at, last_seq,
+  first_seq`
 
-const insertIntent = `INSERT INTO intent_log(` + intentCols + `) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+const intentWidth = 18
 
 // updateIntent rewrites the columns the fold may change after the first
 // event (nonce, owner, requested_at and client_timestamp never change), so
 // that SQLite leaves the requested_at index alone.
 const updateIntent = `UPDATE intent_log SET from_beam_id=?, to_beam_id=?, intent_type=?, status=?, attempt=?,
   transport=?, timeout_ms=?, error_code=?, completed_at=?, round_trip_latency_ms=?, result_json=?, updated_at=?,
-  last_seq=? WHERE nonce=?`
+  last_seq=? WHERE first_seq=?`
 
 const selectIntent = `SELECT ` + intentCols + ` FROM intent_log WHERE nonce = ?`
+
+// selectIntentSeq reads a row by its first seq (Rebuild knows it from the
+// event).
+const selectIntentSeq = `SELECT ` + intentCols + ` FROM intent_log WHERE first_seq = ?`
 
 const messageCols = `id, nonce, sender, recipient, intent, payload, status, priority, retry_count, max_retries,
   next_retry_at, created_at, delivered_at, acked_at, failed_at, error, response, trace_id, metadata,
   lease_owner, lease_expires_at, updated_at, last_seq`
 
-const insertMessage = `INSERT INTO beam_messages(` + messageCols + `) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+const messageWidth = 23
 
 // updateMessage rewrites the columns the fold may change after the first
 // event.
@@ -123,18 +156,18 @@ type scanner interface{ Scan(dest ...any) error }
 func scanIntent(s scanner, r *IntentRow) error {
 	return s.Scan(&r.Nonce, &r.From, &r.To, &r.IntentType, &r.Owner, &r.Status, &r.RequestedAt,
 		&r.ClientTimestamp, &r.Attempt, &r.Transport, &r.TimeoutMs, &r.ErrorCode, &r.CompletedAt,
-		&r.RoundTripLatencyMs, &r.ResultJSON, &r.UpdatedAt, &r.LastSeq)
+		&r.RoundTripLatencyMs, &r.ResultJSON, &r.UpdatedAt, &r.LastSeq, &r.FirstSeq)
 }
 
 func intentArgs(r *IntentRow, a []any) []any {
 	return append(a, r.Nonce, r.From, r.To, r.IntentType, string(r.Owner), string(r.Status), r.RequestedAt,
 		r.ClientTimestamp, r.Attempt, r.Transport, r.TimeoutMs, r.ErrorCode, r.CompletedAt,
-		r.RoundTripLatencyMs, r.ResultJSON, r.UpdatedAt, r.LastSeq)
+		r.RoundTripLatencyMs, r.ResultJSON, r.UpdatedAt, r.LastSeq, r.FirstSeq)
 }
 
 func intentUpdateArgs(r *IntentRow, a []any) []any {
 	return append(a, r.From, r.To, r.IntentType, string(r.Status), r.Attempt, r.Transport, r.TimeoutMs, r.ErrorCode,
-		r.CompletedAt, r.RoundTripLatencyMs, r.ResultJSON, r.UpdatedAt, r.LastSeq, r.Nonce)
+		r.CompletedAt, r.RoundTripLatencyMs, r.ResultJSON, r.UpdatedAt, r.LastSeq, r.FirstSeq)
 }
 
 func messageUpdateArgs(m *MessageRow, a []any) []any {

@@ -1,11 +1,13 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -75,6 +77,9 @@ type snapshot struct {
 	prev  *entry // nil: the nonce was new in this request
 }
 
+// ovMapMin is the request size above which the overlay is a map.
+const ovMapMin = 16
+
 type overlay struct {
 	nonce string
 	state State
@@ -87,61 +92,57 @@ type writerState struct {
 	maxCache int
 	counts   map[State]int64
 
-	ins, insI, updI, insM, updM, selI, selM, selID *sql.Stmt
+	stmts []*sql.Stmt // see stmts.go
 
-	// seen, during Rebuild only, holds hashes of every nonce folded so far:
-	// a nonce whose hash is absent has no row yet, so no read is needed.
-	seen     map[uint64]struct{}
+	// seen, during Rebuild only, maps a hash of every nonce folded so far to
+	// its first seq: a nonce whose hash is absent has no row yet, so no read
+	// is needed, and a present one is read by its key.
+	seen     map[uint64]int64
 	seenSeed maphash.Seed
 
 	work   map[string]*entry // nonces touched by the current batch
 	newIDs map[string]bool   // bus message ids created in the current batch
+	absent map[string]bool   // nonces without a row at the start of the batch
+	keys   []any
 	ov     []overlay
+	ovm    map[string]State // replaces ov for requests of more than ovMapMin events
+	ovBig  map[string]State
 	reqIDs []string
 	snaps  []snapshot
 	args   []any
 	deltas [8]int64
-}
 
-// txStmts are the prepared statements bound to one transaction.
-type txStmts struct {
-	ins, insI, updI, insM, updM, selI, selM, selID *sql.Stmt
+	// gatherWant and gatherFor describe the last round of commits for
+	// gather: requests queued at its end plus those it released, and its
+	// longest commit.
+	gatherWant int
+	gatherFor  time.Duration
+
+	// Rows waiting for a multi-row statement: event rows of the batch (the
+	// log), then the projection rows written by flush.
+	evArgs, insArgs, upsArgs, msgArgs []any
+	dirty                             []*entry
 }
 
 func (w *writerState) prepare(ctx context.Context, db *sqlx.DB) error {
-	for _, p := range []struct {
-		dst **sql.Stmt
-		q   string
-	}{
-		{&w.ins, insertEvent}, {&w.insI, insertIntent}, {&w.updI, updateIntent},
-		{&w.insM, insertMessage}, {&w.updM, updateMessage},
-		{&w.selI, selectIntent}, {&w.selM, selectMessage}, {&w.selID, selectMessageID},
-	} {
-		s, err := db.PrepareContext(ctx, p.q)
-		if err != nil {
-			return fmt.Errorf("prepare %q: %w", p.q[:min(len(p.q), 40)], err)
-		}
-		*p.dst = s
+	stmts, err := prepareStmts(ctx, db)
+	if err != nil {
+		return err
 	}
+	w.stmts = stmts
 	w.work = make(map[string]*entry)
 	w.newIDs = make(map[string]bool)
+	w.absent = make(map[string]bool)
 	return nil
 }
 
 func (w *writerState) closeStmts() {
-	for _, s := range []*sql.Stmt{w.ins, w.insI, w.updI, w.insM, w.updM, w.selI, w.selM, w.selID} {
-		if s != nil {
-			_ = s.Close()
-		}
-	}
+	closeStmts(w.stmts)
+	w.stmts = nil
 }
 
 func (w *writerState) bind(ctx context.Context, tx *sqlx.Tx) *txStmts {
-	return &txStmts{
-		ins: tx.StmtContext(ctx, w.ins), insI: tx.StmtContext(ctx, w.insI), updI: tx.StmtContext(ctx, w.updI),
-		insM: tx.StmtContext(ctx, w.insM), updM: tx.StmtContext(ctx, w.updM),
-		selI: tx.StmtContext(ctx, w.selI), selM: tx.StmtContext(ctx, w.selM), selID: tx.StmtContext(ctx, w.selID),
-	}
+	return &txStmts{ctx: ctx, tx: tx, stmts: w.stmts}
 }
 
 // lookup returns the working entry of nonce for the current batch, loading
@@ -159,13 +160,25 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 		w.work[nonce] = e
 		return e, nil
 	}
-	if w.seen != nil {
-		if _, ok := w.seen[maphash.String(w.seenSeed, nonce)]; !ok {
-			return nil, nil
-		}
+	if w.absent[nonce] {
+		return nil, nil
 	}
 	e := &entry{stored: true}
-	err := scanIntent(ts.selI.QueryRow(nonce), &e.row)
+	var err error
+	if w.seen != nil {
+		first, ok := w.seen[maphash.String(w.seenSeed, nonce)]
+		if !ok {
+			return nil, nil
+		}
+		err = scanIntent(ts.get(stSelIntentSeq).QueryRow(first), &e.row)
+		if err == nil && e.row.Nonce != nonce {
+			// Two nonces share a hash: read by nonce (no index yet, so
+			// slow, and practically never).
+			err = scanIntent(ts.tx.QueryRow(`SELECT `+intentCols+` FROM intent_log NOT INDEXED WHERE nonce = ?`, nonce), &e.row)
+		}
+	} else {
+		err = scanIntent(ts.get(stSelIntent).QueryRow(nonce), &e.row)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -173,7 +186,7 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 		return nil, fmt.Errorf("read intent_log %q: %w", nonce, err)
 	}
 	m := &MessageRow{}
-	err = scanMessage(ts.selM.QueryRow(nonce), m)
+	err = scanMessage(ts.get(stSelMessage).QueryRow(nonce), m)
 	switch {
 	case err == nil:
 		e.msg = m
@@ -185,26 +198,113 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 	return e, nil
 }
 
-// write upserts the projection rows of e.
+// prefetch reads, with one statement per chunk of nonces, the rows of the
+// batch's nonces that are neither in the working set nor in the cache, and
+// remembers the nonces that have none, so that validation does not query
+// SQLite once per new nonce. A nonce found absent may still get its first
+// event from an earlier request of the batch: it is then in the working set,
+// which lookup consults first.
+func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
+	keys := w.keys[:0]
+	defer func() {
+		clear(keys)
+		w.keys = keys[:0]
+	}()
+	for _, r := range batch {
+		for i := range r.events {
+			n := r.events[i].Nonce
+			if w.work[n] != nil || w.cache[n] != nil || w.absent[n] {
+				continue
+			}
+			w.absent[n] = true
+			keys = append(keys, n)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	found := keys[:0:0]
+	err := ts.queryMulti(mIntentIn, keys, func(rows *sql.Rows) error {
+		e := &entry{stored: true}
+		if err := scanIntent(rows, &e.row); err != nil {
+			return err
+		}
+		e.orig = e.row.Status
+		delete(w.absent, e.row.Nonce)
+		w.work[e.row.Nonce] = e
+		found = append(found, e.row.Nonce)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read intent_log rows: %w", err)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	err = ts.queryMulti(mMessageIn, found, func(rows *sql.Rows) error {
+		m := &MessageRow{}
+		if err := scanMessage(rows, m); err != nil {
+			return err
+		}
+		if e := w.work[m.Nonce]; e != nil && e.msg == nil {
+			e.msg = m
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read beam_messages rows: %w", err)
+	}
+	return nil
+}
+
+// addEvent queues the log row of ev (first is the nonce's first seq).
+func (w *writerState) addEvent(ev *Event, details string, first int64) {
+	w.evArgs = append(w.evArgs, ev.Seq, ev.Nonce, string(ev.State), ev.At.UnixMicro(), ev.From, ev.To,
+		ev.IntentType, ev.Transport, ev.Attempt, details, first)
+}
+
+// flushEvents inserts the queued event rows.
+func (w *writerState) flushEvents(ts *txStmts) error {
+	if len(w.evArgs) == 0 {
+		return nil
+	}
+	err := ts.execMulti(mEvents, w.evArgs)
+	clear(w.evArgs)
+	w.evArgs = w.evArgs[:0]
+	if err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	return nil
+}
+
+// write upserts the projection rows of e one by one (used by Do, whose
+// function must see its rows).
 func (w *writerState) write(ts *txStmts, e *entry) error {
-	stmtI, stmtM := ts.insI, ts.insM
+	if err := w.flushEvents(ts); err != nil {
+		return err
+	}
 	if e.stored {
-		stmtI, stmtM = ts.updI, ts.updM
 		w.args = intentUpdateArgs(&e.row, w.args[:0])
+		if _, err := ts.get(stUpdIntent).Exec(w.args...); err != nil {
+			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
+		}
 	} else {
 		w.args = intentArgs(&e.row, w.args[:0])
-	}
-	if _, err := stmtI.Exec(w.args...); err != nil {
-		return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
+		if err := ts.execMulti(mIntentInsert, w.args); err != nil {
+			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
+		}
 	}
 	if e.msg != nil {
 		if e.stored {
 			w.args = messageUpdateArgs(e.msg, w.args[:0])
+			if _, err := ts.get(stUpdMessage).Exec(w.args...); err != nil {
+				return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
+			}
 		} else {
 			w.args = messageArgs(e.msg, w.args[:0])
-		}
-		if _, err := stmtM.Exec(w.args...); err != nil {
-			return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
+			if err := ts.execMulti(mMessageInsert, w.args); err != nil {
+				return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
+			}
 		}
 	}
 	e.dirty = false
@@ -212,14 +312,59 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 	return nil
 }
 
-// flush writes every dirty working entry.
+// flush writes the queued event rows and every dirty working entry, with
+// multi-row statements.
 func (w *writerState) flush(ts *txStmts) error {
+	if err := w.flushEvents(ts); err != nil {
+		return err
+	}
+	ins, ups, msg := w.insArgs[:0], w.upsArgs[:0], w.msgArgs[:0]
+	defer func() {
+		clear(ins)
+		clear(ups)
+		clear(msg)
+		w.insArgs, w.upsArgs, w.msgArgs = ins[:0], ups[:0], msg[:0]
+	}()
+	// Rows go in key order, so that SQLite appends to the tables instead of
+	// splitting pages in the middle.
+	dirty := w.dirty[:0]
 	for _, e := range w.work {
 		if e.dirty {
-			if err := w.write(ts, e); err != nil {
-				return err
+			dirty = append(dirty, e)
+		}
+	}
+	slices.SortFunc(dirty, func(a, b *entry) int { return cmp.Compare(a.row.FirstSeq, b.row.FirstSeq) })
+	defer func() {
+		clear(dirty)
+		w.dirty = dirty[:0]
+	}()
+	for _, e := range dirty {
+		if e.stored {
+			ups = intentArgs(&e.row, ups)
+		} else {
+			ins = intentArgs(&e.row, ins)
+		}
+		if e.msg != nil {
+			if e.stored {
+				w.args = messageUpdateArgs(e.msg, w.args[:0])
+				if _, err := ts.get(stUpdMessage).Exec(w.args...); err != nil {
+					return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
+				}
+			} else {
+				msg = messageArgs(e.msg, msg)
 			}
 		}
+		e.dirty = false
+		e.stored = true
+	}
+	if err := ts.execMulti(mIntentInsert, ins); err != nil {
+		return fmt.Errorf("insert intent_log rows: %w", err)
+	}
+	if err := ts.execMulti(mIntentUpsert, ups); err != nil {
+		return fmt.Errorf("update intent_log rows: %w", err)
+	}
+	if err := ts.execMulti(mMessageInsert, msg); err != nil {
+		return fmt.Errorf("insert beam_messages rows: %w", err)
 	}
 	return nil
 }
@@ -247,12 +392,16 @@ func (w *writerState) merge() {
 	}
 	clear(w.work)
 	clear(w.newIDs)
+	clear(w.absent)
 }
 
 // discard drops the working set after a failed transaction.
 func (w *writerState) discard() {
 	clear(w.work)
 	clear(w.newIDs)
+	clear(w.absent)
+	clear(w.evArgs)
+	w.evArgs = w.evArgs[:0]
 }
 
 // Append validates the events, hands them to the writer and waits until
@@ -316,7 +465,9 @@ func (l *Log) wait(ctx context.Context, r *request) error {
 		return ErrClosed
 	}
 	l.queue = append(l.queue, r)
-	l.qcond.Signal()
+	if len(l.queue) == 1 || len(l.queue) >= l.gatherTarget || r.kind == kindRebuild {
+		l.qcond.Signal()
+	}
 	l.qmu.Unlock()
 	select {
 	case <-r.done:
@@ -358,7 +509,7 @@ func (l *Log) newRequest(events []Event) (*request, error) {
 		}
 		n := len(buf)
 		var err error
-		buf, err = ev.Details.appendJSON(buf)
+		buf, err = ev.Details.appendJSON(buf, true)
 		if err != nil {
 			return nil, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details", Reason: err.Error()}
 		}
@@ -419,6 +570,42 @@ func checkEvent(i int, ev *Event) error {
 	return nil
 }
 
+// maxGather bounds how long the writer waits to gather a batch.
+const maxGather = time.Millisecond
+
+// gather, called with qmu held and a non-empty queue, waits briefly for
+// more requests when fewer are queued than the previous commit suggests:
+// callers released by a commit usually append again at once, and without
+// the wait every other commit would carry only half of them (one commit's
+// fsync costs the same for 1 event or 1000). It waits until the queue holds
+// the requests that were queued at the end of the last commit plus those it
+// released, for at most half the last commit's duration (and maxGather);
+// after a single-request commit, or under light load, it does not wait.
+func (l *Log) gather() {
+	w := &l.w
+	want := min(w.gatherWant, l.cfg.MaxBatch)
+	if len(l.queue) >= want || l.closed || w.gatherFor <= 0 || l.queue[len(l.queue)-1].kind == kindRebuild {
+		return
+	}
+	l.gatherGen++
+	gen := l.gatherGen
+	l.gatherTarget = want
+	t := time.AfterFunc(min(w.gatherFor/2, maxGather), func() {
+		l.qmu.Lock()
+		if l.gatherGen == gen {
+			l.gatherTarget = 0
+			l.qcond.Signal()
+		}
+		l.qmu.Unlock()
+	})
+	for len(l.queue) < l.gatherTarget && !l.closed && l.queue[len(l.queue)-1].kind != kindRebuild {
+		l.qcond.Wait()
+	}
+	l.gatherGen++
+	l.gatherTarget = 0
+	t.Stop()
+}
+
 // run is the writer goroutine: it takes everything pending and commits it
 // in batches of at most MaxBatch events until the log is closed and the
 // queue is empty.
@@ -435,8 +622,10 @@ func (l *Log) run() {
 			l.qmu.Unlock()
 			return
 		}
+		l.gather()
 		local, l.queue = l.queue, local[:0]
 		l.qmu.Unlock()
+		l.w.gatherWant, l.w.gatherFor = 0, 0
 
 		for i := 0; i < len(local); {
 			if local[i].kind == kindRebuild {
@@ -496,6 +685,11 @@ func (l *Log) commitBatch(batch []*request) {
 		return
 	}
 	ts := w.bind(ctx, tx)
+	if err := w.prefetch(ts, batch); err != nil {
+		_ = tx.Rollback()
+		fail(err)
+		return
+	}
 	for _, r := range batch {
 		if err := l.applyRequest(tx, ts, r); err != nil {
 			_ = tx.Rollback()
@@ -512,7 +706,13 @@ func (l *Log) commitBatch(batch []*request) {
 		fail(fmt.Errorf("commit: %w", err))
 		return
 	}
-	l.m.commit.Observe(time.Since(t0).Seconds())
+	took := time.Since(t0)
+	l.m.commit.Observe(took.Seconds())
+	l.qmu.Lock()
+	queued := len(l.queue)
+	l.qmu.Unlock()
+	w.gatherWant = max(w.gatherWant, queued) + len(batch)
+	w.gatherFor = max(w.gatherFor, took)
 
 	w.merge()
 	for i, d := range w.deltas {
@@ -545,9 +745,15 @@ func (l *Log) commitBatch(batch []*request) {
 // validated: its own earlier events first, then the batch, cache and
 // database.
 func (w *writerState) stateOf(ts *txStmts, nonce string) (State, bool, error) {
-	for i := len(w.ov) - 1; i >= 0; i-- {
-		if w.ov[i].nonce == nonce {
-			return w.ov[i].state, true, nil
+	if w.ovm != nil {
+		if st, ok := w.ovm[nonce]; ok {
+			return st, true, nil
+		}
+	} else {
+		for i := len(w.ov) - 1; i >= 0; i-- {
+			if w.ov[i].nonce == nonce {
+				return w.ov[i].state, true, nil
+			}
 		}
 	}
 	e, err := w.lookup(ts, nonce)
@@ -563,7 +769,7 @@ func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 		return true, nil
 	}
 	var nonce string
-	err := ts.selID.QueryRow(id).Scan(&nonce)
+	err := ts.get(stSelMessageID).QueryRow(id).Scan(&nonce)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -579,6 +785,14 @@ func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 	w := &l.w
 	w.ov = w.ov[:0]
+	w.ovm = nil
+	if len(r.events) > ovMapMin {
+		if w.ovBig == nil {
+			w.ovBig = make(map[string]State)
+		}
+		clear(w.ovBig)
+		w.ovm = w.ovBig
+	}
 	w.reqIDs = w.reqIDs[:0]
 	dropIDs := func() {
 		for _, id := range w.reqIDs {
@@ -629,12 +843,20 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 				w.reqIDs = append(w.reqIDs, b.MessageID)
 			}
 		}
-		w.ov = append(w.ov, overlay{nonce: ev.Nonce, state: ev.State})
+		if w.ovm != nil {
+			w.ovm[ev.Nonce] = ev.State
+		} else {
+			w.ov = append(w.ov, overlay{nonce: ev.Nonce, state: ev.State})
+		}
 	}
 
 	// Apply.
 	seqStart := w.nextSeq
 	if r.fn != nil {
+		// Earlier requests' event rows must not be inside the savepoint.
+		if err := w.flushEvents(ts); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(`SAVEPOINT beam_request`); err != nil {
 			return fmt.Errorf("savepoint: %w", err)
 		}
@@ -651,10 +873,6 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 		}
 		ev.Seq = w.nextSeq
 		w.nextSeq++
-		if _, err := ts.ins.Exec(ev.Seq, ev.Nonce, string(ev.State), ev.At.UnixMicro(), ev.From, ev.To,
-			ev.IntentType, ev.Transport, ev.Attempt, r.detailsOf(i)); err != nil {
-			return fmt.Errorf("insert event %q: %w", ev.Nonce, err)
-		}
 		e := w.work[ev.Nonce]
 		if r.fn != nil {
 			w.snap(ev.Nonce, e)
@@ -671,9 +889,13 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 			e.msg.Apply(*ev)
 		}
 		e.dirty = true
+		w.addEvent(ev, r.detailsOf(i), e.row.FirstSeq)
 	}
 	if r.fn == nil {
 		return nil
+	}
+	if err := w.flushEvents(ts); err != nil {
+		return err
 	}
 
 	// Do: write the touched rows so that fn sees them, then run fn.
@@ -684,7 +906,9 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 			}
 		}
 	}
-	if ferr := callFn(r.fn, tx); ferr != nil {
+	ferr := callFn(r.fn, tx)
+	clear(w.absent) // fn may have written anything
+	if ferr != nil {
 		if _, err := tx.Exec(`ROLLBACK TO beam_request`); err != nil {
 			return fmt.Errorf("rollback to savepoint after %v: %w", ferr, err)
 		}
