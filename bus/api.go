@@ -440,7 +440,10 @@ func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError
 	}
 	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
 		var n int
-		if err := tx.Get(&n, `SELECT COUNT(*) FROM intent_trace_events WHERE nonce = ?`, req.nonce); err != nil {
+		// The log's events of one nonce are found through intent_log's
+		// first_seq (the projection row is written before this runs).
+		if err := tx.Get(&n, `SELECT COUNT(*) FROM intent_trace_events
+			WHERE first_seq = (SELECT first_seq FROM intent_log WHERE nonce = ?) AND nonce = ?`, req.nonce, req.nonce); err != nil {
 			return err
 		}
 		if n != 1 {

@@ -329,7 +329,7 @@ func (b *Bus) attemptOf(ctx context.Context, nonce string) (int, error) {
 func (b *Bus) firstDetails(ctx context.Context, nonce string) (tracing.Details, error) {
 	var raw string
 	err := b.log.ReadDB().QueryRowContext(ctx,
-		`SELECT details FROM intent_trace_events WHERE nonce = ? ORDER BY seq LIMIT 1`, nonce).Scan(&raw)
+		`SELECT details FROM intent_trace_events WHERE seq = (SELECT first_seq FROM intent_log WHERE nonce = ?)`, nonce).Scan(&raw)
 	if err != nil {
 		return tracing.Details{}, fmt.Errorf("read received event of %q: %w", nonce, err)
 	}
@@ -344,7 +344,7 @@ func (b *Bus) firstDetails(ctx context.Context, nonce string) (tracing.Details, 
 func (b *Bus) lastDetails(ctx context.Context, nonce string) (tracing.Details, error) {
 	var raw string
 	err := b.log.ReadDB().QueryRowContext(ctx,
-		`SELECT details FROM intent_trace_events WHERE nonce = ? ORDER BY seq DESC LIMIT 1`, nonce).Scan(&raw)
+		`SELECT details FROM intent_trace_events WHERE seq = (SELECT last_seq FROM intent_log WHERE nonce = ?)`, nonce).Scan(&raw)
 	if err != nil {
 		return tracing.Details{}, fmt.Errorf("read latest event of %q: %w", nonce, err)
 	}
