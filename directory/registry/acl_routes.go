@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -13,96 +14,70 @@ import (
 const maxRulesPerAgent = 1000
 
 // handleACLCreate serves POST /acl.
-func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) error {
 	f, err := readObject(w, req)
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	target, ok, err := f.str("INVALID_BEAM_ID", "targetBeamId", "target_beam_id")
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	if !ok {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_BEAM_ID", "targetBeamId is required"))
-		return
+		return errf(http.StatusBadRequest, "INVALID_BEAM_ID", "targetBeamId is required")
 	}
 	tid, err := parseBeamID(target)
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	intent, _, err := f.str("INVALID_INTENT_TYPE", "intentType", "intent_type")
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	from, _, err := f.str("INVALID_ALLOWED_FROM", "allowedFrom", "allowed_from")
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	effect, effectGiven, err := f.str("INVALID_EFFECT", "effect")
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	p, err := f.signed()
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
-	c, err := r.identify(req, tid.String())
+	a, _, err := r.mutationTarget(req, tid.String(), p.signature != "",
+		"change ACLs", "ACL changes need the target agent's API key, its signature, or an operator")
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	if !c.owner && !canMutate(c.operator) && p.signature == "" {
-		if c.operator != "" {
-			r.writeErr(w, req, errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not change ACLs", c.operator))
-			return
-		}
-		r.writeErr(w, req, errf(http.StatusUnauthorized, "UNAUTHORIZED", "ACL changes need the target agent's API key, its signature, or an operator"))
-		return
-	}
-	a, exists := r.Get(tid.String())
-	if !exists {
-		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", tid.String()))
-		return
+		return err
 	}
 	intent = strings.TrimSpace(intent)
 	if !validIntentType(intent) {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_INTENT_TYPE", "intentType must be an intent name or *"))
-		return
+		return errf(http.StatusBadRequest, "INVALID_INTENT_TYPE", "intentType must be an intent name or *")
 	}
 	from = strings.ToLower(strings.TrimSpace(from))
 	if !validPattern(from) {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_ALLOWED_FROM", "allowedFrom must be *, a Beam ID, *@domain or *.suffix"))
-		return
+		return errf(http.StatusBadRequest, "INVALID_ALLOWED_FROM", "allowedFrom must be *, a Beam ID, *@domain or *.suffix")
 	}
 	if !effectGiven || effect == "" {
 		effect = effectAllow
 	}
 	if effect != effectAllow && effect != effectDeny {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_EFFECT", "effect must be allow or deny"))
-		return
+		return errf(http.StatusBadRequest, "INVALID_EFFECT", "effect must be allow or deny")
 	}
 	now := r.now()
 	az, err := r.authorize(req, &a, p, map[string]any{
 		"action": "acl.create", "targetBeamId": a.BeamID, "intentType": intent, "allowedFrom": from, "effect": effect,
 	}, true, now)
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	existing := r.Rules(a.BeamID)
 	if len(existing) >= maxRulesPerAgent {
-		r.writeErr(w, req, errf(http.StatusConflict, "ACL_LIMIT", "at most %d ACL rules per agent", maxRulesPerAgent))
-		return
+		return errf(http.StatusConflict, "ACL_LIMIT", "at most %d ACL rules per agent", maxRulesPerAgent)
 	}
 	rule := Rule{Target: a.BeamID, IntentType: intent, AllowedFrom: from, Effect: effect, CreatedAt: now, CreatedBy: az.actor}
 	status := http.StatusCreated
@@ -114,30 +89,36 @@ func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) {
 	}
 	err = r.commit(req.Context(), az, now, "acl.create", a.BeamID,
 		map[string]any{"intentType": intent, "allowedFrom": from, "effect": effect}, func(tx *sqlx.Tx) error {
-			if rule.ID != 0 {
-				if _, err := tx.ExecContext(req.Context(), `UPDATE intent_acls SET effect = ?, created_by = ? WHERE id = ?`,
-					effect, rule.CreatedBy, rule.ID); err != nil {
-					return fmt.Errorf("update acl rule: %w", err)
-				}
-				return nil
-			}
-			res, err := tx.ExecContext(req.Context(), `INSERT INTO intent_acls
-				(target_beam_id, intent_type, allowed_from, effect, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)`,
-				rule.Target, rule.IntentType, rule.AllowedFrom, rule.Effect, micros(rule.CreatedAt), rule.CreatedBy)
-			if err != nil {
-				return fmt.Errorf("insert acl rule: %w", err)
-			}
-			if rule.ID, err = res.LastInsertId(); err != nil {
-				return fmt.Errorf("insert acl rule: %w", err)
-			}
-			return nil
+			return saveRule(req.Context(), tx, &rule)
 		})
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	r.putRule(rule)
 	writeJSON(w, status, ruleViewOf(rule))
+	return nil
+}
+
+// saveRule updates the effect of an existing rule (ID set) or inserts a new
+// one and sets its ID.
+func saveRule(ctx context.Context, tx *sqlx.Tx, rule *Rule) error {
+	if rule.ID != 0 {
+		if _, err := tx.ExecContext(ctx, `UPDATE intent_acls SET effect = ?, created_by = ? WHERE id = ?`,
+			rule.Effect, rule.CreatedBy, rule.ID); err != nil {
+			return fmt.Errorf("update acl rule: %w", err)
+		}
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO intent_acls
+		(target_beam_id, intent_type, allowed_from, effect, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)`,
+		rule.Target, rule.IntentType, rule.AllowedFrom, rule.Effect, micros(rule.CreatedAt), rule.CreatedBy)
+	if err != nil {
+		return fmt.Errorf("insert acl rule: %w", err)
+	}
+	if rule.ID, err = res.LastInsertId(); err != nil {
+		return fmt.Errorf("insert acl rule: %w", err)
+	}
+	return nil
 }
 
 // putRule adds or replaces a rule in the cache.
@@ -182,24 +163,20 @@ func (r *Registry) dropRule(rule Rule) {
 }
 
 // handleACLList serves GET /acl/{beamId} to the agent itself or an operator.
-func (r *Registry) handleACLList(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleACLList(w http.ResponseWriter, req *http.Request) error {
 	id, err := parseBeamID(req.PathValue("beamId"))
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	c, err := r.identify(req, id.String())
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	if !c.owner && c.operator == "" {
-		r.writeErr(w, req, errf(http.StatusUnauthorized, "UNAUTHORIZED", "reading an ACL needs the agent's API key or an operator"))
-		return
+		return errf(http.StatusUnauthorized, "UNAUTHORIZED", "reading an ACL needs the agent's API key or an operator")
 	}
-	if _, ok := r.Get(id.String()); !ok {
-		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", id.String()))
-		return
+	if _, err := r.lookup(id.String()); err != nil {
+		return err
 	}
 	rules := r.Rules(id.String())
 	views := make([]ruleView, 0, len(rules))
@@ -207,20 +184,19 @@ func (r *Registry) handleACLList(w http.ResponseWriter, req *http.Request) {
 		views = append(views, ruleViewOf(rule))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"acl": views, "total": len(views)})
+	return nil
 }
 
 // handleACLDelete serves DELETE /acl/{id}.
-func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) error {
 	_, hasKey := apiKeyFrom(req)
 	_, isOperator := r.operatorRole(req)
 	if !hasKey && !isOperator {
-		r.writeErr(w, req, errf(http.StatusUnauthorized, "UNAUTHORIZED", "deleting an ACL rule needs the target agent's API key or an operator"))
-		return
+		return errf(http.StatusUnauthorized, "UNAUTHORIZED", "deleting an ACL rule needs the target agent's API key or an operator")
 	}
 	id, err := strconv.ParseInt(req.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_ID", "rule id must be a positive integer"))
-		return
+		return errf(http.StatusBadRequest, "INVALID_ID", "rule id must be a positive integer")
 	}
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
@@ -228,17 +204,14 @@ func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) {
 	rule, ok := r.ruleBy[id]
 	r.mu.RUnlock()
 	if !ok {
-		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "ACL rule %d not found", id))
-		return
+		return errf(http.StatusNotFound, "NOT_FOUND", "ACL rule %d not found", id)
 	}
 	c, err := r.identify(req, rule.Target)
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	if !c.owner && !canMutate(c.operator) {
-		r.writeErr(w, req, errf(http.StatusForbidden, "FORBIDDEN", "only the rule's target agent or an operator may delete it"))
-		return
+		return errf(http.StatusForbidden, "FORBIDDEN", "only the rule's target agent or an operator may delete it")
 	}
 	now := r.now()
 	az := authorization{actor: c.actor(rule.Target)}
@@ -251,9 +224,9 @@ func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) {
 			return nil
 		})
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	r.dropRule(rule)
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": rule.ID})
+	return nil
 }

@@ -114,6 +114,16 @@
 // same org; allow; deny). ACLs are managed by the target agent (API key or
 // signature) or an operator, never anonymously.
 //
+// # Handlers
+//
+// Route handlers return their error instead of writing it; one adapter
+// (serve) writes it as {"error", "errorCode"} with its status, or logs it
+// and answers 500 INTERNAL_ERROR when it is not a client mistake. The signed
+// changes to one agent (key rotation and revocation, visibility, config)
+// share one sequence (changeAgent): read the body, take the write lock, load
+// the agent, parse, authorize, commit with the nonce and one audit row,
+// update the cache, answer with the full view.
+//
 // The registry does not route intents, verify intent frames or know about
 // the echo agent's behaviour; the router does that with Get, Allowed and
 // Touch. It must not write SQLite except through log.Do.

@@ -2,8 +2,7 @@ package registry
 
 import (
 	"net/http"
-
-	"github.com/jmoiron/sqlx"
+	"time"
 
 	"github.com/beamdir/beam/agents/wire"
 )
@@ -24,268 +23,147 @@ func parseKeyField(f fields, names ...string) (raw, normalized string, err error
 	return s, wire.EncodePublicKey(pub), nil
 }
 
+// parseKeyAction is the agentRoute.parse of the key routes: it reads the
+// key field names into *key (normalized) and signs action over the Beam ID
+// and the key as sent, under names[0].
+func parseKeyAction(action string, key *string, names ...string) func(fields, *Agent) (map[string]any, error) {
+	return func(f fields, a *Agent) (map[string]any, error) {
+		raw, normalized, err := parseKeyField(f, names...)
+		if err != nil {
+			return nil, err
+		}
+		*key = normalized
+		return map[string]any{"action": action, "beamId": a.BeamID, names[0]: raw}, nil
+	}
+}
+
 // handleRotate serves POST /agents/{beamId}/keys/rotate.
-func (r *Registry) handleRotate(w http.ResponseWriter, req *http.Request) {
-	f, err := readObject(w, req)
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	r.writeMu.Lock()
-	defer r.writeMu.Unlock()
-	a, err := r.agentFromPath(req, "beamId")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	raw, newKey, err := parseKeyField(f, "newPublicKey", "new_public_key")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	p, err := f.signed()
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	now := r.now()
-	az, err := r.authorize(req, &a, p, map[string]any{
-		"action": "keys.rotate", "beamId": a.BeamID, "newPublicKey": raw,
-	}, false, now)
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	if newKey == a.PublicKeyB64 {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "NOOP_ROTATION", "newPublicKey is already the current key"))
-		return
-	}
-	pub, _ := wire.ParsePublicKey(newKey) // validated above
-	next := a
-	previous := a.PublicKeyB64
-	if err := rotateInto(&next, newKey, pub, now); err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	next.UpdatedAt = now
-	err = r.commit(req.Context(), az, now, "keys.rotate", a.BeamID,
-		map[string]any{"previousKey": previous, "newKey": newKey}, func(tx *sqlx.Tx) error {
-			if err := putAgent(req.Context(), tx, &next, now); err != nil {
-				return err
+func (r *Registry) handleRotate(w http.ResponseWriter, req *http.Request) error {
+	var newKey string
+	return r.changeAgent(w, req, agentRoute{
+		parse: parseKeyAction("keys.rotate", &newKey, "newPublicKey", "new_public_key"),
+		apply: func(next *Agent, now time.Time) (agentChange, error) {
+			previous := next.PublicKeyB64
+			if newKey == previous {
+				return agentChange{}, errf(http.StatusBadRequest, "NOOP_ROTATION", "newPublicKey is already the current key")
 			}
-			return putKeys(req.Context(), tx, &next)
-		})
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	r.setAgent(next.BeamID, &next)
-	writeJSON(w, http.StatusOK, map[string]any{
-		"beamId": next.BeamID, "rotated": true, "previousKey": previous,
-		"agent": fullViewOf(&next, now), "keyState": keyStateOf(&next),
+			pub, _ := wire.ParsePublicKey(newKey) // validated by parseKeyField
+			if err := rotateInto(next, newKey, pub, now); err != nil {
+				return agentChange{}, err
+			}
+			next.UpdatedAt = now
+			return agentChange{
+				action: "keys.rotate", keys: true,
+				details: map[string]any{"previousKey": previous, "newKey": newKey},
+				reply:   map[string]any{"rotated": true, "previousKey": previous},
+			}, nil
+		},
 	})
 }
 
 // handleRevoke serves POST /agents/{beamId}/keys/revoke.
-func (r *Registry) handleRevoke(w http.ResponseWriter, req *http.Request) {
-	f, err := readObject(w, req)
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	r.writeMu.Lock()
-	defer r.writeMu.Unlock()
-	a, err := r.agentFromPath(req, "beamId")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	raw, key, err := parseKeyField(f, "publicKey", "public_key")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	p, err := f.signed()
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	now := r.now()
-	az, err := r.authorize(req, &a, p, map[string]any{
-		"action": "keys.revoke", "beamId": a.BeamID, "publicKey": raw,
-	}, false, now)
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	if key == a.PublicKeyB64 {
-		r.writeErr(w, req, errf(http.StatusConflict, "ACTIVE_KEY_REQUIRED", "the active key cannot be revoked; rotate first"))
-		return
-	}
-	idx := -1
-	for i, k := range a.Keys {
-		if k.PublicKey == key {
-			idx = i
-		}
-	}
-	if idx < 0 {
-		r.writeErr(w, req, errf(http.StatusNotFound, "KEY_NOT_FOUND", "the agent never used this key"))
-		return
-	}
-	next := a
-	next.Keys = append([]Key(nil), a.Keys...)
-	already := next.Keys[idx].Revoked()
-	if !already {
-		next.Keys[idx].RevokedAt = now
-		next.UpdatedAt = now
-	}
-	err = r.commit(req.Context(), az, now, "keys.revoke", a.BeamID,
-		map[string]any{"key": key, "alreadyRevoked": already}, func(tx *sqlx.Tx) error {
-			if already {
-				return nil
+func (r *Registry) handleRevoke(w http.ResponseWriter, req *http.Request) error {
+	var key string
+	return r.changeAgent(w, req, agentRoute{
+		parse: parseKeyAction("keys.revoke", &key, "publicKey", "public_key"),
+		apply: func(next *Agent, now time.Time) (agentChange, error) {
+			if key == next.PublicKeyB64 {
+				return agentChange{}, errf(http.StatusConflict, "ACTIVE_KEY_REQUIRED", "the active key cannot be revoked; rotate first")
 			}
-			if err := putAgent(req.Context(), tx, &next, now); err != nil {
-				return err
+			idx := -1
+			for i, k := range next.Keys {
+				if k.PublicKey == key {
+					idx = i
+				}
 			}
-			return putKeys(req.Context(), tx, &next)
-		})
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	r.setAgent(next.BeamID, &next)
-	writeJSON(w, http.StatusOK, map[string]any{
-		"beamId": next.BeamID, "revoked": true, "revokedKey": key,
-		"agent": fullViewOf(&next, now), "keyState": keyStateOf(&next),
+			if idx < 0 {
+				return agentChange{}, errf(http.StatusNotFound, "KEY_NOT_FOUND", "the agent never used this key")
+			}
+			next.Keys = append([]Key(nil), next.Keys...)
+			already := next.Keys[idx].Revoked()
+			if !already {
+				next.Keys[idx].RevokedAt = now
+				next.UpdatedAt = now
+			}
+			return agentChange{
+				action: "keys.revoke", keys: true, noWrite: already,
+				details: map[string]any{"key": key, "alreadyRevoked": already},
+				reply:   map[string]any{"revoked": true, "revokedKey": key},
+			}, nil
+		},
 	})
 }
 
 // handleVisibility serves PATCH /agents/{beamId}/visibility.
-func (r *Registry) handleVisibility(w http.ResponseWriter, req *http.Request) {
-	f, err := readObject(w, req)
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	r.writeMu.Lock()
-	defer r.writeMu.Unlock()
-	a, err := r.agentFromPath(req, "beamId")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	vis, ok, err := f.str("INVALID_VISIBILITY", "visibility")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	if !ok {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_VISIBILITY", "visibility is required"))
-		return
-	}
-	if err := validateVisibility(vis); err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	p, err := f.signed()
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	now := r.now()
-	az, err := r.authorize(req, &a, p, map[string]any{
-		"action": "agents.visibility", "beamId": a.BeamID, "visibility": vis,
-	}, true, now)
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	next := a
-	next.Visibility = vis
-	next.UpdatedAt = now
-	err = r.commit(req.Context(), az, now, "agent.visibility", a.BeamID,
-		map[string]any{"from": a.Visibility, "to": vis}, func(tx *sqlx.Tx) error {
-			return putAgent(req.Context(), tx, &next, now)
-		})
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	r.setAgent(next.BeamID, &next)
-	writeJSON(w, http.StatusOK, fullViewOf(&next, now))
+func (r *Registry) handleVisibility(w http.ResponseWriter, req *http.Request) error {
+	var vis string
+	return r.changeAgent(w, req, agentRoute{
+		allowOperator: true,
+		parse: func(f fields, a *Agent) (map[string]any, error) {
+			v, ok, err := f.str("INVALID_VISIBILITY", "visibility")
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, errf(http.StatusBadRequest, "INVALID_VISIBILITY", "visibility is required")
+			}
+			if err := validateVisibility(v); err != nil {
+				return nil, err
+			}
+			vis = v
+			return map[string]any{"action": "agents.visibility", "beamId": a.BeamID, "visibility": vis}, nil
+		},
+		apply: func(next *Agent, now time.Time) (agentChange, error) {
+			from := next.Visibility
+			next.Visibility = vis
+			next.UpdatedAt = now
+			return agentChange{action: "agent.visibility", details: map[string]any{"from": from, "to": vis}}, nil
+		},
+	})
 }
 
 // handleConfig serves PATCH /agents/{beamId}/config: httpEndpoint and/or
 // dhPublicKey ("" clears a value).
-func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) {
-	f, err := readObject(w, req)
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	r.writeMu.Lock()
-	defer r.writeMu.Unlock()
-	a, err := r.agentFromPath(req, "beamId")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	endpoint, err := f.optStr("INVALID_HTTP_ENDPOINT", "httpEndpoint", "http_endpoint")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	dh, err := f.optStr("INVALID_DH_PUBLIC_KEY", "dhPublicKey", "dh_public_key")
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	if endpoint == nil && dh == nil {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_BODY", "send httpEndpoint and/or dhPublicKey"))
-		return
-	}
-	if endpoint != nil {
-		if err := validateEndpoint(*endpoint, r.cfg.AllowInsecureEndpoints); err != nil {
-			r.writeErr(w, req, err)
-			return
-		}
-	}
-	if dh != nil {
-		if err := validateDHKey(*dh); err != nil {
-			r.writeErr(w, req, err)
-			return
-		}
-	}
-	p, err := f.signed()
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	obj := map[string]any{"action": "agents.config", "beamId": a.BeamID, "httpEndpoint": nil, "dhPublicKey": nil}
-	next := a
-	if endpoint != nil {
-		obj["httpEndpoint"] = *endpoint
-		next.HTTPEndpoint = *endpoint
-	}
-	if dh != nil {
-		obj["dhPublicKey"] = *dh
-		next.DHPublicKey = *dh
-	}
-	now := r.now()
-	az, err := r.authorize(req, &a, p, obj, true, now)
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	next.UpdatedAt = now
-	err = r.commit(req.Context(), az, now, "agent.config", a.BeamID,
-		map[string]any{"httpEndpoint": next.HTTPEndpoint, "dhPublicKeyChanged": dh != nil}, func(tx *sqlx.Tx) error {
-			return putAgent(req.Context(), tx, &next, now)
-		})
-	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	r.setAgent(next.BeamID, &next)
-	writeJSON(w, http.StatusOK, fullViewOf(&next, now))
+func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) error {
+	var endpoint, dh *string
+	return r.changeAgent(w, req, agentRoute{
+		allowOperator: true,
+		parse: func(f fields, a *Agent) (map[string]any, error) {
+			var err error
+			if endpoint, err = f.optStr("INVALID_HTTP_ENDPOINT", "httpEndpoint", "http_endpoint"); err != nil {
+				return nil, err
+			}
+			if dh, err = f.optStr("INVALID_DH_PUBLIC_KEY", "dhPublicKey", "dh_public_key"); err != nil {
+				return nil, err
+			}
+			if endpoint == nil && dh == nil {
+				return nil, errf(http.StatusBadRequest, "INVALID_BODY", "send httpEndpoint and/or dhPublicKey")
+			}
+			obj := map[string]any{"action": "agents.config", "beamId": a.BeamID, "httpEndpoint": nil, "dhPublicKey": nil}
+			if endpoint != nil {
+				if err := validateEndpoint(*endpoint, r.cfg.AllowInsecureEndpoints); err != nil {
+					return nil, err
+				}
+				obj["httpEndpoint"] = *endpoint
+			}
+			if dh != nil {
+				if err := validateDHKey(*dh); err != nil {
+					return nil, err
+				}
+				obj["dhPublicKey"] = *dh
+			}
+			return obj, nil
+		},
+		apply: func(next *Agent, now time.Time) (agentChange, error) {
+			if endpoint != nil {
+				next.HTTPEndpoint = *endpoint
+			}
+			if dh != nil {
+				next.DHPublicKey = *dh
+			}
+			next.UpdatedAt = now
+			return agentChange{action: "agent.config",
+				details: map[string]any{"httpEndpoint": next.HTTPEndpoint, "dhPublicKeyChanged": dh != nil}}, nil
+		},
+	})
 }

@@ -101,61 +101,38 @@ func decodeRegister(body []byte, allowInsecure bool) (*registerRequest, error) {
 		req.beamID = id.String()
 	}
 
-	if req.email, err = f.optStr("INVALID_EMAIL", "email"); err != nil {
+	email := func(s string) error {
+		if s == "" {
+			return nil
+		}
+		return validateEmail(s)
+	}
+	if req.email, err = f.checkedStr("INVALID_EMAIL", email, "email"); err != nil {
 		return nil, err
 	}
-	if req.email != nil && *req.email != "" {
-		if err := validateEmail(*req.email); err != nil {
-			return nil, err
-		}
-	}
-	if req.description, err = f.optStr("INVALID_DESCRIPTION", "description"); err != nil {
+	if req.description, err = f.checkedStr("INVALID_DESCRIPTION", validateDescription, "description"); err != nil {
 		return nil, err
 	}
-	if req.description != nil {
-		if err := validateDescription(*req.description); err != nil {
-			return nil, err
-		}
-	}
-	if req.logoURL, err = f.optStr("INVALID_LOGO_URL", "logoUrl", "logo_url"); err != nil {
+	if req.logoURL, err = f.checkedStr("INVALID_LOGO_URL", func(s string) error {
+		return validateWebURL(s, "INVALID_LOGO_URL", "logoUrl")
+	}, "logoUrl", "logo_url"); err != nil {
 		return nil, err
 	}
-	if req.logoURL != nil {
-		if err := validateWebURL(*req.logoURL, "INVALID_LOGO_URL", "logoUrl"); err != nil {
-			return nil, err
-		}
-	}
-	if req.website, err = f.optStr("INVALID_WEBSITE", "website"); err != nil {
+	if req.website, err = f.checkedStr("INVALID_WEBSITE", func(s string) error {
+		return validateWebURL(s, "INVALID_WEBSITE", "website")
+	}, "website"); err != nil {
 		return nil, err
 	}
-	if req.website != nil {
-		if err := validateWebURL(*req.website, "INVALID_WEBSITE", "website"); err != nil {
-			return nil, err
-		}
-	}
-	if req.visibility, err = f.optStr("INVALID_VISIBILITY", "visibility"); err != nil {
+	if req.visibility, err = f.checkedStr("INVALID_VISIBILITY", validateVisibility, "visibility"); err != nil {
 		return nil, err
 	}
-	if req.visibility != nil {
-		if err := validateVisibility(*req.visibility); err != nil {
-			return nil, err
-		}
-	}
-	if req.httpEndpoint, err = f.optStr("INVALID_HTTP_ENDPOINT", "httpEndpoint", "http_endpoint"); err != nil {
+	if req.httpEndpoint, err = f.checkedStr("INVALID_HTTP_ENDPOINT", func(s string) error {
+		return validateEndpoint(s, allowInsecure)
+	}, "httpEndpoint", "http_endpoint"); err != nil {
 		return nil, err
 	}
-	if req.httpEndpoint != nil {
-		if err := validateEndpoint(*req.httpEndpoint, allowInsecure); err != nil {
-			return nil, err
-		}
-	}
-	if req.dhPublicKey, err = f.optStr("INVALID_DH_PUBLIC_KEY", "dhPublicKey", "dh_public_key"); err != nil {
+	if req.dhPublicKey, err = f.checkedStr("INVALID_DH_PUBLIC_KEY", validateDHKey, "dhPublicKey", "dh_public_key"); err != nil {
 		return nil, err
-	}
-	if req.dhPublicKey != nil {
-		if err := validateDHKey(*req.dhPublicKey); err != nil {
-			return nil, err
-		}
 	}
 	if req.proof, err = f.signed(); err != nil {
 		return nil, err
@@ -164,23 +141,21 @@ func decodeRegister(body []byte, allowInsecure bool) (*registerRequest, error) {
 }
 
 // handleRegister serves POST /agents/register.
-func (r *Registry) handleRegister(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleRegister(w http.ResponseWriter, req *http.Request) error {
 	body, err := readBody(w, req)
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	rr, err := decodeRegister(body, r.cfg.AllowInsecureEndpoints)
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	status, view, err := r.register(req.Context(), req, rr)
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	writeJSON(w, status, view)
+	return nil
 }
 
 // echoSecretOK reports whether req carries the configured echo secret.
@@ -278,19 +253,15 @@ func (r *Registry) register(ctx context.Context, req *http.Request, rr *register
 		}
 		apiKey, next.apiKeyHash = k, hash
 	}
-	err := r.do(ctx, func(tx *sqlx.Tx) error {
-		if kind == "signature" {
-			if err := useNonce(ctx, tx, next.BeamID, rr.proof.nonce, now); err != nil {
-				return err
-			}
-		}
+	az := authorization{actor: actor}
+	if kind == "signature" {
+		az.nonce = rr.proof.nonce
+	}
+	err := r.commit(ctx, az, now, "agent.reregister", next.BeamID, details, func(tx *sqlx.Tx) error {
 		if err := putAgent(ctx, tx, &next, now); err != nil {
 			return err
 		}
-		if err := putKeys(ctx, tx, &next); err != nil {
-			return err
-		}
-		return audit(ctx, tx, now, "agent.reregister", actor, next.BeamID, details)
+		return putKeys(ctx, tx, &next)
 	})
 	if err != nil {
 		return 0, nil, err

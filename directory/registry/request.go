@@ -140,7 +140,20 @@ func (f fields) optStr(code string, names ...string) (*string, error) {
 	return &s, nil
 }
 
-// signedFields reads the timestamp, nonce and signature of a signed body.
+// checkedStr reads an optional string field as a pointer (nil when absent)
+// and validates a present value with check.
+func (f fields) checkedStr(code string, check func(string) error, names ...string) (*string, error) {
+	s, err := f.optStr(code, names...)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	if err := check(*s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// signed reads the timestamp, nonce and signature of a signed body.
 func (f fields) signed() (proof, error) {
 	var p proof
 	var err error

@@ -21,22 +21,22 @@ import (
 // Routes registers the registry's HTTP routes on mux (Go 1.22 patterns).
 // GET /agents/stats is not registered here.
 func (r *Registry) Routes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /agents/register", r.handleRegister)
-	mux.HandleFunc("GET /agents/search", r.handleSearch)
-	mux.HandleFunc("GET /agents/{beamId}", r.handleLookup)
+	mux.HandleFunc("POST /agents/register", r.serve(r.handleRegister))
+	mux.HandleFunc("GET /agents/search", r.serve(r.handleSearch))
+	mux.HandleFunc("GET /agents/{beamId}", r.serve(r.handleLookup))
 	// One pattern serves /agents/did/{did} and /agents/{beamId}/keys:
 	// as two patterns they would overlap on /agents/did/keys.
-	mux.HandleFunc("GET /agents/{first}/{second}", r.handleAgentsSub)
-	mux.HandleFunc("GET /did/{did}", r.handleDID)
-	mux.HandleFunc("DELETE /agents/{beamId}", r.handleDelete)
-	mux.HandleFunc("POST /agents/{beamId}/heartbeat", r.handleHeartbeat)
-	mux.HandleFunc("POST /agents/{beamId}/keys/rotate", r.handleRotate)
-	mux.HandleFunc("POST /agents/{beamId}/keys/revoke", r.handleRevoke)
-	mux.HandleFunc("PATCH /agents/{beamId}/visibility", r.handleVisibility)
-	mux.HandleFunc("PATCH /agents/{beamId}/config", r.handleConfig)
-	mux.HandleFunc("POST /acl", r.handleACLCreate)
-	mux.HandleFunc("GET /acl/{beamId}", r.handleACLList)
-	mux.HandleFunc("DELETE /acl/{id}", r.handleACLDelete)
+	mux.HandleFunc("GET /agents/{first}/{second}", r.serve(r.handleAgentsSub))
+	mux.HandleFunc("GET /did/{did}", r.serve(r.handleDID))
+	mux.HandleFunc("DELETE /agents/{beamId}", r.serve(r.handleDelete))
+	mux.HandleFunc("POST /agents/{beamId}/heartbeat", r.serve(r.handleHeartbeat))
+	mux.HandleFunc("POST /agents/{beamId}/keys/rotate", r.serve(r.handleRotate))
+	mux.HandleFunc("POST /agents/{beamId}/keys/revoke", r.serve(r.handleRevoke))
+	mux.HandleFunc("PATCH /agents/{beamId}/visibility", r.serve(r.handleVisibility))
+	mux.HandleFunc("PATCH /agents/{beamId}/config", r.serve(r.handleConfig))
+	mux.HandleFunc("POST /acl", r.serve(r.handleACLCreate))
+	mux.HandleFunc("GET /acl/{beamId}", r.serve(r.handleACLList))
+	mux.HandleFunc("DELETE /acl/{id}", r.serve(r.handleACLDelete))
 }
 
 // agentFromPath resolves the {beamId} path value: 400 INVALID_BEAM_ID or
@@ -46,26 +46,22 @@ func (r *Registry) agentFromPath(req *http.Request, name string) (Agent, error) 
 	if err != nil {
 		return Agent{}, err
 	}
-	a, ok := r.Get(id.String())
-	if !ok {
-		return Agent{}, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", id.String())
-	}
-	return a, nil
+	return r.lookup(id.String())
 }
 
 // handleLookup serves GET /agents/{beamId}.
-func (r *Registry) handleLookup(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleLookup(w http.ResponseWriter, req *http.Request) error {
 	a, err := r.agentFromPath(req, "beamId")
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	now := r.now()
 	if r.seesFullRow(req, a.BeamID) {
 		writeJSON(w, http.StatusOK, fullViewOf(&a, now))
-		return
+		return nil
 	}
 	writeJSON(w, http.StatusOK, publicViewOf(&a, now))
+	return nil
 }
 
 // seesFullRow reports whether req is the agent itself or an operator.
@@ -75,14 +71,13 @@ func (r *Registry) seesFullRow(req *http.Request, beamID string) bool {
 }
 
 // handleSearch serves GET /agents/search.
-func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) error {
 	q := req.URL.Query()
 	limit := 100
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_QUERY", "limit must be a positive integer"))
-			return
+			return errf(http.StatusBadRequest, "INVALID_QUERY", "limit must be a positive integer")
 		}
 		limit = min(n, 500)
 	}
@@ -90,8 +85,7 @@ func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) {
 	if s := q.Get("minTrustScore"); s != "" {
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil || v != v {
-			r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_QUERY", "minTrustScore must be a number"))
-			return
+			return errf(http.StatusBadRequest, "INVALID_QUERY", "minTrustScore must be a number")
 		}
 		minTrust = v
 	}
@@ -106,8 +100,7 @@ func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) {
 	text := strings.ToLower(strings.TrimSpace(q.Get("q")))
 	tier := strings.TrimSpace(q.Get("verificationTier"))
 	if len(text) > 256 || len(caps) > 64 {
-		r.writeErr(w, req, errf(http.StatusBadRequest, "INVALID_QUERY", "query too long"))
-		return
+		return errf(http.StatusBadRequest, "INVALID_QUERY", "query too long")
 	}
 
 	now := r.now()
@@ -147,6 +140,7 @@ func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) {
 		views = append(views, publicViewOf(a, now))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"agents": views, "total": total})
+	return nil
 }
 
 func hasAll(have, want []string) bool {
@@ -166,43 +160,42 @@ func hasAll(have, want []string) bool {
 }
 
 // handleAgentsSub serves GET /agents/did/{did} and GET /agents/{beamId}/keys.
-func (r *Registry) handleAgentsSub(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleAgentsSub(w http.ResponseWriter, req *http.Request) error {
 	first, second := req.PathValue("first"), req.PathValue("second")
 	switch {
 	case first == "did":
-		r.serveDID(w, req, second)
+		return r.serveDID(w, req, second)
 	case second == "keys":
 		a, err := r.agentFromPath(req, "first")
 		if err != nil {
-			r.writeErr(w, req, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"beamId": a.BeamID, "keyState": keyStateOf(&a)})
+		return nil
 	default:
-		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "no such route"))
+		return errf(http.StatusNotFound, "NOT_FOUND", "no such route")
 	}
 }
 
 // handleDID serves GET /did/{did}.
-func (r *Registry) handleDID(w http.ResponseWriter, req *http.Request) {
-	r.serveDID(w, req, req.PathValue("did"))
+func (r *Registry) handleDID(w http.ResponseWriter, req *http.Request) error {
+	return r.serveDID(w, req, req.PathValue("did"))
 }
 
-func (r *Registry) serveDID(w http.ResponseWriter, req *http.Request, did string) {
+func (r *Registry) serveDID(w http.ResponseWriter, req *http.Request, did string) error {
 	a, ok := r.resolveDID(did)
 	if !ok {
-		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "DID not found"))
-		return
+		return errf(http.StatusNotFound, "NOT_FOUND", "DID not found")
 	}
 	w.Header().Set("Cache-Control", "max-age=60")
 	b, err := json.Marshal(didDocumentOf(&a))
 	if err != nil {
-		r.writeErr(w, req, fmt.Errorf("marshal DID document: %w", err))
-		return
+		return fmt.Errorf("marshal DID document: %w", err)
 	}
 	w.Header().Set("Content-Type", "application/did+json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(b, '\n'))
+	return nil
 }
 
 // resolveDID finds the agent named by a did:beam DID (name form or key
@@ -264,10 +257,8 @@ func (r *Registry) authorize(req *http.Request, a *Agent, p proof, obj map[strin
 		}
 		return authorization{actor: "agent:" + a.BeamID, signed: true, nonce: p.nonce}, nil
 	}
-	if c.operator != "" {
-		return authorization{}, errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not do this; it needs the agent's API key or signature", c.operator)
-	}
-	return authorization{}, errf(http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: API key or signature")
+	return authorization{}, denyCaller(c, "do this; it needs the agent's API key or signature",
+		"authentication required: API key or signature")
 }
 
 // commit runs fn with the nonce of az recorded and one audit row written,
@@ -290,31 +281,17 @@ func (r *Registry) commit(ctx context.Context, az authorization, now time.Time, 
 }
 
 // handleDelete serves DELETE /agents/{beamId}.
-func (r *Registry) handleDelete(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleDelete(w http.ResponseWriter, req *http.Request) error {
 	id, err := parseBeamID(req.PathValue("beamId"))
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
-	c, err := r.identify(req, id.String())
+	a, c, err := r.mutationTarget(req, id.String(), false,
+		"delete agents", "deleting an agent needs its API key or an operator")
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
-	}
-	if !c.owner && !canMutate(c.operator) {
-		if c.operator != "" {
-			r.writeErr(w, req, errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not delete agents", c.operator))
-			return
-		}
-		r.writeErr(w, req, errf(http.StatusUnauthorized, "UNAUTHORIZED", "deleting an agent needs its API key or an operator"))
-		return
-	}
-	a, ok := r.Get(id.String())
-	if !ok {
-		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", id.String()))
-		return
+		return err
 	}
 	now := r.now()
 	az := authorization{actor: c.actor(a.BeamID)}
@@ -332,28 +309,26 @@ func (r *Registry) handleDelete(w http.ResponseWriter, req *http.Request) {
 		return nil
 	})
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	r.setAgent(a.BeamID, nil)
 	r.lg.Info("agent deleted", "beamId", a.BeamID, "actor", az.actor)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // handleHeartbeat serves POST /agents/{beamId}/heartbeat. Authenticated
 // heartbeats (API key or signed headers) update last_seen and return the
 // full row; unauthenticated ones return the public view and change nothing.
-func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) error {
 	a, err := r.agentFromPath(req, "beamId")
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	now := r.now()
 	c, err := r.identify(req, a.BeamID)
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	p := proof{
 		timestamp: req.Header.Get("x-beam-timestamp"),
@@ -365,20 +340,18 @@ func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) {
 	case c.owner:
 	case p.signature != "":
 		if err := r.verifyHeartbeat(&a, p, now); err != nil {
-			r.writeErr(w, req, err)
-			return
+			return err
 		}
 		nonce = p.nonce
 	default:
 		writeJSON(w, http.StatusOK, publicViewOf(&a, now))
-		return
+		return nil
 	}
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
-	cur, ok := r.Get(a.BeamID)
-	if !ok {
-		r.writeErr(w, req, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", a.BeamID))
-		return
+	cur, err := r.lookup(a.BeamID)
+	if err != nil {
+		return err
 	}
 	err = r.do(req.Context(), func(tx *sqlx.Tx) error {
 		if nonce != "" {
@@ -394,14 +367,14 @@ func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) {
 		return nil
 	})
 	if err != nil {
-		r.writeErr(w, req, err)
-		return
+		return err
 	}
 	if now.After(cur.LastSeen) {
 		cur.LastSeen = now
 	}
 	r.setAgent(cur.BeamID, &cur)
 	writeJSON(w, http.StatusOK, fullViewOf(&cur, now))
+	return nil
 }
 
 // verifyHeartbeat checks signed heartbeat headers: canonical (sorted) JSON,
