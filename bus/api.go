@@ -300,10 +300,17 @@ func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendR
 	if _, ok := b.reg.Get(req.from); !ok {
 		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
 	}
-	if _, ok := b.reg.Get(req.to); !ok {
-		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", req.to)
-	}
-	if ok, reason := b.reg.Allowed(req.from, req.to, req.intent); !ok {
+	_, local := b.reg.Get(req.to)
+	if !local {
+		peer := b.remotePeer(req.to)
+		if peer == "" {
+			return nil, errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", req.to)
+		}
+		// The peer applies its own policies to its agent.
+		if aerr := checkRemoteSend(req, peer); aerr != nil {
+			return nil, aerr
+		}
+	} else if ok, reason := b.reg.Allowed(req.from, req.to, req.intent); !ok {
 		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", req.intent, req.from, req.to)
 		if reason != "" {
 			msg += " (" + reason + ")"
@@ -478,6 +485,10 @@ func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError
 // waitSettled waits (at most SendWait) while nonce is dispatched over
 // WebSocket, so that a send to an online recipient answers delivered.
 func (b *Bus) waitSettled(ctx context.Context, nonce string) {
+	if b.viaFederation(ctx, nonce) {
+		// The outbox owns the attempt; the peer may be down for long.
+		return
+	}
 	deadline := time.NewTimer(b.cfg.SendWait)
 	defer deadline.Stop()
 	for {

@@ -92,6 +92,9 @@ type Config struct {
 	// PerRecipient bounds the WebSocket attempts in flight per recipient
 	// (32).
 	PerRecipient int
+	// Remote, when set, forwards messages to agents of pinned peer
+	// directories (the federation node); see also SetRemote.
+	Remote Remote
 }
 
 // Bus is the durable message bus. It is safe for concurrent use.
@@ -111,6 +114,7 @@ type Bus struct {
 	draining  map[string]bool            // recipient → a drain runs (value: run again)
 	waiters   map[string][]chan struct{} // nonce → POST /send handlers waiting
 	recovered map[string]time.Time       // delivered at restart, awaiting a result → deadline
+	remote    Remote                     // federation router, nil without federation
 	closed    bool
 
 	stop      chan struct{}
@@ -187,6 +191,9 @@ func New(cfg Config) (*Bus, error) {
 	}
 	b.m = m
 	b.dir.SetBusHooks(directory.BusHooks{Connected: b.AgentConnected, LateResult: b.lateResult})
+	if cfg.Remote != nil {
+		b.SetRemote(cfg.Remote)
+	}
 	return b, nil
 }
 

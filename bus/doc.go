@@ -72,6 +72,26 @@
 // (operator) moves dead_letter or failed back to queued with retry_count
 // 0 and the same nonce and delivers at once if the recipient is online.
 //
+// # Recipients in peer directories
+//
+// With a federation router installed (Config.Remote or SetRemote: the
+// federation node), a message whose recipient is not a local agent but is
+// served by a pinned peer is accepted (the peer applies its own policies)
+// and each attempt is handed to the federation outbox instead of a local
+// session: Remote.Forward commits the dispatched event (transport
+// federation, details.peer) and the outbox row in one transaction, and the
+// send answers "dispatched" at once. The relay publishes the sender's
+// signed frame verbatim until the peer answers — retrying with backoff
+// while the peer is down — and records the outcome on the nonce
+// (delivered, acked or failed; dead_letter when the row dies); the bus's
+// outcome hook (Remote.SetBusOutcome) then counts it and notifies the
+// sender. Only a sender-signed beam/1 frame can be forwarded (the peer
+// verifies the agent's signature): API-key, bus-key and JWS sends to a
+// peer's agent are refused with 400 SIGNED_FRAME_REQUIRED. Recover and
+// Tick leave messages dispatched through federation to the outbox; the
+// bus's own schedule does not apply to them (the recipient's failure
+// result ends the message failed).
+//
 // # Poll and leases
 //
 // GET /v1/beam/poll?agent= lists the accepted, non-terminal deliveries
@@ -98,7 +118,7 @@
 //
 // {"error","errorCode"} (plus "reason" for lease conflicts): 400
 // INVALID_JSON, MISSING_REQUIRED_FIELDS, INVALID_PAYLOAD, INVALID_STATUS,
-// MISSING_MESSAGE_ID, MISSING_AGENT; 401 UNAUTHORIZED; 403 FORBIDDEN; 404
+// MISSING_MESSAGE_ID, MISSING_AGENT, SIGNED_FRAME_REQUIRED; 401 UNAUTHORIZED; 403 FORBIDDEN; 404
 // UNKNOWN_AGENT, MESSAGE_NOT_FOUND; 409 NONCE_REUSE_CONFLICT, IN_PROGRESS,
 // INVALID_STATE; 413 PAYLOAD_TOO_LARGE (body over 64 KiB, or a delivered
 // frame over the directory's MaxFrameBytes); 500 INTERNAL_ERROR only when
@@ -108,5 +128,6 @@
 // called directly by tests. The package must not write SQLite except
 // through the log, must not keep a message's state anywhere but the log
 // (its maps only mirror attempts in flight in this process), and does not
-// own sessions, the registry or federation.
+// own sessions, the registry or federation (it reaches federation only
+// through the Remote interface).
 package bus

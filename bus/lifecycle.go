@@ -29,7 +29,7 @@ const (
 var nonRetryable = map[string]bool{
 	"BAD_REQUEST": true, "FORBIDDEN": true, "INVALID_INTENT": true, "NONCE_REUSE_CONFLICT": true,
 	"UNAUTHORIZED": true, "UNKNOWN_SENDER": true, CodeUnknownAgent: true, "UNSUPPORTED_INTENT": true,
-	"FRAME_TOO_LARGE": true, "PAYLOAD_TOO_LARGE": true,
+	"FRAME_TOO_LARGE": true, "PAYLOAD_TOO_LARGE": true, CodeSignedFrameRequired: true,
 }
 
 // Retryable reports whether a failed attempt with code is retried on the
@@ -111,7 +111,20 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 		return false, err
 	}
 	sender, senderOK := b.reg.Get(row.Sender)
-	if _, ok := b.reg.Get(row.Recipient); !ok || !senderOK {
+	_, recipientLocal := b.reg.Get(row.Recipient)
+	if !recipientLocal && senderOK {
+		if r := b.remoteRouter(); r != nil {
+			if peer, ok := r.PeerFor(row.Recipient); ok {
+				first, err := b.firstDetails(ctx, nonce)
+				if err == nil {
+					err = b.forward(r, peer, row, first, prev)
+				}
+				unlock()
+				return err == nil, err
+			}
+		}
+	}
+	if !recipientLocal || !senderOK {
 		err := b.retry(row, prev, transportBus, CodeUnknownAgent, "sender or recipient is no longer registered", nil, nil, nil, false)
 		unlock()
 		return false, err
@@ -407,6 +420,12 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 	for _, nonce := range nonces {
 		unlock := b.lock(nonce)
 		row, ok, err := b.message(ctx, nonce)
+		if err == nil && ok && row.Status == tracing.Dispatched && b.viaFederation(ctx, nonce) {
+			// The federation outbox owns the attempt: its relay publishes
+			// the row again and records the peer's outcome.
+			unlock()
+			continue
+		}
 		if err == nil && ok && (row.Status == tracing.Received || row.Status == tracing.Validated || row.Status == tracing.Dispatched) {
 			n, _ := b.attemptOf(ctx, nonce)
 			ev := event(row, tracing.Queued, "recovery", n)
@@ -445,7 +464,7 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if last.Extra["asyncAccepted"] == true {
+		if last.Extra["asyncAccepted"] == true || b.viaFederation(ctx, p.nonce) {
 			continue
 		}
 		b.mu.Lock()

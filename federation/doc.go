@@ -90,7 +90,10 @@
 // retry quickly (RetryBase doubling to SyncRetryMax); rows of durable
 // sends (owner bus) retry with backoff up to DurableRetryMax while the peer
 // is down and complete when it returns; retryable failures at the target
-// (OFFLINE, TIMEOUT, …) are retried for them too.
+// (OFFLINE, TIMEOUT, …) are retried for them too. The bus forwards through
+// Forward (the node implements bus.Remote) and registers SetBusOutcome,
+// called with the nonce after each outcome of a bus-owned row is committed
+// (PUBLISHED with delivered/acked/failed, or DEAD with dead_letter).
 //
 // The package must not write SQLite except through tracing.Log.Do, must
 // not deliver to local agents itself (the directory does), and keeps no

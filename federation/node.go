@@ -136,6 +136,7 @@ type Node struct {
 	byToken  map[string]string     // subject token → domain
 	keys     map[string]cachedKey  // remote agent → key
 	contacts map[string]time.Time  // unsaved last contacts
+	busHook  func(nonce string)    // outcome hook of bus-owned intents
 
 	kick    chan struct{}
 	slots   chan struct{}

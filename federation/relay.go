@@ -281,6 +281,9 @@ func (n *Node) finalize(ctx context.Context, c Claim, res *Message, row tracing.
 		return
 	}
 	n.m.published.WithLabelValues(c.Peer, c.Kind).Inc()
+	if len(events) > 0 {
+		n.busOutcome(c)
+	}
 	switch {
 	case rf != nil:
 		finish(rf.Raw, nil)
@@ -419,4 +422,30 @@ func (n *Node) kill(ctx context.Context, c Claim, lastErr string) {
 	}
 	n.m.dead.WithLabelValues(c.Peer).Inc()
 	n.lg.Warn("outbox row is dead", "row", c.ID, "nonce", c.Nonce, "peer", c.Peer, "err", lastErr)
+	if len(events) > 0 {
+		n.busOutcome(c)
+	}
+}
+
+// SetBusOutcome registers fn, called with the nonce after the outcome of a
+// bus-owned intent forwarded by Forward (delivered, acked, failed, or
+// dead_letter when its row dies) is committed in the log. The bus sets it
+// to notify senders and count outcomes; nil removes it.
+func (n *Node) SetBusOutcome(fn func(nonce string)) {
+	n.mu.Lock()
+	n.busHook = fn
+	n.mu.Unlock()
+}
+
+// busOutcome calls the bus's outcome hook for a bus-owned row.
+func (n *Node) busOutcome(c Claim) {
+	if c.Owner != string(tracing.OwnerBus) {
+		return
+	}
+	n.mu.Lock()
+	fn := n.busHook
+	n.mu.Unlock()
+	if fn != nil {
+		fn(c.Nonce)
+	}
 }

@@ -29,9 +29,12 @@ type agentFlags struct {
 	identity string
 }
 
-func (f *agentFlags) register(fs *flag.FlagSet) {
+// newAgentFlags registers the agent flags in fs.
+func newAgentFlags(fs *flag.FlagSet) *agentFlags {
+	f := &agentFlags{}
 	fs.StringVar(&f.url, "url", defaultDirectoryURL, "base URL of the directory")
 	fs.StringVar(&f.identity, "identity", defaultIdentityFile, "identity file (beam keygen writes it)")
+	return f
 }
 
 // client loads the identity and builds a client for it.
@@ -48,27 +51,19 @@ func (f *agentFlags) client(logger *slog.Logger) (*agents.Client, *agents.Identi
 }
 
 func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam keygen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newCmdFlags("beam keygen", "beam keygen --beam-id ID [--out FILE] [--force]", stderr,
+		"Generates an Ed25519 key pair for an agent and writes it as an identity file",
+		"({beamId, publicKeyBase64, privateKeyBase64}, the beam-protocol-sdk export format).")
 	var beamID, out string
 	var force bool
 	fs.StringVar(&beamID, "beam-id", "", "Beam ID of the new agent, e.g. assistant@acme.beam.directory (required)")
 	fs.StringVar(&out, "out", defaultIdentityFile, "identity file to write (mode 0600)")
 	fs.BoolVar(&force, "force", false, "overwrite an existing identity file")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam keygen --beam-id ID [--out FILE] [--force]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Generates an Ed25519 key pair for an agent and writes it as an identity file")
-		fmt.Fprintln(stderr, "({beamId, publicKeyBase64, privateKeyBase64}, the beam-protocol-sdk export format).")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
-	if beamID == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
+	if beamID == "" {
+		return fs.usageError()
 	}
 	if !force {
 		if _, err := os.Stat(out); err == nil {
@@ -89,27 +84,18 @@ func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runRegister(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam register", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var af agentFlags
-	af.register(fs)
+	fs := newCmdFlags("beam register", "beam register [--url URL] [--identity FILE] --name NAME [--capabilities a,b]", stderr,
+		"Registers the identity's agent with the directory. A returned API key is stored",
+		"in the identity file (field apiKey) and used by later commands.")
+	af := newAgentFlags(fs.FlagSet)
 	var name, caps string
 	fs.StringVar(&name, "name", "", "display name of the agent (required)")
 	fs.StringVar(&caps, "capabilities", "", "comma-separated capabilities, e.g. quote.request,inventory.check")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam register [--url URL] [--identity FILE] --name NAME [--capabilities a,b]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Registers the identity's agent with the directory. A returned API key is stored")
-		fmt.Fprintln(stderr, "in the identity file (field apiKey) and used by later commands.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
-	if name == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
+	if name == "" {
+		return fs.usageError()
 	}
 	c, id, err := af.client(quietLogger(stderr))
 	if err != nil {
@@ -142,27 +128,15 @@ func runRegister(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam send", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var af agentFlags
-	af.register(fs)
+	fs := newCmdFlags("beam send", "beam send [--url URL] [--identity FILE] TO INTENT [JSON-PAYLOAD]", stderr,
+		"Signs an intent, sends it with POST /intents/send and prints the result frame.",
+		"Exits non-zero when the intent fails.")
+	af := newAgentFlags(fs.FlagSet)
 	var timeout time.Duration
 	fs.DurationVar(&timeout, "timeout", 65*time.Second, "how long to wait for the result")
 	durable := fs.Bool("durable", false, "hand the intent to the message bus and print its receipt instead of waiting for the result")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam send [--url URL] [--identity FILE] TO INTENT [JSON-PAYLOAD]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Signs an intent, sends it with POST /intents/send and prints the result frame.")
-		fmt.Fprintln(stderr, "Exits non-zero when the intent fails.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 2, 3); err != nil {
 		return err
-	}
-	if fs.NArg() < 2 || fs.NArg() > 3 {
-		fs.Usage()
-		return errUsage
 	}
 	to, intent := fs.Arg(0), fs.Arg(1)
 	var payload json.RawMessage
@@ -190,30 +164,18 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam listen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var af agentFlags
-	af.register(fs)
+	fs := newCmdFlags("beam listen", "beam listen [--url URL] [--identity FILE] [--echo]", stderr,
+		"Connects the identity's agent to the directory (reconnecting when the session drops)",
+		"and answers every intent it receives, logging each one, until interrupted.",
+		"Without --echo each intent is answered with {\"received\":true}.")
+	af := newAgentFlags(fs.FlagSet)
 	var echo bool
 	var logLevel, logFormat string
 	fs.BoolVar(&echo, "echo", false, "answer every intent with its payload (conversation.message: {\"message\":\"Echo: …\"})")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam listen [--url URL] [--identity FILE] [--echo]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Connects the identity's agent to the directory (reconnecting when the session drops)")
-		fmt.Fprintln(stderr, "and answers every intent it receives, logging each one, until interrupted.")
-		fmt.Fprintln(stderr, "Without --echo each intent is answered with {\"received\":true}.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 0, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
 	}
 	logger, err := newLogger(stderr, logLevel, logFormat)
 	if err != nil {

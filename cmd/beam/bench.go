@@ -94,26 +94,15 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation] [--count N] [--concurrency C] [--json]", stderr,
+		"Registers real agents (each with its own Ed25519 key), sends signed intents that the",
+		"recipients verify and answer with signed results, and prints intents/s, latency",
+		"percentiles, errors and the server's CPU per intent and peak RSS. Without --url it",
+		"starts `beam serve` on a temporary data directory and measures that process.")
 	var f benchFlags
-	f.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam bench [--url URL] [--mode ws|http|bus|federation] [--count N] [--concurrency C] [--json]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Registers real agents (each with its own Ed25519 key), sends signed intents that the")
-		fmt.Fprintln(stderr, "recipients verify and answer with signed results, and prints intents/s, latency")
-		fmt.Fprintln(stderr, "percentiles, errors and the server's CPU per intent and peak RSS. Without --url it")
-		fmt.Fprintln(stderr, "starts `beam serve` on a temporary data directory and measures that process.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	f.register(fs.FlagSet)
+	if err := fs.parseNoArgs(args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "beam bench: unexpected arguments %v\n", fs.Args())
-		return errUsage
 	}
 	logger, err := newLogger(stderr, f.logLevel, "text")
 	if err != nil {

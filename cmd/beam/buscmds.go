@@ -35,10 +35,10 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func runPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam poll", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var af agentFlags
-	af.register(fs)
+	fs := newCmdFlags("beam poll", "beam poll [--url URL] [--identity FILE] [--claim [--lease 60s]] [--limit N] [--status S]", stderr,
+		"Prints the identity's bus messages, one JSON object per line: the accepted, not yet",
+		"acked deliveries, or with --claim queued messages handed out under a lease.")
+	af := newAgentFlags(fs.FlagSet)
 	var claim bool
 	var lease time.Duration
 	var limit int
@@ -47,20 +47,8 @@ func runPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&lease, "lease", 60*time.Second, "lease length with --claim")
 	fs.IntVar(&limit, "limit", 10, "most messages to return (at most 100)")
 	fs.StringVar(&status, "status", "", "list messages in this state instead of delivered (not with --claim)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam poll [--url URL] [--identity FILE] [--claim [--lease 60s]] [--limit N] [--status S]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Prints the identity's bus messages, one JSON object per line: the accepted, not yet")
-		fmt.Fprintln(stderr, "acked deliveries, or with --claim queued messages handed out under a lease.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 0, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
 	}
 	c, _, err := af.client(quietLogger(stderr))
 	if err != nil {
@@ -80,27 +68,15 @@ func runPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func runAck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam ack", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var af agentFlags
-	af.register(fs)
+	fs := newCmdFlags("beam ack", "beam ack [--url URL] [--identity FILE] [--status acked|failed] [--response JSON] [--lease-id L] MESSAGE_ID", stderr,
+		"Records the outcome of a bus message delivered to the identity's agent.")
+	af := newAgentFlags(fs.FlagSet)
 	var status, response, leaseID string
 	fs.StringVar(&status, "status", "acked", "outcome: acked or failed")
 	fs.StringVar(&response, "response", "", "JSON object stored as the response and returned to the sender")
 	fs.StringVar(&leaseID, "lease-id", "", "the lease a claimed message was handed out under")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam ack [--url URL] [--identity FILE] [--status acked|failed] [--response JSON] [--lease-id L] MESSAGE_ID")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Records the outcome of a bus message delivered to the identity's agent.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 1, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	var resp any
 	if response != "" {
@@ -127,9 +103,12 @@ type operatorFlags struct {
 	key string
 }
 
-func (f *operatorFlags) register(fs *flag.FlagSet) {
+// newOperatorFlags registers the operator flags in fs.
+func newOperatorFlags(fs *flag.FlagSet) *operatorFlags {
+	f := &operatorFlags{}
 	fs.StringVar(&f.url, "url", defaultDirectoryURL, "base URL of the directory")
 	fs.StringVar(&f.key, "bus-api-key", "", "the bus key or the operator token")
+	return f
 }
 
 // call performs one operator request and returns the body of a 2xx answer.
@@ -167,29 +146,17 @@ func (f *operatorFlags) call(ctx context.Context, method, path string, query url
 }
 
 func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam dead-letters", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var of operatorFlags
-	of.register(fs)
+	fs := newCmdFlags("beam dead-letters", "beam dead-letters [--url URL] --bus-api-key KEY [--sender S] [--recipient R] [--intent I] [--limit N]", stderr,
+		"Lists dead-lettered bus messages, newest first, one JSON object per line.")
+	of := newOperatorFlags(fs.FlagSet)
 	var sender, recipient, intent string
 	var limit int
 	fs.StringVar(&sender, "sender", "", "only messages from this agent")
 	fs.StringVar(&recipient, "recipient", "", "only messages to this agent")
 	fs.StringVar(&intent, "intent", "", "only messages of this intent")
 	fs.IntVar(&limit, "limit", 100, "most messages to list (at most 500)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam dead-letters [--url URL] --bus-api-key KEY [--sender S] [--recipient R] [--intent I] [--limit N]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Lists dead-lettered bus messages, newest first, one JSON object per line.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 0, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
 	}
 	q := url.Values{"limit": {fmt.Sprint(limit)}}
 	for k, v := range map[string]string{"sender": sender, "recipient": recipient, "intent": intent} {
@@ -218,24 +185,12 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func runRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam requeue", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var of operatorFlags
-	of.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam requeue [--url URL] --bus-api-key KEY MESSAGE_ID")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Moves a dead-lettered (or failed) bus message back to the queue, same nonce, and")
-		fmt.Fprintln(stderr, "delivers it at once when its recipient is online.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	fs := newCmdFlags("beam requeue", "beam requeue [--url URL] --bus-api-key KEY MESSAGE_ID", stderr,
+		"Moves a dead-lettered (or failed) bus message back to the queue, same nonce, and",
+		"delivers it at once when its recipient is online.")
+	of := newOperatorFlags(fs.FlagSet)
+	if err := fs.parse(args, 1, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	body, err := of.call(ctx, http.MethodPost, "/v1/beam/dead-letter/"+url.PathEscape(fs.Arg(0))+"/requeue", nil)
 	if err != nil {

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +18,10 @@ import (
 
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/beamtest"
+	"github.com/beamdir/beam/tracing"
 )
 
 // requireFederationFlags skips when this build's beam serve has no
@@ -169,4 +174,193 @@ func TestPeerShowSelfInProcess(t *testing.T) {
 	require.Equal(t, line, strings.TrimSpace(out.String()))
 	require.ErrorIs(t, runPeer(context.Background(), []string{"show-self", "--data-dir", dir}, &out, &errOut), errUsage)
 	require.Error(t, runPeer(context.Background(), []string{"add", "--admin-token", "x", "garbage"}, &out, &errOut))
+}
+
+// The federation node is the bus's router to peer directories.
+var _ bus.Remote = (*federation.Node)(nil)
+
+var fedDurableCount = flag.Int("fed-durable-count", 100, "durable intents per phase of TestFederationDurableProcesses")
+
+// deliveryCounter is a beta agent's handler counting deliveries per nonce;
+// while hold is set the handler reports on held and waits.
+type deliveryCounter struct {
+	mu   sync.Mutex
+	seen map[string]int
+	hold chan struct{}
+	held chan struct{} // buffered 1
+}
+
+func (d *deliveryCounter) handle(ctx context.Context, in *agents.Intent) agents.Reply {
+	d.mu.Lock()
+	d.seen[in.Nonce]++
+	hold := d.hold
+	d.mu.Unlock()
+	if hold != nil {
+		select {
+		case d.held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+	}
+	return agents.Success(map[string]any{"nonce": in.Nonce})
+}
+
+func (d *deliveryCounter) requireOnce(t *testing.T, nonces []string) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, nonce := range nonces {
+		require.Equal(t, 1, d.seen[nonce], "deliveries of %s to the agent", nonce)
+	}
+}
+
+// messageStates counts the bus messages of nonces by status in a running
+// (or stopped) directory's log; "error" counts what could not be read.
+func messageStates(dataDir string, nonces []string) map[tracing.State]int {
+	out := map[tracing.State]int{}
+	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+	if err != nil {
+		out["error"] = len(nonces)
+		return out
+	}
+	defer lg.Close()
+	for _, nonce := range nonces {
+		m, ok, err := lg.Message(context.Background(), nonce)
+		switch {
+		case err != nil:
+			out["error"]++
+		case !ok:
+			out["missing"]++
+		default:
+			out[m.Status]++
+		}
+	}
+	return out
+}
+
+// outboxCounts reads the federation outbox of a stopped directory by state.
+func outboxCounts(t *testing.T, dataDir string) map[federation.OutboxState]int64 {
+	t.Helper()
+	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+	require.NoError(t, err)
+	defer lg.Close()
+	ob, err := federation.OpenOutbox(context.Background(), lg, nil)
+	require.NoError(t, err)
+	counts, err := ob.Counts(context.Background())
+	require.NoError(t, err)
+	return counts
+}
+
+// TestFederationDurableProcesses is the process-level acceptance test of
+// durable sends across directories: with the target directory stopped, N
+// durable intents are accepted into alpha's outbox; when beta returns all
+// of them end acked at alpha, each delivered once to the agent. Then alpha
+// is SIGKILLed while its relay has publishes in flight (claimed rows whose
+// reply is pending) and rows still pending; after the restart nothing is
+// lost and nothing reaches the agent twice.
+func TestFederationDurableProcesses(t *testing.T) {
+	requirePeerCommand(t)
+	requireFederationFlags(t)
+	t.Parallel()
+	n := *fedDurableCount
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	alphaDir, betaDir := t.TempDir(), t.TempDir()
+	alphaNATS, betaNATS := freeAddr(t), freeAddr(t)
+	alphaLine := showSelf(t, alphaDir, "alpha.beam.directory", alphaNATS)
+	betaLine := showSelf(t, betaDir, "beta.beam.directory", betaNATS)
+	common := []string{"--default-policy", "allow", "--bus-tick-interval", "100ms", "--bus-delivery-timeout", "60s"}
+	alpha := beamtest.Start(t, beamtest.Options{DataDir: alphaDir, Args: append([]string{"--domain", "alpha.beam.directory",
+		"--nats-listen", alphaNATS, "--peer", betaLine}, common...)})
+	beta := beamtest.Start(t, beamtest.Options{DataDir: betaDir, Args: append([]string{"--domain", "beta.beam.directory",
+		"--nats-listen", betaNATS, "--peer", alphaLine}, common...)})
+
+	aID, sender := sdkAgent(t, ctx, alpha.URL(), "a@alpha.beam.directory")
+	bID, b1 := sdkAgent(t, ctx, beta.URL(), "b@beta.beam.directory")
+	counter := &deliveryCounter{seen: map[string]int{}, held: make(chan struct{}, 1)}
+	b1.Handle("*", counter.handle)
+	require.NoError(t, b1.Connect(ctx))
+
+	// An API-key send to a peer's agent cannot be forwarded: refused.
+	status, body := busCall(t, ctx, http.MethodPost, alpha.URL()+"/v1/beam/send", aID.APIKey,
+		`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run"}`)
+	if status == http.StatusNotFound && strings.Contains(body, "UNKNOWN_AGENT") {
+		t.Skip("this build's bus is not wired to federation (internal/server: bus.SetRemote)")
+	}
+	require.Equal(t, http.StatusBadRequest, status, body)
+	require.Contains(t, body, bus.CodeSignedFrameRequired)
+
+	// Phase 1: the target is down while the intents are sent.
+	beta.Stop()
+	_ = b1.Close()
+	phase1 := make([]string, 0, n)
+	for i := range n {
+		rec, err := sender.SendDurable(ctx, bID.BeamID, "task.run", map[string]any{"i": i}, nil)
+		require.NoError(t, err)
+		require.Contains(t, []string{"dispatched", "queued"}, rec.Status, "accepted into the outbox")
+		phase1 = append(phase1, rec.Nonce)
+	}
+	require.Equal(t, n, messageStates(alphaDir, phase1)[tracing.Dispatched], "every message waits in the outbox")
+	beta.Restart()
+	b2 := sdkClient(t, beta.URL(), bID)
+	b2.Handle("*", counter.handle)
+	require.NoError(t, b2.Connect(ctx))
+	require.Eventually(t, func() bool {
+		return messageStates(alphaDir, phase1)[tracing.Acked] == n
+	}, 4*time.Minute, 250*time.Millisecond, "every message ends acked at the origin after the target returned")
+	counter.requireOnce(t, phase1)
+
+	// Phase 2: SIGKILL alpha while publishes are in flight.
+	hold := make(chan struct{})
+	counter.mu.Lock()
+	counter.hold = hold
+	counter.mu.Unlock()
+	phase2 := make([]string, 0, n)
+	for i := range n {
+		rec, err := sender.SendDurable(ctx, bID.BeamID, "task.run", map[string]any{"phase": 2, "i": i}, nil)
+		require.NoError(t, err)
+		phase2 = append(phase2, rec.Nonce)
+	}
+	select {
+	case <-counter.held:
+	case <-ctx.Done():
+		t.Fatal("no forwarded intent reached the agent")
+	}
+	// A publish is in flight (its row CLAIMED, the agent holding the
+	// intent) and later rows wait behind it.
+	alpha.Kill()
+	_ = sender.Close()
+	st := messageStates(alphaDir, phase2)
+	counts := outboxCounts(t, alphaDir)
+	t.Logf("at the kill: bus messages %v, outbox %v", st, counts)
+	require.Positive(t, counts[federation.Claimed], "a publish was in flight at the kill")
+	require.Equal(t, n, st[tracing.Dispatched]+st[tracing.Delivered]+st[tracing.Acked], "states at the kill: %v", st)
+	require.Less(t, st[tracing.Acked], n, "the kill came before every message was acked: %v", st)
+	counter.mu.Lock()
+	counter.hold = nil
+	counter.mu.Unlock()
+	close(hold)
+
+	alpha.Restart()
+	require.Eventually(t, func() bool {
+		return messageStates(alphaDir, phase2)[tracing.Acked] == n
+	}, 4*time.Minute, 250*time.Millisecond, "every message ends acked after the origin's restart")
+	alpha.Stop()
+	beta.Stop()
+	counter.requireOnce(t, phase2)
+	counter.mu.Lock()
+	require.Len(t, counter.seen, 2*n, "no other nonce reached the agent")
+	counter.mu.Unlock()
+
+	lg := openLog(t, alphaDir)
+	for _, nonce := range append(append([]string{}, phase1...), phase2...) {
+		st, ok, err := lg.State(context.Background(), nonce)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, tracing.Acked, st, nonce)
+	}
+	requireProjectionsEqualRebuild(t, lg)
 }

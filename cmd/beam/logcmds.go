@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -19,23 +18,20 @@ func openLogForCLI(ctx context.Context, dataDir string) (*tracing.Log, error) {
 	return tracing.Open(ctx, tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
 }
 
-func dataDirFlagSet(name string, stderr io.Writer, dataDir *string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// logCmdFlags is the flag set of an offline log command (compact usage, see
+// newCompactCmdFlags) with its --data-dir flag registered.
+func logCmdFlags(name, synopsis string, stderr io.Writer, dataDir *string, description ...string) *cmdFlags {
+	fs := newCompactCmdFlags(name, synopsis, stderr, description...)
 	fs.StringVar(dataDir, "data-dir", "./beam-data", "directory that holds the log")
 	return fs
 }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dataDir string
-	fs := dataDirFlagSet("beam replay", stderr, &dataDir)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam replay [--data-dir DIR]")
-		fmt.Fprintln(stderr, "Drops the projections (intent_log, beam_messages) and refolds them from the log.")
-		fmt.Fprintln(stderr, "Run it while the directory is stopped.")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	fs := logCmdFlags("beam replay", "beam replay [--data-dir DIR]", stderr, &dataDir,
+		"Drops the projections (intent_log, beam_messages) and refolds them from the log.",
+		"Run it while the directory is stopped.")
+	if err := fs.parse(args, 0, anyArgs); err != nil {
 		return err
 	}
 	lg, err := openLogForCLI(ctx, dataDir)
@@ -59,18 +55,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dataDir string
 	var asJSON bool
-	fs := dataDirFlagSet("beam trace", stderr, &dataDir)
+	fs := logCmdFlags("beam trace", "beam trace [--data-dir DIR] [--json] NONCE", stderr, &dataDir)
 	fs.BoolVar(&asJSON, "json", false, "print the events as JSON lines")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam trace [--data-dir DIR] [--json] NONCE")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 1, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	nonce := fs.Arg(0)
 	lg, err := openLogForCLI(ctx, dataDir)
@@ -117,20 +105,12 @@ func printTrace(w io.Writer, events []tracing.Event, asJSON bool) error {
 
 func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dataDir string
-	fs := dataDirFlagSet("beam import", stderr, &dataDir)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam import [--data-dir DIR] PATH")
-		fmt.Fprintln(stderr, "Reads a Beam TypeScript directory or message-bus SQLite database (tables intent_log,")
-		fmt.Fprintln(stderr, "intent_trace_events, beam_messages), normalizes legacy statuses and stages, and appends")
-		fmt.Fprintln(stderr, "the intents to the log. Rows that cannot be normalized are reported and not written.")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	fs := logCmdFlags("beam import", "beam import [--data-dir DIR] PATH", stderr, &dataDir,
+		"Reads a Beam TypeScript directory or message-bus SQLite database (tables intent_log,",
+		"intent_trace_events, beam_messages), normalizes legacy statuses and stages, and appends",
+		"the intents to the log. Rows that cannot be normalized are reported and not written.")
+	if err := fs.parse(args, 1, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	lg, err := openLogForCLI(ctx, dataDir)
 	if err != nil {

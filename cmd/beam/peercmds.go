@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -54,18 +53,16 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // directory key when the data directory has none. The output is a stable,
 // scriptable interface: one line, nothing else on stdout.
 func runPeerShowSelf(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam peer show-self", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newPlainCmdFlags("beam peer show-self", stderr, "beam peer show-self --data-dir DIR --domain D --nats-listen HOST:PORT")
 	var dataDir, domain, natsListen string
 	fs.StringVar(&dataDir, "data-dir", "./beam-data", "data directory holding the directory key")
 	fs.StringVar(&domain, "domain", "", "this directory's domain, e.g. acme.beam.directory (required)")
 	fs.StringVar(&natsListen, "nats-listen", "", "HOST:PORT where peers reach this directory's NATS server (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
-	if domain == "" || natsListen == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: beam peer show-self --data-dir DIR --domain D --nats-listen HOST:PORT")
-		return errUsage
+	if domain == "" || natsListen == "" {
+		return fs.usageError()
 	}
 	if err := federation.ValidDomain(domain); err != nil {
 		return err
@@ -82,8 +79,12 @@ func runPeerShowSelf(args []string, stdout, stderr io.Writer) error {
 }
 
 func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam peer "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	synopsis := map[string]string{
+		"add":    "beam peer add [--url URL] [--admin-token T] DOMAIN=nats://HOST:PORT#PUBLICKEY",
+		"list":   "beam peer list [--url URL] [--admin-token T] [--json]",
+		"remove": "beam peer remove [--url URL] [--admin-token T] DOMAIN",
+	}[sub]
+	fs := newPlainCmdFlags("beam peer "+sub, stderr, synopsis)
 	var base, token, dataDir string
 	var asJSON bool
 	fs.StringVar(&base, "url", defaultDirectoryURL, "base URL of the running directory")
@@ -92,20 +93,9 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 	if sub == "list" {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 	}
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
 	want := map[string]int{"add": 1, "list": 0, "remove": 1}[sub]
-	if fs.NArg() != want {
-		switch sub {
-		case "add":
-			fmt.Fprintln(stderr, "usage: beam peer add [--url URL] [--admin-token T] DOMAIN=nats://HOST:PORT#PUBLICKEY")
-		case "remove":
-			fmt.Fprintln(stderr, "usage: beam peer remove [--url URL] [--admin-token T] DOMAIN")
-		default:
-			fmt.Fprintln(stderr, "usage: beam peer list [--url URL] [--admin-token T] [--json]")
-		}
-		return errUsage
+	if err := fs.parse(args, want, want); err != nil {
+		return err
 	}
 	if token == "" {
 		b, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))

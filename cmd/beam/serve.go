@@ -96,24 +96,13 @@ func msEnv(name string, def time.Duration) time.Duration {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("beam serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newCmdFlags("beam serve", "beam serve [flags]", stderr,
+		"Runs a Beam directory: agents, intents, the message bus and the dashboard on one port,",
+		"with every step of every intent recorded in an append-only log in --data-dir.")
 	var f serveFlags
-	f.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: beam serve [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Runs a Beam directory: agents, intents, the message bus and the dashboard on one port,")
-		fmt.Fprintln(stderr, "with every step of every intent recorded in an append-only log in --data-dir.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	f.register(fs.FlagSet)
+	if err := fs.parseNoArgs(args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "beam serve: unexpected arguments %v\n", fs.Args())
-		return errUsage
 	}
 	logger, err := newLogger(stderr, f.logLevel, f.logFormat)
 	if err != nil {

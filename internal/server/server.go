@@ -412,6 +412,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		}
 		closers = append(closers, func() { _ = node.Close() })
 		s.fed = node
+		b.SetRemote(node)
 		fedStatus = node.Status
 	}
 

@@ -1,0 +1,187 @@
+package federation
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/agents"
+	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/tracing"
+)
+
+// The node is the bus's router to peer directories.
+var _ bus.Remote = (*Node)(nil)
+
+// busFront is a directory's message bus forwarding through its node, served
+// with the registry and relay routes.
+type busFront struct {
+	bus  *bus.Bus
+	prom *prometheus.Registry
+	url  string
+}
+
+func startBus(t *testing.T, d *fedDir) *busFront {
+	t.Helper()
+	prom := prometheus.NewRegistry()
+	b, err := bus.New(bus.Config{Log: d.log, Directory: d.dir, Registry: d.reg, Registerer: prom,
+		Remote: d.node, TickInterval: 20 * time.Millisecond, DeliveryTimeout: 10 * time.Second})
+	require.NoError(t, err)
+	_, err = b.Recover(context.Background())
+	require.NoError(t, err)
+	b.Start(context.Background())
+	t.Cleanup(func() { _ = b.Close() })
+	mux := http.NewServeMux()
+	d.reg.Routes(mux)
+	d.dir.Routes(mux)
+	b.Routes(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &busFront{bus: b, prom: prom, url: srv.URL}
+}
+
+func (f *busFront) outcomes(t *testing.T, outcome string) float64 {
+	t.Helper()
+	mfs, err := f.prom.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "beam_bus_outcomes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func sdkAt(t *testing.T, url, beamID string) *agents.Client {
+	t.Helper()
+	id, err := agents.GenerateIdentity(beamID)
+	require.NoError(t, err)
+	c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: url, Identity: id,
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = c.Register(context.Background(), beamID, []string{"test"})
+	require.NoError(t, err)
+	return c
+}
+
+func TestBusForwardsDurableSendsToPeers(t *testing.T) {
+	t.Parallel()
+	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
+	beta := startDir(t, "beta.beam.directory", "", "", nil)
+	pin(t, alpha, beta)
+	front := startBus(t, alpha)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	b := beta.agent("b")
+	b.Handle("*", func(ctx context.Context, in *agents.Intent) agents.Reply {
+		mu.Lock()
+		seen[in.Nonce]++
+		mu.Unlock()
+		if in.Type == "task.refuse" {
+			return agents.Failure("NOPE", "b refuses")
+		}
+		return agents.Success(map[string]any{"ok": true})
+	})
+	require.NoError(t, b.Connect(ctx))
+	a := sdkAt(t, front.url, "a@alpha.beam.directory")
+
+	// A signed durable send crosses and ends acked at the origin, with the
+	// federation transport and the peer in the trace.
+	rec, err := a.SendDurable(ctx, "b@beta.beam.directory", "task.run", map[string]any{"n": 1}, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		m, ok, err := alpha.log.Message(ctx, rec.Nonce)
+		return err == nil && ok && m.Status == tracing.Acked
+	}, 30*time.Second, 20*time.Millisecond)
+	tr := alpha.trace(rec.Nonce)
+	require.Equal(t, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Delivered, tracing.Acked}, states(tr))
+	require.Equal(t, "federation", tr[1].Transport)
+	require.Equal(t, "beta.beam.directory", tr[1].Details.Extra["peer"])
+	require.Eventually(t, func() bool { return front.outcomes(t, "acked") == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the bus counts the peer's outcome")
+	st, err := a.DurableMessageStatus(ctx, rec.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, "acked", st.Status)
+
+	// The recipient's failure is the message's outcome (failed), once.
+	rec2, err := a.SendDurable(ctx, "b@beta.beam.directory", "task.refuse", map[string]any{}, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		m, ok, err := alpha.log.Message(ctx, rec2.Nonce)
+		return err == nil && ok && m.Status == tracing.Failed
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return front.outcomes(t, "failed") == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	// An API-key send to a peer's agent cannot be forwarded.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, front.url+"/v1/beam/send",
+		strings.NewReader(`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run"}`))
+	require.NoError(t, err)
+	req.Header.Set("x-api-key", a.APIKey())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
+	require.Contains(t, string(body), bus.CodeSignedFrameRequired)
+
+	// A domain no peer serves is still an unknown recipient.
+	_, err = a.SendDurable(ctx, "x@gamma.beam.directory", "task.run", map[string]any{}, nil)
+	require.ErrorContains(t, err, "UNKNOWN_AGENT")
+
+	mu.Lock()
+	require.Equal(t, map[string]int{rec.Nonce: 1, rec2.Nonce: 1}, seen)
+	mu.Unlock()
+}
+
+func TestBusForwardedMessageDeadLettersWhenPeerIsUnpinned(t *testing.T) {
+	t.Parallel()
+	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
+	beta := startDir(t, "beta.beam.directory", "", "", nil)
+	pin(t, alpha, beta)
+	front := startBus(t, alpha)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = beta.agent("b") // registered, never connected
+	a := sdkAt(t, front.url, "a@alpha.beam.directory")
+	beta.stop()
+
+	rec, err := a.SendDurable(ctx, "b@beta.beam.directory", "task.run", map[string]any{}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "dispatched", rec.Status, "handed to the outbox without waiting for the peer")
+
+	// A restart of the bus leaves the outbox's attempt alone.
+	rep, err := front.bus.Recover(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.Requeued)
+	m, ok, err := alpha.log.Message(ctx, rec.Nonce)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, tracing.Dispatched, m.Status)
+
+	_, err = alpha.node.RemovePeer(ctx, "beta.beam.directory")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		m, ok, err := alpha.log.Message(ctx, rec.Nonce)
+		return err == nil && ok && m.Status == tracing.DeadLetter
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return front.outcomes(t, "dead_letter") == 1 }, 10*time.Second, 10*time.Millisecond)
+}
