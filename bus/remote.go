@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
@@ -90,6 +91,7 @@ func (b *Bus) forward(r Remote, peer string, row tracing.MessageRow, first traci
 	req := directory.ForwardRequest{
 		Nonce: row.Nonce, From: row.Sender, To: row.Recipient, IntentType: row.Intent,
 		Frame: first.Frame, Peer: peer, Owner: tracing.OwnerBus, Attempt: n, Timeout: b.cfg.DeliveryTimeout,
+		Admitted: time.UnixMicro(int64(row.CreatedAt * 1e6)),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()

@@ -60,6 +60,12 @@ type RelayOptions struct {
 	// Extra is added to the details of the received event (federation:
 	// peer, hop, origin).
 	Extra map[string]any
+	// AdmittedAt, when set, is when the sender's home directory admitted
+	// the frame (a durable send forwarded by a peer that vouches for the
+	// instant): the replay window is checked against it instead of now, so
+	// a frame that waited out a long outage is still accepted. The nonce
+	// rules still apply, so it cannot be delivered twice.
+	AdmittedAt time.Time
 	// JWS is the beam/2 compact JWS the frame arrived in (its payload is
 	// the frame's bytes). The frame then needs no beam/1 signature: the JWS
 	// is verified against the sender's key instead (unless
@@ -229,7 +235,12 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 		received.Details.Extra[k] = v
 	}
 	beam2Details(o, received.Details.Extra)
-	if code, msg := d.checkAdmission(f, inf.start); code != "" {
+	at := inf.start
+	if !o.AdmittedAt.IsZero() {
+		at = o.AdmittedAt
+		received.Details.Extra["admittedAt"] = o.AdmittedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if code, msg := d.checkAdmission(f, at); code != "" {
 		d.fail(inf, []tracing.Event{received}, code, msg, false, nil)
 		return
 	}

@@ -48,6 +48,11 @@ type ForwardRequest struct {
 	// Deadline, when set, is when the sender stops waiting: the outbox row
 	// is dead after it. Zero for durable sends.
 	Deadline time.Time
+	// Admitted is when this directory admitted the frame (its timestamp was
+	// checked against the replay window then). A durable send may reach the
+	// peer long after the frame's timestamp; the peer checks the window
+	// against this instant, which the origin's signature vouches for.
+	Admitted time.Time
 }
 
 // SetRemote installs the federation router. Call it before serving.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -67,6 +69,15 @@ func (f *busFront) outcomes(t *testing.T, outcome string) float64 {
 	return 0
 }
 
+// waitMessage waits until the bus message of nonce is in state st.
+func (d *fedDir) waitMessage(nonce string, st tracing.State) {
+	d.t.Helper()
+	require.Eventually(d.t, func() bool {
+		m, ok, err := d.log.Message(context.Background(), nonce)
+		return err == nil && ok && m.Status == st
+	}, 30*time.Second, 20*time.Millisecond, "message %s never became %s", nonce, st)
+}
+
 func sdkAt(t *testing.T, url, beamID string) *agents.Client {
 	t.Helper()
 	id, err := agents.GenerateIdentity(beamID)
@@ -108,10 +119,7 @@ func TestBusForwardsDurableSendsToPeers(t *testing.T) {
 	// federation transport and the peer in the trace.
 	rec, err := a.SendDurable(ctx, "b@beta.beam.directory", "task.run", map[string]any{"n": 1}, nil)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		m, ok, err := alpha.log.Message(ctx, rec.Nonce)
-		return err == nil && ok && m.Status == tracing.Acked
-	}, 30*time.Second, 20*time.Millisecond)
+	alpha.waitMessage(rec.Nonce, tracing.Acked)
 	tr := alpha.trace(rec.Nonce)
 	require.Equal(t, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Delivered, tracing.Acked}, states(tr))
 	require.Equal(t, "federation", tr[1].Transport)
@@ -125,10 +133,7 @@ func TestBusForwardsDurableSendsToPeers(t *testing.T) {
 	// The recipient's failure is the message's outcome (failed), once.
 	rec2, err := a.SendDurable(ctx, "b@beta.beam.directory", "task.refuse", map[string]any{}, nil)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		m, ok, err := alpha.log.Message(ctx, rec2.Nonce)
-		return err == nil && ok && m.Status == tracing.Failed
-	}, 30*time.Second, 20*time.Millisecond)
+	alpha.waitMessage(rec2.Nonce, tracing.Failed)
 	require.Eventually(t, func() bool { return front.outcomes(t, "failed") == 1 }, 10*time.Second, 10*time.Millisecond)
 
 	// An API-key send to a peer's agent cannot be forwarded.
@@ -179,9 +184,49 @@ func TestBusForwardedMessageDeadLettersWhenPeerIsUnpinned(t *testing.T) {
 
 	_, err = alpha.node.RemovePeer(ctx, "beta.beam.directory")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		m, ok, err := alpha.log.Message(ctx, rec.Nonce)
-		return err == nil && ok && m.Status == tracing.DeadLetter
-	}, 30*time.Second, 20*time.Millisecond)
+	alpha.waitMessage(rec.Nonce, tracing.DeadLetter)
 	require.Eventually(t, func() bool { return front.outcomes(t, "dead_letter") == 1 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// A durable send reaches a peer whose clock is past the frame's replay
+// window (as after an outage longer than five minutes): the peer checks the
+// window against the instant the origin admitted the frame, which the
+// origin's signature vouches for, and delivers it once.
+func TestBusForwardedFrameOutlivesReplayWindow(t *testing.T) {
+	t.Parallel()
+	var skew atomic.Int64
+	later := func(c *directory.Config) {
+		c.Clock = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	}
+	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
+	beta := startDir(t, "beta.beam.directory", "", "", nil, later)
+	pin(t, alpha, beta)
+	front := startBus(t, alpha)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var delivered atomic.Int64
+	b := beta.agent("b")
+	b.Handle("*", func(ctx context.Context, in *agents.Intent) agents.Reply {
+		delivered.Add(1)
+		return agents.Success(map[string]any{"ok": true})
+	})
+	require.NoError(t, b.Connect(ctx))
+	a := sdkAt(t, front.url, "a@alpha.beam.directory")
+	skew.Store(int64(directory.ReplayWindow + 5*time.Minute))
+
+	rec, err := a.SendDurable(ctx, "b@beta.beam.directory", "task.run", map[string]any{"n": 1}, nil)
+	require.NoError(t, err)
+	alpha.waitMessage(rec.Nonce, tracing.Acked)
+	require.EqualValues(t, 1, delivered.Load())
+	tr := beta.trace(rec.Nonce)
+	require.NotEmpty(t, tr)
+	require.Contains(t, tr[0].Details.Extra, "admittedAt", "the target records the vouched admission instant")
+
+	// A sync (directory-owned) frame gets no such allowance: the same
+	// stale timestamp is refused by the peer.
+	aws := alpha.agent("a2")
+	_, err = aws.Send(ctx, "b@beta.beam.directory", "task.run", map[string]any{"n": 2})
+	require.ErrorContains(t, err, "replay window")
+	require.EqualValues(t, 1, delivered.Load())
 }

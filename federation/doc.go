@@ -89,7 +89,10 @@
 // Rows of senders that wait (HTTP, WebSocket) carry their deadline and
 // retry quickly (RetryBase doubling to SyncRetryMax); rows of durable
 // sends (owner bus) retry with backoff up to DurableRetryMax while the peer
-// is down and complete when it returns; retryable failures at the target
+// is down and complete when it returns (their messages carry the instant
+// the origin admitted the frame, Message.Admitted, against which the
+// target checks the frame's replay window, so an outage longer than the
+// window loses nothing); retryable failures at the target
 // (OFFLINE, TIMEOUT, …) are retried for them too. The bus forwards through
 // Forward (the node implements bus.Remote) and registers SetBusOutcome,
 // called with the nonce after each outcome of a bus-owned row is committed

@@ -134,6 +134,9 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 	}
 	extra := map[string]any{"peer": peer, "hop": m.Hop, "originEventId": m.EventID}
 	opts := directory.RelayOptions{Origin: directory.OriginFederation, Extra: extra}
+	if at, ok := n.admitted(m); ok {
+		opts.AdmittedAt = at
+	}
 	if f.Signature != "" {
 		if err := f.Verify(pub); err != nil {
 			// Try once more with a fresh key: the agent may have rotated.
@@ -249,4 +252,20 @@ func (n *Node) resolveKey(ctx context.Context, peer, beamID string) (ed25519.Pub
 	n.keys[beamID] = cachedKey{pub: pub, fetched: now}
 	n.mu.Unlock()
 	return pub, nil
+}
+
+// admitted returns the instant the origin admitted a durable frame, which
+// the target uses for the frame's replay window: a bus-owned send may wait
+// out a long outage of this directory, and the origin's signature on the
+// message vouches for when its own checks passed. Instants in the future
+// or older than DurableMaxAge are not honoured.
+func (n *Node) admitted(m *Message) (time.Time, bool) {
+	if m.Owner != string(tracing.OwnerBus) || m.Admitted <= 0 {
+		return time.Time{}, false
+	}
+	at, now := time.UnixMilli(m.Admitted), n.clock()
+	if at.After(now.Add(MaxClockSkew)) || now.Sub(at) > n.cfg.DurableMaxAge {
+		return time.Time{}, false
+	}
+	return at, true
 }

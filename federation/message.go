@@ -68,6 +68,9 @@ type Message struct {
 	Path      []string `json:"path,omitempty"` // directories crossed so far, origin first
 	TimeoutMs int64    `json:"timeoutMs,omitempty"`
 	Owner     string   `json:"owner,omitempty"`
+	// Admitted is when the origin admitted a durable (bus-owned) frame,
+	// unix ms: the target checks the frame's replay window against it.
+	Admitted int64 `json:"admitted,omitempty"`
 
 	// Results.
 	Status    string `json:"status,omitempty"` // StatusResult or StatusError

@@ -21,6 +21,8 @@ type forwardPayload struct {
 	IntentType string `json:"intentType"`
 	Attempt    int    `json:"attempt"`
 	TimeoutMs  int64  `json:"timeoutMs"`
+	// AdmittedMs is when the origin admitted a durable frame (unix ms).
+	AdmittedMs int64 `json:"admittedMs,omitempty"`
 }
 
 // Extra error codes of federation.
@@ -80,8 +82,12 @@ func (n *Node) Forward(ctx context.Context, req directory.ForwardRequest, events
 		timeout = n.cfg.DurableTimeout
 	}
 	timeout = min(timeout, MaxIntentTimeout)
-	payload, err := json.Marshal(forwardPayload{Frame: string(req.Frame), From: req.From, To: req.To,
-		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds()})
+	fp := forwardPayload{Frame: string(req.Frame), From: req.From, To: req.To,
+		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds()}
+	if !req.Admitted.IsZero() {
+		fp.AdmittedMs = req.Admitted.UnixMilli()
+	}
+	payload, err := json.Marshal(fp)
 	if err != nil {
 		return fmt.Errorf("forward %s: %w", req.Nonce, err)
 	}
@@ -198,7 +204,7 @@ func (n *Node) process(c Claim) {
 		Kind: KindIntent, ID: newID(), From: n.cfg.Domain, To: c.Peer,
 		IssuedAt: now.UnixMilli(), Expires: now.Add(min(wait+time.Minute, MaxMessageTTL)).UnixMilli(),
 		EventID: c.EventID, Nonce: c.Nonce, Frame: fp.Frame, Hop: 1, Path: []string{n.cfg.Domain},
-		TimeoutMs: fp.TimeoutMs, Owner: c.Owner,
+		TimeoutMs: fp.TimeoutMs, Owner: c.Owner, Admitted: fp.AdmittedMs,
 	}
 	tok, err := seal(msg, n.cfg.Key)
 	if err != nil {
