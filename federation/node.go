@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -355,6 +356,52 @@ func PeerPermissions(self, peer string) *server.Permissions {
 		Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + Token(self) + "." + Token(peer) + ".*"}},
 		Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(peer) + ".>"}},
 	}
+}
+
+// SharedPermissions are the NATS permissions of the directory domain on a
+// shared deployment (--nats-url): it may send requests only as itself
+// (publish beam.fed.*.<domain>.*), answer requests addressed to it (one
+// response per request), and subscribe only to its own subjects and reply
+// inbox. Operators grant these to each directory's nkey user (see
+// docs/FEDERATION.md); the test of the shared mode runs with them.
+func SharedPermissions(domain string) *server.Permissions {
+	tok := Token(domain)
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + ".*." + tok + ".*"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + tok + ".>", InboxPrefix(domain) + ".>"}},
+		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: MaxIntentTimeout + time.Minute},
+	}
+}
+
+// SharedUserConfig is the nats-server configuration entry (one element of
+// authorization.users) for the directory domain with key pub on a shared
+// deployment: its nkey user and SharedPermissions.
+func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
+	if err := ValidDomain(domain); err != nil {
+		return "", err
+	}
+	user, err := NkeyUser(pub)
+	if err != nil {
+		return "", err
+	}
+	p := SharedPermissions(domain)
+	list := func(subjects []string) string {
+		q := make([]string, len(subjects))
+		for i, s := range subjects {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	return fmt.Sprintf(`# beam directory %s
+{
+  nkey: %q
+  permissions: {
+    publish: { allow: %s }
+    subscribe: { allow: %s }
+    allow_responses: { max: %d, expires: %q }
+  }
+}
+`, domain, user, list(p.Publish.Allow), list(p.Subscribe.Allow), p.Response.MaxMsgs, p.Response.Expires.String()), nil
 }
 
 // reloadLocked applies the current peers to the embedded server.

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/agents"
@@ -363,4 +365,66 @@ func TestFederationDurableProcesses(t *testing.T) {
 		require.Equal(t, tracing.Acked, st, nonce)
 	}
 	requireProjectionsEqualRebuild(t, lg)
+}
+
+// Two beam serve processes federate through an existing NATS server
+// (--nats-url) configured only with the entries `beam peer nats-user`
+// prints.
+func TestFederationSharedNATSProcesses(t *testing.T) {
+	requirePeerCommand(t)
+	requireFederationFlags(t)
+	t.Parallel()
+	alphaDir, betaDir := t.TempDir(), t.TempDir()
+	natsAddr := freeAddr(t)
+	var users []string
+	for _, d := range []struct{ dir, domain string }{{alphaDir, "alpha.beam.directory"}, {betaDir, "beta.beam.directory"}} {
+		out, err := beamtest.Run(t, context.Background(), "peer", "nats-user", "--data-dir", d.dir, "--domain", d.domain)
+		require.NoError(t, err, out)
+		require.Contains(t, out, `nkey: "U`)
+		users = append(users, out)
+	}
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("listen: "+natsAddr+"\nauthorization {\n  users = [\n"+
+		strings.Join(users, "\n")+"\n  ]\n}\n"), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoLog, opts.NoSigs = true, true
+	ns, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	t.Cleanup(ns.Shutdown)
+
+	alphaLine := showSelf(t, alphaDir, "alpha.beam.directory", natsAddr)
+	betaLine := showSelf(t, betaDir, "beta.beam.directory", natsAddr)
+	url := "nats://" + natsAddr
+	alpha := beamtest.Start(t, beamtest.Options{DataDir: alphaDir, Args: []string{"--domain", "alpha.beam.directory",
+		"--nats-url", url, "--peer", betaLine, "--default-policy", "allow"}})
+	beta := beamtest.Start(t, beamtest.Options{DataDir: betaDir, Args: []string{"--domain", "beta.beam.directory",
+		"--nats-url", url, "--peer", alphaLine, "--default-policy", "allow"}})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := func(url, beamID string) *agents.Client {
+		id, err := agents.GenerateIdentity(beamID)
+		require.NoError(t, err)
+		c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: url, Identity: id})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = c.Register(ctx, strings.Split(beamID, "@")[0], nil)
+		require.NoError(t, err)
+		return c
+	}
+	b := client(beta.URL(), "b@beta.beam.directory")
+	got := make(chan string, 4)
+	b.Handle("task", func(ctx context.Context, in *agents.Intent) agents.Reply {
+		got <- in.From
+		return agents.Success(map[string]any{"ok": true})
+	})
+	require.NoError(t, b.Connect(ctx))
+	a := client(alpha.URL(), "a@alpha.beam.directory")
+	res, err := a.Send(ctx, "b@beta.beam.directory", "task", map[string]any{"n": 1})
+	require.NoError(t, err)
+	require.True(t, res.Success)
+	require.Equal(t, "a@alpha.beam.directory", <-got)
 }

@@ -23,9 +23,10 @@ import (
 // runPeer dispatches `beam peer show-self|add|list|remove`.
 func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usage := func() {
-		fmt.Fprintln(stderr, "usage: beam peer <show-self|add|list|remove> [flags]")
+		fmt.Fprintln(stderr, "usage: beam peer <show-self|nats-user|add|list|remove> [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "  show-self --data-dir DIR --domain D --nats-listen HOST:PORT   print this directory's peer line")
+		fmt.Fprintln(stderr, "  nats-user --data-dir DIR --domain D   print this directory's user entry for a shared NATS deployment (--nats-url)")
 		fmt.Fprintln(stderr, "  add LINE      pin a peer in a running directory")
 		fmt.Fprintln(stderr, "  list          list the pinned peers of a running directory")
 		fmt.Fprintln(stderr, "  remove DOMAIN unpin a peer")
@@ -37,6 +38,8 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	switch args[0] {
 	case "show-self":
 		return runPeerShowSelf(args[1:], stdout, stderr)
+	case "nats-user":
+		return runPeerNATSUser(args[1:], stdout, stderr)
 	case "add", "list", "remove":
 		return runPeerRemote(ctx, args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -75,6 +78,36 @@ func runPeerShowSelf(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout, federation.SelfLine(domain, natsListen, priv.Public().(ed25519.PublicKey)))
+	return nil
+}
+
+// runPeerNATSUser prints the nats-server configuration entry of this
+// directory's nkey user with the permissions a shared deployment grants it
+// (federation.SharedPermissions), creating the key when the data directory
+// has none.
+func runPeerNATSUser(args []string, stdout, stderr io.Writer) error {
+	fs := newPlainCmdFlags("beam peer nats-user", stderr, "beam peer nats-user --data-dir DIR --domain D")
+	var dataDir, domain string
+	fs.StringVar(&dataDir, "data-dir", "./beam-data", "data directory holding the directory key")
+	fs.StringVar(&domain, "domain", "", "this directory's domain, e.g. acme.beam.directory (required)")
+	if err := fs.parse(args, 0, 0); err != nil {
+		return err
+	}
+	if domain == "" {
+		return fs.usageError()
+	}
+	if err := federation.ValidDomain(domain); err != nil {
+		return err
+	}
+	priv, _, err := federation.LoadOrCreateKey(dataDir)
+	if err != nil {
+		return err
+	}
+	entry, err := federation.SharedUserConfig(domain, priv.Public().(ed25519.PublicKey))
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, entry)
 	return nil
 }
 
