@@ -6,9 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/agents"
+	"github.com/beamdir/beam/internal/browsertest"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -100,121 +98,10 @@ func (l *liveServer) states(nonce string) []tracing.State {
 	return out
 }
 
-// chromiumPath finds a Chromium or Chrome binary: $BEAM_CHROMIUM, then the
-// usual names on PATH (as web's browser tests do).
-func chromiumPath() string {
-	if p := os.Getenv("BEAM_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// skipWithoutChromium skips the test before anything starts when no browser
-// is installed.
-func skipWithoutChromium(t *testing.T) {
-	t.Helper()
-	if chromiumPath() == "" {
-		t.Skip("no chromium binary found (install chromium or set BEAM_CHROMIUM); browser tests skipped")
-	}
-}
-
-// browser starts a headless Chromium for the test and returns its context.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath()),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1440, 960),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("mute-audio", true),
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(alloc)
-	t.Cleanup(func() {
-		cancelCtx()
-		cancelAlloc()
-	})
-	// The first call starts the browser; its context owns the browser, so
-	// it carries no timeout.
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")))
-	return ctx
-}
-
-// run runs steps with a deadline.
-func run(t *testing.T, ctx context.Context, d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
-	t.Helper()
-	c, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	require.NoError(t, chromedp.Do(c, steps...))
-}
-
-// value runs one action with a deadline and returns its value.
-func value[T any](t *testing.T, ctx context.Context, d time.Duration, a chromedp.Action[T]) T {
-	t.Helper()
-	c, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	v, err := chromedp.Run(c, a)
-	require.NoError(t, err)
-	return v
-}
-
-// eval evaluates a JavaScript expression (awaiting a promise).
-func eval[T any](t *testing.T, ctx context.Context, expr string) T {
-	t.Helper()
-	return value(t, ctx, 10*time.Second, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
-}
-
-// waitJS waits until the JavaScript expression is truthy on the page.
-func waitJS(t *testing.T, ctx context.Context, d time.Duration, expr string) {
-	t.Helper()
-	c, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	_, err := chromedp.Run(c, chromedp.Poll[bool]("!!("+expr+")", chromedp.WithPollingInterval(25*time.Millisecond), chromedp.WithPollingTimeout(d)))
-	require.NoError(t, err, "condition never held: %s", expr)
-}
-
-// shooter writes screenshots to $BEAM_SCREENSHOT_DIR (or a temp dir).
-type shooter struct {
-	t   *testing.T
-	dir string
-}
-
-func newShooter(t *testing.T, sub string) *shooter {
-	dir := os.Getenv("BEAM_SCREENSHOT_DIR")
-	if dir == "" {
-		dir = t.TempDir()
-	} else {
-		dir = filepath.Join(dir, sub)
-	}
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	return &shooter{t: t, dir: dir}
-}
-
-// shot writes a full-page PNG of the current view.
-func (s *shooter) shot(ctx context.Context, name string) {
-	s.t.Helper()
-	buf := value(s.t, ctx, 20*time.Second, chromedp.FullScreenshot(100))
-	require.NoError(s.t, os.WriteFile(filepath.Join(s.dir, name+".png"), buf, 0o644))
-}
-
 // login signs in to the dashboard of base with token.
 func login(t *testing.T, ctx context.Context, base, token string) {
 	t.Helper()
-	run(t, ctx, 20*time.Second,
+	browsertest.Run(t, ctx, 20*time.Second,
 		chromedp.Navigate(base+"/dashboard/login"),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), token),
@@ -224,20 +111,20 @@ func login(t *testing.T, ctx context.Context, base, token string) {
 
 func logout(t *testing.T, ctx context.Context) {
 	t.Helper()
-	run(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`#logout-form button`)), chromedp.WaitVisible(chromedp.ID("token")))
+	browsertest.Run(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`#logout-form button`)), chromedp.WaitVisible(chromedp.ID("token")))
 }
 
 // TestBrowserRequeueDeadLetter: a durable message dead-letters against a
 // failing recipient; a viewer cannot requeue it; an admin requeues it from
 // the UI and the UI shows it acked once the recipient recovers.
 func TestBrowserRequeueDeadLetter(t *testing.T) {
-	skipWithoutChromium(t)
+	browsertest.SkipWithoutChromium(t)
 	l := startLive(t, Config{
 		BusRetrySchedule: []time.Duration{50 * time.Millisecond},
 		BusMaxAttempts:   2,
 		BusTickInterval:  25 * time.Millisecond,
 	})
-	shots := newShooter(t, "requeue")
+	shots := browsertest.NewShooter(t, "requeue")
 
 	sender := l.agent("sender", "acme.beam.directory")
 	worker := l.agent("worker", "acme.beam.directory")
@@ -262,52 +149,52 @@ func TestBrowserRequeueDeadLetter(t *testing.T) {
 		"the message never dead-lettered")
 	require.EqualValues(t, 2, attempts.Load(), "both attempts reached the worker")
 
-	bctx := browser(t)
+	bctx := browsertest.Start(t)
 
 	// Logged out: the login page, and 401 for data and for requeue.
-	run(t, bctx, 20*time.Second, chromedp.Navigate(l.url+"/dashboard/"), chromedp.WaitVisible(chromedp.ID("token")))
-	loc := value(t, bctx, 5*time.Second, chromedp.Location())
+	browsertest.Run(t, bctx, 20*time.Second, chromedp.Navigate(l.url+"/dashboard/"), chromedp.WaitVisible(chromedp.ID("token")))
+	loc := browsertest.Value(t, bctx, 5*time.Second, chromedp.Location())
 	require.True(t, strings.HasSuffix(loc, "/dashboard/login"), loc)
-	require.Equal(t, 401, eval[int](t, bctx, `fetch("/observability/dead-letters").then(r => r.status)`))
-	require.Equal(t, 401, eval[int](t, bctx, fmt.Sprintf(`fetch("/observability/dead-letters/%s/requeue", {method: "POST"}).then(r => r.status)`, id)))
-	shots.shot(bctx, "01-login")
+	require.Equal(t, 401, browsertest.Eval[int](t, bctx, `fetch("/observability/dead-letters").then(r => r.status)`))
+	require.Equal(t, 401, browsertest.Eval[int](t, bctx, fmt.Sprintf(`fetch("/observability/dead-letters/%s/requeue", {method: "POST"}).then(r => r.status)`, id)))
+	shots.Shot(bctx, "01-login")
 
 	// A viewer sees the dead letter with requeue disabled, and the server
 	// refuses the viewer's requeue even with a valid CSRF token.
 	login(t, bctx, l.url, browserViewerToken)
-	run(t, bctx, 10*time.Second, chromedp.Navigate(l.url+"/dashboard/#/dead-letters"))
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Navigate(l.url+"/dashboard/#/dead-letters"))
 	btn := fmt.Sprintf(`button[data-requeue=%q]`, id)
-	waitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector(%q)`, btn))
-	require.True(t, eval[bool](t, bctx, fmt.Sprintf(`document.querySelector(%q).disabled`, btn)), "a viewer cannot requeue")
-	reason := value(t, bctx, 5*time.Second, chromedp.Text(chromedp.ID("requeue-unavailable")))
+	browsertest.WaitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector(%q)`, btn))
+	require.True(t, browsertest.Eval[bool](t, bctx, fmt.Sprintf(`document.querySelector(%q).disabled`, btn)), "a viewer cannot requeue")
+	reason := browsertest.Value(t, bctx, 5*time.Second, chromedp.Text(chromedp.ID("requeue-unavailable")))
 	require.Contains(t, reason, "viewer")
-	shots.shot(bctx, "02-dead-letters-viewer")
+	shots.Shot(bctx, "02-dead-letters-viewer")
 	post := fmt.Sprintf(`fetch("/observability/dead-letters/%s/requeue", {method: "POST",
 		headers: {"X-CSRF-Token": document.querySelector('meta[name="csrf-token"]').content}})
 		.then(async r => r.status + " " + (await r.json()).errorCode)`, id)
-	require.Equal(t, "403 FORBIDDEN", eval[string](t, bctx, post))
+	require.Equal(t, "403 FORBIDDEN", browsertest.Eval[string](t, bctx, post))
 	require.Equal(t, tracing.DeadLetter, l.message(nonce).Status, "the viewer's request changed nothing")
 	logout(t, bctx)
 
 	// The worker recovers; an admin requeues from the detail panel.
 	healthy.Store(true)
 	login(t, bctx, l.url, browserAdminToken)
-	run(t, bctx, 10*time.Second, chromedp.Navigate(l.url+"/dashboard/#/dead-letters"))
-	waitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector(%q)`, btn))
-	require.False(t, eval[bool](t, bctx, fmt.Sprintf(`document.querySelector(%q).disabled`, btn)), "an admin may requeue")
-	shots.shot(bctx, "03-dead-letters-admin")
-	run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] td:nth-child(2)`, id))))
-	waitJS(t, bctx, 10*time.Second, `document.querySelector("#dl-status") && document.querySelector("#dl-status").dataset.status === "dead_letter"`)
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Navigate(l.url+"/dashboard/#/dead-letters"))
+	browsertest.WaitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector(%q)`, btn))
+	require.False(t, browsertest.Eval[bool](t, bctx, fmt.Sprintf(`document.querySelector(%q).disabled`, btn)), "an admin may requeue")
+	shots.Shot(bctx, "03-dead-letters-admin")
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] td:nth-child(2)`, id))))
+	browsertest.WaitJS(t, bctx, 10*time.Second, `document.querySelector("#dl-status") && document.querySelector("#dl-status").dataset.status === "dead_letter"`)
 	panelBtn := "#dl-detail " + btn
-	waitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector(%q)`, panelBtn))
-	shots.shot(bctx, "04-dead-letter-detail")
+	browsertest.WaitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector(%q)`, panelBtn))
+	shots.Shot(bctx, "04-dead-letter-detail")
 	// The first click arms the button, the second confirms.
-	run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(panelBtn)))
-	waitJS(t, bctx, 5*time.Second, fmt.Sprintf(`document.querySelector(%q).textContent === "Confirm"`, panelBtn))
-	run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(panelBtn)))
-	waitJS(t, bctx, 15*time.Second, `document.querySelector("#dl-status") && document.querySelector("#dl-status").dataset.status === "acked"`)
-	waitJS(t, bctx, 10*time.Second, `!document.querySelector("#content table.data tr[data-id]")`)
-	shots.shot(bctx, "05-requeued-acked")
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(panelBtn)))
+	browsertest.WaitJS(t, bctx, 5*time.Second, fmt.Sprintf(`document.querySelector(%q).textContent === "Confirm"`, panelBtn))
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(panelBtn)))
+	browsertest.WaitJS(t, bctx, 15*time.Second, `document.querySelector("#dl-status") && document.querySelector("#dl-status").dataset.status === "acked"`)
+	browsertest.WaitJS(t, bctx, 10*time.Second, `!document.querySelector("#content table.data tr[data-id]")`)
+	shots.Shot(bctx, "05-requeued-acked")
 
 	// The log agrees: acked after the requeue, with three attempts in all.
 	m := l.message(nonce)
@@ -318,29 +205,29 @@ func TestBrowserRequeueDeadLetter(t *testing.T) {
 	require.Equal(t, tracing.Acked, st[len(st)-1])
 
 	// The trace, opened from the panel, shows the whole story in log order.
-	run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(`#dl-detail a[href^="#/intents/"]`)), chromedp.WaitVisible(chromedp.ID("timeline")))
-	shown := eval[[]string](t, bctx, `[...document.querySelectorAll("#timeline > li")].map(li => li.dataset.state)`)
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(`#dl-detail a[href^="#/intents/"]`)), chromedp.WaitVisible(chromedp.ID("timeline")))
+	shown := browsertest.Eval[[]string](t, bctx, `[...document.querySelectorAll("#timeline > li")].map(li => li.dataset.state)`)
 	want := make([]string, len(st))
 	for i, s := range st {
 		want[i] = string(s)
 	}
 	require.Equal(t, want, shown)
-	shots.shot(bctx, "06-trace-requeued")
-	t.Logf("screenshots in %s", shots.dir)
+	shots.Shot(bctx, "06-trace-requeued")
+	t.Logf("screenshots in %s", shots.Dir())
 }
 
 // TestBrowserFederation: the Federation view of a federation-enabled
 // directory, and the trace of an intent relayed to a pinned peer with its
 // hop and peer link, on both sides.
 func TestBrowserFederation(t *testing.T) {
-	skipWithoutChromium(t)
+	browsertest.SkipWithoutChromium(t)
 	alpha := startLive(t, Config{Domain: "alpha.beam.directory", NATSListen: "127.0.0.1:0"})
 	beta := startLive(t, Config{Domain: "beta.beam.directory", NATSListen: "127.0.0.1:0"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	require.NoError(t, alpha.srv.Federation().AddPeer(ctx, beta.srv.Federation().Self()))
 	require.NoError(t, beta.srv.Federation().AddPeer(ctx, alpha.srv.Federation().Self()))
-	shots := newShooter(t, "federation")
+	shots := browsertest.NewShooter(t, "federation")
 
 	b := beta.agent("b", "beta.beam.directory")
 	b.Handle("task.run", func(ctx context.Context, in *agents.Intent) agents.Reply {
@@ -352,23 +239,23 @@ func TestBrowserFederation(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Success)
 
-	bctx := browser(t)
+	bctx := browsertest.Start(t)
 	login(t, bctx, alpha.url, browserAdminToken)
-	run(t, bctx, 10*time.Second, chromedp.Navigate(alpha.url+"/dashboard/#/federation"))
-	waitJS(t, bctx, 10*time.Second, `document.querySelector("#content") && document.querySelector("#content").textContent.includes("beta.beam.directory")`)
-	require.False(t, eval[bool](t, bctx, `!!document.getElementById("federation-empty")`))
-	shots.shot(bctx, "01-federation-alpha")
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Navigate(alpha.url+"/dashboard/#/federation"))
+	browsertest.WaitJS(t, bctx, 10*time.Second, `document.querySelector("#content") && document.querySelector("#content").textContent.includes("beta.beam.directory")`)
+	require.False(t, browsertest.Eval[bool](t, bctx, `!!document.getElementById("federation-empty")`))
+	shots.Shot(bctx, "01-federation-alpha")
 
 	full := []string{"received", "validated", "dispatched", "delivered", "acked"}
-	run(t, bctx, 10*time.Second, chromedp.Navigate(alpha.url+"/dashboard/#/intents/"+res.Nonce), chromedp.WaitVisible(chromedp.ID("timeline")))
-	require.Equal(t, full, eval[[]string](t, bctx, `[...document.querySelectorAll("#timeline > li")].map(li => li.dataset.state)`))
-	require.Equal(t, 1, eval[int](t, bctx, `document.querySelectorAll('[data-peer-link="beta.beam.directory"]').length`))
-	shots.shot(bctx, "02-trace-alpha")
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Navigate(alpha.url+"/dashboard/#/intents/"+res.Nonce), chromedp.WaitVisible(chromedp.ID("timeline")))
+	require.Equal(t, full, browsertest.Eval[[]string](t, bctx, `[...document.querySelectorAll("#timeline > li")].map(li => li.dataset.state)`))
+	require.Equal(t, 1, browsertest.Eval[int](t, bctx, `document.querySelectorAll('[data-peer-link="beta.beam.directory"]').length`))
+	shots.Shot(bctx, "02-trace-alpha")
 
 	login(t, bctx, beta.url, browserAdminToken)
-	run(t, bctx, 10*time.Second, chromedp.Navigate(beta.url+"/dashboard/#/intents/"+res.Nonce), chromedp.WaitVisible(chromedp.ID("timeline")))
-	require.Equal(t, full, eval[[]string](t, bctx, `[...document.querySelectorAll("#timeline > li")].map(li => li.dataset.state)`))
-	require.Equal(t, 1, eval[int](t, bctx, `document.querySelectorAll('[data-peer-link="alpha.beam.directory"]').length`))
-	shots.shot(bctx, "03-trace-beta")
-	t.Logf("screenshots in %s", shots.dir)
+	browsertest.Run(t, bctx, 10*time.Second, chromedp.Navigate(beta.url+"/dashboard/#/intents/"+res.Nonce), chromedp.WaitVisible(chromedp.ID("timeline")))
+	require.Equal(t, full, browsertest.Eval[[]string](t, bctx, `[...document.querySelectorAll("#timeline > li")].map(li => li.dataset.state)`))
+	require.Equal(t, 1, browsertest.Eval[int](t, bctx, `document.querySelectorAll('[data-peer-link="alpha.beam.directory"]').length`))
+	shots.Shot(bctx, "03-trace-beta")
+	t.Logf("screenshots in %s", shots.Dir())
 }

@@ -1,0 +1,135 @@
+package browsertest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+)
+
+// ChromiumPath finds a Chromium or Chrome binary: $BEAM_CHROMIUM, then the
+// usual names on PATH. It returns "" when there is none.
+func ChromiumPath() string {
+	if p := os.Getenv("BEAM_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// SkipWithoutChromium skips the test when no browser is installed; call it
+// before starting anything the test would otherwise leave behind.
+func SkipWithoutChromium(t testing.TB) {
+	t.Helper()
+	if ChromiumPath() == "" {
+		t.Skip("no chromium binary found (install chromium or set BEAM_CHROMIUM); browser tests skipped")
+	}
+}
+
+// Start starts a headless Chromium for the test (skipping it when there is
+// none) and returns the context that drives it; the browser is closed when
+// the test ends.
+func Start(t testing.TB) context.Context {
+	t.Helper()
+	SkipWithoutChromium(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(ChromiumPath()),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 960),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("mute-audio", true),
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc)
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc()
+	})
+	// The first call starts the browser; its context owns the browser, so
+	// it carries no timeout.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")))
+	return ctx
+}
+
+// Run runs steps within d.
+func Run(t testing.TB, ctx context.Context, d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	require.NoError(t, chromedp.Do(c, steps...))
+}
+
+// Value runs one action within d and returns its value.
+func Value[T any](t testing.TB, ctx context.Context, d time.Duration, a chromedp.Action[T]) T {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	v, err := chromedp.Run(c, a)
+	require.NoError(t, err)
+	return v
+}
+
+// Eval evaluates a JavaScript expression on the page (awaiting a promise)
+// and returns its value.
+func Eval[T any](t testing.TB, ctx context.Context, expr string) T {
+	t.Helper()
+	return Value(t, ctx, 10*time.Second, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+}
+
+// WaitJS waits up to d until the JavaScript expression is truthy on the
+// page.
+func WaitJS(t testing.TB, ctx context.Context, d time.Duration, expr string) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_, err := chromedp.Run(c, chromedp.Poll[bool]("!!("+expr+")", chromedp.WithPollingInterval(25*time.Millisecond), chromedp.WithPollingTimeout(d)))
+	require.NoError(t, err, "condition never held: %s", expr)
+}
+
+// Shooter writes full-page screenshots into $BEAM_SCREENSHOT_DIR/<sub> (a
+// temporary directory when the variable is unset).
+type Shooter struct {
+	t   testing.TB
+	dir string
+}
+
+// NewShooter returns a Shooter for the test.
+func NewShooter(t testing.TB, sub string) *Shooter {
+	t.Helper()
+	dir := os.Getenv("BEAM_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if sub != "" {
+		dir = filepath.Join(dir, sub)
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return &Shooter{t: t, dir: dir}
+}
+
+// Shot writes a full-page PNG of the current view as name.png.
+func (s *Shooter) Shot(ctx context.Context, name string) {
+	s.t.Helper()
+	buf := Value(s.t, ctx, 20*time.Second, chromedp.FullScreenshot(100))
+	require.NoError(s.t, os.WriteFile(filepath.Join(s.dir, name+".png"), buf, 0o644))
+}
+
+// Dir is the directory the screenshots are written to.
+func (s *Shooter) Dir() string { return s.dir }
