@@ -212,20 +212,12 @@ func (p *parser) object() (*node, error) {
 				}
 			}
 		}
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errf("unexpected end of input in object")
+		done, err := p.separator(n, '}', "object")
+		if err != nil {
+			return nil, err
 		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case '}':
-			p.pos++
-			n.end = p.pos
-			p.depth--
+		if done {
 			return n, nil
-		default:
-			return nil, p.errf("expected ',' or '}' in object")
 		}
 	}
 }
@@ -250,21 +242,34 @@ func (p *parser) array() (*node, error) {
 			return nil, err
 		}
 		n.elems = append(n.elems, v)
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errf("unexpected end of input in array")
+		done, err := p.separator(n, ']', "array")
+		if err != nil {
+			return nil, err
 		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
-			n.end = p.pos
-			p.depth--
+		if done {
 			return n, nil
-		default:
-			return nil, p.errf("expected ',' or ']' in array")
 		}
+	}
+}
+
+// separator reads what follows a member of the container n: a comma (more
+// members follow) or its closing byte, which ends n.
+func (p *parser) separator(n *node, closing byte, what string) (done bool, err error) {
+	p.skipSpace()
+	if p.pos >= len(p.data) {
+		return false, p.errf("unexpected end of input in %s", what)
+	}
+	switch p.data[p.pos] {
+	case ',':
+		p.pos++
+		return false, nil
+	case closing:
+		p.pos++
+		n.end = p.pos
+		p.depth--
+		return true, nil
+	default:
+		return false, p.errf("expected ',' or '%c' in %s", closing, what)
 	}
 }
 
