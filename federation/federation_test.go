@@ -3,6 +3,7 @@ package federation
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -125,6 +126,19 @@ func (d *fedDir) agent(name string) *agents.Client {
 	_, err = c.Register(context.Background(), name, []string{"test"})
 	require.NoError(d.t, err)
 	return c
+}
+
+// registerKey registers name@d with a fresh key the test holds, over HTTP.
+func (d *fedDir) registerKey(name string) (ed25519.PublicKey, ed25519.PrivateKey) {
+	d.t.Helper()
+	pub, priv, err := wire.GenerateKey()
+	require.NoError(d.t, err)
+	body, err := json.Marshal(map[string]any{"beamId": name + "@" + d.domain, "displayName": name,
+		"publicKey": wire.EncodePublicKey(pub), "capabilities": []string{}})
+	require.NoError(d.t, err)
+	status, out := postJSON(d.t, d.srv.URL+"/agents/register", body)
+	require.Equal(d.t, http.StatusCreated, status, string(out))
+	return pub, priv
 }
 
 func (d *fedDir) trace(nonce string) []tracing.Event {
@@ -272,11 +286,7 @@ func TestDurableSendsCompleteWhenPeerReturns(t *testing.T) {
 	betaNATS := beta.natsAddr
 
 	// a@alpha is registered with a key the test holds.
-	pub, priv, err := wire.GenerateKey()
-	require.NoError(t, err)
-	regBody, _ := json.Marshal(map[string]any{"beamId": "a@alpha.beam.directory", "displayName": "a", "publicKey": wire.EncodePublicKey(pub), "capabilities": []string{}})
-	status, body := postJSON(t, alpha.srv.URL+"/agents/register", regBody)
-	require.Equal(t, http.StatusCreated, status, string(body))
+	_, priv := alpha.registerKey("a")
 
 	var mu sync.Mutex
 	deliveries := map[string]int{}
@@ -416,11 +426,7 @@ func TestSecurityRejections(t *testing.T) {
 	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
 	beta := startDir(t, "beta.beam.directory", "", "", nil)
 	pin(t, alpha, beta)
-	aPub, aPriv, err := wire.GenerateKey()
-	require.NoError(t, err)
-	regBody, _ := json.Marshal(map[string]any{"beamId": "a@alpha.beam.directory", "displayName": "a", "publicKey": wire.EncodePublicKey(aPub), "capabilities": []string{}})
-	status, body := postJSON(t, alpha.srv.URL+"/agents/register", regBody)
-	require.Equal(t, http.StatusCreated, status, string(body))
+	_, aPriv := alpha.registerKey("a")
 	b := beta.agent("b")
 	var handled atomic.Int64
 	b.Handle("task", func(ctx context.Context, in *agents.Intent) agents.Reply {
@@ -623,11 +629,7 @@ func TestRelayCrashAfterPublishBeforeFinalize(t *testing.T) {
 	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
 	beta := startDir(t, "beta.beam.directory", "", "", nil)
 	pin(t, alpha, beta)
-	pub, priv, err := wire.GenerateKey()
-	require.NoError(t, err)
-	regBody, _ := json.Marshal(map[string]any{"beamId": "a@alpha.beam.directory", "displayName": "a", "publicKey": wire.EncodePublicKey(pub), "capabilities": []string{}})
-	status, body := postJSON(t, alpha.srv.URL+"/agents/register", regBody)
-	require.Equal(t, http.StatusCreated, status, string(body))
+	_, priv := alpha.registerKey("a")
 	b := beta.agent("b")
 	var handled atomic.Int64
 	b.Handle("task", func(ctx context.Context, in *agents.Intent) agents.Reply {
@@ -637,7 +639,7 @@ func TestRelayCrashAfterPublishBeforeFinalize(t *testing.T) {
 	require.NoError(t, b.Connect(context.Background()))
 
 	// beta knows a's key already (resolved while alpha's NATS was up).
-	_, err = beta.node.resolveKey(context.Background(), alpha.domain, "a@alpha.beam.directory")
+	_, err := beta.node.resolveKey(context.Background(), alpha.domain, "a@alpha.beam.directory")
 	require.NoError(t, err)
 	// The relay of this process is gone; the row is written anyway.
 	require.NoError(t, alpha.node.Close())

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -56,6 +57,8 @@ type benchFlags struct {
 	chaosRate     float64
 	chaosWorkers  int
 	chaosSettle   time.Duration
+
+	cpuProfile string
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
@@ -90,6 +93,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.chaosSeed, "chaos-seed", 0, "with --chaos: seed of the kill schedule and the load (0: random, printed)")
 	fs.Float64Var(&f.chaosRate, "chaos-rate", 200, "with --chaos: durable sends per second at most")
 	fs.IntVar(&f.chaosWorkers, "chaos-workers", 16, "with --chaos: sends in flight at most")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (this process, not the server) during the run to this file")
 	fs.DurationVar(&f.chaosSettle, "chaos-settle-timeout", 2*time.Minute, "with --chaos: how long to wait after the load for every message to be acked or dead-lettered")
 }
 
@@ -167,6 +171,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cleanup()
 		cfg.URL, cfg.ServerPID = srv.URL, srv.PID
 		logger.Info("started beam serve", "url", srv.URL, "pid", srv.PID, "ready", srv.Ready)
+	}
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	sum, err := bench.Run(ctx, cfg)
 	if sum != nil {
@@ -366,4 +377,21 @@ func benchChaos(ctx context.Context, f *benchFlags, logger *slog.Logger, stdout,
 		return errChaosFailed
 	}
 	return nil
+}
+
+// startCPUProfile profiles this process into path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = out.Close()
+	}, nil
 }
