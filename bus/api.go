@@ -18,8 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
@@ -409,107 +407,6 @@ func newMessageID() string {
 	return hex.EncodeToString(raw[:])
 }
 
-var errNonceTaken = errors.New("nonce already recorded")
-
-// accept records a new message (or answers a resend of one) and starts its
-// first attempt.
-func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError) {
-	hash := payloadHash(req.payload)
-	release, rerr := b.dir.ClaimBusNonce(req.nonce, req.from, req.to, req.intent)
-	if rerr != nil {
-		return 0, nil, errf(http.StatusConflict, rerr.Code, "%s", rerr.Message)
-	}
-	ir, exists, err := b.log.Intent(ctx, req.nonce)
-	if err != nil {
-		release()
-		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
-	}
-	if exists {
-		release()
-		return b.dedupe(ctx, ir, req, hash)
-	}
-	id := newMessageID()
-	ev := tracing.Event{Nonce: req.nonce, State: tracing.Received, From: req.from, To: req.to, IntentType: req.intent,
-		Transport: transportBus}
-	ev.Details = tracing.Details{
-		Owner: tracing.OwnerBus,
-		Bus: &tracing.BusMessage{MessageID: id, Payload: req.payload, Priority: req.priority,
-			MaxRetries: b.cfg.MaxAttempts, TraceID: req.traceID},
-		Extra: map[string]any{"payloadHash": hash, "auth": req.auth},
-	}
-	if req.frame != nil && req.auth == directory.BusAuthSignature {
-		frame := req.frame.Raw
-		if len(frame) == 0 {
-			frame, _ = req.frame.DeliveryJSON()
-		}
-		ev.Details.Frame = frame
-		ev.Details.ClientTimestamp = req.frame.Timestamp
-	}
-	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
-		var n int
-		// The log's events of one nonce are found through intent_log's
-		// first_seq (the projection row is written before this runs).
-		if err := tx.Get(&n, `SELECT COUNT(*) FROM intent_trace_events
-			WHERE first_seq = (SELECT first_seq FROM intent_log WHERE nonce = ?) AND nonce = ?`, req.nonce, req.nonce); err != nil {
-			return err
-		}
-		if n != 1 {
-			return errNonceTaken
-		}
-		return nil
-	}, ev)
-	release()
-	if err != nil {
-		if errors.Is(err, errNonceTaken) {
-			return 0, nil, errf(http.StatusConflict, CodeInProgress, "nonce %s was recorded concurrently; resend to get its status", req.nonce)
-		}
-		var ve *tracing.ValidationError
-		if errors.As(err, &ve) {
-			return 0, nil, errf(http.StatusBadRequest, CodeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
-		}
-		b.lg.Error("bus: record message", "nonce", req.nonce, "err", err)
-		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "message could not be recorded")
-	}
-	b.lg.Debug("message accepted", "id", id, "nonce", req.nonce, "from", req.from, "to", req.to, "auth", req.auth)
-	if _, err := b.attempt(ctx, req.nonce); err != nil {
-		b.lg.Warn("bus: first attempt", "nonce", req.nonce, "err", err)
-	}
-	b.waitSettled(ctx, req.nonce)
-	row, ok, err := b.message(ctx, req.nonce)
-	if err != nil || !ok {
-		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "message could not be read back")
-	}
-	return http.StatusCreated, b.sendResponse(ctx, row, false), nil
-}
-
-// waitSettled waits (at most SendWait) while nonce is dispatched over
-// WebSocket, so that a send to an online recipient answers delivered.
-func (b *Bus) waitSettled(ctx context.Context, nonce string) {
-	if b.viaFederation(ctx, nonce) {
-		// The outbox owns the attempt; the peer may be down for long.
-		return
-	}
-	deadline := time.NewTimer(b.cfg.SendWait)
-	defer deadline.Stop()
-	for {
-		ch := b.waitFor(nonce)
-		row, ok, err := b.message(ctx, nonce)
-		if err != nil || !ok || row.Status != tracing.Dispatched || row.LeaseOwner != "" {
-			b.dropWaiters(nonce)
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			b.dropWaiters(nonce)
-			return
-		case <-ctx.Done():
-			b.dropWaiters(nonce)
-			return
-		}
-	}
-}
-
 // dedupe answers a send whose nonce exists: the same message again is
 // 200 deduped; anything else is 409 NONCE_REUSE_CONFLICT.
 func (b *Bus) dedupe(ctx context.Context, ir tracing.IntentRow, req *sendRequest, hash string) (int, any, *apiError) {
@@ -547,6 +444,10 @@ func (b *Bus) sendResponse(ctx context.Context, row tracing.MessageRow, deduped 
 	case tracing.Queued, tracing.DeadLetter, tracing.Failed:
 		if row.Error != "" {
 			out["error"] = row.Error
+		}
+		if row.Error == "" {
+			// Every event that records an error code records an error.
+			break
 		}
 		if ir, ok, err := b.log.Intent(ctx, row.Nonce); err == nil && ok && ir.ErrorCode != "" {
 			out["error_code"] = ir.ErrorCode
@@ -830,7 +731,8 @@ func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) {
 // delivered → acked|failed.
 func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing.State, response json.RawMessage, leaseID string) (tracing.MessageRow, *apiError) {
 	unlock := b.lock(nonce)
-	row, ok, err := b.message(ctx, nonce)
+	c, ok, err := b.current(ctx, nonce)
+	row, n := c.MessageRow, c.Attempt
 	if err != nil {
 		unlock()
 		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
@@ -842,11 +744,6 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 	if !p.canActAs(row.Recipient) {
 		unlock()
 		return row, errf(http.StatusForbidden, CodeForbidden, "only the recipient %s may ack message %s", row.Recipient, row.ID)
-	}
-	n, err := b.attemptOf(ctx, nonce)
-	if err != nil {
-		unlock()
-		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
 	}
 	now := b.clock()
 	var pre []tracing.Event
@@ -967,7 +864,8 @@ func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) {
 func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lease time.Duration) (tracing.MessageRow, *apiError) {
 	unlock := b.lock(nonce)
 	defer unlock()
-	row, ok, err := b.message(ctx, nonce)
+	c, ok, err := b.current(ctx, nonce)
+	row, n := c.MessageRow, c.Attempt
 	if err != nil {
 		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
 	}
@@ -982,10 +880,6 @@ func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lea
 		e := errf(http.StatusConflict, CodeInvalidState, "message %s is not under a live lease %s", row.ID, truncate(leaseID))
 		e.reason = reasonLeaseExpired
 		return row, e
-	}
-	n, err := b.attemptOf(ctx, nonce)
-	if err != nil {
-		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
 	}
 	ev := event(row, tracing.Dispatched, transportPoll, n)
 	ev.Details = tracing.Details{LeaseOwner: leaseID, LeaseExpiresAt: now.Add(lease).UnixMilli(), TimeoutMs: lease.Milliseconds(),

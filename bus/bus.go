@@ -106,15 +106,25 @@ type Bus struct {
 	clock func() time.Time
 	lg    *slog.Logger
 	m     *metrics
+	rd    *reads
 
 	locks [64]sync.Mutex
 
 	mu        sync.Mutex
-	active    map[string]int             // recipient → WebSocket attempts in flight
-	draining  map[string]bool            // recipient → a drain runs (value: run again)
-	waiters   map[string][]chan struct{} // nonce → POST /send handlers waiting
-	recovered map[string]time.Time       // delivered at restart, awaiting a result → deadline
-	remote    Remote                     // federation router, nil without federation
+	active    map[string]int                  // recipient → WebSocket attempts in flight
+	draining  map[string]bool                 // recipient → a drain runs (value: run again)
+	waiters   map[string][]chan tracing.State // nonce → POST /send handlers waiting
+	recovered map[string]time.Time            // delivered at restart, awaiting a result → deadline
+	// flights mirrors the WebSocket attempts in flight in this process:
+	// nonce → the attempt and its message as dispatched. Every other state
+	// change of the nonce by the bus drops the entry, so an outcome that
+	// finds its entry knows the log still has its attempt current.
+	flights map[string]flight
+	// queuedFor marks recipients that may have queued messages waiting for
+	// a free attempt slot or due now: only for them does a finished attempt
+	// look for more work (a session's connect always does).
+	queuedFor map[string]bool
+	remote    Remote // federation router, nil without federation
 	closed    bool
 
 	stop      chan struct{}
@@ -181,12 +191,20 @@ func New(cfg Config) (*Bus, error) {
 		lg:        cfg.Logger.With("component", "bus"),
 		active:    map[string]int{},
 		draining:  map[string]bool{},
-		waiters:   map[string][]chan struct{}{},
+		waiters:   map[string][]chan tracing.State{},
 		recovered: map[string]time.Time{},
+		flights:   map[string]flight{},
+		queuedFor: map[string]bool{},
 		stop:      make(chan struct{}),
 	}
+	rd, err := prepareReads(cfg.Log.ReadDB())
+	if err != nil {
+		return nil, fmt.Errorf("bus: new: %w", err)
+	}
+	b.rd = rd
 	m, err := newMetrics(cfg.Registerer, b)
 	if err != nil {
+		rd.close()
 		return nil, fmt.Errorf("bus: new: %w", err)
 	}
 	b.m = m
@@ -229,6 +247,7 @@ func (b *Bus) Close() error {
 		b.mu.Unlock()
 		close(b.stop)
 		b.wg.Wait()
+		b.rd.close()
 	})
 	return nil
 }
@@ -248,32 +267,90 @@ func (b *Bus) lock(nonce string) func() {
 	return mu.Unlock
 }
 
-// append writes events durably in one call; the caller's context is not
-// used so that a write handed to the log is never abandoned halfway.
-func (b *Bus) append(events ...tracing.Event) error {
-	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
-	defer cancel()
-	if _, err := b.log.Append(ctx, events...); err != nil {
-		return fmt.Errorf("record %s of %s: %w", events[len(events)-1].State, events[0].Nonce, err)
-	}
-	b.signal(events[0].Nonce)
-	return nil
+// flight is a WebSocket attempt in flight: its number and its message as
+// the log had it when the attempt was dispatched.
+type flight struct {
+	n   int
+	row tracing.MessageRow
 }
 
-// signal wakes the send handlers waiting on nonce.
-func (b *Bus) signal(nonce string) {
+// setFlight records attempt n of row as in flight. The caller holds the
+// nonce's lock.
+func (b *Bus) setFlight(row tracing.MessageRow, n int) {
+	b.mu.Lock()
+	b.flights[row.Nonce] = flight{n: n, row: row}
+	b.mu.Unlock()
+}
+
+// takeFlight removes and returns attempt n of nonce; false when another
+// state change of the nonce came first. The caller holds the nonce's lock.
+func (b *Bus) takeFlight(nonce string, n int) (flight, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f, ok := b.flights[nonce]
+	if !ok || f.n != n {
+		return flight{}, false
+	}
+	delete(b.flights, nonce)
+	return f, true
+}
+
+func (b *Bus) dropFlight(nonce string) {
+	b.mu.Lock()
+	delete(b.flights, nonce)
+	b.mu.Unlock()
+}
+
+// append writes events durably in one call; the caller's context is not
+// used so that a write handed to the log is never abandoned halfway. The
+// caller holds the nonce's lock: an attempt of the nonce still in flight is
+// no longer current.
+func (b *Bus) append(events ...tracing.Event) error {
+	_, err := b.appendEvents(events...)
+	return err
+}
+
+// appendEvents is append returning the committed events.
+func (b *Bus) appendEvents(events ...tracing.Event) ([]tracing.Event, error) {
+	b.dropFlight(events[0].Nonce)
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	out, err := b.log.Append(ctx, events...)
+	if err != nil {
+		return nil, fmt.Errorf("record %s of %s: %w", events[len(events)-1].State, events[0].Nonce, err)
+	}
+	for _, ev := range events {
+		if ev.State == tracing.Queued {
+			b.markQueued(ev.To)
+			break
+		}
+	}
+	b.signal(events[0].Nonce, events[len(events)-1].State)
+	return out, nil
+}
+
+// markQueued notes that recipient may have queued messages.
+func (b *Bus) markQueued(recipient string) {
+	b.mu.Lock()
+	b.queuedFor[recipient] = true
+	b.mu.Unlock()
+}
+
+// signal wakes the send handlers waiting on nonce with its new state.
+func (b *Bus) signal(nonce string, state tracing.State) {
 	b.mu.Lock()
 	ws := b.waiters[nonce]
 	delete(b.waiters, nonce)
 	b.mu.Unlock()
 	for _, ch := range ws {
-		close(ch)
+		ch <- state
 	}
 }
 
-// waitFor returns a channel closed at the next state change of nonce.
-func (b *Bus) waitFor(nonce string) <-chan struct{} {
-	ch := make(chan struct{})
+// waitFor returns a channel that receives the nonce's state at its next
+// state change.
+func (b *Bus) waitFor(nonce string) <-chan tracing.State {
+	ch := make(chan tracing.State, 1)
 	b.mu.Lock()
 	b.waiters[nonce] = append(b.waiters[nonce], ch)
 	b.mu.Unlock()
@@ -304,63 +381,6 @@ const (
 	transportWS   = "ws"
 	transportPoll = "poll"
 )
-
-// message reads the beam_messages row of nonce.
-func (b *Bus) message(ctx context.Context, nonce string) (tracing.MessageRow, bool, error) {
-	return b.log.Message(ctx, nonce)
-}
-
-// nonceOfID returns the nonce of message id.
-func (b *Bus) nonceOfID(ctx context.Context, id string) (string, bool, error) {
-	var nonce string
-	err := b.log.ReadDB().QueryRowContext(ctx, `SELECT nonce FROM beam_messages WHERE id = ?`, id).Scan(&nonce)
-	if err != nil {
-		if isNoRows(err) {
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("look up message %q: %w", id, err)
-	}
-	return nonce, true, nil
-}
-
-// attemptOf returns the latest attempt number recorded for nonce.
-func (b *Bus) attemptOf(ctx context.Context, nonce string) (int, error) {
-	row, ok, err := b.log.Intent(ctx, nonce)
-	if err != nil || !ok {
-		return 0, err
-	}
-	return row.Attempt, nil
-}
-
-// firstDetails returns the details of the nonce's received event.
-func (b *Bus) firstDetails(ctx context.Context, nonce string) (tracing.Details, error) {
-	var raw string
-	err := b.log.ReadDB().QueryRowContext(ctx,
-		`SELECT details FROM intent_trace_events WHERE seq = (SELECT first_seq FROM intent_log WHERE nonce = ?)`, nonce).Scan(&raw)
-	if err != nil {
-		return tracing.Details{}, fmt.Errorf("read received event of %q: %w", nonce, err)
-	}
-	var d tracing.Details
-	if err := json.Unmarshal([]byte(raw), &d); err != nil {
-		return tracing.Details{}, fmt.Errorf("decode received event of %q: %w", nonce, err)
-	}
-	return d, nil
-}
-
-// lastDetails returns the details of the nonce's latest event.
-func (b *Bus) lastDetails(ctx context.Context, nonce string) (tracing.Details, error) {
-	var raw string
-	err := b.log.ReadDB().QueryRowContext(ctx,
-		`SELECT details FROM intent_trace_events WHERE seq = (SELECT last_seq FROM intent_log WHERE nonce = ?)`, nonce).Scan(&raw)
-	if err != nil {
-		return tracing.Details{}, fmt.Errorf("read latest event of %q: %w", nonce, err)
-	}
-	var d tracing.Details
-	if err := json.Unmarshal([]byte(raw), &d); err != nil {
-		return tracing.Details{}, fmt.Errorf("decode latest event of %q: %w", nonce, err)
-	}
-	return d, nil
-}
 
 // notifySender tells a connected sender how its message ended:
 // {"type":"result","frame":…,"bus":{"messageId","nonce","status"}}.

@@ -88,11 +88,12 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 		return false, nil
 	}
 	unlock := b.lock(nonce)
-	row, ok, err := b.message(ctx, nonce)
+	c, ok, err := b.current(ctx, nonce)
 	if err != nil || !ok {
 		unlock()
 		return false, err
 	}
+	row, prev := c.MessageRow, c.Attempt
 	now := b.clock()
 	switch row.Status {
 	case tracing.Received:
@@ -104,11 +105,6 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 	default:
 		unlock()
 		return false, nil
-	}
-	prev, err := b.attemptOf(ctx, nonce)
-	if err != nil {
-		unlock()
-		return false, err
 	}
 	sender, senderOK := b.reg.Get(row.Sender)
 	_, recipientLocal := b.reg.Get(row.Recipient)
@@ -129,18 +125,22 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 		unlock()
 		return false, err
 	}
-	if !b.dir.Online(row.Recipient) {
-		if row.Status == tracing.Received || row.NextRetryAt != nil {
+	online := b.dir.Online(row.Recipient)
+	if !online || !b.reserve(row.Recipient) {
+		if row.Status == tracing.Received || (!online && row.NextRetryAt != nil) {
+			// Wait for the recipient (offline, or at its limit of attempts
+			// in flight: a finished attempt drains its queue).
 			ev := event(row, tracing.Queued, transportBus, 0)
 			ev.Details.Extra = map[string]any{"waitingFor": "recipient"}
 			err = b.append(ev)
+		} else {
+			b.markQueued(row.Recipient)
 		}
 		unlock()
+		if online && err == nil {
+			b.kickDrain(row.Recipient, false)
+		}
 		return false, err
-	}
-	if !b.reserve(row.Recipient) {
-		unlock()
-		return false, nil
 	}
 	first, err := b.firstDetails(ctx, nonce)
 	if err != nil {
@@ -163,25 +163,10 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 		unlock()
 		return false, err
 	}
+	row.Status, row.NextRetryAt, row.LeaseOwner, row.LeaseExpiresAt = tracing.Dispatched, nil, "", nil
+	b.setFlight(row, n)
 	unlock()
-	b.m.attempts.WithLabelValues(transportWS).Inc()
-	recipient := row.Recipient
-	err = b.dir.DeliverBus(directory.BusDelivery{
-		Frame: frame, SenderKey: sender.PublicKeyB64, MessageID: row.ID, Attempt: n, Auth: auth,
-		Timeout:     b.cfg.DeliveryTimeout,
-		OnDelivered: func() { b.onDelivered(row) },
-		OnOutcome: func(o directory.BusOutcome) {
-			b.unreserve(recipient)
-			b.onOutcome(nonce, n, o)
-			b.kickDrain(recipient)
-		},
-	})
-	if err != nil {
-		b.unreserve(recipient)
-		b.interrupted(nonce, n, err)
-		return false, nil
-	}
-	return true, nil
+	return b.deliver(row, frame, sender.PublicKeyB64, auth, n), nil
 }
 
 // frameFor returns the frame of an attempt: the sender's signed frame
@@ -207,7 +192,7 @@ func (b *Bus) frameFor(row tracing.MessageRow, first tracing.Details, now time.T
 func (b *Bus) onDelivered(row tracing.MessageRow) {
 	lat := b.clock().Sub(time.UnixMicro(int64(row.CreatedAt * 1e6)))
 	b.m.latency.Observe(max(lat.Seconds(), 0))
-	b.signal(row.Nonce)
+	b.signal(row.Nonce, tracing.Delivered)
 }
 
 // interrupted settles an attempt the directory could not start.
@@ -216,13 +201,14 @@ func (b *Bus) interrupted(nonce string, n int, cause error) {
 	defer cancel()
 	unlock := b.lock(nonce)
 	defer unlock()
-	row, ok, err := b.message(ctx, nonce)
-	if err != nil || !ok || row.Status != tracing.Dispatched {
+	if _, ok := b.takeFlight(nonce, n); !ok {
 		return
 	}
-	if cur, err := b.attemptOf(ctx, nonce); err != nil || cur != n {
+	c, ok, err := b.current(ctx, nonce)
+	if err != nil || !ok || c.Status != tracing.Dispatched || c.Attempt != n {
 		return
 	}
+	row := c.MessageRow
 	switch {
 	case errors.Is(cause, directory.ErrBusRecipientOffline):
 		// Not an attempt: the recipient left between the check and the
@@ -246,36 +232,34 @@ func (b *Bus) interrupted(nonce string, n int, cause error) {
 	}
 }
 
-// onOutcome records how WebSocket attempt n of nonce ended.
+// onOutcome records how WebSocket attempt n of nonce ended. The message is
+// taken from the attempt's flight: while it is set, nothing but the
+// directory's delivered event (reported by o.Delivered) changed the
+// message in the log.
 func (b *Bus) onOutcome(nonce string, n int, o directory.BusOutcome) {
-	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
-	defer cancel()
 	unlock := b.lock(nonce)
 	defer unlock()
-	row, ok, err := b.message(ctx, nonce)
-	if err != nil || !ok {
-		b.lg.Warn("bus outcome: read message", "nonce", nonce, "err", err)
+	f, ok := b.takeFlight(nonce, n)
+	if !ok {
+		b.lg.Info("bus outcome for a settled attempt ignored", "nonce", nonce, "attempt", n)
 		return
 	}
-	cur, err := b.attemptOf(ctx, nonce)
-	if err != nil {
-		b.lg.Warn("bus outcome: read attempt", "nonce", nonce, "err", err)
-		return
+	row := f.row
+	if o.Delivered {
+		row.Status = tracing.Delivered
 	}
-	if (row.Status != tracing.Dispatched && row.Status != tracing.Delivered) || cur != n {
-		b.lg.Info("bus outcome for a settled attempt ignored", "nonce", nonce, "attempt", n, "status", row.Status)
-		return
-	}
+	var err error
 	if o.Result != nil {
 		err = b.applyResult(row, n, transportWS, o.Result, nil)
 	} else {
-		var pre []tracing.Event
-		if o.Delivered && row.Status == tracing.Dispatched {
-			pre = append(pre, event(row, tracing.Delivered, transportWS, n))
-		}
-		err = b.retry(row, n, transportWS, o.ErrorCode, o.Error, pre, nil, nil, false)
+		err = b.retry(row, n, transportWS, o.ErrorCode, o.Error, nil, nil, nil, false)
 	}
 	if err != nil {
+		var te *tracing.TransitionError
+		if errors.As(err, &te) {
+			b.lg.Info("bus outcome for a message that changed state ignored", "nonce", nonce, "attempt", n, "err", err)
+			return
+		}
 		b.lg.Warn("bus outcome: record", "nonce", nonce, "err", err)
 	}
 }
@@ -368,17 +352,13 @@ func (b *Bus) lateResult(beamID string, rf *wire.ResultFrame) bool {
 	defer cancel()
 	unlock := b.lock(rf.Nonce)
 	defer unlock()
-	row, ok, err := b.message(ctx, rf.Nonce)
+	c, ok, err := b.current(ctx, rf.Nonce)
 	if err != nil || !ok {
 		return false
 	}
+	row, n := c.MessageRow, c.Attempt
 	if row.Recipient != beamID || row.Status != tracing.Delivered {
 		b.lg.Info("late result for a bus message ignored", "nonce", rf.Nonce, "from", beamID, "status", row.Status)
-		return true
-	}
-	n, err := b.attemptOf(ctx, rf.Nonce)
-	if err != nil {
-		b.lg.Warn("late result: read attempt", "nonce", rf.Nonce, "err", err)
 		return true
 	}
 	if err := b.applyResult(row, n, transportWS, rf, map[string]any{"lateResult": true}); err != nil {
@@ -419,16 +399,16 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 	var errs []error
 	for _, nonce := range nonces {
 		unlock := b.lock(nonce)
-		row, ok, err := b.message(ctx, nonce)
-		if err == nil && ok && row.Status == tracing.Dispatched && b.viaFederation(ctx, nonce) {
+		c, ok, err := b.current(ctx, nonce)
+		row := c.MessageRow
+		if err == nil && ok && row.Status == tracing.Dispatched && c.Transport == directory.TransportFederation {
 			// The federation outbox owns the attempt: its relay publishes
 			// the row again and records the peer's outcome.
 			unlock()
 			continue
 		}
 		if err == nil && ok && (row.Status == tracing.Received || row.Status == tracing.Validated || row.Status == tracing.Dispatched) {
-			n, _ := b.attemptOf(ctx, nonce)
-			ev := event(row, tracing.Queued, "recovery", n)
+			ev := event(row, tracing.Queued, "recovery", c.Attempt)
 			ev.Details = tracing.Details{NextRetryAt: b.nowMs(), Error: "Recovered after a restart",
 				Extra: map[string]any{"recoveryAction": "requeued_after_restart", "previousState": string(row.Status)}}
 			if err = b.append(ev); err == nil {
@@ -524,16 +504,13 @@ func (b *Bus) Tick(ctx context.Context) error {
 func (b *Bus) expireLease(ctx context.Context, nonce string) error {
 	unlock := b.lock(nonce)
 	defer unlock()
-	row, ok, err := b.message(ctx, nonce)
+	c, ok, err := b.current(ctx, nonce)
 	if err != nil || !ok {
 		return err
 	}
+	row, n := c.MessageRow, c.Attempt
 	if row.Status != tracing.Dispatched || row.LeaseExpiresAt == nil || *row.LeaseExpiresAt > secs(b.clock()) {
 		return nil
-	}
-	n, err := b.attemptOf(ctx, nonce)
-	if err != nil {
-		return err
 	}
 	b.m.leasesExpired.Inc()
 	return b.retry(row, n, transportPoll, CodeLeaseExpired, "poll lease expired without an ack", nil,
@@ -546,7 +523,8 @@ func (b *Bus) timeoutRecovered(ctx context.Context, nonce string) error {
 	b.forget(nonce)
 	unlock := b.lock(nonce)
 	defer unlock()
-	row, ok, err := b.message(ctx, nonce)
+	c, ok, err := b.current(ctx, nonce)
+	row, n := c.MessageRow, c.Attempt
 	if err != nil || !ok || row.Status != tracing.Delivered {
 		return err
 	}
@@ -557,23 +535,20 @@ func (b *Bus) timeoutRecovered(ctx context.Context, nonce string) error {
 	if last.Extra["asyncAccepted"] == true {
 		return nil
 	}
-	n, err := b.attemptOf(ctx, nonce)
-	if err != nil {
-		return err
-	}
 	return b.retry(row, n, "recovery", directory.CodeTimeout, "No result from "+row.Recipient+" after the directory restarted", nil,
 		map[string]any{"recoveryAction": "timeout_after_restart"}, nil, false)
 }
 
 // AgentConnected delivers the messages waiting for beamID. The directory
 // calls it when the agent attaches a session.
-func (b *Bus) AgentConnected(beamID string) { b.kickDrain(beamID) }
+func (b *Bus) AgentConnected(beamID string) { b.kickDrain(beamID, true) }
 
 // kickDrain runs drain for recipient in the background, at most once at a
-// time per recipient (a request during a run makes it run again).
-func (b *Bus) kickDrain(recipient string) {
+// time per recipient (a request during a run makes it run again). Without
+// force it does so only when recipient may have queued messages.
+func (b *Bus) kickDrain(recipient string, force bool) {
 	b.mu.Lock()
-	if b.closed {
+	if b.closed || (!force && !b.queuedFor[recipient]) {
 		b.mu.Unlock()
 		return
 	}
@@ -614,12 +589,20 @@ func (b *Bus) drain(recipient string) {
 		if free <= 0 {
 			return
 		}
-		nonces, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE recipient = ? AND status = 'queued'
-			AND (next_retry_at IS NULL OR next_retry_at <= ?) ORDER BY priority DESC, created_at LIMIT ?`,
-			recipient, secs(b.clock()), free)
+		// Cleared before the query: a message queued after it marks the
+		// recipient again.
+		b.mu.Lock()
+		delete(b.queuedFor, recipient)
+		b.mu.Unlock()
+		nonces, err := b.waitingFor(ctx, recipient, secs(b.clock()), free)
 		if err != nil {
+			b.markQueued(recipient)
 			b.lg.Warn("bus drain", "recipient", recipient, "err", err)
 			return
+		}
+		if len(nonces) == free {
+			// There may be more than one query's worth.
+			b.markQueued(recipient)
 		}
 		started := 0
 		for _, nonce := range nonces {
@@ -649,7 +632,8 @@ func (b *Bus) Requeue(ctx context.Context, messageID string) error {
 		return ErrNotFound
 	}
 	unlock := b.lock(nonce)
-	row, ok, err := b.message(ctx, nonce)
+	c, ok, err := b.current(ctx, nonce)
+	row := c.MessageRow
 	if err != nil || !ok {
 		unlock()
 		if err == nil {
@@ -662,8 +646,7 @@ func (b *Bus) Requeue(ctx context.Context, messageID string) error {
 		return &StateError{MessageID: messageID, Status: row.Status, Op: "requeue (only dead_letter or failed)"}
 	}
 	zero := 0
-	n, _ := b.attemptOf(ctx, nonce)
-	ev := event(row, tracing.Queued, transportBus, n)
+	ev := event(row, tracing.Queued, transportBus, c.Attempt)
 	ev.Details = tracing.Details{RetryCount: &zero, Extra: map[string]any{"requeued": true, "previousState": string(row.Status)}}
 	err = b.append(ev)
 	unlock()
@@ -681,8 +664,7 @@ func (b *Bus) Requeue(ctx context.Context, messageID string) error {
 // and expiry recorded, and counts as an attempt.
 func (b *Bus) claimLeases(ctx context.Context, agent string, limit int, lease time.Duration) ([]tracing.MessageRow, error) {
 	now := b.clock()
-	nonces, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE recipient = ? AND status = 'queued'
-		AND (next_retry_at IS NULL OR next_retry_at <= ?) ORDER BY priority DESC, created_at LIMIT ?`, agent, secs(now), limit)
+	nonces, err := b.waitingFor(ctx, agent, secs(now), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -704,12 +686,9 @@ func (b *Bus) claimLeases(ctx context.Context, agent string, limit int, lease ti
 func (b *Bus) claimOne(ctx context.Context, nonce, leaseID string, exp time.Time, lease time.Duration) (tracing.MessageRow, bool, error) {
 	unlock := b.lock(nonce)
 	defer unlock()
-	row, ok, err := b.message(ctx, nonce)
+	c, ok, err := b.current(ctx, nonce)
+	row, n := c.MessageRow, c.Attempt
 	if err != nil || !ok || row.Status != tracing.Queued || (row.NextRetryAt != nil && *row.NextRetryAt > secs(b.clock())) {
-		return tracing.MessageRow{}, false, err
-	}
-	n, err := b.attemptOf(ctx, nonce)
-	if err != nil {
 		return tracing.MessageRow{}, false, err
 	}
 	ev := event(row, tracing.Dispatched, transportPoll, n+1)

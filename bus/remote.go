@@ -99,7 +99,7 @@ func (b *Bus) forward(r Remote, peer string, row tracing.MessageRow, first traci
 		return fmt.Errorf("forward %s to %s: %w", row.Nonce, peer, err)
 	}
 	b.m.attempts.WithLabelValues(directory.TransportFederation).Inc()
-	b.signal(row.Nonce)
+	b.signal(row.Nonce, tracing.Dispatched)
 	b.lg.Debug("message forwarded to a peer directory", "nonce", row.Nonce, "peer", peer, "attempt", n)
 	return nil
 }
@@ -110,8 +110,8 @@ func (b *Bus) forward(r Remote, peer string, row tracing.MessageRow, first traci
 func (b *Bus) remoteOutcome(nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
-	defer b.signal(nonce)
 	row, ok, err := b.message(ctx, nonce)
+	defer func() { b.signal(nonce, row.Status) }()
 	if err != nil || !ok {
 		if err != nil {
 			b.lg.Warn("remote outcome: read message", "nonce", nonce, "err", err)
