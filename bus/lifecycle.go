@@ -190,9 +190,14 @@ func (b *Bus) frameFor(row tracing.MessageRow, first tracing.Details, now time.T
 
 // onDelivered records the delivery latency and wakes a waiting send.
 func (b *Bus) onDelivered(row tracing.MessageRow) {
+	b.observeDelivery(row)
+	b.signal(row.Nonce, tracing.Delivered)
+}
+
+// observeDelivery records the time from row's send to its delivery.
+func (b *Bus) observeDelivery(row tracing.MessageRow) {
 	lat := b.clock().Sub(time.UnixMicro(int64(row.CreatedAt * 1e6)))
 	b.m.latency.Observe(max(lat.Seconds(), 0))
-	b.signal(row.Nonce, tracing.Delivered)
 }
 
 // interrupted settles an attempt the directory could not start.
@@ -247,12 +252,20 @@ func (b *Bus) onOutcome(nonce string, n int, o directory.BusOutcome) {
 	row := f.row
 	if o.Delivered {
 		row.Status = tracing.Delivered
+	} else if o.Written {
+		// delivered is written below, with the outcome.
+		b.observeDelivery(row)
 	}
 	var err error
 	if o.Result != nil {
+		// A dispatched row gets delivered in the same append as the result.
 		err = b.applyResult(row, n, transportWS, o.Result, nil)
 	} else {
-		err = b.retry(row, n, transportWS, o.ErrorCode, o.Error, nil, nil, nil, false)
+		var pre []tracing.Event
+		if o.Written && row.Status == tracing.Dispatched {
+			pre = append(pre, event(row, tracing.Delivered, transportWS, n))
+		}
+		err = b.retry(row, n, transportWS, o.ErrorCode, o.Error, pre, nil, nil, false)
 	}
 	if err != nil {
 		var te *tracing.TransitionError

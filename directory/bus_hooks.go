@@ -80,6 +80,10 @@ type BusOutcome struct {
 	Result *wire.ResultFrame
 	// Delivered reports that delivered was committed for this attempt.
 	Delivered bool
+	// Written reports that the frame was written to the recipient but its
+	// delivered event was not recorded yet (the outcome came first): the
+	// bus records delivered in the same append as the outcome.
+	Written bool
 	// ErrorCode and Error describe a failure without result: TIMEOUT or
 	// DELIVERY_FAILED.
 	ErrorCode string
@@ -208,20 +212,20 @@ func (d *Directory) DeliverBus(del BusDelivery) error {
 // fail for inflights of DeliverBus; nothing is recorded here).
 func (d *Directory) busFailed(inf *inflight, code, msg string) {
 	d.mu.Lock()
-	delivered := inf.delivered
+	delivered, written := inf.delivered, inf.needDelivered
 	d.mu.Unlock()
 	d.release(inf)
-	inf.bus.finish(BusOutcome{Delivered: delivered, ErrorCode: code, Error: msg})
+	inf.bus.finish(BusOutcome{Delivered: delivered, Written: written, ErrorCode: code, Error: msg})
 }
 
 // busResult ends a bus attempt with the recipient's result (called by
 // finishWithResult for inflights of DeliverBus).
 func (d *Directory) busResult(inf *inflight, rf *wire.ResultFrame) {
 	d.mu.Lock()
-	delivered := inf.delivered
+	delivered, written := inf.delivered, inf.needDelivered
 	d.mu.Unlock()
 	d.release(inf)
-	inf.bus.finish(BusOutcome{Delivered: delivered, Result: rf})
+	inf.bus.finish(BusOutcome{Delivered: delivered, Written: written, Result: rf})
 }
 
 // busDelivered reports a committed delivered event to the bus.

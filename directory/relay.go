@@ -565,9 +565,10 @@ func (d *Directory) settle(inf *inflight) bool {
 	}
 	var wait chan struct{}
 	if inf.delivering {
-		if inf.delivQueued && inf.bus == nil {
-			// delivered is not issued yet: the caller records it with
-			// its own events, in the same append.
+		if inf.delivQueued {
+			// delivered is not issued yet: the caller (or, for a bus
+			// attempt, the bus) records it with its own events, in the
+			// same append.
 			inf.delivQueued = false
 			inf.delivering = false
 			inf.needDelivered = true
