@@ -76,8 +76,13 @@ type Log struct {
 	gatherGen    uint64
 
 	writerDone chan struct{}
-	closeOnce  sync.Once
-	closeErr   error
+	// ckpt runs the WAL checkpoints; needRestart asks the writer to
+	// restart the WAL (checkpoint.go).
+	ckpt        *checkpointer
+	needRestart atomic.Bool
+	walRestarts atomic.Int64 // for tests
+	closeOnce   sync.Once
+	closeErr    error
 
 	// Owned by the writer goroutine (and by Open before it starts).
 	w writerState
@@ -134,11 +139,13 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	wq.Add("_pragma", "synchronous("+syncMode+")")
 	wq.Add("_pragma", "cache_size(-65536)")
 	wq.Add("_pragma", "temp_store(MEMORY)")
+	wq.Add("_pragma", "wal_autocheckpoint(0)") // see checkpoint.go
 	wq.Set("_txlock", "immediate")
-	wdb, err := sqlx.Open("sqlite", cfg.Path+"?"+wq.Encode())
+	wc, err := newWriteConnector(cfg.Path + "?" + wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
 	}
+	wdb := sqlx.NewDb(sql.OpenDB(wc), "sqlite")
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
@@ -157,11 +164,18 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		if l.rdb != nil {
 			_ = l.rdb.Close()
 		}
+		if l.ckpt != nil {
+			_ = l.ckpt.db.Close()
+		}
 		_ = wdb.Close()
 		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
 	}
 	migrated, err := l.createSchema(ctx)
 	if err != nil {
+		return fail(err)
+	}
+
+	if l.ckpt, err = openCheckpointer(cfg.Path, syncMode); err != nil {
 		return fail(err)
 	}
 
@@ -179,7 +193,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	rdb.SetConnMaxLifetime(0)
 	rdb.SetConnMaxIdleTime(0)
 
-	if err := l.w.prepare(ctx, wdb); err != nil {
+	if err := l.w.prepare(ctx, wdb, wc); err != nil {
 		return fail(err)
 	}
 	if migrated {
@@ -206,6 +220,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	for _, s := range States {
 		l.m.intents.WithLabelValues(string(s)).Set(float64(l.w.counts[s]))
 	}
+	go l.runCheckpointer()
 	go l.run()
 	return l, nil
 }
@@ -356,10 +371,11 @@ func (l *Log) Close() error {
 		}
 		l.subWG.Wait()
 
+		errC := l.ckpt.close()
 		l.w.closeStmts()
 		errW := l.wdb.Close()
 		errR := l.rdb.Close()
-		if err := errors.Join(errW, errR); err != nil {
+		if err := errors.Join(errC, errW, errR); err != nil {
 			l.closeErr = fmt.Errorf("close log: %w", err)
 		}
 	})

@@ -216,7 +216,10 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 			return st, fmt.Errorf("recreate projection tables: %w", err)
 		}
 	}
-	ts := w.bind(ctx, tx)
+	ts, err := w.bind(ctx, tx)
+	if err != nil {
+		return st, err
+	}
 	w.seen = make(map[uint64]int64)
 	w.seenSeed = maphash.MakeSeed()
 	defer func() { w.seen = nil }()

@@ -159,31 +159,9 @@ func scanIntent(s scanner, r *IntentRow) error {
 		&r.RoundTripLatencyMs, &r.ResultJSON, &r.UpdatedAt, &r.LastSeq, &r.FirstSeq)
 }
 
-func intentArgs(r *IntentRow, a []any) []any {
-	return append(a, r.Nonce, r.From, r.To, r.IntentType, string(r.Owner), string(r.Status), r.RequestedAt,
-		r.ClientTimestamp, r.Attempt, r.Transport, r.TimeoutMs, r.ErrorCode, r.CompletedAt,
-		r.RoundTripLatencyMs, r.ResultJSON, r.UpdatedAt, r.LastSeq, r.FirstSeq)
-}
-
-func intentUpdateArgs(r *IntentRow, a []any) []any {
-	return append(a, r.From, r.To, r.IntentType, string(r.Status), r.Attempt, r.Transport, r.TimeoutMs, r.ErrorCode,
-		r.CompletedAt, r.RoundTripLatencyMs, r.ResultJSON, r.UpdatedAt, r.LastSeq, r.FirstSeq)
-}
-
-func messageUpdateArgs(m *MessageRow, a []any) []any {
-	return append(a, string(m.Status), m.RetryCount, m.NextRetryAt, m.DeliveredAt, m.AckedAt, m.FailedAt, m.Error,
-		m.Response, m.LeaseOwner, m.LeaseExpiresAt, m.UpdatedAt, m.LastSeq, m.Nonce)
-}
-
 func scanMessage(s scanner, m *MessageRow) error {
 	return s.Scan(&m.ID, &m.Nonce, &m.Sender, &m.Recipient, &m.Intent, &m.Payload, &m.Status, &m.Priority,
 		&m.RetryCount, &m.MaxRetries, &m.NextRetryAt, &m.CreatedAt, &m.DeliveredAt, &m.AckedAt, &m.FailedAt,
 		&m.Error, &m.Response, &m.TraceID, &m.Metadata, &m.LeaseOwner, &m.LeaseExpiresAt, &m.UpdatedAt,
 		&m.LastSeq)
-}
-
-func messageArgs(m *MessageRow, a []any) []any {
-	return append(a, m.ID, m.Nonce, m.Sender, m.Recipient, m.Intent, m.Payload, string(m.Status), m.Priority,
-		m.RetryCount, m.MaxRetries, m.NextRetryAt, m.CreatedAt, m.DeliveredAt, m.AckedAt, m.FailedAt,
-		m.Error, m.Response, m.TraceID, m.Metadata, m.LeaseOwner, m.LeaseExpiresAt, m.UpdatedAt, m.LastSeq)
 }

@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"strings"
 
@@ -122,7 +123,8 @@ func multiID(k multiKind, level int) stmtID {
 	return stSingles + stmtID(int(k)*multiLevels+level)
 }
 
-// prepareStmts prepares every writer statement on the write connection.
+// prepareStmts prepares, through database/sql, the writer statements that
+// are not run on the driver directly (see execOnDriver).
 func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
 	stmts := make([]*sql.Stmt, stmtCount)
 	fail := func(q string, err error) ([]*sql.Stmt, error) {
@@ -130,6 +132,9 @@ func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
 		return nil, fmt.Errorf("prepare %q: %w", q[:min(len(q), 40)], err)
 	}
 	for id := stmtID(0); id < stSingles; id++ {
+		if execOnDriver(id) {
+			continue
+		}
 		q := singleSQL(id)
 		s, err := db.PrepareContext(ctx, q)
 		if err != nil {
@@ -139,6 +144,9 @@ func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
 	}
 	for k := multiKind(0); k < multiKinds; k++ {
 		for level := range multiLevels {
+			if execOnDriver(multiID(k, level)) {
+				continue
+			}
 			q := multiSQL(k, 1<<level)
 			s, err := db.PrepareContext(ctx, q)
 			if err != nil {
@@ -159,12 +167,18 @@ func closeStmts(stmts []*sql.Stmt) {
 }
 
 // txStmts binds the writer's prepared statements to one transaction, each
-// on first use.
+// on first use; d holds those run on the driver directly.
 type txStmts struct {
 	ctx   context.Context
 	tx    *sqlx.Tx
 	stmts []*sql.Stmt
+	d     *execStmts
 	bound [stmtCount]*sql.Stmt
+}
+
+// exec runs a single-row statement that is run on the driver.
+func (ts *txStmts) exec(id stmtID, args []driver.NamedValue) error {
+	return ts.d.exec(ts.ctx, id, args)
 }
 
 func (ts *txStmts) get(id stmtID) *sql.Stmt {
@@ -206,14 +220,14 @@ func (ts *txStmts) queryMulti(k multiKind, args []any, row func(*sql.Rows) error
 
 // execMulti inserts the rows in args (multiWidth(k) values each) with as
 // few statements as the prepared row counts allow.
-func (ts *txStmts) execMulti(k multiKind, args []any) error {
+func (ts *txStmts) execMulti(k multiKind, args []driver.NamedValue) error {
 	width := multiWidth(k)
 	n := len(args) / width
 	done := 0
 	for level := multiLevels - 1; level >= 0; level-- {
 		size := 1 << level
 		for n-done >= size {
-			if _, err := ts.get(multiID(k, level)).Exec(args[done*width : (done+size)*width]...); err != nil {
+			if err := ts.d.exec(ts.ctx, multiID(k, level), args[done*width:(done+size)*width]); err != nil {
 				return err
 			}
 			done += size

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -93,6 +94,8 @@ type writerState struct {
 	counts   map[State]int64
 
 	stmts []*sql.Stmt // see stmts.go
+	wc    *writeConnector
+	dst   execStmts // statements run on the driver (wconn.go)
 
 	// seen, during Rebuild only, maps a hash of every nonce folded so far to
 	// its first seq: a nonce whose hash is absent has no row yet, so no read
@@ -109,7 +112,7 @@ type writerState struct {
 	ovBig  map[string]State
 	reqIDs []string
 	snaps  []snapshot
-	args   []any
+	args   []driver.NamedValue
 	deltas [8]int64
 
 	// gatherWant and gatherFor describe the last round of commits for
@@ -120,16 +123,17 @@ type writerState struct {
 
 	// Rows waiting for a multi-row statement: event rows of the batch (the
 	// log), then the projection rows written by flush.
-	evArgs, insArgs, upsArgs, msgArgs []any
+	evArgs, insArgs, upsArgs, msgArgs []driver.NamedValue
 	dirty                             []*entry
 }
 
-func (w *writerState) prepare(ctx context.Context, db *sqlx.DB) error {
+func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnector) error {
 	stmts, err := prepareStmts(ctx, db)
 	if err != nil {
 		return err
 	}
 	w.stmts = stmts
+	w.wc = wc
 	w.work = make(map[string]*entry)
 	w.newIDs = make(map[string]bool)
 	w.absent = make(map[string]bool)
@@ -139,10 +143,16 @@ func (w *writerState) prepare(ctx context.Context, db *sqlx.DB) error {
 func (w *writerState) closeStmts() {
 	closeStmts(w.stmts)
 	w.stmts = nil
+	w.dst.close()
 }
 
-func (w *writerState) bind(ctx context.Context, tx *sqlx.Tx) *txStmts {
-	return &txStmts{ctx: ctx, tx: tx, stmts: w.stmts}
+// bind binds the writer's statements to tx, preparing the driver
+// statements first if the write connection is new.
+func (w *writerState) bind(ctx context.Context, tx *sqlx.Tx) (*txStmts, error) {
+	if err := w.dst.ensure(ctx, w.wc); err != nil {
+		return nil, err
+	}
+	return &txStmts{ctx: ctx, tx: tx, stmts: w.stmts, d: &w.dst}, nil
 }
 
 // lookup returns the working entry of nonce for the current batch, loading
@@ -259,8 +269,7 @@ func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
 
 // addEvent queues the log row of ev (first is the nonce's first seq).
 func (w *writerState) addEvent(ev *Event, details string, first int64) {
-	w.evArgs = append(w.evArgs, ev.Seq, ev.Nonce, string(ev.State), ev.At.UnixMicro(), ev.From, ev.To,
-		ev.IntentType, ev.Transport, ev.Attempt, details, first)
+	w.evArgs = eventNV(w.evArgs, ev, details, first)
 }
 
 // flushEvents inserts the queued event rows.
@@ -284,24 +293,24 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 		return err
 	}
 	if e.stored {
-		w.args = intentUpdateArgs(&e.row, w.args[:0])
-		if _, err := ts.get(stUpdIntent).Exec(w.args...); err != nil {
+		w.args = intentUpdateNV(w.args[:0], &e.row)
+		if err := ts.exec(stUpdIntent, w.args); err != nil {
 			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
 		}
 	} else {
-		w.args = intentArgs(&e.row, w.args[:0])
+		w.args = intentNV(w.args[:0], &e.row)
 		if err := ts.execMulti(mIntentInsert, w.args); err != nil {
 			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
 		}
 	}
 	if e.msg != nil {
 		if e.stored {
-			w.args = messageUpdateArgs(e.msg, w.args[:0])
-			if _, err := ts.get(stUpdMessage).Exec(w.args...); err != nil {
+			w.args = messageUpdateNV(w.args[:0], e.msg)
+			if err := ts.exec(stUpdMessage, w.args); err != nil {
 				return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
 			}
 		} else {
-			w.args = messageArgs(e.msg, w.args[:0])
+			w.args = messageNV(w.args[:0], e.msg)
 			if err := ts.execMulti(mMessageInsert, w.args); err != nil {
 				return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
 			}
@@ -340,18 +349,18 @@ func (w *writerState) flush(ts *txStmts) error {
 	}()
 	for _, e := range dirty {
 		if e.stored {
-			ups = intentArgs(&e.row, ups)
+			ups = intentNV(ups, &e.row)
 		} else {
-			ins = intentArgs(&e.row, ins)
+			ins = intentNV(ins, &e.row)
 		}
 		if e.msg != nil {
 			if e.stored {
-				w.args = messageUpdateArgs(e.msg, w.args[:0])
-				if _, err := ts.get(stUpdMessage).Exec(w.args...); err != nil {
+				w.args = messageUpdateNV(w.args[:0], e.msg)
+				if err := ts.exec(stUpdMessage, w.args); err != nil {
 					return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
 				}
 			} else {
-				msg = messageArgs(e.msg, msg)
+				msg = messageNV(msg, e.msg)
 			}
 		}
 		e.dirty = false
@@ -626,6 +635,10 @@ func (l *Log) run() {
 		local, l.queue = l.queue, local[:0]
 		l.qmu.Unlock()
 		l.w.gatherWant, l.w.gatherFor = 0, 0
+		if l.needRestart.Load() {
+			l.needRestart.Store(false)
+			l.restartWAL()
+		}
 
 		for i := 0; i < len(local); {
 			if local[i].kind == kindRebuild {
@@ -684,7 +697,12 @@ func (l *Log) commitBatch(batch []*request) {
 		fail(fmt.Errorf("begin: %w", err))
 		return
 	}
-	ts := w.bind(ctx, tx)
+	ts, err := w.bind(ctx, tx)
+	if err != nil {
+		_ = tx.Rollback()
+		fail(err)
+		return
+	}
 	if err := w.prefetch(ts, batch); err != nil {
 		_ = tx.Rollback()
 		fail(err)
@@ -708,6 +726,7 @@ func (l *Log) commitBatch(batch []*request) {
 	}
 	took := time.Since(t0)
 	l.m.commit.Observe(took.Seconds())
+	l.ckpt.committed()
 	l.qmu.Lock()
 	queued := len(l.queue)
 	l.qmu.Unlock()
