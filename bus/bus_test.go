@@ -16,6 +16,8 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/tracing"
+
+	"github.com/beamdir/beam/internal/testclock"
 )
 
 func TestOfflineRecipientQueuedThenDeliveredOnConnectThenAcked(t *testing.T) {
@@ -340,7 +342,7 @@ func TestLeaseExpiryDeadLettersAfterLastAttempt(t *testing.T) {
 
 func TestRestartRules(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
+	clock := testclock.NewNow()
 	path := t.TempDir() + "/beam.db"
 	tb := setup(t, func(o *setupOpts) { o.path, o.clock = path, clock })
 	alice, bob := tb.register("alice"), tb.register("bob")
@@ -384,7 +386,7 @@ func TestRestartRules(t *testing.T) {
 
 func TestRecoveredDeliveredTimesOutWithoutResult(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
+	clock := testclock.NewNow()
 	path := t.TempDir() + "/beam.db"
 	tb := setup(t, func(o *setupOpts) { o.path, o.clock = path, clock })
 	alice, bob := tb.register("alice"), tb.register("bob")

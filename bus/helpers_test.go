@@ -23,28 +23,9 @@ import (
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
+
+	"github.com/beamdir/beam/internal/testclock"
 )
-
-// fakeClock is a settable clock shared by the log, the registry, the
-// directory and the bus of a test.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now().UTC().Truncate(time.Millisecond)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 const testBusKey = "bus-secret-key"
 
@@ -53,7 +34,7 @@ const testBusKey = "bus-secret-key"
 type testBundle struct {
 	t     testing.TB
 	path  string
-	clock *fakeClock
+	clock *testclock.Clock
 	log   *tracing.Log
 	reg   *registry.Registry
 	dir   *directory.Directory
@@ -66,7 +47,7 @@ type testBundle struct {
 
 type setupOpts struct {
 	path  string
-	clock *fakeClock
+	clock *testclock.Clock
 	cfg   func(*Config)
 }
 
@@ -80,7 +61,7 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 		o.path = filepath.Join(t.TempDir(), "beam.db")
 	}
 	if o.clock == nil {
-		o.clock = newFakeClock()
+		o.clock = testclock.NewNow()
 	}
 	ctx := context.Background()
 	lg, err := tracing.Open(ctx, tracing.Config{Path: o.path, Clock: o.clock.Now, Synchronous: "NORMAL"})

@@ -16,6 +16,8 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/tracing"
+
+	"github.com/beamdir/beam/internal/testclock"
 )
 
 // jwsOf signs f as a beam/2 intent by a.
@@ -77,7 +79,7 @@ func beam2Delivery(t *testing.T, m wsMsg, token string) *wire.IntentFrame {
 }
 
 // respondJWS answers nonce with a result JWS signed by key (kid = kid).
-func (c *wsClient) respondJWS(clock *fakeClock, nonce, payload string, kid string, key *agent) (string, []byte) {
+func (c *wsClient) respondJWS(clock *testclock.Clock, nonce, payload string, kid string, key *agent) (string, []byte) {
 	c.t.Helper()
 	frame, err := wire.Result{Success: true, Nonce: nonce, Payload: json.RawMessage(payload)}.Build(clock.Now(), nil)
 	require.NoError(c.t, err)

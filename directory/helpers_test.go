@@ -23,35 +23,16 @@ import (
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
+
+	"github.com/beamdir/beam/internal/testclock"
 )
-
-// fakeClock is a settable clock shared by the log, the registry and the
-// directory of a test.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now().UTC().Truncate(time.Millisecond)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // testBundle is one directory under test: a real log in a temp dir, a real
 // registry, the relay, and an httptest server carrying their routes.
 type testBundle struct {
 	t     testing.TB
 	path  string
-	clock *fakeClock
+	clock *testclock.Clock
 	log   *tracing.Log
 	reg   *registry.Registry
 	dir   *Directory
@@ -64,7 +45,7 @@ type setupOpts struct {
 	cfg      func(*Config)
 	listener func(net.Listener) net.Listener
 	path     string
-	clock    *fakeClock
+	clock    *testclock.Clock
 	policy   registry.Policy
 	noStart  bool
 }
@@ -79,7 +60,7 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 		o.path = filepath.Join(t.TempDir(), "beam.db")
 	}
 	if o.clock == nil {
-		o.clock = newFakeClock()
+		o.clock = testclock.NewNow()
 	}
 	if o.policy == "" {
 		o.policy = registry.PolicySameOrg
@@ -394,7 +375,7 @@ func (c *wsClient) sendIntent(f *wire.IntentFrame) {
 }
 
 // respond answers nonce with a signed result.
-func (c *wsClient) respond(clock *fakeClock, nonce string, success bool, payload string) []byte {
+func (c *wsClient) respond(clock *testclock.Clock, nonce string, success bool, payload string) []byte {
 	c.t.Helper()
 	res := wire.Result{Success: success, Nonce: nonce}
 	if payload != "" {

@@ -10,28 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/tracing"
+
+	"github.com/beamdir/beam/internal/testclock"
 )
-
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 type outboxBundle struct {
 	t     *testing.T
-	clock *testClock
+	clock *testclock.Clock
 	log   *tracing.Log
 	ob    *Outbox
 	n     int
@@ -39,7 +24,7 @@ type outboxBundle struct {
 
 func setupOutbox(t *testing.T) *outboxBundle {
 	t.Helper()
-	clock := &testClock{now: time.Now().UTC().Truncate(time.Millisecond)}
+	clock := testclock.New(time.Now().UTC().Truncate(time.Millisecond))
 	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(t.TempDir(), "beam.db"), Clock: clock.Now, Synchronous: "NORMAL"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lg.Close() })

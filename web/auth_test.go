@@ -4,11 +4,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/internal/testclock"
 )
 
 var jsonRoutes = []struct{ method, path string }{
@@ -248,7 +249,7 @@ func TestLogout(t *testing.T) {
 
 func TestSessionExpires(t *testing.T) {
 	t.Parallel()
-	clock := newTestClock()
+	clock := testclock.NewNow()
 	b := setup(t, func(o *setupOpts) { o.clock = clock.Now })
 	op := b.login(adminToken)
 	require.Equal(t, http.StatusOK, op.get("/dashboard/session").status)
@@ -278,24 +279,4 @@ func TestNewValidatesConfig(t *testing.T) {
 	require.ErrorContains(t, err, "token")
 	_, err = New(Config{Log: b.log, Registry: b.reg, Directory: b.dir, AdminToken: "same", ViewerToken: "same"})
 	require.ErrorContains(t, err, "differ")
-}
-
-// testClock is a settable clock.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock { return &testClock{now: time.Now().UTC()} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,25 +19,9 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/tracing"
+
+	"github.com/beamdir/beam/internal/testclock"
 )
-
-// testClock is a settable clock.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 const (
 	operatorToken = "op-token"
@@ -50,7 +33,7 @@ type testBundle struct {
 	t     testing.TB
 	path  string
 	cfg   Config
-	clock *testClock
+	clock *testclock.Clock
 	log   *tracing.Log
 	reg   *Registry
 	srv   *httptest.Server
@@ -71,7 +54,7 @@ func setup(t testing.TB, opts ...func(*Config)) *testBundle {
 	b := &testBundle{
 		t:     t,
 		path:  filepath.Join(t.TempDir(), "beam.db"),
-		clock: &testClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)},
+		clock: testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)),
 	}
 	b.cfg = Config{
 		OperatorAuth:           testOperatorAuth,
