@@ -25,6 +25,8 @@ import (
 	"github.com/beamdir/beam/tracing"
 
 	"github.com/beamdir/beam/internal/testclock"
+
+	"github.com/beamdir/beam/internal/apitest"
 )
 
 const testBusKey = "bus-secret-key"
@@ -112,21 +114,8 @@ type agent struct {
 
 func (tb *testBundle) register(name string) *agent {
 	tb.t.Helper()
-	pub, priv, err := wire.GenerateKey()
-	require.NoError(tb.t, err)
-	id := name + "@acme.beam.directory"
-	body, _ := json.Marshal(map[string]any{"beamId": id, "displayName": name, "capabilities": []string{"test"},
-		"publicKey": wire.EncodePublicKey(pub)})
-	resp, err := http.Post(tb.srv.URL+"/agents/register", "application/json", bytes.NewReader(body))
-	require.NoError(tb.t, err)
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	require.Equal(tb.t, http.StatusCreated, resp.StatusCode, string(data))
-	var out struct {
-		APIKey string `json:"apiKey"`
-	}
-	require.NoError(tb.t, json.Unmarshal(data, &out))
-	return &agent{id: id, pub: pub, priv: priv, apiKey: out.APIKey}
+	r := apitest.Register(tb.t, tb.srv.URL, name+"@acme.beam.directory", name, nil)
+	return &agent{id: r.ID, pub: r.Pub, priv: r.Priv, apiKey: r.APIKey}
 }
 
 // call performs a request with an optional API key / bearer and returns the
@@ -185,13 +174,7 @@ func (tb *testBundle) message(nonce string) tracing.MessageRow {
 
 func (tb *testBundle) states(nonce string) []tracing.State {
 	tb.t.Helper()
-	evs, err := tb.log.Trace(context.Background(), nonce)
-	require.NoError(tb.t, err)
-	out := make([]tracing.State, len(evs))
-	for i, ev := range evs {
-		out[i] = ev.State
-	}
-	return out
+	return apitest.States(tb.t, tb.log, nonce)
 }
 
 func (tb *testBundle) waitStatus(nonce string, want tracing.State) tracing.MessageRow {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,6 +26,8 @@ import (
 	"github.com/beamdir/beam/tracing"
 
 	"github.com/beamdir/beam/internal/testclock"
+
+	"github.com/beamdir/beam/internal/apitest"
 )
 
 // testBundle is one directory under test: a real log in a temp dir, a real
@@ -111,30 +114,16 @@ type agent struct {
 
 func (b *testBundle) register(name string, extra ...map[string]any) *agent {
 	b.t.Helper()
-	pub, priv, err := wire.GenerateKey()
-	require.NoError(b.t, err)
 	id := name
 	if !strings.Contains(id, "@") {
 		id = name + "@acme.beam.directory"
 	}
-	body := map[string]any{"beamId": id, "displayName": name, "capabilities": []string{"test"}, "publicKey": wire.EncodePublicKey(pub)}
+	fields := map[string]any{}
 	for _, e := range extra {
-		for k, v := range e {
-			body[k] = v
-		}
+		maps.Copy(fields, e)
 	}
-	raw, _ := json.Marshal(body)
-	resp, err := http.Post(b.srv.URL+"/agents/register", "application/json", bytes.NewReader(raw))
-	require.NoError(b.t, err)
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	require.Equal(b.t, http.StatusCreated, resp.StatusCode, string(data))
-	var out struct {
-		APIKey string `json:"apiKey"`
-	}
-	require.NoError(b.t, json.Unmarshal(data, &out))
-	require.NotEmpty(b.t, out.APIKey)
-	return &agent{id: id, pub: pub, priv: priv, apiKey: out.APIKey}
+	r := apitest.Register(b.t, b.srv.URL, id, name, fields)
+	return &agent{id: r.ID, pub: r.Pub, priv: r.Priv, apiKey: r.APIKey}
 }
 
 // frame builds and signs an intent from a at the test clock's time.
@@ -206,13 +195,7 @@ func waitHTTP(t *testing.T, ch <-chan httpOutcome) httpOutcome {
 // states returns the states of a nonce's trace in order.
 func (b *testBundle) states(nonce string) []tracing.State {
 	b.t.Helper()
-	evs, err := b.log.Trace(context.Background(), nonce)
-	require.NoError(b.t, err)
-	out := make([]tracing.State, len(evs))
-	for i, ev := range evs {
-		out[i] = ev.State
-	}
-	return out
+	return apitest.States(b.t, b.log, nonce)
 }
 
 func (b *testBundle) row(nonce string) tracing.IntentRow {

@@ -26,6 +26,8 @@ import (
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
+
+	"github.com/beamdir/beam/internal/apitest"
 )
 
 var durableVolume = flag.Int("federation.volume", 10, "durable intents sent while the peer is down")
@@ -131,14 +133,8 @@ func (d *fedDir) agent(name string) *agents.Client {
 // registerKey registers name@d with a fresh key the test holds, over HTTP.
 func (d *fedDir) registerKey(name string) (ed25519.PublicKey, ed25519.PrivateKey) {
 	d.t.Helper()
-	pub, priv, err := wire.GenerateKey()
-	require.NoError(d.t, err)
-	body, err := json.Marshal(map[string]any{"beamId": name + "@" + d.domain, "displayName": name,
-		"publicKey": wire.EncodePublicKey(pub), "capabilities": []string{}})
-	require.NoError(d.t, err)
-	status, out := postJSON(d.t, d.srv.URL+"/agents/register", body)
-	require.Equal(d.t, http.StatusCreated, status, string(out))
-	return pub, priv
+	a := apitest.Register(d.t, d.srv.URL, name+"@"+d.domain, name, nil)
+	return a.Pub, a.Priv
 }
 
 func (d *fedDir) trace(nonce string) []tracing.Event {
@@ -148,13 +144,7 @@ func (d *fedDir) trace(nonce string) []tracing.Event {
 	return tr
 }
 
-func states(tr []tracing.Event) []tracing.State {
-	out := make([]tracing.State, len(tr))
-	for i, ev := range tr {
-		out[i] = ev.State
-	}
-	return out
-}
+func states(tr []tracing.Event) []tracing.State { return apitest.EventStates(tr) }
 
 func counterValue(t *testing.T, c prometheus.Collector) float64 {
 	t.Helper()

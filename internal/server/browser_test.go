@@ -17,6 +17,8 @@ import (
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/internal/browsertest"
 	"github.com/beamdir/beam/tracing"
+
+	"github.com/beamdir/beam/internal/apitest"
 )
 
 // These tests drive headless Chromium against the real composition: the
@@ -89,13 +91,7 @@ func (l *liveServer) message(nonce string) tracing.MessageRow {
 
 func (l *liveServer) states(nonce string) []tracing.State {
 	l.t.Helper()
-	tr, err := l.srv.Log().Trace(context.Background(), nonce)
-	require.NoError(l.t, err)
-	out := make([]tracing.State, len(tr))
-	for i, ev := range tr {
-		out[i] = ev.State
-	}
-	return out
+	return apitest.States(l.t, l.srv.Log(), nonce)
 }
 
 // login signs in to the dashboard of base with token.
