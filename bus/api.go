@@ -159,6 +159,20 @@ func (b *Bus) readBody(w http.ResponseWriter, r *http.Request) (map[string]json.
 	return raw, nil
 }
 
+// authedBody reads a bounded JSON object body, then authenticates the
+// request; the body's error comes first.
+func (b *Bus) authedBody(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, principal, *apiError) {
+	raw, aerr := b.readBody(w, r)
+	if aerr != nil {
+		return nil, principal{}, aerr
+	}
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		return nil, principal{}, aerr
+	}
+	return raw, p, nil
+}
+
 // str reads an optional string member; a present non-string is an error.
 func str(raw map[string]json.RawMessage, key string) (string, *apiError) {
 	v, ok := raw[key]
@@ -512,6 +526,29 @@ func view(m tracing.MessageRow, withLease bool) messageView {
 	return v
 }
 
+// messageViews shows rows as the API does; withLease adds each row's lease
+// id.
+func messageViews(rows []tracing.MessageRow, withLease bool) []messageView {
+	msgs := make([]messageView, 0, len(rows))
+	for _, m := range rows {
+		msgs = append(msgs, view(m, withLease))
+	}
+	return msgs
+}
+
+// writeMessages answers a list request with {"messages", "count"}: the
+// beam_messages rows matching every condition of where, in order, at most
+// limit. what names the list when the query fails.
+func (b *Bus) writeMessages(w http.ResponseWriter, r *http.Request, what string, where []string, args []any, order string, limit int) {
+	rows, err := b.queryMessages(r.Context(), strings.Join(where, " AND "), args, order, limit)
+	if err != nil {
+		b.internal(w, what, err)
+		return
+	}
+	msgs := messageViews(rows, false)
+	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
+}
+
 // messageColumns are the beam_messages columns MessageRow reads.
 const messageColumns = `id, nonce, sender, recipient, intent, payload, status, priority, retry_count, max_retries,
   next_retry_at, created_at, delivered_at, acked_at, failed_at, error, response, trace_id, metadata,
@@ -566,6 +603,15 @@ func statusParam(r *http.Request, def string) (string, *apiError) {
 	return s, nil
 }
 
+// leaseDuration turns a requested lease of v seconds, parsed with err, into
+// a duration; a parse error or a value outside (0, MaxLease] is a 400.
+func (b *Bus) leaseDuration(v float64, err error) (time.Duration, *apiError) {
+	if err != nil || v <= 0 || math.IsNaN(v) || v > b.cfg.MaxLease.Seconds() {
+		return 0, errf(http.StatusBadRequest, CodeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds())
+	}
+	return time.Duration(v * float64(time.Second)), nil
+}
+
 func truncate(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "…"
@@ -597,22 +643,17 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) {
 	if c := q.Get("claim"); c == "true" || c == "1" {
 		lease := b.cfg.DefaultLease
 		if s := q.Get("lease"); s != "" {
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil || v <= 0 || math.IsNaN(v) || v > b.cfg.MaxLease.Seconds() {
-				b.writeErr(w, errf(http.StatusBadRequest, CodeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds()))
+			if lease, aerr = b.leaseDuration(strconv.ParseFloat(s, 64)); aerr != nil {
+				b.writeErr(w, aerr)
 				return
 			}
-			lease = time.Duration(v * float64(time.Second))
 		}
 		rows, err := b.claimLeases(r.Context(), agent, limit, lease)
 		if err != nil && len(rows) == 0 {
 			b.internal(w, "poll claim", err)
 			return
 		}
-		msgs := make([]messageView, 0, len(rows))
-		for _, m := range rows {
-			msgs = append(msgs, view(m, true))
-		}
+		msgs := messageViews(rows, true)
 		body := map[string]any{"messages": msgs, "count": len(msgs)}
 		if len(rows) > 0 {
 			body["lease_id"] = rows[0].LeaseOwner
@@ -631,21 +672,11 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) {
 		b.writeErr(w, aerr)
 		return
 	}
-	where, args := `recipient = ? AND status = ?`, []any{agent, status}
+	where, args := []string{`recipient = ?`, `status = ?`}, []any{agent, status}
 	if since != nil {
-		where += ` AND created_at > ?`
-		args = append(args, *since)
+		where, args = append(where, `created_at > ?`), append(args, *since)
 	}
-	rows, err := b.queryMessages(r.Context(), where, args, `created_at ASC`, limit)
-	if err != nil {
-		b.internal(w, "poll", err)
-		return
-	}
-	msgs := make([]messageView, 0, len(rows))
-	for _, m := range rows {
-		msgs = append(msgs, view(m, false))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
+	b.writeMessages(w, r, "poll", where, args, `created_at ASC`, limit)
 }
 
 // lookup finds a message by message_id or nonce from a JSON body.
@@ -678,12 +709,7 @@ func (b *Bus) lookup(ctx context.Context, raw map[string]json.RawMessage) (strin
 }
 
 func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) {
-	raw, aerr := b.readBody(w, r)
-	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
-	}
-	p, aerr := b.authenticate(r)
+	raw, p, aerr := b.authedBody(w, r)
 	if aerr != nil {
 		b.writeErr(w, aerr)
 		return
@@ -731,19 +757,11 @@ func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) {
 // delivered → acked|failed.
 func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing.State, response json.RawMessage, leaseID string) (tracing.MessageRow, *apiError) {
 	unlock := b.lock(nonce)
-	c, ok, err := b.current(ctx, nonce)
+	c, aerr := b.recipientCurrent(ctx, p, nonce, "ack")
 	row, n := c.MessageRow, c.Attempt
-	if err != nil {
+	if aerr != nil {
 		unlock()
-		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
-	}
-	if !ok {
-		unlock()
-		return row, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(nonce))
-	}
-	if !p.canActAs(row.Recipient) {
-		unlock()
-		return row, errf(http.StatusForbidden, CodeForbidden, "only the recipient %s may ack message %s", row.Recipient, row.ID)
+		return row, aerr
 	}
 	now := b.clock()
 	var pre []tracing.Event
@@ -791,7 +809,7 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 		ev.Details = tracing.Details{ErrorCode: CodeConsumerFailed, Error: msg, Response: response, Result: result,
 			LatencyMs: lat, Extra: map[string]any{"ackedBy": ackedBy(p)}}
 	}
-	err = b.append(append(pre, ev)...)
+	err := b.append(append(pre, ev)...)
 	if err == nil {
 		row, _, err = b.message(ctx, nonce)
 	}
@@ -810,6 +828,24 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 	return row, nil
 }
 
+// recipientCurrent reads nonce's message for a change only its recipient may
+// make (action, as in "only the recipient … may <action> message …"): a
+// failed read is a 500, an unknown nonce a 404 and a principal that cannot
+// act as the recipient a 403. The caller holds the nonce's lock.
+func (b *Bus) recipientCurrent(ctx context.Context, p principal, nonce, action string) (current, *apiError) {
+	c, ok, err := b.current(ctx, nonce)
+	if err != nil {
+		return c, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+	}
+	if !ok {
+		return c, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(nonce))
+	}
+	if !p.canActAs(c.Recipient) {
+		return c, errf(http.StatusForbidden, CodeForbidden, "only the recipient %s may %s message %s", c.Recipient, action, c.ID)
+	}
+	return c, nil
+}
+
 func ackedBy(p principal) string {
 	if p.agent != "" {
 		return p.agent
@@ -818,12 +854,7 @@ func ackedBy(p principal) string {
 }
 
 func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) {
-	raw, aerr := b.readBody(w, r)
-	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
-	}
-	p, aerr := b.authenticate(r)
+	raw, p, aerr := b.authedBody(w, r)
 	if aerr != nil {
 		b.writeErr(w, aerr)
 		return
@@ -840,11 +871,11 @@ func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) {
 	lease := b.cfg.DefaultLease
 	if lv, ok := raw["lease"]; ok {
 		var v float64
-		if err := json.Unmarshal(lv, &v); err != nil || v <= 0 || v > b.cfg.MaxLease.Seconds() {
-			b.writeErr(w, errf(http.StatusBadRequest, CodeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds()))
+		err := json.Unmarshal(lv, &v)
+		if lease, aerr = b.leaseDuration(v, err); aerr != nil {
+			b.writeErr(w, aerr)
 			return
 		}
-		lease = time.Duration(v * float64(time.Second))
 	}
 	nonce, aerr := b.lookup(r.Context(), raw)
 	if aerr != nil {
@@ -864,16 +895,10 @@ func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) {
 func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lease time.Duration) (tracing.MessageRow, *apiError) {
 	unlock := b.lock(nonce)
 	defer unlock()
-	c, ok, err := b.current(ctx, nonce)
+	c, aerr := b.recipientCurrent(ctx, p, nonce, "renew leases on")
 	row, n := c.MessageRow, c.Attempt
-	if err != nil {
-		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
-	}
-	if !ok {
-		return row, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(nonce))
-	}
-	if !p.canActAs(row.Recipient) {
-		return row, errf(http.StatusForbidden, CodeForbidden, "only the recipient %s may renew leases on message %s", row.Recipient, row.ID)
+	if aerr != nil {
+		return row, aerr
 	}
 	now := b.clock()
 	if row.Status != tracing.Dispatched || row.LeaseOwner != leaseID || row.LeaseExpiresAt == nil || *row.LeaseExpiresAt <= secs(now) {
@@ -888,7 +913,7 @@ func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lea
 		b.lg.Error("bus: renew lease", "nonce", nonce, "err", err)
 		return row, errf(http.StatusInternalServerError, CodeInternal, "lease could not be renewed")
 	}
-	row, _, err = b.message(ctx, nonce)
+	row, _, err := b.message(ctx, nonce)
 	if err != nil {
 		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
 	}
@@ -977,17 +1002,7 @@ func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	where, args = scope(p, where, args)
-	rows, err := b.queryMessages(r.Context(), strings.Join(where, " AND "), args, `created_at DESC`,
-		intParam(r, "limit", defaultHistoryLimit, maxListLimit))
-	if err != nil {
-		b.internal(w, "history", err)
-		return
-	}
-	msgs := make([]messageView, 0, len(rows))
-	for _, m := range rows {
-		msgs = append(msgs, view(m, false))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
+	b.writeMessages(w, r, "history", where, args, `created_at DESC`, intParam(r, "limit", defaultHistoryLimit, maxListLimit))
 }
 
 func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -1002,17 +1017,8 @@ func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	where, args = scope(p, where, args)
-	rows, err := b.queryMessages(r.Context(), strings.Join(where, " AND "), args, `failed_at DESC, created_at DESC`,
+	b.writeMessages(w, r, "dead letters", where, args, `failed_at DESC, created_at DESC`,
 		intParam(r, "limit", defaultDeadLimit, maxListLimit))
-	if err != nil {
-		b.internal(w, "dead letters", err)
-		return
-	}
-	msgs := make([]messageView, 0, len(rows))
-	for _, m := range rows {
-		msgs = append(msgs, view(m, false))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
 }
 
 // countByState counts beam_messages by status, optionally limited to one
@@ -1024,19 +1030,29 @@ func (b *Bus) countByState(ctx context.Context, agent string, extra []string) (m
 		q += ` WHERE sender = ? OR recipient = ?`
 		args = append(args, agent, agent)
 	}
-	rows, err := b.log.ReadDB().QueryContext(ctx, q+` GROUP BY status`, args...)
+	out, err := b.groupCounts(ctx, q+` GROUP BY status`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("count messages: %w", err)
+	}
+	return out, nil
+}
+
+// groupCounts runs q, a query of (key, count) rows, and returns the counts
+// by key.
+func (b *Bus) groupCounts(ctx context.Context, q string, args ...any) (map[string]int64, error) {
+	rows, err := b.log.ReadDB().QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	out := map[string]int64{}
 	for rows.Next() {
-		var s string
+		var key string
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, fmt.Errorf("count messages: %w", err)
+		if err := rows.Scan(&key, &n); err != nil {
+			return nil, err
 		}
-		out[s] = n
+		out[key] = n
 	}
 	return out, rows.Err()
 }
@@ -1067,26 +1083,18 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) {
 	}
 	byAgent := map[string]map[string]int64{}
 	for _, side := range []struct{ col, key string }{{"sender", "sent"}, {"recipient", "received"}} {
-		rows, err := b.log.ReadDB().QueryContext(ctx, `SELECT `+side.col+`, COUNT(*) FROM beam_messages`+cond+
+		perAgent, err := b.groupCounts(ctx, `SELECT `+side.col+`, COUNT(*) FROM beam_messages`+cond+
 			` GROUP BY `+side.col+` ORDER BY COUNT(*) DESC LIMIT 1000`, args...)
 		if err != nil {
 			b.internal(w, "stats", err)
 			return
 		}
-		for rows.Next() {
-			var id string
-			var n int64
-			if err := rows.Scan(&id, &n); err != nil {
-				rows.Close()
-				b.internal(w, "stats", err)
-				return
-			}
+		for id, n := range perAgent {
 			if byAgent[id] == nil {
 				byAgent[id] = map[string]int64{"sent": 0, "received": 0}
 			}
 			byAgent[id][side.key] = n
 		}
-		rows.Close()
 	}
 	body["by_agent"] = byAgent
 	var last int64

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +63,42 @@ func readAPIError(status int, body []byte) *apiError {
 	return &apiError{Status: status, Code: v.ErrorCode, Msg: v.Error}
 }
 
+// call makes one request of the directory at addr and returns the answer's
+// status and body, read up to maxResponse. A non-nil body is sent as JSON;
+// header, when not nil, is added to the request. An answer whose status is
+// not one of ok is returned as the directory's *apiError.
+func call(ctx context.Context, hc *http.Client, method, addr string, body []byte, header http.Header, ok ...int) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, addr, rd)
+	if err != nil {
+		return 0, nil, fmt.Errorf("build request: %w", err)
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("send: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read response: %w", err)
+	}
+	if !slices.Contains(ok, resp.StatusCode) {
+		return resp.StatusCode, b, readAPIError(resp.StatusCode, b)
+	}
+	return resp.StatusCode, b, nil
+}
+
 // register creates a key pair for beamID and registers it with the
 // directory at base.
 func register(ctx context.Context, hc *http.Client, base, beamID, org string) (*Agent, error) {
@@ -79,22 +116,9 @@ func register(ctx context.Context, hc *http.Client, base, beamID, org string) (*
 	if err != nil {
 		return nil, fmt.Errorf("register %s: %w", beamID, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/agents/register", bytes.NewReader(body))
+	_, b, err := call(ctx, hc, http.MethodPost, base+"/agents/register", body, nil, http.StatusCreated, http.StatusOK)
 	if err != nil {
 		return nil, fmt.Errorf("register %s: %w", beamID, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("register %s: %w", beamID, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	if err != nil {
-		return nil, fmt.Errorf("register %s: read response: %w", beamID, err)
-	}
-	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("register %s: %w", beamID, readAPIError(resp.StatusCode, b))
 	}
 	var v struct {
 		APIKey string `json:"apiKey"`

@@ -1,14 +1,13 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -69,22 +68,9 @@ func (d *httpDriver) Send(ctx context.Context, from, to *Agent) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.env.URL+"/intents/send", bytes.NewReader(frame))
+	_, b, err := call(ctx, d.env.HTTP, http.MethodPost, d.env.URL+"/intents/send", frame, nil, http.StatusOK)
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := d.env.HTTP.Do(req)
-	if err != nil {
-		return fmt.Errorf("send: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	if err != nil {
-		return fmt.Errorf("read result: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return readAPIError(resp.StatusCode, b)
+		return err
 	}
 	return checkResult(b, nonce, to.Public)
 }
@@ -94,108 +80,164 @@ func (d *httpDriver) Close() error { return nil }
 // wsDriver sends over each sender's own WebSocket session and matches the
 // results by nonce.
 type wsDriver struct {
-	env      *Env
-	sessions map[string]*wsSession
-	wg       sync.WaitGroup
-	cancel   context.CancelFunc
+	env *Env
+	senderSessions
 }
 
-// wsSession is one sender's session and its intents awaiting a result.
+// wsSession is one sender's session and its intents awaiting an outcome,
+// matched by nonce. The ws and bus drivers both use it.
 type wsSession struct {
 	conn *websocket.Conn
 	mu   sync.Mutex
 	wait map[string]*wsPending
 }
 
+// wsPending is an intent sent on a session and awaiting its outcome, which
+// the session's reader delivers on done.
 type wsPending struct {
-	recipient ed25519.PublicKey
+	s         *wsSession
+	nonce     string
+	recipient ed25519.PublicKey // signs the result frame
 	done      chan error
 }
 
-func newWSDriver(ctx context.Context, env *Env) (Driver, error) {
+// senderSessions is one WebSocket session per sender of the fleet, each
+// read by its own goroutine until Close. The ws and bus drivers embed it.
+type senderSessions struct {
+	sessions map[string]*wsSession
+	wg       sync.WaitGroup
+	cancel   context.CancelFunc
+}
+
+// open connects every sender of env's fleet and reads each session on its
+// own goroutine, passing every message to handle; when a session's read
+// fails, its pending intents fail with CONNECTION_LOST. When a sender cannot
+// connect, the sessions already open are closed and the error is returned.
+func (ss *senderSessions) open(ctx context.Context, env *Env, handle func(s *wsSession, data []byte)) error {
 	rctx, cancel := context.WithCancel(context.Background())
-	d := &wsDriver{env: env, sessions: make(map[string]*wsSession, len(env.Fleet.Senders)), cancel: cancel}
+	ss.cancel = cancel
+	ss.sessions = make(map[string]*wsSession, len(env.Fleet.Senders))
 	for _, a := range env.Fleet.Senders {
 		conn, err := dial(ctx, env.HTTP, env.URL, a)
 		if err != nil {
-			_ = d.Close()
-			return nil, err
+			_ = ss.Close()
+			return err
 		}
 		s := &wsSession{conn: conn, wait: map[string]*wsPending{}}
-		d.sessions[a.BeamID] = s
-		d.wg.Add(1)
-		go d.read(rctx, s)
+		ss.sessions[a.BeamID] = s
+		ss.wg.Add(1)
+		go func() {
+			defer ss.wg.Done()
+			defer s.failAll(failure("CONNECTION_LOST", "session closed"))
+			for {
+				_, data, err := s.conn.Read(rctx)
+				if err != nil {
+					return
+				}
+				handle(s, data)
+			}
+		}()
+	}
+	return nil
+}
+
+// begin signs an intent from → to and registers it on from's session as
+// awaiting its outcome, before the caller sends frame, so an outcome that
+// comes early is not missed.
+func (ss *senderSessions) begin(env *Env, from, to *Agent) (*wsPending, []byte, error) {
+	s, ok := ss.sessions[from.BeamID]
+	if !ok {
+		return nil, nil, fmt.Errorf("%s has no session", from.BeamID)
+	}
+	nonce, frame, err := signedFrame(env, from, to)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &wsPending{s: s, nonce: nonce, recipient: to.Public, done: make(chan error, 1)}
+	s.mu.Lock()
+	s.wait[nonce] = p
+	s.mu.Unlock()
+	return p, frame, nil
+}
+
+// Close closes every session and waits for their readers.
+func (ss *senderSessions) Close() error {
+	for _, s := range ss.sessions {
+		_ = s.conn.Close(websocket.StatusNormalClosure, "bench done")
+	}
+	ss.cancel()
+	ss.wg.Wait()
+	return nil
+}
+
+func newWSDriver(ctx context.Context, env *Env) (Driver, error) {
+	d := &wsDriver{env: env}
+	if err := d.open(ctx, env, d.dispatch); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
 
 func (d *wsDriver) Send(ctx context.Context, from, to *Agent) error {
-	s, ok := d.sessions[from.BeamID]
-	if !ok {
-		return fmt.Errorf("%s has no session", from.BeamID)
-	}
-	nonce, frame, err := signedFrame(d.env, from, to)
+	p, frame, err := d.begin(d.env, from, to)
 	if err != nil {
 		return err
 	}
-	p := &wsPending{recipient: to.Public, done: make(chan error, 1)}
-	s.mu.Lock()
-	s.wait[nonce] = p
-	s.mu.Unlock()
-	forget := func() {
-		s.mu.Lock()
-		delete(s.wait, nonce)
-		s.mu.Unlock()
-	}
-	if err := writeEnvelope(ctx, s.conn, "intent", frame); err != nil {
-		forget()
+	if err := writeEnvelope(ctx, p.s.conn, "intent", frame); err != nil {
+		p.forget()
 		return fmt.Errorf("write intent: %w", err)
 	}
-	select {
-	case err := <-p.done:
-		return err
-	case <-ctx.Done():
-		forget()
-		return fmt.Errorf("waiting for result: %w", ctx.Err())
+	_, err = p.await(ctx, "result", nil)
+	return err
+}
+
+// dispatch hands a result or error that arrived on s to its sender. The
+// result's signature is checked here, on the session's reader goroutine.
+func (d *wsDriver) dispatch(s *wsSession, data []byte) {
+	var env wsEnvelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return
+	}
+	switch env.Type {
+	case "result":
+		var head struct {
+			Nonce string `json:"nonce"`
+		}
+		if json.Unmarshal(env.Frame, &head) != nil {
+			return
+		}
+		if p := s.take(head.Nonce); p != nil {
+			p.done <- checkResult(env.Frame, head.Nonce, p.recipient)
+		}
+	case "error":
+		code := env.ErrorCode
+		if code == "" {
+			code = "DIRECTORY_ERROR"
+		}
+		if p := s.take(env.Nonce); p != nil {
+			p.done <- failure(code, "%s", env.Message)
+		}
 	}
 }
 
-// read dispatches results and errors of one session to their senders. The
-// result's signature is checked here, on the reader goroutine.
-func (d *wsDriver) read(ctx context.Context, s *wsSession) {
-	defer d.wg.Done()
-	defer s.failAll(failure("CONNECTION_LOST", "session closed"))
-	for {
-		_, data, err := s.conn.Read(ctx)
-		if err != nil {
-			return
-		}
-		var env wsEnvelope
-		if err := json.Unmarshal(data, &env); err != nil {
-			continue
-		}
-		switch env.Type {
-		case "result":
-			var head struct {
-				Nonce string `json:"nonce"`
-			}
-			if json.Unmarshal(env.Frame, &head) != nil {
-				continue
-			}
-			if p := s.take(head.Nonce); p != nil {
-				p.done <- checkResult(env.Frame, head.Nonce, p.recipient)
-			}
-		case "error":
-			code := env.ErrorCode
-			if code == "" {
-				code = "DIRECTORY_ERROR"
-			}
-			if p := s.take(env.Nonce); p != nil {
-				p.done <- failure(code, "%s", env.Message)
-			}
-		}
+// await waits for p's outcome until ctx ends or stop fires (a nil stop
+// never does). done is false only when stop fired first; when ctx ends, p is
+// forgotten and the error says what was awaited.
+func (p *wsPending) await(ctx context.Context, what string, stop <-chan time.Time) (done bool, err error) {
+	select {
+	case err := <-p.done:
+		return true, err
+	case <-ctx.Done():
+		p.forget()
+		return true, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	case <-stop:
+		return false, nil
 	}
 }
+
+// forget removes p from its session; it reports whether p was still
+// awaiting its outcome.
+func (p *wsPending) forget() bool { return p.s.take(p.nonce) != nil }
 
 // take removes and returns the pending intent of nonce, or nil.
 func (s *wsSession) take(nonce string) *wsPending {
@@ -209,6 +251,7 @@ func (s *wsSession) take(nonce string) *wsPending {
 	return p
 }
 
+// failAll ends every pending intent of the session with err.
 func (s *wsSession) failAll(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -216,13 +259,4 @@ func (s *wsSession) failAll(err error) {
 		p.done <- err
 		delete(s.wait, n)
 	}
-}
-
-func (d *wsDriver) Close() error {
-	for _, s := range d.sessions {
-		_ = s.conn.Close(websocket.StatusNormalClosure, "bench done")
-	}
-	d.cancel()
-	d.wg.Wait()
-	return nil
 }
