@@ -694,22 +694,10 @@ func (r *chaosRun) settle(ctx context.Context) bool {
 
 // busStats reads GET /v1/beam/stats with the bus key.
 func (r *chaosRun) busStats(ctx context.Context) (map[string]int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/v1/beam/stats", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+r.busKey)
-	resp, err := r.hc.Do(req)
+	_, b, err := call(ctx, r.hc, http.MethodGet, r.url+"/v1/beam/stats", nil,
+		http.Header{"Authorization": {"Bearer " + r.busKey}}, http.StatusOK)
 	if err != nil {
 		return nil, fmt.Errorf("bus stats: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	if err != nil {
-		return nil, fmt.Errorf("bus stats: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, readAPIError(resp.StatusCode, b)
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
