@@ -586,71 +586,68 @@ type wsMessage struct {
 // JSON object.
 var errInvalidMessage = errors.New("Invalid message format: must be valid JSON")
 
-// decodeWSMessage decodes {type, frame}. A message that is not a JSON
-// object is errInvalidMessage; a type that is not a string decodes as "".
-func decodeWSMessage(data []byte) (wsMessage, error) {
-	var m struct {
-		Type  json.RawMessage `json:"type"`
-		Frame json.RawMessage `json:"frame"`
-		JWS   json.RawMessage `json:"jws"`
-	}
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return wsMessage{}, errInvalidMessage
-	}
-	if err := json.Unmarshal(trimmed, &m); err != nil {
-		return wsMessage{}, errInvalidMessage
-	}
-	var out wsMessage
-	_ = json.Unmarshal(m.Type, &out.Type)
-	_ = json.Unmarshal(m.JWS, &out.JWS)
-	if len(m.Frame) > 0 && string(m.Frame) != "null" {
-		out.Frame = m.Frame
-	}
-	return out, nil
-}
-
-// handleMessage dispatches one client message.
+// handleMessage dispatches one client message. The message is scanned once
+// (see scanWSMessage); a beam/1 intent or result frame is validated by its
+// own decoder, every other frame before dispatch.
 func (d *Directory) handleMessage(s *session, data []byte) {
-	msg, err := decodeWSMessage(data)
+	env, err := scanWSMessage(data)
+	if err == nil && !framedMessage(&env) {
+		err = env.validateFrame()
+	}
 	if err != nil {
-		d.m.rejected.WithLabelValues("INVALID_MESSAGE").Inc()
-		s.sendError("", "", err.Error())
+		d.rejectMessage(s, err)
 		return
 	}
-	switch msg.Type {
+	switch env.Type {
 	case "intent":
-		if msg.JWS != "" {
-			d.handleWSIntentJWS(s, msg.JWS)
+		if env.JWS != "" {
+			d.handleWSIntentJWS(s, env.JWS)
 			return
 		}
-		d.handleWSIntent(s, msg.Frame)
+		d.handleWSIntent(s, &env)
 	case "result":
-		if msg.JWS != "" {
-			d.handleResultJWS(s, msg.JWS)
+		if env.JWS != "" {
+			d.handleResultJWS(s, env.JWS)
 			return
 		}
-		if len(msg.Frame) == 0 {
+		if len(env.Frame) == 0 {
 			s.sendError("", wire.CodeInvalidResult, "Invalid result frame: missing frame")
 			return
 		}
-		d.handleResult(s, msg.Frame)
+		d.handleWSResult(s, &env)
 	default:
 		d.m.rejected.WithLabelValues("UNKNOWN_MESSAGE_TYPE").Inc()
-		s.sendError("", "", "Unknown message type: "+msg.Type)
+		s.sendError("", "", "Unknown message type: "+env.Type)
 	}
+}
+
+// framedMessage reports whether env is a beam/1 intent or result with a
+// frame, the messages whose frame is validated by its decoder.
+func framedMessage(env *wsEnvelope) bool {
+	return (env.Type == "intent" || env.Type == "result") && env.JWS == "" && len(env.Frame) > 0
+}
+
+// rejectMessage answers a message that is not a JSON object.
+func (d *Directory) rejectMessage(s *session, err error) {
+	d.m.rejected.WithLabelValues("INVALID_MESSAGE").Inc()
+	s.sendError("", "", err.Error())
 }
 
 // handleWSIntent relays an intent a session sent; the outcome goes back
 // to the same session.
-func (d *Directory) handleWSIntent(s *session, raw json.RawMessage) {
+func (d *Directory) handleWSIntent(s *session, env *wsEnvelope) {
+	raw := env.Frame
 	if len(raw) == 0 {
 		rerr := relayErr(CodeInvalidIntent, "", "Invalid intent frame: missing frame")
 		d.rejectFrame(rerr, s.beamID, OriginWS)
 		s.sendOutcome("", nil, rerr)
 		return
 	}
-	f, err := wire.DecodeIntentFrame(raw)
+	f, err := decodeEnvelopeFrame(env, wire.DecodeIntentFrame)
+	if errors.Is(err, errInvalidMessage) {
+		d.rejectMessage(s, err)
+		return
+	}
 	if err != nil {
 		nonce := peekNonce(raw)
 		rerr := relayErr(CodeInvalidIntent, nonce, "Invalid intent frame: %s", frameErrMsg(err))
@@ -661,6 +658,20 @@ func (d *Directory) handleWSIntent(s *session, raw json.RawMessage) {
 	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, AllowUnsigned: s.auth == AuthAPIKey}
 	nonce := f.Nonce
 	d.submit(s.ctx, f, opts, func(res []byte, rerr *RelayError) { s.sendOutcome(nonce, res, rerr) })
+}
+
+// handleWSResult takes the beam/1 result frame of a message: decoded once
+// here, or, when it does not decode, answered by handleResult.
+func (d *Directory) handleWSResult(s *session, env *wsEnvelope) {
+	rf, err := decodeEnvelopeFrame(env, wire.DecodeResultFrame)
+	switch {
+	case errors.Is(err, errInvalidMessage):
+		d.rejectMessage(s, err)
+	case err != nil:
+		d.handleResult(s, env.Frame) // reports the frame's error
+	default:
+		d.takeResult(s, rf, "")
+	}
 }
 
 // peekNonce extracts a string nonce from a frame that failed decoding.
