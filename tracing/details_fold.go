@@ -66,14 +66,7 @@ func (p *foldParser) next(c byte) bool {
 // object walks a JSON object, calling field for each key (unescaped keys
 // only).
 func (p *foldParser) object(field func(key string) error) error {
-	if !p.next('{') {
-		return errSlowPath
-	}
-	if p.next('}') {
-		return nil
-	}
-	for {
-		p.ws()
+	return p.list('{', '}', func() error {
 		key, esc, err := p.stringSpan()
 		if err != nil || esc {
 			return errSlowPath
@@ -82,13 +75,28 @@ func (p *foldParser) object(field func(key string) error) error {
 			return errSlowPath
 		}
 		p.ws()
-		if err := field(key); err != nil {
+		return field(key)
+	})
+}
+
+// list walks a JSON object or array delimited by open and closing,
+// calling elem at the start of each member (after whitespace).
+func (p *foldParser) list(open, closing byte, elem func() error) error {
+	if !p.next(open) {
+		return errSlowPath
+	}
+	if p.next(closing) {
+		return nil
+	}
+	for {
+		p.ws()
+		if err := elem(); err != nil {
 			return err
 		}
 		if p.next(',') {
 			continue
 		}
-		if p.next('}') {
+		if p.next(closing) {
 			return nil
 		}
 		return errSlowPath
@@ -397,12 +405,7 @@ func (p *foldParser) value(depth int) error {
 		_, _, err := p.stringSpan()
 		return err
 	case c == '{':
-		p.i++
-		if p.next('}') {
-			return nil
-		}
-		for {
-			p.ws()
+		return p.list('{', '}', func() error {
 			if _, _, err := p.stringSpan(); err != nil {
 				return err
 			}
@@ -410,35 +413,10 @@ func (p *foldParser) value(depth int) error {
 				return errSlowPath
 			}
 			p.ws()
-			if err := p.value(depth + 1); err != nil {
-				return err
-			}
-			if p.next(',') {
-				continue
-			}
-			if p.next('}') {
-				return nil
-			}
-			return errSlowPath
-		}
+			return p.value(depth + 1)
+		})
 	case c == '[':
-		p.i++
-		if p.next(']') {
-			return nil
-		}
-		for {
-			p.ws()
-			if err := p.value(depth + 1); err != nil {
-				return err
-			}
-			if p.next(',') {
-				continue
-			}
-			if p.next(']') {
-				return nil
-			}
-			return errSlowPath
-		}
+		return p.list('[', ']', func() error { return p.value(depth + 1) })
 	case c == 't':
 		return p.literal("true")
 	case c == 'f':
