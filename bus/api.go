@@ -72,9 +72,21 @@ func (b *Bus) writeErr(w http.ResponseWriter, e *apiError) {
 	writeJSON(w, e.status, body)
 }
 
-func (b *Bus) internal(w http.ResponseWriter, what string, err error) {
+// internal logs an unexpected failure of what and returns the 500 the
+// client gets.
+func (b *Bus) internal(what string, err error) *apiError {
 	b.lg.Error("bus: "+what, "err", err)
-	b.writeErr(w, errf(http.StatusInternalServerError, CodeInternal, "%s failed", what))
+	return errf(http.StatusInternalServerError, CodeInternal, "%s failed", what)
+}
+
+// api adapts a handler that returns its error: a non-nil error is written
+// in the Beam error shape.
+func (b *Bus) api(h func(http.ResponseWriter, *http.Request) *apiError) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if aerr := h(w, r); aerr != nil {
+			b.writeErr(w, aerr)
+		}
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -87,15 +99,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // Routes registers the bus API under /v1/beam on mux.
 func (b *Bus) Routes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/beam/send", b.handleSend)
-	mux.HandleFunc("GET /v1/beam/poll", b.handlePoll)
-	mux.HandleFunc("POST /v1/beam/ack", b.handleAck)
-	mux.HandleFunc("POST /v1/beam/lease", b.handleLease)
-	mux.HandleFunc("GET /v1/beam/messages/{id}", b.handleMessage)
-	mux.HandleFunc("GET /v1/beam/history", b.handleHistory)
-	mux.HandleFunc("GET /v1/beam/stats", b.handleStats)
-	mux.HandleFunc("GET /v1/beam/dead-letter", b.handleDeadLetters)
-	mux.HandleFunc("POST /v1/beam/dead-letter/{id}/requeue", b.handleRequeue)
+	mux.HandleFunc("POST /v1/beam/send", b.api(b.handleSend))
+	mux.HandleFunc("GET /v1/beam/poll", b.api(b.handlePoll))
+	mux.HandleFunc("POST /v1/beam/ack", b.api(b.handleAck))
+	mux.HandleFunc("POST /v1/beam/lease", b.api(b.handleLease))
+	mux.HandleFunc("GET /v1/beam/messages/{id}", b.api(b.handleMessage))
+	mux.HandleFunc("GET /v1/beam/history", b.api(b.handleHistory))
+	mux.HandleFunc("GET /v1/beam/stats", b.api(b.handleStats))
+	mux.HandleFunc("GET /v1/beam/dead-letter", b.api(b.handleDeadLetters))
+	mux.HandleFunc("POST /v1/beam/dead-letter/{id}/requeue", b.api(b.handleRequeue))
 }
 
 // principal is who a request acts as.
@@ -201,23 +213,21 @@ type sendRequest struct {
 	auth             string            // directory.BusAuth*
 }
 
-func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *apiError {
 	raw, aerr := b.readBody(w, r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	req, aerr := b.parseSend(r, raw)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	status, body, aerr := b.accept(r.Context(), req)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	writeJSON(w, status, body)
+	return nil
 }
 
 // parseSend authenticates and validates a send body: {from|sender, to,
@@ -539,14 +549,14 @@ func messageViews(rows []tracing.MessageRow, withLease bool) []messageView {
 // writeMessages answers a list request with {"messages", "count"}: the
 // beam_messages rows matching every condition of where, in order, at most
 // limit. what names the list when the query fails.
-func (b *Bus) writeMessages(w http.ResponseWriter, r *http.Request, what string, where []string, args []any, order string, limit int) {
+func (b *Bus) writeMessages(w http.ResponseWriter, r *http.Request, what string, where []string, args []any, order string, limit int) *apiError {
 	rows, err := b.queryMessages(r.Context(), strings.Join(where, " AND "), args, order, limit)
 	if err != nil {
-		b.internal(w, what, err)
-		return
+		return b.internal(what, err)
 	}
 	msgs := messageViews(rows, false)
 	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
+	return nil
 }
 
 // messageColumns are the beam_messages columns MessageRow reads.
@@ -619,24 +629,20 @@ func truncate(s string) string {
 	return s
 }
 
-func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *apiError {
 	agent := strings.TrimSpace(r.URL.Query().Get("agent"))
 	if agent == "" {
-		b.writeErr(w, errf(http.StatusBadRequest, CodeMissingAgent, "the agent query parameter is required"))
-		return
+		return errf(http.StatusBadRequest, CodeMissingAgent, "the agent query parameter is required")
 	}
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	if !p.canActAs(agent) {
-		b.writeErr(w, errf(http.StatusForbidden, CodeForbidden, "%s may not poll the inbox of %s", p.agent, truncate(agent)))
-		return
+		return errf(http.StatusForbidden, CodeForbidden, "%s may not poll the inbox of %s", p.agent, truncate(agent))
 	}
 	if _, ok := b.reg.Get(agent); !ok {
-		b.writeErr(w, errf(http.StatusNotFound, CodeUnknownAgent, "agent %s is not registered here", truncate(agent)))
-		return
+		return errf(http.StatusNotFound, CodeUnknownAgent, "agent %s is not registered here", truncate(agent))
 	}
 	limit := intParam(r, "limit", defaultPollLimit, maxPollLimit)
 	q := r.URL.Query()
@@ -644,14 +650,12 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) {
 		lease := b.cfg.DefaultLease
 		if s := q.Get("lease"); s != "" {
 			if lease, aerr = b.leaseDuration(strconv.ParseFloat(s, 64)); aerr != nil {
-				b.writeErr(w, aerr)
-				return
+				return aerr
 			}
 		}
 		rows, err := b.claimLeases(r.Context(), agent, limit, lease)
 		if err != nil && len(rows) == 0 {
-			b.internal(w, "poll claim", err)
-			return
+			return b.internal("poll claim", err)
 		}
 		msgs := messageViews(rows, true)
 		body := map[string]any{"messages": msgs, "count": len(msgs)}
@@ -660,23 +664,21 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) {
 			body["lease_expires_at"] = rows[0].LeaseExpiresAt
 		}
 		writeJSON(w, http.StatusOK, body)
-		return
+		return nil
 	}
 	status, aerr := statusParam(r, string(tracing.Delivered))
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	since, aerr := floatParam(r, "since")
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	where, args := []string{`recipient = ?`, `status = ?`}, []any{agent, status}
 	if since != nil {
 		where, args = append(where, `created_at > ?`), append(args, *since)
 	}
-	b.writeMessages(w, r, "poll", where, args, `created_at ASC`, limit)
+	return b.writeMessages(w, r, "poll", where, args, `created_at ASC`, limit)
 }
 
 // lookup finds a message by message_id or nonce from a JSON body.
@@ -708,48 +710,42 @@ func (b *Bus) lookup(ctx context.Context, raw map[string]json.RawMessage) (strin
 	return nonce, nil
 }
 
-func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) *apiError {
 	raw, p, aerr := b.authedBody(w, r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	status, aerr := str(raw, "status")
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	if status == "" {
 		status = string(tracing.Acked)
 	}
 	if status != string(tracing.Acked) && status != string(tracing.Failed) {
-		b.writeErr(w, errf(http.StatusBadRequest, CodeInvalidStatus, "status must be acked or failed"))
-		return
+		return errf(http.StatusBadRequest, CodeInvalidStatus, "status must be acked or failed")
 	}
 	var response json.RawMessage
 	if rv, ok := raw["response"]; ok && string(rv) != "null" {
 		if objectOrNil(rv) == nil {
-			b.writeErr(w, errf(http.StatusBadRequest, CodeInvalidPayload, "response must be a JSON object"))
-			return
+			return errf(http.StatusBadRequest, CodeInvalidPayload, "response must be a JSON object")
 		}
 		response = rv
 	}
 	leaseID, aerr := str(raw, "lease_id")
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	nonce, aerr := b.lookup(r.Context(), raw)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	row, aerr := b.ack(r.Context(), p, nonce, tracing.State(status), response, leaseID)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "nonce": row.Nonce, "status": row.Status, "updated_at": row.UpdatedAt})
+	return nil
 }
 
 // ack records a consumer's completion: delivered → acked|failed, or for a
@@ -853,42 +849,37 @@ func ackedBy(p principal) string {
 	return p.via
 }
 
-func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) *apiError {
 	raw, p, aerr := b.authedBody(w, r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	leaseID, aerr := str(raw, "lease_id")
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	if leaseID == "" {
-		b.writeErr(w, errf(http.StatusBadRequest, CodeMissingFields, "lease_id is required"))
-		return
+		return errf(http.StatusBadRequest, CodeMissingFields, "lease_id is required")
 	}
 	lease := b.cfg.DefaultLease
 	if lv, ok := raw["lease"]; ok {
 		var v float64
 		err := json.Unmarshal(lv, &v)
 		if lease, aerr = b.leaseDuration(v, err); aerr != nil {
-			b.writeErr(w, aerr)
-			return
+			return aerr
 		}
 	}
 	nonce, aerr := b.lookup(r.Context(), raw)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	row, aerr := b.renew(r.Context(), p, nonce, leaseID, lease)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "nonce": row.Nonce, "lease_id": row.LeaseOwner,
 		"lease_expires_at": row.LeaseExpiresAt})
+	return nil
 }
 
 // renew extends a live poll lease held by leaseID to now + lease.
@@ -920,35 +911,31 @@ func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lea
 	return row, nil
 }
 
-func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) *apiError {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	id := r.PathValue("id")
 	nonce, ok, err := b.nonceOfID(r.Context(), id)
 	if err != nil {
-		b.internal(w, "message", err)
-		return
+		return b.internal("message", err)
 	}
 	if !ok {
 		nonce = id
 	}
 	row, ok, err := b.message(r.Context(), nonce)
 	if err != nil {
-		b.internal(w, "message", err)
-		return
+		return b.internal("message", err)
 	}
 	if !ok {
-		b.writeErr(w, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id)))
-		return
+		return errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
 	}
 	if !p.canActAs(row.Sender) && !p.canActAs(row.Recipient) {
-		b.writeErr(w, errf(http.StatusForbidden, CodeForbidden, "message %s is neither from nor to %s", row.ID, p.agent))
-		return
+		return errf(http.StatusForbidden, CodeForbidden, "message %s is neither from nor to %s", row.ID, p.agent)
 	}
 	writeJSON(w, http.StatusOK, view(row, p.canActAs(row.Recipient)))
+	return nil
 }
 
 // scope restricts an agent principal to its own messages.
@@ -972,21 +959,18 @@ func filters(r *http.Request, where []string, args []any, keys ...string) ([]str
 	return where, args, nil
 }
 
-func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) *apiError {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	where, args, aerr := filters(r, nil, nil, "sender", "recipient", "intent")
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	status, aerr := statusParam(r, "")
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	if status != "" {
 		where, args = append(where, `status = ?`), append(args, status)
@@ -994,30 +978,27 @@ func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) {
 	for _, f := range []struct{ key, op string }{{"since", ">="}, {"until", "<="}} {
 		v, aerr := floatParam(r, f.key)
 		if aerr != nil {
-			b.writeErr(w, aerr)
-			return
+			return aerr
 		}
 		if v != nil {
 			where, args = append(where, `created_at `+f.op+` ?`), append(args, *v)
 		}
 	}
 	where, args = scope(p, where, args)
-	b.writeMessages(w, r, "history", where, args, `created_at DESC`, intParam(r, "limit", defaultHistoryLimit, maxListLimit))
+	return b.writeMessages(w, r, "history", where, args, `created_at DESC`, intParam(r, "limit", defaultHistoryLimit, maxListLimit))
 }
 
-func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *apiError {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	where, args, aerr := filters(r, []string{`status = 'dead_letter'`}, nil, "sender", "recipient", "intent")
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	where, args = scope(p, where, args)
-	b.writeMessages(w, r, "dead letters", where, args, `failed_at DESC, created_at DESC`,
+	return b.writeMessages(w, r, "dead letters", where, args, `failed_at DESC, created_at DESC`,
 		intParam(r, "limit", defaultDeadLimit, maxListLimit))
 }
 
@@ -1057,17 +1038,15 @@ func (b *Bus) groupCounts(ctx context.Context, q string, args ...any) (map[strin
 	return out, rows.Err()
 }
 
-func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	ctx := r.Context()
 	counts, err := b.countByState(ctx, p.agent, nil)
 	if err != nil {
-		b.internal(w, "stats", err)
-		return
+		return b.internal("stats", err)
 	}
 	body := map[string]any{}
 	var total int64
@@ -1086,8 +1065,7 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) {
 		perAgent, err := b.groupCounts(ctx, `SELECT `+side.col+`, COUNT(*) FROM beam_messages`+cond+
 			` GROUP BY `+side.col+` ORDER BY COUNT(*) DESC LIMIT 1000`, args...)
 		if err != nil {
-			b.internal(w, "stats", err)
-			return
+			return b.internal("stats", err)
 		}
 		for id, n := range perAgent {
 			if byAgent[id] == nil {
@@ -1102,49 +1080,43 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) {
 	dayArgs := append([]any{secs(b.clock().Add(-24 * time.Hour))}, args...)
 	if err := b.log.ReadDB().QueryRowContext(ctx, `SELECT COUNT(*) FROM beam_messages WHERE `+strings.Join(dayWhere, " AND "),
 		dayArgs...).Scan(&last); err != nil {
-		b.internal(w, "stats", err)
-		return
+		return b.internal("stats", err)
 	}
 	body["last_24h"] = last
 	writeJSON(w, http.StatusOK, body)
+	return nil
 }
 
-func (b *Bus) handleRequeue(w http.ResponseWriter, r *http.Request) {
+func (b *Bus) handleRequeue(w http.ResponseWriter, r *http.Request) *apiError {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
-		b.writeErr(w, aerr)
-		return
+		return aerr
 	}
 	if !p.trusted {
-		b.writeErr(w, errf(http.StatusForbidden, CodeForbidden, "requeue needs the bus key or the operator token"))
-		return
+		return errf(http.StatusForbidden, CodeForbidden, "requeue needs the bus key or the operator token")
 	}
 	id := r.PathValue("id")
 	err := b.Requeue(r.Context(), id)
 	var se *StateError
 	switch {
 	case errors.Is(err, ErrNotFound):
-		b.writeErr(w, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id)))
-		return
+		return errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
 	case errors.As(err, &se):
-		b.writeErr(w, errf(http.StatusConflict, CodeInvalidState, "message %s is %s; only dead_letter or failed messages can be requeued", id, se.Status))
-		return
+		return errf(http.StatusConflict, CodeInvalidState, "message %s is %s; only dead_letter or failed messages can be requeued", id, se.Status)
 	case err != nil:
-		b.internal(w, "requeue", err)
-		return
+		return b.internal("requeue", err)
 	}
 	nonce, _, err := b.nonceOfID(r.Context(), id)
 	if err != nil {
-		b.internal(w, "requeue", err)
-		return
+		return b.internal("requeue", err)
 	}
 	b.waitSettled(r.Context(), nonce)
 	row, ok, err := b.message(r.Context(), nonce)
 	if err != nil || !ok {
-		b.internal(w, "requeue", fmt.Errorf("read back %s: %v", id, err))
-		return
+		return b.internal("requeue", fmt.Errorf("read back %s: %v", id, err))
 	}
 	body := b.sendResponse(r.Context(), row, false)
 	body["requeued"] = true
 	writeJSON(w, http.StatusOK, body)
+	return nil
 }

@@ -529,7 +529,7 @@ func FuzzSendBody(f *testing.F) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/beam/send", bytes.NewReader(body))
 		req.Header.Set("X-Api-Key", alice.apiKey)
 		rec := httptest.NewRecorder()
-		tb.bus.handleSend(rec, req)
+		tb.bus.api(tb.bus.handleSend)(rec, req)
 		require.NotEqual(t, http.StatusInternalServerError, rec.Code, rec.Body.String())
 		if rec.Code >= 400 {
 			var e map[string]any
