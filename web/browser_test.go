@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -162,4 +164,34 @@ func TestBrowserDashboard(t *testing.T) {
 	browsertest.WaitJS(t, ctx, 10*time.Second, `document.querySelectorAll("#intent-rows tr[data-nonce]").length >= 5`)
 	shots.Shot(ctx, "17-intents-1024")
 	t.Logf("screenshots in %s", shots.Dir())
+}
+
+// With no theme saved, the dashboard follows the system's colour scheme,
+// and follows it when it changes: data-theme always holds the resolved
+// theme, which is all the stylesheet keys its palette on.
+func TestBrowserThemeFollowsSystem(t *testing.T) {
+	b := setup(t)
+	ctx := browsertest.Start(t)
+	scheme := func(value string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+			_, err := cdp.Call(ctx, target, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: value}}})
+			return err
+		})
+	}
+	bg := `getComputedStyle(document.documentElement).getPropertyValue("--bg").trim()`
+	browsertest.Run(t, ctx, 20*time.Second, scheme("dark"),
+		chromedp.Navigate(b.url("/dashboard/login")), chromedp.WaitVisible(chromedp.ID("token")))
+	require.Nil(t, browsertest.Eval[any](t, ctx, `localStorage.getItem("beam-theme")`))
+	require.Equal(t, "dark", browsertest.Eval[string](t, ctx, `document.documentElement.dataset.theme`))
+	require.Equal(t, "#0d1017", browsertest.Eval[string](t, ctx, bg))
+
+	browsertest.Run(t, ctx, 10*time.Second, scheme("light"))
+	browsertest.WaitJS(t, ctx, 10*time.Second, `document.documentElement.dataset.theme === "light"`)
+	require.NotEqual(t, "#0d1017", browsertest.Eval[string](t, ctx, bg))
+
+	// A saved choice wins over the system.
+	browsertest.Run(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`[data-theme-toggle]`)))
+	browsertest.WaitJS(t, ctx, 10*time.Second, `document.documentElement.dataset.theme === "dark"`)
+	require.Equal(t, "dark", browsertest.Eval[string](t, ctx, `localStorage.getItem("beam-theme")`))
 }

@@ -13,14 +13,16 @@
     return window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
   }
   function apply() {
-    var t = saved();
-    if (t === "light" || t === "dark") root.setAttribute("data-theme", t);
-    else root.removeAttribute("data-theme");
-    var label = effective() === "dark" ? "Switch to light theme" : "Switch to dark theme";
+    // The stylesheet keys its palette on data-theme alone, so the
+    // attribute always holds the resolved theme (the system's when none
+    // is saved).
+    var t = effective();
+    root.setAttribute("data-theme", t);
+    var label = t === "dark" ? "Switch to light theme" : "Switch to dark theme";
     document.querySelectorAll("[data-theme-toggle]").forEach(function (b) {
       b.setAttribute("aria-label", label);
       b.setAttribute("title", label);
-      b.setAttribute("data-current", effective());
+      b.setAttribute("data-current", t);
     });
     document.dispatchEvent(new CustomEvent("beam-theme"));
   }
