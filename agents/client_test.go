@@ -64,9 +64,7 @@ func startDirectory(t *testing.T, cfg server.Config) *testBundle {
 	resp, err := http.Post(url+"/agents/register", "application/json", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		t.Skip("internal/server does not mount the directory yet (POST /agents/register → 404)")
-	}
+	require.NotEqual(t, http.StatusNotFound, resp.StatusCode, "the server must mount the directory's registration route")
 	return &testBundle{url: url, restart: d.restart}
 }
 

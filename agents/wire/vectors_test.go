@@ -151,7 +151,7 @@ func referenceFixtures(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join("..", "..", "..", "shared", "reference", "beam-fixtures")
 	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("reference fixtures not available at %s (they live outside the repository): %v", dir, err)
+		t.Fatalf("reference fixtures not available at %s (../shared must sit beside the repository): %v", dir, err)
 	}
 	return dir
 }

@@ -45,8 +45,6 @@ func TestBenchBusMode(t *testing.T) {
 // A small federation run: two federated processes, senders on one,
 // recipients on the other; every intent crosses and is answered.
 func TestBenchFederationMode(t *testing.T) {
-	requirePeerCommand(t)
-	requireFederationFlags(t)
 	t.Parallel()
 	sum := benchJSON(t, "--mode", "federation", "--count", "40", "--concurrency", "4", "--senders", "2", "--recipients", "2")
 	require.Equal(t, "federation", sum["mode"])

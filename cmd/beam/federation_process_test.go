@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,25 +24,6 @@ import (
 	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/tracing"
 )
-
-// requireFederationFlags skips when this build's beam serve has no
-// federation flags yet.
-func requireFederationFlags(t *testing.T) {
-	t.Helper()
-	out, _ := exec.Command(beamtest.Binary(t), "serve", "--help").CombinedOutput()
-	if !strings.Contains(string(out), "-nats-listen") || !strings.Contains(string(out), "-peer") {
-		t.Skip("beam serve has no --domain/--nats-listen/--peer flags in this build")
-	}
-}
-
-// requirePeerCommand skips when `beam peer` is not in the command table yet.
-func requirePeerCommand(t *testing.T) {
-	t.Helper()
-	out, _ := exec.Command(beamtest.Binary(t), "peer", "--help").CombinedOutput()
-	if strings.Contains(string(out), "unknown command") {
-		t.Skip("beam peer is not in the command table of this build")
-	}
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -69,7 +49,6 @@ func showSelf(t *testing.T, dataDir, domain, natsAddr string) string {
 }
 
 func TestPeerShowSelf(t *testing.T) {
-	requirePeerCommand(t)
 	t.Parallel()
 	dir := t.TempDir()
 	showSelf(t, dir, "acme.beam.directory", "127.0.0.1:4222")
@@ -81,8 +60,6 @@ func TestPeerShowSelf(t *testing.T) {
 // are sent, the target comes back, and every intent is acked at the origin
 // and delivered once to the agent.
 func TestFederationProcessesPeerDown(t *testing.T) {
-	requirePeerCommand(t)
-	requireFederationFlags(t)
 	t.Parallel()
 	alphaDir, betaDir := t.TempDir(), t.TempDir()
 	alphaNATS, betaNATS := freeAddr(t), freeAddr(t)
@@ -264,8 +241,6 @@ func outboxCounts(t *testing.T, dataDir string) map[federation.OutboxState]int64
 // reply is pending) and rows still pending; after the restart nothing is
 // lost and nothing reaches the agent twice.
 func TestFederationDurableProcesses(t *testing.T) {
-	requirePeerCommand(t)
-	requireFederationFlags(t)
 	t.Parallel()
 	n := *fedDurableCount
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -289,9 +264,6 @@ func TestFederationDurableProcesses(t *testing.T) {
 	// An API-key send to a peer's agent cannot be forwarded: refused.
 	status, body := busCall(t, ctx, http.MethodPost, alpha.URL()+"/v1/beam/send", aID.APIKey,
 		`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run"}`)
-	if status == http.StatusNotFound && strings.Contains(body, "UNKNOWN_AGENT") {
-		t.Skip("this build's bus is not wired to federation (internal/server: bus.SetRemote)")
-	}
 	require.Equal(t, http.StatusBadRequest, status, body)
 	require.Contains(t, body, bus.CodeSignedFrameRequired)
 
@@ -371,8 +343,6 @@ func TestFederationDurableProcesses(t *testing.T) {
 // (--nats-url) configured only with the entries `beam peer nats-user`
 // prints.
 func TestFederationSharedNATSProcesses(t *testing.T) {
-	requirePeerCommand(t)
-	requireFederationFlags(t)
 	t.Parallel()
 	alphaDir, betaDir := t.TempDir(), t.TempDir()
 	natsAddr := freeAddr(t)
