@@ -20,9 +20,11 @@ run:
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-## lint: go vet and gofmt
+## lint: go vet, gofmt, staticcheck (pinned in go.mod as a tool) and a tidy go.mod
 lint:
 	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+	$(GO) mod tidy -diff
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 

@@ -198,6 +198,7 @@ func (c *Catalog) Validate(intent string, payload json.RawMessage) error {
 	}
 	in, ok := c.intents[intent]
 	if !ok {
+		//lint:ignore ST1005 the reference's wording, which clients match
 		return fmt.Errorf("Unknown intent type: %s", intent)
 	}
 	if len(in.Payload) == 0 {
@@ -208,6 +209,7 @@ func (c *Catalog) Validate(intent string, payload json.RawMessage) error {
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &fields); err != nil || fields == nil {
+		//lint:ignore ST1005 the reference's wording, which clients match
 		return fmt.Errorf("Invalid payload for intent %s: payload must be a JSON object", intent)
 	}
 	names := make([]string, 0, len(in.Payload))
@@ -217,6 +219,7 @@ func (c *Catalog) Validate(intent string, payload json.RawMessage) error {
 	sort.Strings(names)
 	for _, name := range names {
 		if err := in.Payload[name].validate(fields[name]); err != nil {
+			//lint:ignore ST1005 the reference's wording, which clients match
 			return fmt.Errorf("Invalid payload for intent %s: field %q %v", intent, name, err)
 		}
 	}

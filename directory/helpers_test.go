@@ -50,7 +50,6 @@ type setupOpts struct {
 	path     string
 	clock    *testclock.Clock
 	policy   registry.Policy
-	noStart  bool
 }
 
 func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {

@@ -584,6 +584,8 @@ type wsMessage struct {
 
 // errInvalidMessage is the reference's answer to a message that is not a
 // JSON object.
+//
+//lint:ignore ST1005 the reference's wording, which clients match
 var errInvalidMessage = errors.New("Invalid message format: must be valid JSON")
 
 // handleMessage dispatches one client message. The message is scanned once

@@ -47,7 +47,6 @@ type fedDir struct {
 	srv      *httptest.Server
 	prom     *prometheus.Registry
 	stopped  bool
-	peerLine []Peer
 }
 
 func startDir(t *testing.T, domain, path, natsListen string, mod func(*Config), dmods ...func(*directory.Config)) *fedDir {

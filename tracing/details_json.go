@@ -129,10 +129,9 @@ func normRaw(name string, r json.RawMessage) (json.RawMessage, error) {
 }
 
 type objWriter struct {
-	b     []byte
-	n     int
-	err   error
-	extra bool
+	b   []byte
+	n   int
+	err error
 	// trusted skips the validation of raw values (see appendJSON).
 	trusted bool
 }

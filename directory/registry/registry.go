@@ -443,16 +443,6 @@ func (r *Registry) setAgent(beamID string, a *Agent) {
 	storeMax(&e.persisted, micros(a.LastSeen))
 }
 
-// activeKey returns the history entry of the current key.
-func (a *Agent) activeKey() Key {
-	for i := len(a.Keys) - 1; i >= 0; i-- {
-		if a.Keys[i].PublicKey == a.PublicKeyB64 {
-			return a.Keys[i]
-		}
-	}
-	return Key{PublicKey: a.PublicKeyB64, CreatedAt: a.CreatedAt}
-}
-
 // did returns the agent's DID, or "" when its Beam ID does not parse.
 func (a *Agent) did() string {
 	id, err := wire.ParseBeamID(a.BeamID)

@@ -249,10 +249,9 @@ type Fleet struct {
 	// Senders send the intents; Recipients answer them.
 	Senders, Recipients []*Agent
 
-	base  string
-	hc    *http.Client
-	keys  map[string]ed25519.PublicKey
-	stats *Recorder // recipient-side failures (bad signatures…)
+	base string
+	hc   *http.Client
+	keys map[string]ed25519.PublicKey
 
 	mu    sync.Mutex
 	conns []*websocket.Conn
