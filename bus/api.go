@@ -20,6 +20,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -89,13 +90,7 @@ func (b *Bus) api(h func(http.ResponseWriter, *http.Request) *apiError) http.Han
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // Routes registers the bus API under /v1/beam on mux.
 func (b *Bus) Routes(mux *http.ServeMux) {
@@ -120,10 +115,8 @@ type principal struct {
 func (p principal) canActAs(beamID string) bool { return p.trusted || p.agent == beamID }
 
 func bearer(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		return strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
-	}
-	return ""
+	tok, _ := httpjson.Bearer(r)
+	return tok
 }
 
 // authenticate resolves the request's credentials: the operator token, the

@@ -2,7 +2,6 @@ package directory
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -305,7 +305,7 @@ func (d *Directory) handleStats(w http.ResponseWriter, r *http.Request) {
 	total, err := d.intentsProcessed(r.Context())
 	if err != nil {
 		d.lg.Warn("stats", "err", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "stats unavailable", "errorCode": "INTERNAL_ERROR"})
+		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "stats unavailable")
 		return
 	}
 	now := d.clock()
@@ -335,14 +335,14 @@ func (d *Directory) handleAgentStats(w http.ResponseWriter, r *http.Request) {
 	processed, err := d.intentsProcessed(r.Context())
 	if err != nil {
 		d.lg.Warn("agent stats", "err", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "stats unavailable", "errorCode": "INTERNAL_ERROR"})
+		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "stats unavailable")
 		return
 	}
 	var avg float64
 	if err := d.log.ReadDB().QueryRowContext(r.Context(),
 		`SELECT COALESCE(AVG(round_trip_latency_ms), 0) FROM intent_log WHERE status = 'acked'`).Scan(&avg); err != nil {
 		d.lg.Warn("agent stats", "err", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "stats unavailable", "errorCode": "INTERNAL_ERROR"})
+		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "stats unavailable")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -365,14 +365,8 @@ func (d *Directory) intentsProcessed(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 func writeRaw(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	httpjson.WriteRaw(w, status, "application/json", b)
 }

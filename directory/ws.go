@@ -19,6 +19,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // Authentication methods reported in the connected message.
@@ -289,13 +290,8 @@ func apiKeyOf(r *http.Request) string {
 	if k := r.URL.Query().Get("apiKey"); k != "" {
 		return k
 	}
-	if k := r.Header.Get("X-Api-Key"); k != "" {
-		return k
-	}
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer bk_") {
-		return strings.TrimPrefix(h, "Bearer ")
-	}
-	return ""
+	k, _ := httpjson.APIKey(r)
+	return k
 }
 
 func closeReason(s string) string {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // Routes registers the operator API (every route requires
@@ -37,14 +39,10 @@ func (n *Node) operator(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 func writeErr(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg, "errorCode": code})
+	httpjson.Error(w, status, code, msg)
 }
 
 // PeerView is a peer as the operator API shows it.

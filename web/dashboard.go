@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -247,12 +247,12 @@ func (d *Dashboard) guard(kind routeKind, admin bool, h handlerFunc) http.Handle
 // on /observability, from a bearer token.
 func (d *Dashboard) authenticate(r *http.Request) (principal, bool) {
 	if strings.HasPrefix(r.URL.Path, "/observability/") {
-		if h := r.Header.Get("Authorization"); h != "" {
-			tok, ok := strings.CutPrefix(h, "Bearer ")
+		if r.Header.Get("Authorization") != "" {
+			tok, ok := httpjson.Bearer(r)
 			if !ok {
 				return principal{}, false
 			}
-			role, ok := d.roleOf(strings.TrimSpace(tok))
+			role, ok := d.roleOf(tok)
 			return principal{role: role}, ok
 		}
 	}
@@ -356,15 +356,11 @@ func (d *Dashboard) handleAsset(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeJSON writes v as JSON with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // writeError writes the Beam error shape {"error", "errorCode"}.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg, "errorCode": code})
+	httpjson.Error(w, status, code, msg)
 }
 
 // internalError logs err and writes a 500 without leaking details.

@@ -2,36 +2,21 @@ package registry
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // timestampWindow is the accepted clock skew of signed requests.
 const timestampWindow = 5 * time.Minute
 
 // bearer returns the token of an "Authorization: Bearer" header.
-func bearer(req *http.Request) (string, bool) {
-	h := req.Header.Get("Authorization")
-	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") {
-		return "", false
-	}
-	tok := strings.TrimSpace(h[7:])
-	return tok, tok != ""
-}
+func bearer(req *http.Request) (string, bool) { return httpjson.Bearer(req) }
 
 // apiKeyFrom returns an agent API key carried by req (x-api-key, or a
 // bearer token that starts with bk_).
-func apiKeyFrom(req *http.Request) (string, bool) {
-	if k := strings.TrimSpace(req.Header.Get("x-api-key")); k != "" {
-		return k, true
-	}
-	if tok, ok := bearer(req); ok && strings.HasPrefix(tok, apiKeyPrefix) {
-		return tok, true
-	}
-	return "", false
-}
+func apiKeyFrom(req *http.Request) (string, bool) { return httpjson.APIKey(req) }
 
 // operatorRole returns the operator role of req, if any.
 func (r *Registry) operatorRole(req *http.Request) (string, bool) {

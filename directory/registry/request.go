@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // MaxBodyBytes bounds every request body the registry reads.
@@ -36,33 +37,18 @@ func errf(status int, code, format string, args ...any) *apiError {
 var errNonceReused = errf(http.StatusConflict, "NONCE_REUSED", "nonce was already used")
 
 // writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	writeJSONType(w, status, "application/json", v)
-}
-
-func writeJSONType(w http.ResponseWriter, status int, contentType string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"error":"internal error","errorCode":"INTERNAL_ERROR"}`)
-		contentType = "application/json"
-	}
-	w.Header().Set("Content-Type", contentType)
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // writeErr writes err in the Beam error shape. Anything that is not an
 // apiError is a server fault: logged, and reported as 500 INTERNAL_ERROR.
 func (r *Registry) writeErr(w http.ResponseWriter, req *http.Request, err error) {
 	var ae *apiError
 	if errors.As(err, &ae) {
-		writeJSON(w, ae.status, map[string]string{"error": ae.msg, "errorCode": ae.code})
+		httpjson.Error(w, ae.status, ae.code, ae.msg)
 		return
 	}
 	r.lg.Error("registry request failed", "method", req.Method, "path", req.URL.Path, "err", err)
-	writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error", "errorCode": "INTERNAL_ERROR"})
+	httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "internal error")
 }
 
 // fields is a decoded JSON object body. Unknown keys are ignored.

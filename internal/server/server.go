@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +26,7 @@ import (
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/buildinfo"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 	"github.com/beamdir/beam/web"
 )
@@ -206,11 +206,9 @@ func (s *Server) ViewerToken() (token string, generated bool) {
 // IsOperator reports whether r carries the operator token, as
 // "Authorization: Bearer <token>" or "X-Admin-Token: <token>".
 func (s *Server) IsOperator(r *http.Request) bool {
-	got := r.Header.Get("X-Admin-Token")
+	got := strings.TrimSpace(r.Header.Get("X-Admin-Token"))
 	if got == "" {
-		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-			got = strings.TrimPrefix(h, "Bearer ")
-		}
+		got, _ = httpjson.Bearer(r)
 	}
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.adminToken)) == 1
 }
@@ -295,11 +293,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, resp)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // loadToken returns the configured token, or the one stored in the data
 // directory under name, generating and storing a new one (with prefix) on
@@ -439,7 +433,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 			http.Redirect(w, r, "/dashboard/", http.StatusFound)
 			return
 		}
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found", "errorCode": "NOT_FOUND"})
+		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "not found")
 	})
 	s.agents, s.dir, s.bus = agents, dir, b
 	return nil
@@ -480,7 +474,7 @@ func (s *Server) mountPprof() {
 	guard := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if !s.IsOperator(r) {
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "operator token required", "errorCode": "UNAUTHORIZED"})
+				httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
 				return
 			}
 			h(w, r)

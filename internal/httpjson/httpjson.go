@@ -1,0 +1,78 @@
+package httpjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// Write encodes v as the JSON body of a response with status. HTML characters
+// are not escaped (the body is JSON, never markup) and the response is marked
+// uncacheable. A value that cannot be encoded is a server fault: the client
+// gets 500 INTERNAL_ERROR instead of a truncated body.
+func Write(w http.ResponseWriter, status int, v any) {
+	WriteType(w, status, "application/json", v)
+}
+
+// WriteType is Write with another JSON media type (e.g. application/did+json).
+func WriteType(w http.ResponseWriter, status int, contentType string, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status, contentType = http.StatusInternalServerError, "application/json"
+		buf.Reset()
+		buf.WriteString(`{"error":"internal error","errorCode":"INTERNAL_ERROR"}` + "\n")
+	}
+	WriteRaw(w, status, contentType, buf.Bytes())
+}
+
+// WriteRaw writes body, which must already be JSON, with status.
+func WriteRaw(w http.ResponseWriter, status int, contentType string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// ErrorBody is the Beam error shape.
+type ErrorBody struct {
+	Error     string `json:"error"`
+	ErrorCode string `json:"errorCode"`
+}
+
+// Error writes the Beam error shape {"error": msg, "errorCode": code}.
+func Error(w http.ResponseWriter, status int, code, msg string) {
+	Write(w, status, ErrorBody{Error: msg, ErrorCode: code})
+}
+
+// Bearer returns the token of an "Authorization: Bearer <token>" header. The
+// scheme is matched case-insensitively (RFC 9110) and surrounding spaces are
+// trimmed; ok is false when there is no non-empty bearer token.
+func Bearer(r *http.Request) (token string, ok bool) {
+	h := r.Header.Get("Authorization")
+	const scheme = "bearer "
+	if len(h) < len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
+		return "", false
+	}
+	token = strings.TrimSpace(h[len(scheme):])
+	return token, token != ""
+}
+
+// APIKeyPrefix starts every agent API key.
+const APIKeyPrefix = "bk_"
+
+// APIKey returns an agent API key carried by r: the x-api-key header, or a
+// bearer token that starts with APIKeyPrefix.
+func APIKey(r *http.Request) (key string, ok bool) {
+	if k := strings.TrimSpace(r.Header.Get("X-Api-Key")); k != "" {
+		return k, true
+	}
+	if tok, ok := Bearer(r); ok && strings.HasPrefix(tok, APIKeyPrefix) {
+		return tok, true
+	}
+	return "", false
+}
