@@ -4,7 +4,7 @@ PKGS     ?= ./...
 # Timeout for the whole race-enabled test run; CI's budget is far larger.
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test lint bench fuzz clean
+.PHONY: all build run test test-short lint bench fuzz clean
 
 all: lint build test
 
@@ -19,6 +19,10 @@ run:
 ## test: every test, with the race detector
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+## test-short: the quick local loop (-short shrinks the chaos and federation volume runs)
+test-short:
+	$(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 ## lint: go vet, gofmt, staticcheck (pinned in go.mod as a tool) and a tidy go.mod
 lint:

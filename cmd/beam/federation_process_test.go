@@ -243,6 +243,9 @@ func outboxCounts(t *testing.T, dataDir string) map[federation.OutboxState]int64
 func TestFederationDurableProcesses(t *testing.T) {
 	t.Parallel()
 	n := *fedDurableCount
+	if testing.Short() {
+		n = min(n, 20)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	alphaDir, betaDir := t.TempDir(), t.TempDir()
