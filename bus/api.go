@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -540,10 +539,9 @@ func messageViews(rows []tracing.MessageRow, withLease bool) []messageView {
 }
 
 // writeMessages answers a list request with {"messages", "count"}: the
-// beam_messages rows matching every condition of where, in order, at most
-// limit. what names the list when the query fails.
-func (b *Bus) writeMessages(w http.ResponseWriter, r *http.Request, what string, where []string, args []any, order string, limit int) *apiError {
-	rows, err := b.queryMessages(r.Context(), strings.Join(where, " AND "), args, order, limit)
+// messages q selects. what names the list when the query fails.
+func (b *Bus) writeMessages(w http.ResponseWriter, r *http.Request, what string, q tracing.MessageQuery) *apiError {
+	rows, err := b.log.Messages(r.Context(), q)
 	if err != nil {
 		return b.internal(what, err)
 	}
@@ -551,27 +549,6 @@ func (b *Bus) writeMessages(w http.ResponseWriter, r *http.Request, what string,
 	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
 	return nil
 }
-
-// messageColumns are the beam_messages columns MessageRow reads.
-const messageColumns = `id, nonce, sender, recipient, intent, payload, status, priority, retry_count, max_retries,
-  next_retry_at, created_at, delivered_at, acked_at, failed_at, error, response, trace_id, metadata,
-  lease_owner, lease_expires_at, updated_at, last_seq`
-
-// queryMessages selects beam_messages rows.
-func (b *Bus) queryMessages(ctx context.Context, where string, args []any, order string, limit int) ([]tracing.MessageRow, error) {
-	q := `SELECT ` + messageColumns + ` FROM beam_messages`
-	if where != "" {
-		q += ` WHERE ` + where
-	}
-	q += ` ORDER BY ` + order + ` LIMIT ?`
-	var rows []tracing.MessageRow
-	if err := b.log.ReadDB().SelectContext(ctx, &rows, q, append(args, limit)...); err != nil {
-		return nil, fmt.Errorf("query messages: %w", err)
-	}
-	return rows, nil
-}
-
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 
 // intParam parses an optional integer query parameter, clamped to [1, max].
 func intParam(r *http.Request, key string, def, max int) int {
@@ -667,11 +644,8 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	where, args := []string{`recipient = ?`, `status = ?`}, []any{agent, status}
-	if since != nil {
-		where, args = append(where, `created_at > ?`), append(args, *since)
-	}
-	return b.writeMessages(w, r, "poll", where, args, `created_at ASC`, limit)
+	return b.writeMessages(w, r, "poll", tracing.MessageQuery{Recipient: agent, Status: tracing.State(status),
+		CreatedAfter: since, Order: tracing.OldestFirst, Limit: limit})
 }
 
 // lookup finds a message by message_id or nonce from a JSON body.
@@ -932,24 +906,26 @@ func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) *apiError {
 }
 
 // scope restricts an agent principal to its own messages.
-func scope(p principal, where []string, args []any) ([]string, []any) {
-	if p.trusted {
-		return where, args
+func scope(p principal, q *tracing.MessageQuery) {
+	if !p.trusted {
+		q.Party = p.agent
 	}
-	return append(where, `(sender = ? OR recipient = ?)`), append(args, p.agent, p.agent)
 }
 
-func filters(r *http.Request, where []string, args []any, keys ...string) ([]string, []any, *apiError) {
-	for _, k := range keys {
-		if v := r.URL.Query().Get(k); v != "" {
+// filters reads the sender, recipient and intent filters of a list request.
+func filters(r *http.Request, q *tracing.MessageQuery) *apiError {
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"sender", &q.Sender}, {"recipient", &q.Recipient}, {"intent", &q.Intent}} {
+		if v := r.URL.Query().Get(f.key); v != "" {
 			if len(v) > maxFilterBytes {
-				return nil, nil, errf(http.StatusBadRequest, CodeInvalidPayload, "%s is too long", k)
+				return errf(http.StatusBadRequest, CodeInvalidPayload, "%s is too long", f.key)
 			}
-			where = append(where, k+` = ?`)
-			args = append(args, v)
+			*f.dst = v
 		}
 	}
-	return where, args, nil
+	return nil
 }
 
 func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) *apiError {
@@ -957,28 +933,23 @@ func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	where, args, aerr := filters(r, nil, nil, "sender", "recipient", "intent")
-	if aerr != nil {
+	q := tracing.MessageQuery{Order: tracing.NewestFirst, Limit: intParam(r, "limit", defaultHistoryLimit, maxListLimit)}
+	if aerr := filters(r, &q); aerr != nil {
 		return aerr
 	}
 	status, aerr := statusParam(r, "")
 	if aerr != nil {
 		return aerr
 	}
-	if status != "" {
-		where, args = append(where, `status = ?`), append(args, status)
+	q.Status = tracing.State(status)
+	if q.CreatedSince, aerr = floatParam(r, "since"); aerr != nil {
+		return aerr
 	}
-	for _, f := range []struct{ key, op string }{{"since", ">="}, {"until", "<="}} {
-		v, aerr := floatParam(r, f.key)
-		if aerr != nil {
-			return aerr
-		}
-		if v != nil {
-			where, args = append(where, `created_at `+f.op+` ?`), append(args, *v)
-		}
+	if q.CreatedUntil, aerr = floatParam(r, "until"); aerr != nil {
+		return aerr
 	}
-	where, args = scope(p, where, args)
-	return b.writeMessages(w, r, "history", where, args, `created_at DESC`, intParam(r, "limit", defaultHistoryLimit, maxListLimit))
+	scope(p, &q)
+	return b.writeMessages(w, r, "history", q)
 }
 
 func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *apiError {
@@ -986,49 +957,13 @@ func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *apiErro
 	if aerr != nil {
 		return aerr
 	}
-	where, args, aerr := filters(r, []string{`status = 'dead_letter'`}, nil, "sender", "recipient", "intent")
-	if aerr != nil {
+	q := tracing.MessageQuery{Status: tracing.DeadLetter, Order: tracing.RecentlyFailedFirst,
+		Limit: intParam(r, "limit", defaultDeadLimit, maxListLimit)}
+	if aerr := filters(r, &q); aerr != nil {
 		return aerr
 	}
-	where, args = scope(p, where, args)
-	return b.writeMessages(w, r, "dead letters", where, args, `failed_at DESC, created_at DESC`,
-		intParam(r, "limit", defaultDeadLimit, maxListLimit))
-}
-
-// countByState counts beam_messages by status, optionally limited to one
-// agent's messages.
-func (b *Bus) countByState(ctx context.Context, agent string, extra []string) (map[string]int64, error) {
-	q := `SELECT status, COUNT(*) FROM beam_messages`
-	var args []any
-	if agent != "" {
-		q += ` WHERE sender = ? OR recipient = ?`
-		args = append(args, agent, agent)
-	}
-	out, err := b.groupCounts(ctx, q+` GROUP BY status`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("count messages: %w", err)
-	}
-	return out, nil
-}
-
-// groupCounts runs q, a query of (key, count) rows, and returns the counts
-// by key.
-func (b *Bus) groupCounts(ctx context.Context, q string, args ...any) (map[string]int64, error) {
-	rows, err := b.log.ReadDB().QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var key string
-		var n int64
-		if err := rows.Scan(&key, &n); err != nil {
-			return nil, err
-		}
-		out[key] = n
-	}
-	return out, rows.Err()
+	scope(p, &q)
+	return b.writeMessages(w, r, "dead letters", q)
 }
 
 func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
@@ -1037,26 +972,25 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
 		return aerr
 	}
 	ctx := r.Context()
-	counts, err := b.countByState(ctx, p.agent, nil)
+	counts, err := b.log.MessageCountsByState(ctx, p.agent)
 	if err != nil {
 		return b.internal("stats", err)
 	}
 	body := map[string]any{}
 	var total int64
 	for _, s := range tracing.States {
-		body[string(s)] = counts[string(s)]
-		total += counts[string(s)]
+		body[string(s)] = counts[s]
+		total += counts[s]
 	}
 	body["total"] = total
-	where, args := scope(p, nil, nil)
-	cond := ""
-	if len(where) > 0 {
-		cond = ` WHERE ` + strings.Join(where, " AND ")
-	}
+	var q tracing.MessageQuery
+	scope(p, &q)
 	byAgent := map[string]map[string]int64{}
-	for _, side := range []struct{ col, key string }{{"sender", "sent"}, {"recipient", "received"}} {
-		perAgent, err := b.groupCounts(ctx, `SELECT `+side.col+`, COUNT(*) FROM beam_messages`+cond+
-			` GROUP BY `+side.col+` ORDER BY COUNT(*) DESC LIMIT 1000`, args...)
+	for _, side := range []struct {
+		bySender bool
+		key      string
+	}{{true, "sent"}, {false, "received"}} {
+		perAgent, err := b.log.MessageCountsByAgent(ctx, side.bySender, q.Party, 1000)
 		if err != nil {
 			return b.internal("stats", err)
 		}
@@ -1068,14 +1002,13 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 	}
 	body["by_agent"] = byAgent
-	var last int64
-	dayWhere := append([]string{`created_at >= ?`}, where...)
-	dayArgs := append([]any{secs(b.clock().Add(-24 * time.Hour))}, args...)
-	if err := b.log.ReadDB().QueryRowContext(ctx, `SELECT COUNT(*) FROM beam_messages WHERE `+strings.Join(dayWhere, " AND "),
-		dayArgs...).Scan(&last); err != nil {
+	since := secs(b.clock().Add(-24 * time.Hour))
+	q.CreatedSince = &since
+	day, err := b.log.SummarizeMessages(ctx, q)
+	if err != nil {
 		return b.internal("stats", err)
 	}
-	body["last_24h"] = last
+	body["last_24h"] = day.Total
 	writeJSON(w, http.StatusOK, body)
 	return nil
 }

@@ -106,7 +106,6 @@ type Bus struct {
 	clock func() time.Time
 	lg    *slog.Logger
 	m     *metrics
-	rd    *reads
 
 	locks [64]sync.Mutex
 
@@ -197,14 +196,8 @@ func New(cfg Config) (*Bus, error) {
 		queuedFor: map[string]bool{},
 		stop:      make(chan struct{}),
 	}
-	rd, err := prepareReads(cfg.Log.ReadDB())
-	if err != nil {
-		return nil, fmt.Errorf("bus: new: %w", err)
-	}
-	b.rd = rd
 	m, err := newMetrics(cfg.Registerer, b)
 	if err != nil {
-		rd.close()
 		return nil, fmt.Errorf("bus: new: %w", err)
 	}
 	b.m = m
@@ -247,7 +240,6 @@ func (b *Bus) Close() error {
 		b.mu.Unlock()
 		close(b.stop)
 		b.wg.Wait()
-		b.rd.close()
 	})
 	return nil
 }

@@ -405,7 +405,7 @@ type RecoveryReport struct {
 // serving.
 func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 	var rep RecoveryReport
-	nonces, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE status IN ('received','validated','dispatched') ORDER BY created_at`)
+	nonces, err := b.log.InterruptedMessages(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("bus recover: %w", err)
 	}
@@ -433,35 +433,21 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 			errs = append(errs, err)
 		}
 	}
-	rows, err := b.log.ReadDB().QueryContext(ctx, `SELECT nonce, COALESCE(delivered_at, updated_at) FROM beam_messages WHERE status = 'delivered'`)
+	delivered, err := b.log.DeliveredMessages(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("bus recover: %w", err)
 	}
-	type pending struct {
-		nonce string
-		at    float64
-	}
-	var delivered []pending
-	for rows.Next() {
-		var p pending
-		if err := rows.Scan(&p.nonce, &p.at); err != nil {
-			rows.Close()
-			return rep, fmt.Errorf("bus recover: %w", err)
-		}
-		delivered = append(delivered, p)
-	}
-	rows.Close()
 	for _, p := range delivered {
-		last, err := b.lastDetails(ctx, p.nonce)
+		last, err := b.lastDetails(ctx, p.Nonce)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if last.Extra["asyncAccepted"] == true || b.viaFederation(ctx, p.nonce) {
+		if last.Extra["asyncAccepted"] == true || b.viaFederation(ctx, p.Nonce) {
 			continue
 		}
 		b.mu.Lock()
-		b.recovered[p.nonce] = time.UnixMicro(int64(p.at * 1e6)).Add(b.cfg.DeliveryTimeout)
+		b.recovered[p.Nonce] = time.UnixMicro(int64(p.At * 1e6)).Add(b.cfg.DeliveryTimeout)
 		b.mu.Unlock()
 		rep.AwaitingResult++
 	}
@@ -476,8 +462,7 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 func (b *Bus) Tick(ctx context.Context) error {
 	now := b.clock()
 	var errs []error
-	expired, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE status = 'dispatched'
-		AND lease_expires_at IS NOT NULL AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`, secs(now), b.cfg.Batch)
+	expired, err := b.log.ExpiredLeases(ctx, secs(now), b.cfg.Batch)
 	if err != nil {
 		return fmt.Errorf("bus tick: %w", err)
 	}
@@ -499,8 +484,7 @@ func (b *Bus) Tick(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	due, err := b.selectNonces(ctx, `SELECT nonce FROM beam_messages WHERE status = 'queued'
-		AND next_retry_at IS NOT NULL AND next_retry_at <= ? ORDER BY priority DESC, created_at LIMIT ?`, secs(now), b.cfg.Batch)
+	due, err := b.log.DueMessages(ctx, secs(now), b.cfg.Batch)
 	if err != nil {
 		return fmt.Errorf("bus tick: %w", err)
 	}
@@ -718,15 +702,6 @@ func newLeaseID() string {
 	var raw [12]byte
 	_, _ = rand.Read(raw[:])
 	return "lease_" + hex.EncodeToString(raw[:])
-}
-
-// selectNonces runs a query returning one nonce column.
-func (b *Bus) selectNonces(ctx context.Context, query string, args ...any) ([]string, error) {
-	var out []string
-	if err := b.log.ReadDB().SelectContext(ctx, &out, query, args...); err != nil {
-		return nil, fmt.Errorf("select messages: %w", err)
-	}
-	return out, nil
 }
 
 func latencyMs(row tracing.MessageRow, now time.Time) *int64 {

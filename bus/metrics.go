@@ -33,13 +33,13 @@ func (c *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	counts, err := c.b.countByState(ctx, "", nil)
+	counts, err := c.b.log.MessageCountsByState(ctx, "")
 	if err != nil {
 		c.b.lg.Warn("bus metrics: count messages", "err", err)
 		return
 	}
 	for _, s := range tracing.States {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[string(s)]), string(s))
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
 }
 

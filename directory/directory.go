@@ -338,9 +338,8 @@ func (d *Directory) handleAgentStats(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "stats unavailable")
 		return
 	}
-	var avg float64
-	if err := d.log.ReadDB().QueryRowContext(r.Context(),
-		`SELECT COALESCE(AVG(round_trip_latency_ms), 0) FROM intent_log WHERE status = 'acked'`).Scan(&avg); err != nil {
+	avg, err := d.log.AverageAckedLatency(r.Context())
+	if err != nil {
 		d.lg.Warn("agent stats", "err", err)
 		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "stats unavailable")
 		return

@@ -64,6 +64,7 @@ type Log struct {
 	logger *slog.Logger
 	wdb    *sqlx.DB
 	rdb    *sqlx.DB
+	reads  *readStmts
 	m      *metrics
 
 	qmu    sync.Mutex
@@ -161,6 +162,9 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	}
 	l.qcond = sync.NewCond(&l.qmu)
 	fail := func(err error) (*Log, error) {
+		if l.reads != nil {
+			l.reads.close()
+		}
 		if l.rdb != nil {
 			_ = l.rdb.Close()
 		}
@@ -192,6 +196,9 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	rdb.SetMaxIdleConns(cfg.ReadConns)
 	rdb.SetConnMaxLifetime(0)
 	rdb.SetConnMaxIdleTime(0)
+	if l.reads, err = prepareReads(ctx, rdb.DB); err != nil {
+		return fail(err)
+	}
 
 	if err := l.w.prepare(ctx, wdb, wc); err != nil {
 		return fail(err)
@@ -373,6 +380,7 @@ func (l *Log) Close() error {
 
 		errC := l.ckpt.close()
 		l.w.closeStmts()
+		l.reads.close()
 		errW := l.wdb.Close()
 		errR := l.rdb.Close()
 		if err := errors.Join(errC, errW, errR); err != nil {
@@ -382,8 +390,11 @@ func (l *Log) Close() error {
 	return l.closeErr
 }
 
-// ReadDB returns the read-only connection pool. Other components use it for
-// their queries; writes must go through Append or Do.
+// ReadDB returns the read-only connection pool, for the packages that keep
+// tables of their own in the log's file (the registry, the federation
+// outbox) to read those tables. The log's own tables are read through its
+// query methods (queries.go), never with SQL from outside this package;
+// writes must go through Append or Do.
 func (l *Log) ReadDB() *sqlx.DB { return l.rdb }
 
 // LastSeq returns the seq of the latest committed event (0 for an empty log).

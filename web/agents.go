@@ -1,9 +1,9 @@
 package web
 
 import (
-	"database/sql"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -63,57 +63,14 @@ func (d *Dashboard) handleAgents(w http.ResponseWriter, r *http.Request, _ princ
 		return
 	}
 	onlyConnected := q.Get("connected") == "1" || q.Get("connected") == "true"
-	where, args := "", []any{}
-	if search != "" {
-		p := likeEscape(search)
-		where = ` WHERE (beam_id LIKE ? ESCAPE '\' OR display_name LIKE ? ESCAPE '\' OR org LIKE ? ESCAPE '\')`
-		args = append(args, p, p, p)
-	}
-	ctx := r.Context()
-	db := d.log.ReadDB()
 	resp := agentsResponse{Agents: []agentView{}, Registered: d.reg.Count(), Connected: d.dir.ConnectedAgents(), Limit: limit, Offset: offset}
-	var ids []string
+	ids := d.reg.Find(search)
 	if onlyConnected {
-		// Scan ids in pages and keep those with a session.
-		var after string
-		for len(ids) < offset+limit {
-			page := []string{}
-			cond := where
-			pargs := append([]any{}, args...)
-			if cond == "" {
-				cond = " WHERE beam_id > ?"
-			} else {
-				cond += " AND beam_id > ?"
-			}
-			pargs = append(pargs, after, 500)
-			if err := db.SelectContext(ctx, &page, `SELECT beam_id FROM agents`+cond+` ORDER BY beam_id LIMIT ?`, pargs...); err != nil {
-				d.internalError(w, "list agents", err)
-				return
-			}
-			for _, id := range page {
-				if d.dir.Online(id) {
-					ids = append(ids, id)
-				}
-			}
-			if len(page) < 500 {
-				break
-			}
-			after = page[len(page)-1]
-		}
-		resp.Total = int64(resp.Connected)
-		ids = ids[min(offset, len(ids)):]
-		ids = ids[:min(limit, len(ids))]
-	} else {
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM agents`+where, args...).Scan(&resp.Total); err != nil {
-			d.internalError(w, "list agents", err)
-			return
-		}
-		if err := db.SelectContext(ctx, &ids, `SELECT beam_id FROM agents`+where+` ORDER BY beam_id LIMIT ? OFFSET ?`,
-			append(args, limit, offset)...); err != nil {
-			d.internalError(w, "list agents", err)
-			return
-		}
+		ids = slices.DeleteFunc(ids, func(id string) bool { return !d.dir.Online(id) })
 	}
+	resp.Total = int64(len(ids))
+	ids = ids[min(offset, len(ids)):]
+	ids = ids[:min(limit, len(ids))]
 	now := d.clock()
 	for _, id := range ids {
 		a, ok := d.reg.Get(id)
@@ -233,28 +190,12 @@ func (d *Dashboard) handleErrors(w http.ResponseWriter, r *http.Request, _ princ
 	}
 	codes := map[string]*errorCode{}
 	routes := map[[2]string]int64{}
-	rows, err := d.log.ReadDB().QueryContext(r.Context(), `SELECT requested_at, status, error_code, round_trip_latency_ms,
-		from_beam_id, to_beam_id FROM intent_log WHERE requested_at >= ? AND requested_at <= ? AND status IN ('failed','dead_letter')`,
-		start.UnixMicro(), now.UnixMicro())
-	if err != nil {
-		d.internalError(w, "read errors", err)
-		return
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			at           int64
-			status, code string
-			lat          sql.NullInt64
-			from, to     string
-		)
-		if err := rows.Scan(&at, &status, &code, &lat, &from, &to); err != nil {
-			d.internalError(w, "read errors", err)
-			return
-		}
+	err = d.log.EachIntent(r.Context(), tracing.IntentQuery{Since: start, Until: now,
+		Statuses: []tracing.State{tracing.Failed, tracing.DeadLetter}}, func(row *tracing.IntentRow) error {
+		at, status, code, lat, from, to := row.RequestedAt, row.Status, row.ErrorCode, row.RoundTripLatencyMs, row.From, row.To
 		s := &resp.Summary
 		s.TotalErrors++
-		if tracing.State(status) == tracing.DeadLetter {
+		if status == tracing.DeadLetter {
 			s.DeadLetterCount++
 		}
 		switch code {
@@ -279,8 +220,8 @@ func (d *Dashboard) handleErrors(w http.ResponseWriter, r *http.Request, _ princ
 		if c != nil {
 			c.Count++
 			c.lastUs = max(c.lastUs, at)
-			if lat.Valid {
-				c.latSum += lat.Int64
+			if lat != nil {
+				c.latSum += *lat
 				c.latN++
 			}
 			if len(c.senders) < maxAffected {
@@ -294,8 +235,9 @@ func (d *Dashboard) handleErrors(w http.ResponseWriter, r *http.Request, _ princ
 		if _, ok := routes[k]; ok || len(routes) < maxGroupKeys {
 			routes[k]++
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		d.internalError(w, "read errors", err)
 		return
 	}

@@ -2,9 +2,7 @@ package web
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"time"
 
@@ -39,17 +37,6 @@ func summaryOf(m *tracing.MessageRow) deadLetterSummary {
 		Error: m.Error, CreatedAt: isoSeconds(&created), FailedAt: isoSeconds(m.FailedAt),
 		UpdatedAt: isoSeconds(&updated), NextRetryAt: isoSeconds(m.NextRetryAt), TraceID: m.TraceID, LastSeq: m.LastSeq,
 	}
-}
-
-const messageSelect = `SELECT id, nonce, sender, recipient, intent, payload, status, priority, retry_count, max_retries,
-  next_retry_at, created_at, delivered_at, acked_at, failed_at, error, response, trace_id, metadata,
-  lease_owner, lease_expires_at, updated_at, last_seq FROM beam_messages`
-
-func scanMessageRow(s interface{ Scan(...any) error }, m *tracing.MessageRow) error {
-	return s.Scan(&m.ID, &m.Nonce, &m.Sender, &m.Recipient, &m.Intent, &m.Payload, &m.Status, &m.Priority,
-		&m.RetryCount, &m.MaxRetries, &m.NextRetryAt, &m.CreatedAt, &m.DeliveredAt, &m.AckedAt, &m.FailedAt,
-		&m.Error, &m.Response, &m.TraceID, &m.Metadata, &m.LeaseOwner, &m.LeaseExpiresAt, &m.UpdatedAt,
-		&m.LastSeq)
 }
 
 // requeueState tells the UI whether the requeue action can run and why not.
@@ -98,31 +85,22 @@ func (d *Dashboard) handleDeadLetters(w http.ResponseWriter, r *http.Request, p 
 
 func (d *Dashboard) listDeadLetters(w http.ResponseWriter, r *http.Request, p principal, limit, offset int) {
 	ctx := r.Context()
-	db := d.log.ReadDB()
 	resp := deadLettersResponse{DeadLetters: []deadLetterSummary{}, Limit: limit, Offset: offset, Requeue: d.requeueFor(p)}
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT sender), COUNT(DISTINCT recipient), COALESCE(MAX(retry_count), 0)
-		FROM beam_messages WHERE status = 'dead_letter'`).Scan(&resp.Total, &resp.Summary.UniqueSenders,
-		&resp.Summary.UniqueRecipients, &resp.Summary.MaxRetryCount); err != nil {
-		d.internalError(w, "list dead letters", err)
-		return
-	}
-	rows, err := db.QueryContext(ctx, messageSelect+` WHERE status = 'dead_letter' ORDER BY COALESCE(failed_at, updated_at) DESC, id LIMIT ? OFFSET ?`, limit, offset)
+	q := tracing.MessageQuery{Status: tracing.DeadLetter, Order: tracing.RecentlyFailedFirst, Limit: limit, Offset: offset}
+	sum, err := d.log.SummarizeMessages(ctx, q)
 	if err != nil {
 		d.internalError(w, "list dead letters", err)
 		return
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var m tracing.MessageRow
-		if err := scanMessageRow(rows, &m); err != nil {
-			d.internalError(w, "list dead letters", err)
-			return
-		}
-		resp.DeadLetters = append(resp.DeadLetters, summaryOf(&m))
-	}
-	if err := rows.Err(); err != nil {
+	resp.Total, resp.Summary.UniqueSenders, resp.Summary.UniqueRecipients = sum.Total, sum.Senders, sum.Recipients
+	resp.Summary.MaxRetryCount = sum.MaxRetryCount
+	rows, err := d.log.Messages(ctx, q)
+	if err != nil {
 		d.internalError(w, "list dead letters", err)
 		return
+	}
+	for i := range rows {
+		resp.DeadLetters = append(resp.DeadLetters, summaryOf(&rows[i]))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -137,15 +115,7 @@ type deadLetterDetail struct {
 }
 
 func (d *Dashboard) message(ctx context.Context, id string) (tracing.MessageRow, bool, error) {
-	var m tracing.MessageRow
-	err := scanMessageRow(d.log.ReadDB().QueryRowContext(ctx, messageSelect+` WHERE id = ?`, id), &m)
-	if err != nil {
-		if isNoRows(err) {
-			return m, false, nil
-		}
-		return m, false, err
-	}
-	return m, true, nil
+	return d.log.MessageByID(ctx, id)
 }
 
 func validJSON(b []byte) json.RawMessage {
@@ -224,8 +194,4 @@ func (d *Dashboard) handleRequeue(w http.ResponseWriter, r *http.Request, p prin
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"requeued": true, "id": id, "nonce": m.Nonce, "status": after.Status})
-}
-
-func isNoRows(err error) bool {
-	return errors.Is(err, sql.ErrNoRows)
 }

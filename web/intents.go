@@ -50,62 +50,27 @@ func viewOf(r *tracing.IntentRow, withResult bool) intentView {
 	return v
 }
 
-const intentSelect = `SELECT nonce, from_beam_id, to_beam_id, intent_type, owner, status, requested_at, client_timestamp,
-  attempt, transport, timeout_ms, error_code, completed_at, round_trip_latency_ms, result_json, updated_at, last_seq
-  FROM intent_log`
-
-func scanIntentRow(rows interface{ Scan(...any) error }, r *tracing.IntentRow) error {
-	return rows.Scan(&r.Nonce, &r.From, &r.To, &r.IntentType, &r.Owner, &r.Status, &r.RequestedAt,
-		&r.ClientTimestamp, &r.Attempt, &r.Transport, &r.TimeoutMs, &r.ErrorCode, &r.CompletedAt,
-		&r.RoundTripLatencyMs, &r.ResultJSON, &r.UpdatedAt, &r.LastSeq)
-}
-
 // intentFilter is the parsed query of GET /observability/intents.
 type intentFilter struct {
-	where  []string
-	args   []any
+	q      tracing.IntentQuery
 	limit  int
 	offset int
 }
 
 func parseIntentFilter(q url.Values, now time.Time) (*intentFilter, error) {
 	f := &intentFilter{}
-	add := func(cond string, args ...any) {
-		f.where = append(f.where, cond)
-		f.args = append(f.args, args...)
-	}
-	if v, err := param(q, "q"); err != nil {
-		return nil, err
-	} else if v != "" {
-		p := likeEscape(v)
-		add(`(nonce LIKE ? ESCAPE '\' OR from_beam_id LIKE ? ESCAPE '\' OR to_beam_id LIKE ? ESCAPE '\' OR intent_type LIKE ? ESCAPE '\' OR error_code LIKE ? ESCAPE '\')`,
-			p, p, p, p, p)
-	}
-	exact := map[string]string{"from": "from_beam_id", "to": "to_beam_id", "intentType": "intent_type", "errorCode": "error_code", "nonce": "nonce"}
-	for _, name := range []string{"from", "to", "intentType", "errorCode", "nonce"} {
-		v, err := param(q, name)
-		if err != nil {
+	var err error
+	for _, p := range []struct {
+		name string
+		dst  *string
+	}{{"q", &f.q.Search}, {"from", &f.q.From}, {"to", &f.q.To}, {"intentType", &f.q.IntentType},
+		{"errorCode", &f.q.ErrorCode}, {"nonce", &f.q.Nonce}, {"beamId", &f.q.Party}} {
+		if *p.dst, err = param(q, p.name); err != nil {
 			return nil, err
 		}
-		if v != "" {
-			add(exact[name]+` = ?`, v)
-		}
 	}
-	if v, err := param(q, "beamId"); err != nil {
+	if f.q.Statuses, err = statesParam(q, "status"); err != nil {
 		return nil, err
-	} else if v != "" {
-		add(`(from_beam_id = ? OR to_beam_id = ?)`, v, v)
-	}
-	states, err := statesParam(q, "status")
-	if err != nil {
-		return nil, err
-	}
-	if len(states) > 0 {
-		args := make([]any, len(states))
-		for i, s := range states {
-			args[i] = string(s)
-		}
-		add(`status IN (`+placeholders(len(args))+`)`, args...)
 	}
 	since, hasSince, err := timeParam(q, "since")
 	if err != nil {
@@ -122,12 +87,12 @@ func parseIntentFilter(q url.Values, now time.Time) (*intentFilter, error) {
 		}
 	}
 	if hasSince {
-		add(`requested_at >= ?`, since.UnixMicro())
+		f.q.Since = since
 	}
 	if until, ok, err := timeParam(q, "until"); err != nil {
 		return nil, err
 	} else if ok {
-		add(`requested_at <= ?`, until.UnixMicro())
+		f.q.Until = until
 	}
 	if f.limit, err = intParam(q, "limit", DefaultListLimit, 1, MaxListLimit); err != nil {
 		return nil, err
@@ -135,14 +100,8 @@ func parseIntentFilter(q url.Values, now time.Time) (*intentFilter, error) {
 	if f.offset, err = intParam(q, "offset", 0, 0, maxOffset); err != nil {
 		return nil, err
 	}
+	f.q.Limit, f.q.Offset = f.limit, f.offset
 	return f, nil
-}
-
-func (f *intentFilter) clause() string {
-	if len(f.where) == 0 {
-		return ""
-	}
-	return " WHERE " + strings.Join(f.where, " AND ")
 }
 
 type intentsResponse struct {
@@ -163,29 +122,17 @@ func (d *Dashboard) handleIntents(w http.ResponseWriter, r *http.Request, _ prin
 	}
 	resp := intentsResponse{Intents: []intentView{}, Limit: f.limit, Offset: f.offset, LastSeq: d.log.LastSeq()}
 	ctx := r.Context()
-	db := d.log.ReadDB()
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM intent_log`+f.clause(), f.args...).Scan(&resp.Total); err != nil {
+	if resp.Total, err = d.log.CountIntents(ctx, f.q); err != nil {
 		d.internalError(w, "list intents", err)
 		return
 	}
-	rows, err := db.QueryContext(ctx, intentSelect+f.clause()+` ORDER BY requested_at DESC, nonce LIMIT ? OFFSET ?`,
-		append(f.args, f.limit, f.offset)...)
+	rows, err := d.log.Intents(ctx, f.q)
 	if err != nil {
 		d.internalError(w, "list intents", err)
 		return
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var row tracing.IntentRow
-		if err := scanIntentRow(rows, &row); err != nil {
-			d.internalError(w, "list intents", err)
-			return
-		}
-		resp.Intents = append(resp.Intents, viewOf(&row, false))
-	}
-	if err := rows.Err(); err != nil {
-		d.internalError(w, "list intents", err)
-		return
+	for i := range rows {
+		resp.Intents = append(resp.Intents, viewOf(&rows[i], false))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

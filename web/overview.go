@@ -2,8 +2,6 @@ package web
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -142,24 +140,8 @@ func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewRespo
 	intents := map[string]*topIntent{}
 	codes := map[string]*topError{}
 
-	db := d.log.ReadDB()
-	rows, err := db.QueryContext(ctx, `SELECT requested_at, status, round_trip_latency_ms, intent_type, error_code
-		FROM intent_log WHERE requested_at >= ? AND requested_at <= ?`, start.UnixMicro(), now.UnixMicro())
-	if err != nil {
-		return nil, fmt.Errorf("read intents: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			at         int64
-			status     string
-			lat        sql.NullInt64
-			typ, ecode string
-		)
-		if err := rows.Scan(&at, &status, &lat, &typ, &ecode); err != nil {
-			return nil, fmt.Errorf("read intents: %w", err)
-		}
-		st := tracing.State(status)
+	err := d.log.EachIntent(ctx, tracing.IntentQuery{Since: start, Until: now}, func(row *tracing.IntentRow) error {
+		at, st, typ, ecode := row.RequestedAt, row.Status, row.IntentType, row.ErrorCode
 		b := st.Bucket()
 		sum.TotalIntents++
 		sum.ByState[st]++
@@ -200,15 +182,15 @@ func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewRespo
 				ti.Error++
 			}
 		}
-		if lat.Valid && lat.Int64 >= 0 {
-			all.add(lat.Int64)
-			latSum += lat.Int64
+		if lat := row.RoundTripLatencyMs; lat != nil && *lat >= 0 {
+			all.add(*lat)
+			latSum += *lat
 			latN++
 			if tb != nil {
-				tb.lat.add(lat.Int64)
+				tb.lat.add(*lat)
 			}
 			if ti != nil {
-				ti.latSum += lat.Int64
+				ti.latSum += *lat
 				ti.latN++
 			}
 		}
@@ -223,8 +205,9 @@ func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewRespo
 				te.lastUs = max(te.lastUs, at)
 			}
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read intents: %w", err)
 	}
 
@@ -284,32 +267,25 @@ func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewRespo
 
 // fillCounts adds the counts that do not depend on the window.
 func (d *Dashboard) fillCounts(ctx context.Context, now time.Time, sum *overviewSummary) error {
-	db := d.log.ReadDB()
-	inFlight := []any{}
+	var inFlight []tracing.State
 	for _, s := range tracing.States {
 		if s.Bucket() == tracing.BucketInFlight {
-			inFlight = append(inFlight, string(s))
+			inFlight = append(inFlight, s)
 		}
 	}
-	args := append(append([]any{}, inFlight...), now.Add(-15*time.Minute).UnixMicro())
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM intent_log WHERE status IN (`+placeholders(len(inFlight))+
-		`) AND requested_at < ?`, args...).Scan(&sum.InFlightOlderThan15m); err != nil {
+	var err error
+	sum.InFlightOlderThan15m, err = d.log.CountIntents(ctx, tracing.IntentQuery{Statuses: inFlight,
+		Until: now.Add(-15*time.Minute - time.Microsecond)})
+	if err != nil {
 		return fmt.Errorf("count stale in-flight intents: %w", err)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT
-		COALESCE(SUM(status IN ('queued','dispatched')), 0), COALESCE(SUM(status = 'dead_letter'), 0)
-		FROM beam_messages`).Scan(&sum.QueueDepth, &sum.DeadLetters); err != nil {
-		return fmt.Errorf("count bus messages: %w", err)
+	if sum.QueueDepth, sum.DeadLetters, err = d.log.MessageDepth(ctx); err != nil {
+		return err
 	}
 	sum.TotalAgents = d.reg.Count()
 	sum.ConnectedAgents = d.dir.ConnectedAgents()
 	sum.LiveAgents = sum.ConnectedAgents
-	var stale int
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM agents WHERE last_seen < ?`, now.Add(-24*time.Hour).UnixMicro()).Scan(&stale)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("count stale agents: %w", err)
-	}
-	sum.StaleAgents = stale
+	sum.StaleAgents = d.reg.SeenBefore(now.Add(-24 * time.Hour))
 	return nil
 }
 

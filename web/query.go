@@ -132,17 +132,6 @@ func statesParam(q url.Values, name string) ([]tracing.State, error) {
 	return out, nil
 }
 
-// likeEscape escapes s for LIKE ... ESCAPE '\'.
-func likeEscape(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-	return "%" + r.Replace(s) + "%"
-}
-
-// placeholders returns "?,?,?" for n values.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
-}
-
 // isoMicros formats unix microseconds as RFC 3339 UTC with milliseconds.
 func isoMicros(us int64) string {
 	return time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.000Z07:00")

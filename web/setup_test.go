@@ -105,9 +105,9 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *bundle {
 // requeue stands in for the message bus: it moves a dead-lettered message
 // back to queued through the log, as the bus's operator endpoint will.
 func (b *bundle) requeue(ctx context.Context, id string) error {
-	var nonce string
-	if err := b.log.ReadDB().QueryRowContext(ctx, `SELECT nonce FROM beam_messages WHERE id = ?`, id).Scan(&nonce); err != nil {
-		return fmt.Errorf("find message %s: %w", id, err)
+	nonce, ok, err := b.log.MessageNonce(ctx, id)
+	if err != nil || !ok {
+		return fmt.Errorf("find message %s: found %v, %w", id, ok, err)
 	}
 	if _, err := b.log.Append(ctx, tracing.Event{Nonce: nonce, State: tracing.Queued, Transport: "bus",
 		Details: tracing.Details{Extra: map[string]any{"requeuedBy": "operator"}}}); err != nil {

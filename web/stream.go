@@ -205,28 +205,20 @@ func (d *Dashboard) writeBatch(ctx context.Context, bw *bufio.Writer, batch []tr
 
 func (d *Dashboard) summaries(ctx context.Context, batch []tracing.Event) (map[string]*intentView, error) {
 	out := make(map[string]*intentView, len(batch))
-	args := make([]any, 0, len(batch))
+	nonces := make([]string, 0, len(batch))
 	for _, ev := range batch {
 		if _, ok := out[ev.Nonce]; !ok {
 			out[ev.Nonce] = nil
-			args = append(args, ev.Nonce)
+			nonces = append(nonces, ev.Nonce)
 		}
 	}
-	rows, err := d.log.ReadDB().QueryContext(ctx, intentSelect+` WHERE nonce IN (`+placeholders(len(args))+`)`, args...)
+	rows, err := d.log.IntentsByNonce(ctx, nonces)
 	if err != nil {
 		return nil, fmt.Errorf("read intent summaries: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var row tracing.IntentRow
-		if err := scanIntentRow(rows, &row); err != nil {
-			return nil, fmt.Errorf("read intent summaries: %w", err)
-		}
-		v := viewOf(&row, false)
-		out[row.Nonce] = &v
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read intent summaries: %w", err)
+	for i := range rows {
+		v := viewOf(&rows[i], false)
+		out[rows[i].Nonce] = &v
 	}
 	return out, nil
 }

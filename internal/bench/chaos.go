@@ -725,20 +725,11 @@ func (r *chaosRun) check(ctx context.Context, rep *ChaosReport) error {
 
 	// The log's messages and their status.
 	status := map[string]string{}
-	rows, err := lg.ReadDB().QueryContext(ctx, `SELECT nonce, status FROM beam_messages`)
+	err = lg.EachMessage(ctx, tracing.MessageQuery{}, func(m *tracing.MessageRow) error {
+		status[m.Nonce] = string(m.Status)
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("chaos: read messages: %w", err)
-	}
-	for rows.Next() {
-		var n, s string
-		if err := rows.Scan(&n, &s); err != nil {
-			rows.Close()
-			return fmt.Errorf("chaos: read messages: %w", err)
-		}
-		status[n] = s
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("chaos: read messages: %w", err)
 	}
 	rep.Messages = map[string]int64{}
@@ -821,11 +812,6 @@ func (r *chaosRun) check(ctx context.Context, rep *ChaosReport) error {
 // checkTraces streams every event in (nonce, seq) order and checks that
 // consecutive states are legal transitions starting from "".
 func checkTraces(ctx context.Context, lg *tracing.Log, inv *Invariant) error {
-	rows, err := lg.ReadDB().QueryContext(ctx, `SELECT nonce, state FROM intent_trace_events ORDER BY nonce, seq`)
-	if err != nil {
-		return fmt.Errorf("chaos: read traces: %w", err)
-	}
-	defer rows.Close()
 	var cur string
 	var prev tracing.State
 	var path []string
@@ -839,48 +825,42 @@ func checkTraces(ctx context.Context, lg *tracing.Log, inv *Invariant) error {
 			inv.violate("nonce %s: illegal path %s", cur, strings.Join(path, " → "))
 		}
 	}
-	for rows.Next() {
-		var nonce, state string
-		if err := rows.Scan(&nonce, &state); err != nil {
-			return fmt.Errorf("chaos: read traces: %w", err)
-		}
+	err := lg.EachTransition(ctx, func(nonce string, state tracing.State) error {
 		if nonce != cur {
 			flush()
 			cur, prev, path, bad = nonce, "", path[:0], false
 		}
 		if len(path) < 64 {
-			path = append(path, state)
+			path = append(path, string(state))
 		}
-		if !tracing.CanTransition(prev, tracing.State(state)) {
+		if !tracing.CanTransition(prev, state) {
 			bad = true
 		}
-		prev = tracing.State(state)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("chaos: read traces: %w", err)
+		prev = state
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
 	}
 	flush()
 	return nil
 }
 
-// projectionTables are the tables Rebuild rewrites.
-var projectionTables = []string{"intent_log", "beam_messages"}
-
 // checkRebuild snapshots the projections, rebuilds them from the log and
 // compares row for row.
 func checkRebuild(ctx context.Context, lg *tracing.Log, inv *Invariant) error {
-	before, err := snapshotTables(ctx, lg)
+	before, err := lg.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
 	if _, err := lg.Rebuild(ctx); err != nil {
 		return fmt.Errorf("chaos: rebuild: %w", err)
 	}
-	after, err := snapshotTables(ctx, lg)
+	after, err := lg.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	for _, t := range projectionTables {
+	for _, t := range tracing.ProjectionTables {
 		bm, am := before[t], after[t]
 		for k, v := range bm {
 			inv.Checked++
@@ -897,48 +877,4 @@ func checkRebuild(ctx context.Context, lg *tracing.Log, inv *Invariant) error {
 		}
 	}
 	return nil
-}
-
-// snapshotTables reads every projection row, keyed by nonce, as a string
-// of its columns.
-func snapshotTables(ctx context.Context, lg *tracing.Log) (map[string]map[string]string, error) {
-	out := map[string]map[string]string{}
-	for _, t := range projectionTables {
-		rows, err := lg.ReadDB().QueryxContext(ctx, "SELECT * FROM "+t)
-		if err != nil {
-			return nil, fmt.Errorf("chaos: snapshot %s: %w", t, err)
-		}
-		cols, err := rows.Columns()
-		if err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("chaos: snapshot %s: %w", t, err)
-		}
-		m := map[string]string{}
-		for rows.Next() {
-			vals, err := rows.SliceScan()
-			if err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("chaos: snapshot %s: %w", t, err)
-			}
-			var key string
-			var sb strings.Builder
-			for i, v := range vals {
-				if bs, ok := v.([]byte); ok {
-					v = string(bs)
-				}
-				if cols[i] == "nonce" {
-					key = fmt.Sprint(v)
-				}
-				fmt.Fprintf(&sb, "%s=%v;", cols[i], v)
-			}
-			m[key] = sb.String()
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, fmt.Errorf("chaos: snapshot %s: %w", t, err)
-		}
-		out[t] = m
-	}
-	return out, nil
 }

@@ -1,0 +1,672 @@
+package tracing
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The log owns its tables (intent_trace_events, intent_log, beam_messages):
+// every SQL text that reads them lives in this package, and other packages
+// read through the methods below.
+
+// IntentQuery selects intent_log rows. Zero fields do not filter.
+type IntentQuery struct {
+	// Search matches a substring of the nonce, sender, recipient, intent
+	// type or error code.
+	Search string
+	// From, To, IntentType, ErrorCode and Nonce match exactly.
+	From, To, IntentType, ErrorCode, Nonce string
+	// Party matches intents from or to this Beam ID.
+	Party string
+	// Statuses keeps intents in one of these states.
+	Statuses []State
+	// Since and Until bound the request time (inclusive).
+	Since, Until time.Time
+	// Limit and Offset page the result of Intents (Limit 0: 100).
+	Limit, Offset int
+}
+
+func (q *IntentQuery) where() (string, []any) {
+	var w whereClause
+	if q.Search != "" {
+		p := likePattern(q.Search)
+		w.add(`(nonce LIKE ? ESCAPE '\' OR from_beam_id LIKE ? ESCAPE '\' OR to_beam_id LIKE ? ESCAPE '\' OR intent_type LIKE ? ESCAPE '\' OR error_code LIKE ? ESCAPE '\')`,
+			p, p, p, p, p)
+	}
+	w.eq("from_beam_id", q.From)
+	w.eq("to_beam_id", q.To)
+	w.eq("intent_type", q.IntentType)
+	w.eq("error_code", q.ErrorCode)
+	w.eq("nonce", q.Nonce)
+	if q.Party != "" {
+		w.add(`(from_beam_id = ? OR to_beam_id = ?)`, q.Party, q.Party)
+	}
+	w.states("status", q.Statuses)
+	if !q.Since.IsZero() {
+		w.add(`requested_at >= ?`, q.Since.UnixMicro())
+	}
+	if !q.Until.IsZero() {
+		w.add(`requested_at <= ?`, q.Until.UnixMicro())
+	}
+	return w.String(), w.args
+}
+
+// CountIntents counts the intents q selects (ignoring its paging).
+func (l *Log) CountIntents(ctx context.Context, q IntentQuery) (int64, error) {
+	cond, args := q.where()
+	var n int64
+	if err := l.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM intent_log`+cond, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count intents: %w", err)
+	}
+	return n, nil
+}
+
+// Intents returns a page of the intents q selects, newest request first.
+func (l *Log) Intents(ctx context.Context, q IntentQuery) ([]IntentRow, error) {
+	cond, args := q.where()
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []IntentRow
+	err := l.eachIntent(ctx, `SELECT `+intentCols+` FROM intent_log`+cond+` ORDER BY requested_at DESC, nonce LIMIT ? OFFSET ?`,
+		append(args, limit, q.Offset), func(r *IntentRow) error {
+			out = append(out, *r)
+			return nil
+		})
+	return out, err
+}
+
+// EachIntent calls fn with every intent q selects (its paging ignored), in
+// no particular order, stopping at fn's first error. The row is reused
+// between calls.
+func (l *Log) EachIntent(ctx context.Context, q IntentQuery, fn func(*IntentRow) error) error {
+	cond, args := q.where()
+	return l.eachIntent(ctx, `SELECT `+intentCols+` FROM intent_log`+cond, args, fn)
+}
+
+// IntentsByNonce returns the intent_log rows of the given nonces (those
+// that exist), in no particular order.
+func (l *Log) IntentsByNonce(ctx context.Context, nonces []string) ([]IntentRow, error) {
+	var out []IntentRow
+	for len(nonces) > 0 {
+		chunk := nonces[:min(len(nonces), 500)]
+		nonces = nonces[len(chunk):]
+		args := make([]any, len(chunk))
+		for i, n := range chunk {
+			args[i] = n
+		}
+		err := l.eachIntent(ctx, `SELECT `+intentCols+` FROM intent_log WHERE nonce IN (`+placeholders(len(chunk))+`)`, args,
+			func(r *IntentRow) error {
+				out = append(out, *r)
+				return nil
+			})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (l *Log) eachIntent(ctx context.Context, query string, args []any, fn func(*IntentRow) error) error {
+	rows, err := l.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("read intents: %w", err)
+	}
+	defer rows.Close()
+	var r IntentRow
+	for rows.Next() {
+		r = IntentRow{}
+		if err := scanIntent(rows, &r); err != nil {
+			return fmt.Errorf("read intents: %w", err)
+		}
+		if err := fn(&r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read intents: %w", err)
+	}
+	return nil
+}
+
+// AverageAckedLatency is the mean round-trip latency in ms of acked intents
+// (0 when there is none).
+func (l *Log) AverageAckedLatency(ctx context.Context) (float64, error) {
+	var avg float64
+	if err := l.rdb.QueryRowContext(ctx,
+		`SELECT COALESCE(AVG(round_trip_latency_ms), 0) FROM intent_log WHERE status = 'acked'`).Scan(&avg); err != nil {
+		return 0, fmt.Errorf("average latency: %w", err)
+	}
+	return avg, nil
+}
+
+// MessageOrder is the order of a message list.
+type MessageOrder int
+
+// The orders of MessageQuery.
+const (
+	// OldestFirst orders by creation, oldest first.
+	OldestFirst MessageOrder = iota
+	// NewestFirst orders by creation, newest first.
+	NewestFirst
+	// RecentlyFailedFirst orders by the time of failure (or last change),
+	// newest first.
+	RecentlyFailedFirst
+)
+
+// MessageQuery selects beam_messages rows. Zero fields do not filter.
+type MessageQuery struct {
+	// Sender, Recipient and Intent match exactly.
+	Sender, Recipient, Intent string
+	// Party matches messages from or to this Beam ID.
+	Party string
+	// Status keeps messages in this state.
+	Status State
+	// CreatedAfter (exclusive), CreatedSince and CreatedUntil (inclusive)
+	// bound the creation time, in epoch seconds.
+	CreatedAfter, CreatedSince, CreatedUntil *float64
+	Order                                    MessageOrder
+	// Limit and Offset page the result of Messages (Limit 0: 100).
+	Limit, Offset int
+}
+
+func (q *MessageQuery) where() (string, []any) {
+	var w whereClause
+	w.eq("sender", q.Sender)
+	w.eq("recipient", q.Recipient)
+	w.eq("intent", q.Intent)
+	if q.Party != "" {
+		w.add(`(sender = ? OR recipient = ?)`, q.Party, q.Party)
+	}
+	if q.Status != "" {
+		w.add(`status = ?`, string(q.Status))
+	}
+	if q.CreatedAfter != nil {
+		w.add(`created_at > ?`, *q.CreatedAfter)
+	}
+	if q.CreatedSince != nil {
+		w.add(`created_at >= ?`, *q.CreatedSince)
+	}
+	if q.CreatedUntil != nil {
+		w.add(`created_at <= ?`, *q.CreatedUntil)
+	}
+	return w.String(), w.args
+}
+
+// Messages returns a page of the messages q selects, in q.Order.
+func (l *Log) Messages(ctx context.Context, q MessageQuery) ([]MessageRow, error) {
+	cond, args := q.where()
+	order := `created_at ASC, id`
+	switch q.Order {
+	case NewestFirst:
+		order = `created_at DESC, id`
+	case RecentlyFailedFirst:
+		order = `COALESCE(failed_at, updated_at) DESC, created_at DESC, id`
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []MessageRow
+	err := l.eachMessage(ctx, `SELECT `+messageCols+` FROM beam_messages`+cond+` ORDER BY `+order+` LIMIT ? OFFSET ?`,
+		append(args, limit, q.Offset), func(m *MessageRow) error {
+			out = append(out, *m)
+			return nil
+		})
+	return out, err
+}
+
+// EachMessage calls fn with every message q selects (its paging and order
+// ignored), stopping at fn's first error. The row is reused between calls.
+func (l *Log) EachMessage(ctx context.Context, q MessageQuery, fn func(*MessageRow) error) error {
+	cond, args := q.where()
+	return l.eachMessage(ctx, `SELECT `+messageCols+` FROM beam_messages`+cond, args, fn)
+}
+
+func (l *Log) eachMessage(ctx context.Context, query string, args []any, fn func(*MessageRow) error) error {
+	rows, err := l.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("read messages: %w", err)
+	}
+	defer rows.Close()
+	var m MessageRow
+	for rows.Next() {
+		m = MessageRow{}
+		if err := scanMessage(rows, &m); err != nil {
+			return fmt.Errorf("read messages: %w", err)
+		}
+		if err := fn(&m); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read messages: %w", err)
+	}
+	return nil
+}
+
+// MessageSummary counts the messages a query selects.
+type MessageSummary struct {
+	Total, Senders, Recipients, MaxRetryCount int64
+}
+
+// SummarizeMessages counts the messages q selects (its paging and order
+// ignored), their distinct senders and recipients and the highest retry
+// count among them.
+func (l *Log) SummarizeMessages(ctx context.Context, q MessageQuery) (MessageSummary, error) {
+	cond, args := q.where()
+	var s MessageSummary
+	if err := l.rdb.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT sender), COUNT(DISTINCT recipient),
+		COALESCE(MAX(retry_count), 0) FROM beam_messages`+cond, args...).Scan(&s.Total, &s.Senders, &s.Recipients,
+		&s.MaxRetryCount); err != nil {
+		return s, fmt.Errorf("summarize messages: %w", err)
+	}
+	return s, nil
+}
+
+// MessageCountsByState counts messages by status; with party set, only
+// those from or to it.
+func (l *Log) MessageCountsByState(ctx context.Context, party string) (map[State]int64, error) {
+	q := MessageQuery{Party: party}
+	cond, args := q.where()
+	counts, err := l.groupCounts(ctx, `SELECT status, COUNT(*) FROM beam_messages`+cond+` GROUP BY status`, args)
+	if err != nil {
+		return nil, fmt.Errorf("count messages: %w", err)
+	}
+	out := make(map[State]int64, len(counts))
+	for k, n := range counts {
+		out[State(k)] = n
+	}
+	return out, nil
+}
+
+// MessageCountsByAgent counts the messages each agent sent (bySender) or
+// received, at most limit agents, the busiest first; with party set, only
+// messages from or to it.
+func (l *Log) MessageCountsByAgent(ctx context.Context, bySender bool, party string, limit int) (map[string]int64, error) {
+	col := "recipient"
+	if bySender {
+		col = "sender"
+	}
+	q := MessageQuery{Party: party}
+	cond, args := q.where()
+	counts, err := l.groupCounts(ctx, `SELECT `+col+`, COUNT(*) FROM beam_messages`+cond+
+		` GROUP BY `+col+` ORDER BY COUNT(*) DESC LIMIT ?`, append(args, limit))
+	if err != nil {
+		return nil, fmt.Errorf("count messages by %s: %w", col, err)
+	}
+	return counts, nil
+}
+
+func (l *Log) groupCounts(ctx context.Context, query string, args []any) (map[string]int64, error) {
+	rows, err := l.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var key string
+		var n int64
+		if err := rows.Scan(&key, &n); err != nil {
+			return nil, err
+		}
+		out[key] = n
+	}
+	return out, rows.Err()
+}
+
+// MessageByID returns the beam_messages row with message id; false when
+// there is none.
+func (l *Log) MessageByID(ctx context.Context, id string) (MessageRow, bool, error) {
+	var m MessageRow
+	err := scanMessage(l.reads.messageByID.QueryRowContext(ctx, id), &m)
+	if errors.Is(err, sql.ErrNoRows) {
+		return MessageRow{}, false, nil
+	}
+	if err != nil {
+		return MessageRow{}, false, fmt.Errorf("read message %q: %w", id, err)
+	}
+	return m, true, nil
+}
+
+// MessageState is a message's row together with the attempt and transport
+// of its latest event, read in one statement so both come from one commit.
+type MessageState struct {
+	MessageRow
+	Attempt   int
+	Transport string
+}
+
+// MessageState returns nonce's message with its latest attempt; false when
+// the nonce is not a bus message.
+func (l *Log) MessageState(ctx context.Context, nonce string) (MessageState, bool, error) {
+	var c MessageState
+	m := &c.MessageRow
+	err := l.reads.messageState.QueryRowContext(ctx, nonce).Scan(&m.ID, &m.Nonce, &m.Sender, &m.Recipient, &m.Intent,
+		&m.Payload, &m.Status, &m.Priority, &m.RetryCount, &m.MaxRetries, &m.NextRetryAt, &m.CreatedAt, &m.DeliveredAt,
+		&m.AckedAt, &m.FailedAt, &m.Error, &m.Response, &m.TraceID, &m.Metadata, &m.LeaseOwner, &m.LeaseExpiresAt,
+		&m.UpdatedAt, &m.LastSeq, &c.Attempt, &c.Transport)
+	if errors.Is(err, sql.ErrNoRows) {
+		return MessageState{}, false, nil
+	}
+	if err != nil {
+		return MessageState{}, false, fmt.Errorf("read message %q: %w", nonce, err)
+	}
+	return c, true, nil
+}
+
+// HasNonce reports whether the log has any event of nonce.
+func (l *Log) HasNonce(ctx context.Context, nonce string) (bool, error) {
+	var one int
+	err := l.reads.hasNonce.QueryRowContext(ctx, nonce).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up nonce %q: %w", nonce, err)
+	}
+	return true, nil
+}
+
+// MessageNonce returns the nonce of message id.
+func (l *Log) MessageNonce(ctx context.Context, id string) (string, bool, error) {
+	var nonce string
+	err := l.reads.messageNonce.QueryRowContext(ctx, id).Scan(&nonce)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("look up message %q: %w", id, err)
+	}
+	return nonce, true, nil
+}
+
+// FirstDetails returns the details of nonce's first event.
+func (l *Log) FirstDetails(ctx context.Context, nonce string) (Details, error) {
+	return l.detailsOf(ctx, l.reads.firstDetails, nonce, "first")
+}
+
+// LastDetails returns the details of nonce's latest event.
+func (l *Log) LastDetails(ctx context.Context, nonce string) (Details, error) {
+	return l.detailsOf(ctx, l.reads.lastDetails, nonce, "latest")
+}
+
+func (l *Log) detailsOf(ctx context.Context, st *sql.Stmt, nonce, which string) (Details, error) {
+	var raw []byte
+	if err := st.QueryRowContext(ctx, nonce).Scan(&raw); err != nil {
+		return Details{}, fmt.Errorf("read %s event of %q: %w", which, nonce, err)
+	}
+	var d Details
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return Details{}, fmt.Errorf("decode %s event of %q: %w", which, nonce, err)
+	}
+	return d, nil
+}
+
+// WaitingMessages returns up to limit nonces of recipient's queued messages
+// that are due at now (epoch seconds) or wait for it to connect, highest
+// priority and oldest first.
+func (l *Log) WaitingMessages(ctx context.Context, recipient string, now float64, limit int) ([]string, error) {
+	return l.nonces(ctx, l.reads.waiting, recipient, now, limit)
+}
+
+// InterruptedMessages returns the nonces of messages a stopped process left
+// in received, validated or dispatched, oldest first.
+func (l *Log) InterruptedMessages(ctx context.Context) ([]string, error) {
+	return l.nonces(ctx, l.reads.interrupted)
+}
+
+// ExpiredLeases returns up to limit nonces of dispatched messages whose
+// poll lease ran out at now (epoch seconds), earliest expiry first.
+func (l *Log) ExpiredLeases(ctx context.Context, now float64, limit int) ([]string, error) {
+	return l.nonces(ctx, l.reads.expiredLeases, now, limit)
+}
+
+// DueMessages returns up to limit nonces of queued messages whose retry is
+// due at now (epoch seconds), highest priority and oldest first.
+func (l *Log) DueMessages(ctx context.Context, now float64, limit int) ([]string, error) {
+	return l.nonces(ctx, l.reads.due, now, limit)
+}
+
+// DeliveredMessage is a message waiting in delivered.
+type DeliveredMessage struct {
+	Nonce string
+	// At is when it was delivered (or last changed), epoch seconds.
+	At float64
+}
+
+// DeliveredMessages returns every message in delivered.
+func (l *Log) DeliveredMessages(ctx context.Context) ([]DeliveredMessage, error) {
+	rows, err := l.reads.delivered.QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read delivered messages: %w", err)
+	}
+	defer rows.Close()
+	var out []DeliveredMessage
+	for rows.Next() {
+		var d DeliveredMessage
+		if err := rows.Scan(&d.Nonce, &d.At); err != nil {
+			return nil, fmt.Errorf("read delivered messages: %w", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read delivered messages: %w", err)
+	}
+	return out, nil
+}
+
+// MessageDepth counts the messages waiting (queued or dispatched) and the
+// dead letters.
+func (l *Log) MessageDepth(ctx context.Context) (waiting, dead int64, err error) {
+	if err := l.rdb.QueryRowContext(ctx, `SELECT COALESCE(SUM(status IN ('queued','dispatched')), 0),
+		COALESCE(SUM(status = 'dead_letter'), 0) FROM beam_messages`).Scan(&waiting, &dead); err != nil {
+		return 0, 0, fmt.Errorf("count bus messages: %w", err)
+	}
+	return waiting, dead, nil
+}
+
+func (l *Log) nonces(ctx context.Context, st *sql.Stmt, args ...any) ([]string, error) {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("select messages: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("select messages: %w", err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("select messages: %w", err)
+	}
+	return out, nil
+}
+
+// EachTransition calls fn with every event's nonce and state, grouped by
+// nonce and in seq order within a nonce: a whole-log pass for checking that
+// every trace is a legal path.
+func (l *Log) EachTransition(ctx context.Context, fn func(nonce string, state State) error) error {
+	rows, err := l.rdb.QueryContext(ctx, `SELECT nonce, state FROM intent_trace_events ORDER BY first_seq, seq`)
+	if err != nil {
+		return fmt.Errorf("read traces: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n, s string
+		if err := rows.Scan(&n, &s); err != nil {
+			return fmt.Errorf("read traces: %w", err)
+		}
+		if err := fn(n, State(s)); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read traces: %w", err)
+	}
+	return nil
+}
+
+// ProjectionTables names the tables Rebuild derives from the log.
+var ProjectionTables = []string{"intent_log", "beam_messages"}
+
+// Snapshot reads every row of every projection table, keyed by table, then
+// by nonce, as a string of all its columns: two snapshots are equal exactly
+// when the projections hold the same rows.
+func (l *Log) Snapshot(ctx context.Context) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, t := range ProjectionTables {
+		rows, err := l.rdb.QueryContext(ctx, "SELECT * FROM "+t)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", t, err)
+		}
+		m, err := snapshotRows(rows)
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", t, err)
+		}
+		out[t] = m
+	}
+	return out, nil
+}
+
+func snapshotRows(rows *sql.Rows) (map[string]string, error) {
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]any, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	m := map[string]string{}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		var key string
+		var sb strings.Builder
+		for i, v := range vals {
+			if bs, ok := v.([]byte); ok {
+				v = string(bs)
+			}
+			if cols[i] == "nonce" {
+				key = fmt.Sprint(v)
+			}
+			fmt.Fprintf(&sb, "%s=%v;", cols[i], v)
+		}
+		m[key] = sb.String()
+	}
+	return m, rows.Err()
+}
+
+// readStmts are the hot reads, prepared once on the read pool: the pure-Go
+// SQLite compiles ad-hoc SQL text on every call, which cost more CPU than
+// running it.
+type readStmts struct {
+	messageState, hasNonce, firstDetails, lastDetails, waiting, messageNonce, messageByID *sql.Stmt
+	interrupted, expiredLeases, due, delivered                                            *sql.Stmt
+}
+
+func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
+	r := &readStmts{}
+	const stateCols = `m.id, m.nonce, m.sender, m.recipient, m.intent, m.payload, m.status, m.priority,
+  m.retry_count, m.max_retries, m.next_retry_at, m.created_at, m.delivered_at, m.acked_at, m.failed_at, m.error,
+  m.response, m.trace_id, m.metadata, m.lease_owner, m.lease_expires_at, m.updated_at, m.last_seq,
+  i.attempt, i.transport`
+	for _, s := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&r.messageState, `SELECT ` + stateCols + ` FROM beam_messages m JOIN intent_log i ON i.nonce = m.nonce WHERE m.nonce = ?`},
+		{&r.hasNonce, `SELECT 1 FROM intent_log WHERE nonce = ?`},
+		{&r.firstDetails, `SELECT details FROM intent_trace_events WHERE seq = (SELECT first_seq FROM intent_log WHERE nonce = ?)`},
+		{&r.lastDetails, `SELECT details FROM intent_trace_events WHERE seq = (SELECT last_seq FROM intent_log WHERE nonce = ?)`},
+		{&r.waiting, `SELECT nonce FROM beam_messages WHERE recipient = ? AND status = 'queued'
+			AND (next_retry_at IS NULL OR next_retry_at <= ?) ORDER BY priority DESC, created_at LIMIT ?`},
+		{&r.messageNonce, `SELECT nonce FROM beam_messages WHERE id = ?`},
+		{&r.messageByID, `SELECT ` + messageCols + ` FROM beam_messages WHERE id = ?`},
+		{&r.interrupted, `SELECT nonce FROM beam_messages WHERE status IN ('received','validated','dispatched') ORDER BY created_at`},
+		{&r.expiredLeases, `SELECT nonce FROM beam_messages WHERE status = 'dispatched'
+			AND lease_expires_at IS NOT NULL AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?`},
+		{&r.due, `SELECT nonce FROM beam_messages WHERE status = 'queued'
+			AND next_retry_at IS NOT NULL AND next_retry_at <= ? ORDER BY priority DESC, created_at LIMIT ?`},
+		{&r.delivered, `SELECT nonce, COALESCE(delivered_at, updated_at) FROM beam_messages WHERE status = 'delivered'`},
+	} {
+		st, err := db.PrepareContext(ctx, s.query)
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("prepare log query: %w", err)
+		}
+		*s.dst = st
+	}
+	return r, nil
+}
+
+func (r *readStmts) close() {
+	for _, st := range []*sql.Stmt{r.messageState, r.hasNonce, r.firstDetails, r.lastDetails, r.waiting,
+		r.messageNonce, r.messageByID, r.interrupted, r.expiredLeases, r.due, r.delivered} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+}
+
+// whereClause builds a WHERE clause from conditions joined by AND.
+type whereClause struct {
+	conds []string
+	args  []any
+}
+
+func (w *whereClause) add(cond string, args ...any) {
+	w.conds = append(w.conds, cond)
+	w.args = append(w.args, args...)
+}
+
+func (w *whereClause) eq(col, v string) {
+	if v != "" {
+		w.add(col+` = ?`, v)
+	}
+}
+
+func (w *whereClause) states(col string, states []State) {
+	if len(states) == 0 {
+		return
+	}
+	args := make([]any, len(states))
+	for i, s := range states {
+		args[i] = string(s)
+	}
+	w.add(col+` IN (`+placeholders(len(args))+`)`, args...)
+}
+
+func (w *whereClause) String() string {
+	if len(w.conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(w.conds, " AND ")
+}
+
+// likePattern is a LIKE pattern matching s anywhere, with % _ \ escaped.
+func likePattern(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return "%" + r.Replace(s) + "%"
+}
+
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?,", n-1) + "?"
+}
