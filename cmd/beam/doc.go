@@ -1,16 +1,19 @@
 // Command beam runs and drives a Beam agent directory.
 //
-//	beam serve                 run a directory (SQLite in --data-dir, embedded NATS)
-//	beam keygen                generate an agent identity file
-//	beam register              register that agent with a directory
-//	beam send TO INTENT [JSON] send an intent and print the result
-//	beam listen [--echo]       connect an agent and answer its intents
-//	beam peer show-self|add|list|remove   federation peers
-//	beam bench                 load-test a directory and print intents/s, latency, CPU, RSS
-//	beam version               print the version
-//	beam replay                rebuild the projections from the event log
-//	beam trace NONCE           print the events of one intent
-//	beam import PATH           append the intents of a Beam TypeScript database
+//	beam serve                     run a directory (SQLite in --data-dir; federation over NATS when asked)
+//	beam keygen                    generate an agent identity file
+//	beam register                  register that agent with a directory
+//	beam send TO INTENT [JSON]     send an intent and print the result (--durable: through the bus)
+//	beam listen [--echo]           connect an agent and answer its intents
+//	beam poll, beam ack ID         read an agent's bus inbox and record outcomes
+//	beam dead-letters, requeue ID  operator: list and requeue dead-lettered bus messages
+//	beam peer show-self|add|list|remove|nats-user   federation peers
+//	beam trace NONCE               print the events of one intent
+//	beam replay                    rebuild the projections from the event log
+//	beam import PATH               append the intents of a Beam TypeScript database
+//	beam bench                     load-test a directory (ws, http, bus, federation, chaos)
+//	beam version                   print the version
 //
-// Every flag has a BEAM_* environment equivalent, shown by --help.
+// `beam help` lists every command; `beam COMMAND --help` lists its flags and
+// their BEAM_* environment equivalents.
 package main
