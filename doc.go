@@ -1,0 +1,18 @@
+// Package beam embeds a Beam agent directory in a Go program.
+//
+// A directory registers agents' Ed25519 identities, relays their signed
+// intents over WebSocket and HTTP, delivers durable messages through its bus,
+// federates with peer directories over NATS and serves a trace dashboard,
+// all on one append-only event log in a SQLite file in its data directory.
+// The beam command's `serve` is this package behind flags:
+//
+//	srv, err := beam.New(ctx, beam.Config{DataDir: "./beam-data"})
+//	ln, err := net.Listen("tcp", "127.0.0.1:3100")
+//	go srv.Serve(ln)
+//	defer srv.Shutdown(ctx)
+//
+// Agents talk to it with the Go SDK in package agents (or the published
+// TypeScript SDK). The packages under the module root own the parts
+// (tracing, directory, bus, federation, web); this package only assembles
+// them and must not grow behaviour of its own.
+package beam
