@@ -803,73 +803,13 @@ func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 // returned error is reserved for database failures, which fail the batch.
 func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 	w := &l.w
-	w.ov = w.ov[:0]
-	w.ovm = nil
-	if len(r.events) > ovMapMin {
-		if w.ovBig == nil {
-			w.ovBig = make(map[string]State)
-		}
-		clear(w.ovBig)
-		w.ovm = w.ovBig
-	}
-	w.reqIDs = w.reqIDs[:0]
-	dropIDs := func() {
-		for _, id := range w.reqIDs {
-			delete(w.newIDs, id)
-		}
-	}
-
+	w.beginRequest(len(r.events))
 	// Validation: nothing is written until every event of the request is
 	// known to be acceptable.
-	for i := range r.events {
-		ev := &r.events[i]
-		cur, exists, err := w.stateOf(ts, ev.Nonce)
-		if err != nil {
-			dropIDs()
-			return err
-		}
-		if !CanTransition(cur, ev.State) {
-			dropIDs()
-			reject(r, &TransitionError{Nonce: ev.Nonce, From: cur, To: ev.State}, rejectTransition)
-			return nil
-		}
-		if !exists {
-			if ev.From == "" || ev.To == "" || ev.IntentType == "" {
-				dropIDs()
-				reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "from/to/intentType",
-					Reason: "the first event of a nonce must carry from, to and intentType"}, rejectInvalid)
-				return nil
-			}
-			if b := ev.Details.Bus; b != nil {
-				if b.MessageID == "" {
-					dropIDs()
-					reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details.bus.messageId",
-						Reason: "empty"}, rejectInvalid)
-					return nil
-				}
-				taken, err := w.messageIDTaken(ts, b.MessageID)
-				if err != nil {
-					dropIDs()
-					return err
-				}
-				if taken {
-					dropIDs()
-					reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details.bus.messageId",
-						Reason: fmt.Sprintf("message id %q is already used by another nonce", b.MessageID)}, rejectInvalid)
-					return nil
-				}
-				w.newIDs[b.MessageID] = true
-				w.reqIDs = append(w.reqIDs, b.MessageID)
-			}
-		}
-		if w.ovm != nil {
-			w.ovm[ev.Nonce] = ev.State
-		} else {
-			w.ov = append(w.ov, overlay{nonce: ev.Nonce, state: ev.State})
-		}
+	if ok, err := w.validateRequest(ts, r); !ok || err != nil {
+		w.dropRequestIDs()
+		return err
 	}
-
-	// Apply.
 	seqStart := w.nextSeq
 	if r.fn != nil {
 		// Earlier requests' event rows must not be inside the savepoint.
@@ -881,12 +821,104 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 		}
 		w.snaps = w.snaps[:0]
 	}
+	w.applyEvents(r, l.clock)
+	if r.fn == nil {
+		return nil
+	}
+	return w.runDo(tx, ts, r, seqStart)
+}
+
+// beginRequest resets the per-request overlay of states and the message ids
+// the request claims.
+func (w *writerState) beginRequest(events int) {
+	w.ov = w.ov[:0]
+	w.ovm = nil
+	if events > ovMapMin {
+		if w.ovBig == nil {
+			w.ovBig = make(map[string]State)
+		}
+		clear(w.ovBig)
+		w.ovm = w.ovBig
+	}
+	w.reqIDs = w.reqIDs[:0]
+}
+
+// dropRequestIDs releases the message ids a rejected request claimed.
+func (w *writerState) dropRequestIDs() {
+	for _, id := range w.reqIDs {
+		delete(w.newIDs, id)
+	}
+}
+
+// validateRequest checks every event of r against the current states (and
+// the overlay of r's earlier events). It reports false, after rejecting r,
+// when an event is not acceptable; err is a database failure.
+func (w *writerState) validateRequest(ts *txStmts, r *request) (bool, error) {
+	for i := range r.events {
+		ev := &r.events[i]
+		cur, exists, err := w.stateOf(ts, ev.Nonce)
+		if err != nil {
+			return false, err
+		}
+		if !CanTransition(cur, ev.State) {
+			reject(r, &TransitionError{Nonce: ev.Nonce, From: cur, To: ev.State}, rejectTransition)
+			return false, nil
+		}
+		if !exists {
+			if ok, err := w.validateFirst(ts, r, i); !ok || err != nil {
+				return false, err
+			}
+		}
+		if w.ovm != nil {
+			w.ovm[ev.Nonce] = ev.State
+		} else {
+			w.ov = append(w.ov, overlay{nonce: ev.Nonce, state: ev.State})
+		}
+	}
+	return true, nil
+}
+
+// validateFirst checks the first event of a new nonce: it names its
+// parties and type, and a bus message's id is unused (it is then claimed).
+func (w *writerState) validateFirst(ts *txStmts, r *request, i int) (bool, error) {
+	ev := &r.events[i]
+	if ev.From == "" || ev.To == "" || ev.IntentType == "" {
+		reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "from/to/intentType",
+			Reason: "the first event of a nonce must carry from, to and intentType"}, rejectInvalid)
+		return false, nil
+	}
+	b := ev.Details.Bus
+	if b == nil {
+		return true, nil
+	}
+	if b.MessageID == "" {
+		reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details.bus.messageId",
+			Reason: "empty"}, rejectInvalid)
+		return false, nil
+	}
+	taken, err := w.messageIDTaken(ts, b.MessageID)
+	if err != nil {
+		return false, err
+	}
+	if taken {
+		reject(r, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details.bus.messageId",
+			Reason: fmt.Sprintf("message id %q is already used by another nonce", b.MessageID)}, rejectInvalid)
+		return false, nil
+	}
+	w.newIDs[b.MessageID] = true
+	w.reqIDs = append(w.reqIDs, b.MessageID)
+	return true, nil
+}
+
+// applyEvents assigns seqs and times to r's events, folds them into the
+// working projection rows and queues their rows for insertion.
+func (w *writerState) applyEvents(r *request, clock func() time.Time) {
 	var now time.Time
 	for i := range r.events {
 		ev := &r.events[i]
 		if ev.At.IsZero() {
 			if now.IsZero() {
-				now = time.UnixMicro(l.clock().UnixMicro()).UTC()
+				now = time.UnixMicro(clock().UnixMicro()).UTC()
 			}
 			ev.At = now
 		}
@@ -910,14 +942,15 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 		e.dirty = true
 		w.addEvent(ev, r.detailsOf(i), e.row.FirstSeq)
 	}
-	if r.fn == nil {
-		return nil
-	}
+}
+
+// runDo writes the rows r touched so that its function sees them, runs the
+// function inside the request's savepoint and, when it fails, rolls the
+// request back (rows, seqs and claimed message ids) and rejects it.
+func (w *writerState) runDo(tx *sqlx.Tx, ts *txStmts, r *request, seqStart int64) error {
 	if err := w.flushEvents(ts); err != nil {
 		return err
 	}
-
-	// Do: write the touched rows so that fn sees them, then run fn.
 	for _, s := range w.snaps {
 		if e := w.work[s.nonce]; e != nil && e.dirty {
 			if err := w.write(ts, e); err != nil {
@@ -927,32 +960,32 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 	}
 	ferr := callFn(r.fn, tx)
 	clear(w.absent) // fn may have written anything
-	if ferr != nil {
-		if _, err := tx.Exec(`ROLLBACK TO beam_request`); err != nil {
-			return fmt.Errorf("rollback to savepoint after %v: %w", ferr, err)
-		}
+	if ferr == nil {
 		if _, err := tx.Exec(`RELEASE beam_request`); err != nil {
 			return fmt.Errorf("release savepoint: %w", err)
 		}
-		for i := len(w.snaps) - 1; i >= 0; i-- {
-			s := w.snaps[i]
-			if s.prev == nil {
-				delete(w.work, s.nonce)
-			} else {
-				w.work[s.nonce] = s.prev
-			}
-		}
-		w.nextSeq = seqStart
-		for i := range r.events {
-			r.events[i].Seq = 0
-		}
-		dropIDs()
-		reject(r, &FuncError{Err: ferr}, rejectFunc)
 		return nil
+	}
+	if _, err := tx.Exec(`ROLLBACK TO beam_request`); err != nil {
+		return fmt.Errorf("rollback to savepoint after %v: %w", ferr, err)
 	}
 	if _, err := tx.Exec(`RELEASE beam_request`); err != nil {
 		return fmt.Errorf("release savepoint: %w", err)
 	}
+	for i := len(w.snaps) - 1; i >= 0; i-- {
+		s := w.snaps[i]
+		if s.prev == nil {
+			delete(w.work, s.nonce)
+		} else {
+			w.work[s.nonce] = s.prev
+		}
+	}
+	w.nextSeq = seqStart
+	for i := range r.events {
+		r.events[i].Seq = 0
+	}
+	w.dropRequestIDs()
+	reject(r, &FuncError{Err: ferr}, rejectFunc)
 	return nil
 }
 
