@@ -119,117 +119,144 @@ func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewRespo
 	now := d.clock().UTC()
 	window := time.Duration(hours * float64(time.Hour))
 	start := now.Add(-window)
-	size := bucketSize(window)
-	first := start.Truncate(size)
-	resp := &overviewResponse{
-		WindowHours:   hours,
-		GeneratedAt:   isoTime(now),
-		BucketSeconds: int64(size / time.Second),
-		LastSeq:       d.log.LastSeq(),
-		TopIntents:    []*topIntent{},
-		TopErrors:     []*topError{},
-		Alerts:        []alert{},
-	}
-	for t := first; !t.After(now); t = t.Add(size) {
-		resp.Timeline = append(resp.Timeline, timelineBucket{BucketStart: isoTime(t), lat: newSampler(maxBucketSample)})
-	}
-	sum := &resp.Summary
-	sum.ByState = byState{}
-	all := newSampler(maxSample)
-	var latSum, latN int64
-	intents := map[string]*topIntent{}
-	codes := map[string]*topError{}
-
+	a := newOverviewAgg(start, now, bucketSize(window))
+	a.resp.WindowHours, a.resp.GeneratedAt, a.resp.LastSeq = hours, isoTime(now), d.log.LastSeq()
 	err := d.log.EachIntent(ctx, tracing.IntentQuery{Since: start, Until: now}, func(row *tracing.IntentRow) error {
-		at, st, typ, ecode := row.RequestedAt, row.Status, row.IntentType, row.ErrorCode
-		b := st.Bucket()
-		sum.TotalIntents++
-		sum.ByState[st]++
-		idx := int(time.UnixMicro(at).Sub(first) / size)
-		var tb *timelineBucket
-		if idx >= 0 && idx < len(resp.Timeline) {
-			tb = &resp.Timeline[idx]
-			tb.Total++
-		}
-		switch b {
-		case tracing.BucketSuccess:
-			sum.SuccessCount++
-			if tb != nil {
-				tb.Success++
-			}
-		case tracing.BucketError:
-			sum.ErrorCount++
-			if tb != nil {
-				tb.Error++
-			}
-		default:
-			sum.InFlightCount++
-			if tb != nil {
-				tb.InFlight++
-			}
-		}
-		ti := intents[typ]
-		if ti == nil && len(intents) < maxGroupKeys {
-			ti = &topIntent{IntentType: typ}
-			intents[typ] = ti
-		}
-		if ti != nil {
-			ti.Count++
-			switch b {
-			case tracing.BucketSuccess:
-				ti.Success++
-			case tracing.BucketError:
-				ti.Error++
-			}
-		}
-		if lat := row.RoundTripLatencyMs; lat != nil && *lat >= 0 {
-			all.add(*lat)
-			latSum += *lat
-			latN++
-			if tb != nil {
-				tb.lat.add(*lat)
-			}
-			if ti != nil {
-				ti.latSum += *lat
-				ti.latN++
-			}
-		}
-		if b == tracing.BucketError && ecode != "" {
-			te := codes[ecode]
-			if te == nil && len(codes) < maxGroupKeys {
-				te = &topError{ErrorCode: ecode}
-				codes[ecode] = te
-			}
-			if te != nil {
-				te.Count++
-				te.lastUs = max(te.lastUs, at)
-			}
-		}
+		a.add(row)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read intents: %w", err)
 	}
+	a.finish(window)
+	resp := a.resp
+	if err := d.fillCounts(ctx, now, &resp.Summary); err != nil {
+		return nil, err
+	}
+	resp.Alerts = alertsFor(&resp.Summary)
+	resp.Federation = d.federationCard(ctx)
+	return resp, nil
+}
 
+// overviewAgg folds the window's intents into the overview: the summary,
+// the timeline buckets and the per-type and per-error-code groups.
+type overviewAgg struct {
+	resp         *overviewResponse
+	first        time.Time
+	size         time.Duration
+	all          *sampler
+	latSum, latN int64
+	intents      map[string]*topIntent
+	codes        map[string]*topError
+}
+
+func newOverviewAgg(start, now time.Time, size time.Duration) *overviewAgg {
+	first := start.Truncate(size)
+	a := &overviewAgg{
+		resp: &overviewResponse{
+			BucketSeconds: int64(size / time.Second),
+			TopIntents:    []*topIntent{},
+			TopErrors:     []*topError{},
+			Alerts:        []alert{},
+		},
+		first: first, size: size, all: newSampler(maxSample),
+		intents: map[string]*topIntent{}, codes: map[string]*topError{},
+	}
+	a.resp.Summary.ByState = byState{}
+	for t := first; !t.After(now); t = t.Add(size) {
+		a.resp.Timeline = append(a.resp.Timeline, timelineBucket{BucketStart: isoTime(t), lat: newSampler(maxBucketSample)})
+	}
+	return a
+}
+
+// add counts one intent of the window.
+func (a *overviewAgg) add(row *tracing.IntentRow) {
+	sum := &a.resp.Summary
+	b := row.Status.Bucket()
+	sum.TotalIntents++
+	sum.ByState[row.Status]++
+	var tb *timelineBucket
+	if idx := int(time.UnixMicro(row.RequestedAt).Sub(a.first) / a.size); idx >= 0 && idx < len(a.resp.Timeline) {
+		tb = &a.resp.Timeline[idx]
+		tb.Total++
+	}
+	switch b {
+	case tracing.BucketSuccess:
+		sum.SuccessCount++
+		if tb != nil {
+			tb.Success++
+		}
+	case tracing.BucketError:
+		sum.ErrorCount++
+		if tb != nil {
+			tb.Error++
+		}
+	default:
+		sum.InFlightCount++
+		if tb != nil {
+			tb.InFlight++
+		}
+	}
+	ti := a.intents[row.IntentType]
+	if ti == nil && len(a.intents) < maxGroupKeys {
+		ti = &topIntent{IntentType: row.IntentType}
+		a.intents[row.IntentType] = ti
+	}
+	if ti != nil {
+		ti.Count++
+		switch b {
+		case tracing.BucketSuccess:
+			ti.Success++
+		case tracing.BucketError:
+			ti.Error++
+		}
+	}
+	if lat := row.RoundTripLatencyMs; lat != nil && *lat >= 0 {
+		a.all.add(*lat)
+		a.latSum += *lat
+		a.latN++
+		if tb != nil {
+			tb.lat.add(*lat)
+		}
+		if ti != nil {
+			ti.latSum += *lat
+			ti.latN++
+		}
+	}
+	if b == tracing.BucketError && row.ErrorCode != "" {
+		te := a.codes[row.ErrorCode]
+		if te == nil && len(a.codes) < maxGroupKeys {
+			te = &topError{ErrorCode: row.ErrorCode}
+			a.codes[row.ErrorCode] = te
+		}
+		if te != nil {
+			te.Count++
+			te.lastUs = max(te.lastUs, row.RequestedAt)
+		}
+	}
+}
+
+// finish derives rates, averages and percentiles and ranks the groups.
+func (a *overviewAgg) finish(window time.Duration) {
+	resp, sum := a.resp, &a.resp.Summary
 	if done := sum.SuccessCount + sum.ErrorCount; done > 0 {
 		rate := float64(sum.SuccessCount) / float64(done)
 		sum.SuccessRate = &rate
 	}
-	if latN > 0 {
-		avg := float64(latSum) / float64(latN)
+	if a.latN > 0 {
+		avg := float64(a.latSum) / float64(a.latN)
 		sum.AvgLatencyMs = &avg
 	}
-	ps := all.percentiles(0.5, 0.95)
-	sum.P50LatencyMs, sum.P95LatencyMs, sum.LatencySampled = ps[0], ps[1], all.sampled()
+	ps := a.all.percentiles(0.5, 0.95)
+	sum.P50LatencyMs, sum.P95LatencyMs, sum.LatencySampled = ps[0], ps[1], a.all.sampled()
 	sum.ThroughputPerMin = float64(sum.TotalIntents) / window.Minutes()
 	for i := range resp.Timeline {
 		tb := &resp.Timeline[i]
 		p := tb.lat.percentiles(0.5, 0.95)
 		tb.P50LatencyMs, tb.P95LatencyMs = p[0], p[1]
-		tb.Throughput = float64(tb.Total) / size.Minutes()
+		tb.Throughput = float64(tb.Total) / a.size.Minutes()
 	}
-
-	for _, ti := range intents {
+	for _, ti := range a.intents {
 		if ti.latN > 0 {
 			avg := float64(ti.latSum) / float64(ti.latN)
 			ti.AvgLatencyMs = &avg
@@ -244,7 +271,7 @@ func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewRespo
 		return a.IntentType < b.IntentType
 	})
 	resp.TopIntents = resp.TopIntents[:min(topN, len(resp.TopIntents))]
-	for _, te := range codes {
+	for _, te := range a.codes {
 		te.LastSeenAt = isoMicros(te.lastUs)
 		resp.TopErrors = append(resp.TopErrors, te)
 	}
@@ -256,13 +283,6 @@ func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewRespo
 		return a.ErrorCode < b.ErrorCode
 	})
 	resp.TopErrors = resp.TopErrors[:min(topN, len(resp.TopErrors))]
-
-	if err := d.fillCounts(ctx, now, sum); err != nil {
-		return nil, err
-	}
-	resp.Alerts = alertsFor(sum)
-	resp.Federation = d.federationCard(ctx)
-	return resp, nil
 }
 
 // fillCounts adds the counts that do not depend on the window.
