@@ -444,24 +444,13 @@ func (l *Log) Message(ctx context.Context, nonce string) (MessageRow, bool, erro
 // NonTerminal returns every intent_log row whose status is not acked,
 // failed or dead_letter, oldest request first. Startup recovery uses it.
 func (l *Log) NonTerminal(ctx context.Context) ([]IntentRow, error) {
-	rows, err := l.rdb.QueryContext(ctx, `SELECT `+intentCols+` FROM intent_log WHERE status NOT IN `+terminalList+
-		` ORDER BY requested_at, nonce`)
-	if err != nil {
-		return nil, fmt.Errorf("read non-terminal intents: %w", err)
-	}
-	defer rows.Close()
 	var out []IntentRow
-	for rows.Next() {
-		var r IntentRow
-		if err := scanIntent(rows, &r); err != nil {
-			return nil, fmt.Errorf("read non-terminal intents: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read non-terminal intents: %w", err)
-	}
-	return out, nil
+	err := eachRow(ctx, l.rdb.DB, "read non-terminal intents", `SELECT `+intentCols+` FROM intent_log WHERE status NOT IN `+terminalList+
+		` ORDER BY requested_at, nonce`, nil, scanIntent, func(r *IntentRow) error {
+		out = append(out, *r)
+		return nil
+	})
+	return out, err
 }
 
 // CountByState returns the number of intents in each state (states with no

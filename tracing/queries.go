@@ -114,23 +114,32 @@ func (l *Log) IntentsByNonce(ctx context.Context, nonces []string) ([]IntentRow,
 }
 
 func (l *Log) eachIntent(ctx context.Context, query string, args []any, fn func(*IntentRow) error) error {
-	rows, err := l.rdb.QueryContext(ctx, query, args...)
+	return eachRow(ctx, l.rdb.DB, "read intents", query, args, scanIntent, fn)
+}
+
+// eachRow runs query and calls fn with each row scanned into a T (reused
+// between calls), stopping at fn's first error, which it returns as is;
+// database errors are wrapped with what.
+func eachRow[T any](ctx context.Context, db *sql.DB, what, query string, args []any,
+	scan func(scanner, *T) error, fn func(*T) error) error {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("read intents: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var r IntentRow
+	var v T
 	for rows.Next() {
-		r = IntentRow{}
-		if err := scanIntent(rows, &r); err != nil {
-			return fmt.Errorf("read intents: %w", err)
+		var zero T
+		v = zero
+		if err := scan(rows, &v); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if err := fn(&r); err != nil {
+		if err := fn(&v); err != nil {
 			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read intents: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -230,25 +239,7 @@ func (l *Log) EachMessage(ctx context.Context, q MessageQuery, fn func(*MessageR
 }
 
 func (l *Log) eachMessage(ctx context.Context, query string, args []any, fn func(*MessageRow) error) error {
-	rows, err := l.rdb.QueryContext(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("read messages: %w", err)
-	}
-	defer rows.Close()
-	var m MessageRow
-	for rows.Next() {
-		m = MessageRow{}
-		if err := scanMessage(rows, &m); err != nil {
-			return fmt.Errorf("read messages: %w", err)
-		}
-		if err := fn(&m); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read messages: %w", err)
-	}
-	return nil
+	return eachRow(ctx, l.rdb.DB, "read messages", query, args, scanMessage, fn)
 }
 
 // MessageSummary counts the messages a query selects.
