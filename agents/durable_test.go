@@ -2,6 +2,7 @@ package agents_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -209,4 +210,53 @@ func TestReceiverVerifiesAttestedBusFrames(t *testing.T) {
 		require.Equal(t, sender.BeamID(), in.From)
 		require.JSONEq(t, `{"n":"ü"}`, string(in.Payload))
 	}
+}
+
+// TestBeam2SessionReceivesAttestedBusFrame: a Go agent whose session
+// speaks beam/2 gets an API-key send as an attested beam/1 frame, verifies
+// it against the published key, and its reply acks the message.
+func TestBeam2SessionReceivesAttestedBusFrame(t *testing.T) {
+	t.Parallel()
+	url := busServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sender := durableAgent(t, ctx, url, "sender@acme.beam.directory")
+	id, err := agents.GenerateIdentity("worker2@acme.beam.directory")
+	require.NoError(t, err)
+	worker, err := agents.NewClient(agents.ClientConfig{DirectoryURL: url, Identity: id, Protocol: agents.ProtocolBeam2,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = worker.Close() })
+	_, err = worker.Register(ctx, id.BeamID, nil)
+	require.NoError(t, err)
+	got := make(chan *agents.Intent, 1)
+	worker.Handle("*", func(ctx context.Context, in *agents.Intent) agents.Reply {
+		got <- in
+		return agents.Success(map[string]int{"ok": 1})
+	})
+	require.NoError(t, worker.Connect(ctx))
+
+	body := `{"from":"` + sender.BeamID() + `","to":"` + id.BeamID + `","intent":"job.run"}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/beam/send", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("X-Api-Key", sender.APIKey())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var rec agents.DurableReceipt
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	var in *agents.Intent
+	select {
+	case in = <-got:
+	case <-ctx.Done():
+		t.Fatal("the handler never ran")
+	}
+	require.NotNil(t, in.Attested)
+	require.Equal(t, "api_key", in.Attested.Auth)
+	require.Equal(t, agents.ProtocolBeam1, in.Protocol)
+	require.Eventually(t, func() bool {
+		m, err := sender.DurableMessageStatus(ctx, rec.MessageID)
+		return err == nil && m.Status == "acked"
+	}, 10*time.Second, 10*time.Millisecond)
 }
