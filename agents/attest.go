@@ -73,6 +73,19 @@ func (c *Client) AttestationKeys(ctx context.Context) (map[string]ed25519.Public
 	return out, nil
 }
 
+// prefetchAttestationKeys loads the key document once the session is up,
+// so that a frame signed by an attestation key but not marked attested is
+// recognised even before the first attested intent (best effort; attested
+// intents fetch it themselves when it is missing). Started by Connect.
+func (c *Client) prefetchAttestationKeys() {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.AttestationKeys(ctx); err != nil && c.ctx.Err() == nil {
+		c.log.Debug("beam: attestation keys not loaded", "err", err)
+	}
+}
+
 // cachedAttestationKey returns a cached attestation key.
 func (c *Client) cachedAttestationKey(keyID string) (ed25519.PublicKey, bool) {
 	c.att.mu.Lock()

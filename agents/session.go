@@ -75,9 +75,10 @@ func (c *Client) Connect(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.conn, c.started = conn, true
-	c.wg.Add(1)
+	c.wg.Add(2)
 	c.mu.Unlock()
 	go c.sessionLoop(conn)
+	go c.prefetchAttestationKeys()
 	return nil
 }
 

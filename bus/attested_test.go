@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,4 +85,31 @@ func TestQueuedUnsignedMessageIsNotDeliveredAttestedAfterTheSettingTurnsOn(t *te
 	require.NoError(t, err)
 	require.Equal(t, directory.CodeSenderSignatureRequired, ir.ErrorCode)
 	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
+}
+
+// TestUnansweredAttemptIsNotASuccess: a recipient whose session takes the
+// frame and never answers leaves the message delivered, and when the
+// delivery timeout passes the attempt is recorded as unanswered, with the
+// attempt and the session's protocol, never as acked.
+func TestUnansweredAttemptIsNotASuccess(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, func(o *setupOpts) { o.cfg = func(c *Config) { c.DeliveryTimeout = 200 * time.Millisecond } })
+	alice, bob := tb.register("alice"), tb.register("bob")
+	bobWS := tb.connect(bob)
+	status, body := tb.sendAs(alice, bob.id, "x", nil, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	require.Equal(t, "delivered", body["status"], "the frame was handed to the session, nothing more")
+	nonce := nonceOf(t, body)
+	bobWS.nextIntent()
+	m := tb.waitStatus(nonce, tracing.Queued)
+	require.Contains(t, m.Error, "did not answer attempt 1")
+	require.Contains(t, m.Error, "may have rejected the frame")
+	trace, err := tb.log.Trace(t.Context(), nonce)
+	require.NoError(t, err)
+	last := trace[len(trace)-1]
+	require.Equal(t, tracing.Queued, last.State)
+	require.Equal(t, 1, last.Attempt)
+	require.Equal(t, directory.CodeTimeout, last.Details.ErrorCode)
+	require.Equal(t, map[string]any{"sessionProtocol": "beam/1", "sessionAuth": "api_key", "noAnswer": true}, last.Details.Extra)
+	require.NotContains(t, tb.states(nonce), tracing.Acked)
 }
