@@ -67,3 +67,18 @@ func TestNewRefusesABadKey(t *testing.T) {
 	_, err := New(ed25519.PrivateKey([]byte{1, 2, 3}), "x")
 	require.Error(t, err)
 }
+
+// BenchmarkAttest is the cost attestation adds to one delivery attempt of
+// an unsigned frame.
+func BenchmarkAttest(b *testing.B) {
+	a, err := Ephemeral("acme.beam.directory")
+	require.NoError(b, err)
+	f := wire.NewIntentFrame("alice@acme.beam.directory", "bob@acme.beam.directory", "job.run",
+		json.RawMessage(`{"n":1,"text":"grüße","items":[1,2,3],"nested":{"a":true}}`), time.Now())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := a.Attest(f, wire.AttestAPIKey, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
