@@ -219,7 +219,9 @@ func TestSDK051AgentGetsAttestedDurableSends(t *testing.T) {
 		var out []sent
 		for i, s := range sends {
 			status, body := busPost(t, ctx, p.URL(), map[string]any{
-				"from": sender.BeamID, "to": worker.beamID, "intent": "job.run", "payload": map[string]any{"n": n + i},
+				"from": sender.BeamID, "to": worker.beamID, "intent": "job.run",
+				// The attested signature must match what JavaScript re-serialises.
+				"payload": map[string]any{"n": n + i, "text": jsText, "f": 1.5e-7},
 			}, s.header, s.value)
 			require.Equal(t, http.StatusCreated, status, "%v", body)
 			require.Contains(t, wantStatus, body["status"], "%v", body)
@@ -234,6 +236,11 @@ func TestSDK051AgentGetsAttestedDurableSends(t *testing.T) {
 			require.True(t, ok, "the 0.5.1 handler ran for %s", m.nonce)
 			require.Equal(t, sender.BeamID, ev.From)
 			require.Equal(t, "job.run", ev.Intent)
+			var pl struct {
+				Text string `json:"text"`
+			}
+			require.NoError(t, json.Unmarshal(ev.Payload, &pl))
+			require.Equal(t, jsText, pl.Text)
 			got := waitAcked(t, ctx, p.URL(), sender.APIKey, m.id)
 			require.JSONEq(t, `{"heard":"job.run","n":`+jsonInt(n+i)+`}`, string(got.Response))
 		}
@@ -316,6 +323,10 @@ func TestSDK051AgentRequiringSenderSignatures(t *testing.T) {
 	got := waitAcked(t, ctx, p.URL(), sender.APIKey, body["message_id"].(string))
 	require.JSONEq(t, `{"heard":"job.run","n":7}`, string(got.Response))
 }
+
+// jsText is a payload string whose escaping differs between Go's
+// encoding/json and JavaScript's JSON.stringify.
+const jsText = "grüße <&> \u2028 \"q\" \\ \t"
 
 func jsonInt(n int) string {
 	b, _ := json.Marshal(n)
