@@ -115,7 +115,8 @@ type Client struct {
 
 	durableHook func(DurableOutcome) // guarded by mu; OnDurableOutcome (durable.go)
 
-	b2 beam2State // beam/2 result keys (beam2.go)
+	b2  beam2State  // beam/2 result keys (beam2.go)
+	att attestState // the directory's attestation keys (attest.go)
 }
 
 // NewClient checks cfg and returns a client. It does no I/O.

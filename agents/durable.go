@@ -118,7 +118,7 @@ type DurableDelivery struct {
 	Attempt   int    `json:"attempt"`
 	// Auth is how the bus authenticated the sender: "signature" (the frame
 	// is the sender's and verifies), "api_key", "bus_key" or "jws" (the
-	// frame is unsigned and vouched for by the directory).
+	// frame is attested by the directory: see Intent.Attested).
 	Auth string `json:"auth"`
 }
 
@@ -138,19 +138,6 @@ type busMark struct {
 	DurableDelivery
 	Nonce  string `json:"nonce,omitempty"`
 	Status string `json:"status,omitempty"`
-}
-
-// vouchedAuth are the bus authentications under which the directory
-// delivers unsigned frames it vouches for.
-func vouchedAuth(m *busMark) bool {
-	if m == nil {
-		return false
-	}
-	switch m.Auth {
-	case "api_key", "bus_key", "jws":
-		return true
-	}
-	return false
 }
 
 // OnDurableOutcome registers f to be called (on the session's reader; it

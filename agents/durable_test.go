@@ -2,6 +2,7 @@ package agents_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/agents"
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
@@ -145,29 +147,116 @@ func TestPollClaimRenewAndAckWithLease(t *testing.T) {
 	require.Equal(t, "failed", res.Status)
 }
 
-func TestReceiverAcceptsVouchedUnsignedBusFrames(t *testing.T) {
+// TestReceiverVerifiesAttestedBusFrames: messages sent with the sender's
+// API key and with the operator bus key reach a Go agent signed by the
+// directory's attestation key; the agent sees who attested them, how the
+// sender was authenticated, and verified them against the key the
+// directory publishes at its well-known route.
+func TestReceiverVerifiesAttestedBusFrames(t *testing.T) {
 	t.Parallel()
 	url := busServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sender := durableAgent(t, ctx, url, "sender@acme.beam.directory")
 	worker := durableAgent(t, ctx, url, "worker@acme.beam.directory")
-	got := make(chan *agents.Intent, 1)
+	got := make(chan *agents.Intent, 2)
 	worker.Handle("*", func(ctx context.Context, in *agents.Intent) agents.Reply {
 		got <- in
 		return agents.Success(nil)
 	})
 	require.NoError(t, worker.Connect(ctx))
 
-	body := `{"from":"` + sender.BeamID() + `","to":"` + worker.BeamID() + `","intent":"ping"}`
+	// The published key document, read independently of the SDK.
+	resp, err := http.Get(url + wire.AttestationKeysPath)
+	require.NoError(t, err)
+	docBody, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	doc, published, err := wire.DecodeAttestationKeys(docBody)
+	require.NoError(t, err)
+	require.Len(t, published, 1)
+
+	send := func(header, value string) {
+		body := `{"from":"` + sender.BeamID() + `","to":"` + worker.BeamID() + `","intent":"ping","payload":{"n":"ü"}}`
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/beam/send", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set(header, value)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+	}
+	for _, c := range []struct{ header, value, auth string }{
+		{"X-Api-Key", sender.APIKey(), "api_key"},
+		{"Authorization", "Bearer bk-test-bus", "bus_key"},
+	} {
+		send(c.header, c.value)
+		var in *agents.Intent
+		select {
+		case in = <-got:
+		case <-ctx.Done():
+			t.Fatalf("%s: the handler never ran", c.auth)
+		}
+		require.Equal(t, c.auth, in.Durable.Auth)
+		require.NotNil(t, in.Attested, "%s: an attested frame is reported as such", c.auth)
+		require.Equal(t, c.auth, in.Attested.Auth)
+		require.Equal(t, doc.By, in.Attested.By)
+		key, ok := published[in.Attested.KeyID]
+		require.True(t, ok, "attested with a published key")
+		require.True(t, key.Equal(in.Attested.Key))
+		require.Nil(t, in.SenderPublicKey, "the attestation key is never presented as the sender's")
+		require.NoError(t, wire.VerifyAttested(in.Frame, key))
+		require.Equal(t, sender.BeamID(), in.From)
+		require.JSONEq(t, `{"n":"ü"}`, string(in.Payload))
+	}
+}
+
+// TestBeam2SessionReceivesAttestedBusFrame: a Go agent whose session
+// speaks beam/2 gets an API-key send as an attested beam/1 frame, verifies
+// it against the published key, and its reply acks the message.
+func TestBeam2SessionReceivesAttestedBusFrame(t *testing.T) {
+	t.Parallel()
+	url := busServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sender := durableAgent(t, ctx, url, "sender@acme.beam.directory")
+	id, err := agents.GenerateIdentity("worker2@acme.beam.directory")
+	require.NoError(t, err)
+	worker, err := agents.NewClient(agents.ClientConfig{DirectoryURL: url, Identity: id, Protocol: agents.ProtocolBeam2,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = worker.Close() })
+	_, err = worker.Register(ctx, id.BeamID, nil)
+	require.NoError(t, err)
+	got := make(chan *agents.Intent, 1)
+	worker.Handle("*", func(ctx context.Context, in *agents.Intent) agents.Reply {
+		got <- in
+		return agents.Success(map[string]int{"ok": 1})
+	})
+	require.NoError(t, worker.Connect(ctx))
+
+	body := `{"from":"` + sender.BeamID() + `","to":"` + id.BeamID + `","intent":"job.run"}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/beam/send", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("X-Api-Key", sender.APIKey())
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
+	var rec agents.DurableReceipt
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
 	resp.Body.Close()
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
-	in := <-got
-	require.Equal(t, "api_key", in.Durable.Auth)
-	require.Empty(t, in.Frame.Signature)
+	var in *agents.Intent
+	select {
+	case in = <-got:
+	case <-ctx.Done():
+		t.Fatal("the handler never ran")
+	}
+	require.NotNil(t, in.Attested)
+	require.Equal(t, "api_key", in.Attested.Auth)
+	require.Equal(t, agents.ProtocolBeam1, in.Protocol)
+	require.Eventually(t, func() bool {
+		m, err := sender.DurableMessageStatus(ctx, rec.MessageID)
+		return err == nil && m.Status == "acked"
+	}, 10*time.Second, 10*time.Millisecond)
 }

@@ -28,8 +28,14 @@ type Intent struct {
 	Timestamp time.Time
 	// Payload is the payload object exactly as received.
 	Payload json.RawMessage
-	// SenderPublicKey is the key the frame was verified with.
+	// SenderPublicKey is the sender's key the frame was verified with; nil
+	// when the frame is attested (see Attested).
 	SenderPublicKey ed25519.PublicKey
+	// Attested is set when the directory, not the sender, signed the frame
+	// (the sender authenticated with an API key, the bus key, a beam/2 JWS
+	// or a peer's vouching); the client verified that signature against the
+	// directory's published attestation key.
+	Attested *Attested
 	// ActingBeamID is the agent that sent on behalf of From under a
 	// delegation, when the directory reports one.
 	ActingBeamID string
@@ -106,8 +112,25 @@ func (c *Client) handler(intent string) Handler {
 }
 
 // receive verifies an incoming intent and runs its handler. Frames that do
-// not verify are dropped and logged, as beam/1 receivers do.
+// not verify are dropped and logged, as beam/1 receivers do. An attested
+// intent whose key is not cached yet is verified off the session's reader,
+// since the key document is fetched first.
 func (c *Client) receive(env envelope) {
+	if a := env.Attestation; a != nil {
+		if _, ok := c.cachedAttestationKey(a.KeyID); !ok {
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				c.receiveVerified(env)
+			}()
+			return
+		}
+	}
+	c.receiveVerified(env)
+}
+
+// receiveVerified is receive once the attestation key (if any) can be had.
+func (c *Client) receiveVerified(env envelope) {
 	in, err := c.verifyIncoming(env)
 	if err != nil {
 		c.log.Warn("beam: dropping incoming intent", "err", err)
@@ -181,9 +204,22 @@ func (c *Client) verifyIncoming(env envelope) (*Intent, error) {
 	if skew := c.clock().Sub(ts); (skew > replayWindow || skew < -replayWindow) && env.Bus == nil {
 		return nil, fmt.Errorf("intent %q: timestamp %s is outside the replay window", f.Nonce, f.Timestamp)
 	}
-	// Unsigned frames are accepted only as bus deliveries the directory
-	// vouches for (sender authenticated by API key, bus key or beam/2).
-	if protocol == ProtocolBeam1 && (f.Signature != "" || !vouchedAuth(env.Bus)) {
+	// A frame is either the sender's, signed with its key, or attested by
+	// the directory and marked so; never unsigned.
+	var attested *Attested
+	switch {
+	case env.Attestation != nil:
+		if protocol != ProtocolBeam1 {
+			return nil, fmt.Errorf("intent %q: an attested intent must be a beam/1 frame", f.Nonce)
+		}
+		if attested, err = c.verifyAttested(f, env, pub); err != nil {
+			return nil, err
+		}
+		pub = nil
+	case protocol == ProtocolBeam1:
+		if c.isAttestationKey(pub) {
+			return nil, fmt.Errorf("intent %q is signed by the directory's attestation key but not marked attested", f.Nonce)
+		}
 		if err := f.Verify(pub); err != nil {
 			return nil, err
 		}
@@ -198,6 +234,7 @@ func (c *Client) verifyIncoming(env envelope) (*Intent, error) {
 		Timestamp:       ts,
 		Payload:         f.Payload,
 		SenderPublicKey: pub,
+		Attested:        attested,
 		ActingBeamID:    env.ActingBeamID,
 		Frame:           f,
 		Durable:         durable,

@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -212,4 +213,73 @@ func FuzzAgentJSON(f *testing.F) {
 		var a Agent
 		_ = json.Unmarshal(data, &a)
 	})
+}
+
+// attestedEnvelope is what the directory delivers for an unsigned frame:
+// signed by the attestation key priv, marked with the attestation member.
+func attestedEnvelope(t *testing.T, priv ed25519.PrivateKey, from, to string, at time.Time) envelope {
+	t.Helper()
+	f := wire.NewIntentFrame(from, to, "agent.ping", json.RawMessage(`{"x":1}`), at)
+	require.NoError(t, wire.AttestIntent(f, priv))
+	raw, err := f.DeliveryJSON()
+	require.NoError(t, err)
+	pub := priv.Public().(ed25519.PublicKey)
+	return envelope{Type: "intent", Frame: raw, SenderPublicKey: wire.EncodePublicKey(pub),
+		Attestation: &wire.Attestation{By: "acme.beam.directory", KeyID: wire.AttestationKeyID(pub), Auth: wire.AttestAPIKey}}
+}
+
+func TestVerifyIncomingAttested(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 30, 15, 0, 0, 0, time.UTC)
+	c, _ := offlineClient(t, "bob@acme.beam.directory", now)
+	dirPub, dirPriv, err := ed25519.GenerateKey(nil)
+	require.NoError(t, err)
+	_, otherPriv, err := ed25519.GenerateKey(nil)
+	require.NoError(t, err)
+	// The directory's published key, as AttestationKeys caches it.
+	c.att.keys = map[string]ed25519.PublicKey{wire.AttestationKeyID(dirPub): dirPub}
+	c.att.fetched = time.Now()
+
+	env := attestedEnvelope(t, dirPriv, "alice@acme.beam.directory", "bob@acme.beam.directory", now)
+	in, err := c.verifyIncoming(env)
+	require.NoError(t, err)
+	require.NotNil(t, in.Attested)
+	require.Equal(t, "acme.beam.directory", in.Attested.By)
+	require.Equal(t, wire.AttestAPIKey, in.Attested.Auth)
+	require.True(t, dirPub.Equal(in.Attested.Key))
+	require.Nil(t, in.SenderPublicKey)
+
+	// A key the directory does not publish cannot attest, whatever the
+	// message claims.
+	forged := attestedEnvelope(t, otherPriv, "alice@acme.beam.directory", "bob@acme.beam.directory", now)
+	_, err = c.verifyIncoming(forged)
+	require.ErrorContains(t, err, "not published")
+	forged.Attestation.KeyID = wire.AttestationKeyID(dirPub)
+	_, err = c.verifyIncoming(forged)
+	require.ErrorContains(t, err, "not the directory's attestation key")
+	forged.SenderPublicKey = env.SenderPublicKey
+	_, err = c.verifyIncoming(forged)
+	require.ErrorIs(t, err, wire.ErrBadSignature)
+
+	// An attested frame without its mark is not taken as the sender's.
+	unmarked := env
+	unmarked.Attestation = nil
+	_, err = c.verifyIncoming(unmarked)
+	require.ErrorContains(t, err, "not marked attested")
+
+	// An unsigned frame is refused, even on a bus delivery.
+	f := wire.NewIntentFrame("alice@acme.beam.directory", "bob@acme.beam.directory", "agent.ping", nil, now)
+	raw, err := f.DeliveryJSON()
+	require.NoError(t, err)
+	alice, err := GenerateIdentity("alice@acme.beam.directory")
+	require.NoError(t, err)
+	unsigned := envelope{Type: "intent", Frame: raw, SenderPublicKey: alice.PublicKeyBase64(),
+		Bus: &busMark{DurableDelivery: DurableDelivery{MessageID: "m1", Attempt: 1, Auth: "api_key"}}}
+	_, err = c.verifyIncoming(unsigned)
+	require.ErrorIs(t, err, wire.ErrBadSignature)
+
+	bad := env
+	bad.Attestation = &wire.Attestation{By: "x", KeyID: wire.AttestationKeyID(dirPub), Auth: "trust-me"}
+	_, err = c.verifyIncoming(bad)
+	require.ErrorContains(t, err, "unknown auth")
 }

@@ -42,6 +42,8 @@ type envelope struct {
 	Bus             *busMark        `json:"bus,omitempty"`       // set on bus deliveries and outcomes (durable.go)
 	JWS             string          `json:"jws,omitempty"`       // beam/2 envelope of an intent or result
 	Protocols       []string        `json:"protocols,omitempty"` // connected: what the session speaks
+	// Attestation marks an intent the directory signed for its sender (attest.go).
+	Attestation *wire.Attestation `json:"attestation,omitempty"`
 }
 
 // Connect opens the WebSocket session and returns once the directory has
@@ -73,9 +75,10 @@ func (c *Client) Connect(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.conn, c.started = conn, true
-	c.wg.Add(1)
+	c.wg.Add(2)
 	c.mu.Unlock()
 	go c.sessionLoop(conn)
+	go c.prefetchAttestationKeys()
 	return nil
 }
 

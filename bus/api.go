@@ -330,13 +330,16 @@ func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendR
 			msg += " (" + reason + ")"
 		}
 		return nil, errf(http.StatusForbidden, CodeForbidden, "%s", msg)
+	} else if aerr := b.checkEndToEnd(req); aerr != nil {
+		return nil, aerr
 	}
 	probe := req.frame
 	if probe == nil || req.auth != directory.BusAuthSignature {
 		probe = wire.NewIntentFrame(req.from, req.to, req.intent, req.payload, b.clock())
 		probe.Nonce = req.nonce
 	}
-	size, err := probe.DeliverySize()
+	// An unsigned frame is delivered attested, with a signature.
+	size, err := probe.SignedDeliverySize()
 	if err != nil {
 		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "payload cannot be delivered: %v", err)
 	}

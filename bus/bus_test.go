@@ -36,12 +36,19 @@ func TestOfflineRecipientQueuedThenDeliveredOnConnectThenAcked(t *testing.T) {
 	tb.tick() // nothing is due: still waiting
 	require.Equal(t, tracing.Queued, tb.message(nonce).Status)
 
-	// The recipient connects: the message is delivered at once, unsigned,
-	// vouched for by the directory.
+	// The recipient connects: the message is delivered at once, signed by
+	// the directory's attestation key and marked as attested.
 	bobWS := tb.connect(bob)
 	msg, f := bobWS.nextIntent()
 	require.Equal(t, nonce, f.Nonce)
-	require.Empty(t, f.Signature)
+	require.NotNil(t, msg.Attestation)
+	require.Equal(t, wire.AttestAPIKey, msg.Attestation.Auth)
+	require.Equal(t, tb.dir.Attester().KeyID(), msg.Attestation.KeyID)
+	require.Equal(t, tb.dir.Attester().PublicKey(), msg.SenderPublicKey)
+	attKey, err := wire.ParsePublicKey(msg.SenderPublicKey)
+	require.NoError(t, err)
+	require.NoError(t, wire.VerifyAttested(f, attKey))
+	require.Error(t, f.Verify(alice.pub), "an attested frame is not the sender's signature")
 	require.NotNil(t, msg.Bus)
 	require.Equal(t, body["message_id"], msg.Bus.MessageID)
 	require.Equal(t, 1, msg.Bus.Attempt)
@@ -55,6 +62,10 @@ func TestOfflineRecipientQueuedThenDeliveredOnConnectThenAcked(t *testing.T) {
 	require.Equal(t, "tr-1", m.TraceID)
 	require.Equal(t, 3, m.Priority)
 	require.Equal(t, []tracing.State{tracing.Received, tracing.Queued, tracing.Dispatched, tracing.Delivered, tracing.Acked}, tb.states(nonce))
+	trace, err := tb.log.Trace(context.Background(), nonce)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"by": "beam.directory", "keyId": tb.dir.Attester().KeyID(), "auth": "api_key"},
+		trace[2].Details.Extra["attestation"], "the dispatched event says the frame was attested")
 
 	// The connected sender hears how its message ended.
 	for {

@@ -50,15 +50,29 @@
 // A signed beam/1 frame is forwarded verbatim on every attempt, so its
 // signature still verifies; a retry therefore carries the original
 // timestamp. With API-key, bus-key or JWS authentication there is no
-// sender signature: each attempt gets an unsigned frame with the same
-// nonce and a fresh timestamp. Every bus delivery carries, outside the
-// frame, "bus":{"messageId","attempt","auth"}. The Go SDK accepts an
-// unsigned frame only when auth is api_key, bus_key or jws (the directory
-// vouches for the sender), and skips the ±5 min window for bus deliveries
-// (the log guards the nonce; a retried signed frame may be older).
-// beam-protocol-sdk 0.5.1 receivers verify every frame and drop unsigned
-// ones and stale ones: send to them with signed frames, and expect signed
-// retries older than 5 minutes to be dropped (they end in dead_letter).
+// sender signature: each attempt gets a frame with the same nonce and a
+// fresh timestamp, signed by the directory's attestation key and
+// delivered with that key as senderPublicKey and an "attestation" member
+// (directory/attest, docs/SECURITY.md); the dispatched event records
+// details.attestation {by, keyId, auth}. beam-protocol-sdk 0.5.1 receivers
+// accept it (they check the signature against senderPublicKey); the Go SDK
+// checks it against the directory's published key and reports
+// Intent.Attested. Every bus delivery carries, outside the frame,
+// "bus":{"messageId","attempt","auth"}. The Go SDK skips the ±5 min window
+// for bus deliveries (the log guards the nonce; a retried signed frame may
+// be older); SDK 0.5.1 does not, so signed retries older than 5 minutes
+// are dropped there (they end in dead_letter).
+//
+// A recipient with requireSenderSignatures (registry setting) accepts only
+// sender-signed beam/1 frames: other sends to it are refused with 403
+// SENDER_SIGNATURE_REQUIRED, and a message queued before it turned the
+// setting on is dead-lettered with that code, never delivered attested.
+//
+// No session acknowledges receipt: delivered means the frame was written
+// to the recipient's session. An attempt that then gets no result within
+// DeliveryTimeout is recorded as TIMEOUT with an error saying that the
+// recipient did not answer that attempt and may have rejected the frame,
+// and details sessionProtocol, sessionAuth and noAnswer.
 //
 // # Delivery, retries, dead letters
 //
@@ -130,7 +144,8 @@
 //
 // {"error","errorCode"} (plus "reason" for lease conflicts): 400
 // INVALID_JSON, MISSING_REQUIRED_FIELDS, INVALID_PAYLOAD, INVALID_STATUS,
-// MISSING_MESSAGE_ID, MISSING_AGENT, SIGNED_FRAME_REQUIRED; 401 UNAUTHORIZED; 403 FORBIDDEN; 404
+// MISSING_MESSAGE_ID, MISSING_AGENT, SIGNED_FRAME_REQUIRED; 401 UNAUTHORIZED; 403 FORBIDDEN,
+// SENDER_SIGNATURE_REQUIRED; 404
 // UNKNOWN_AGENT, MESSAGE_NOT_FOUND; 409 NONCE_REUSE_CONFLICT, IN_PROGRESS,
 // INVALID_STATE; 413 PAYLOAD_TOO_LARGE (body over 64 KiB, or a delivered
 // frame over the directory's MaxFrameBytes); 500 INTERNAL_ERROR only when

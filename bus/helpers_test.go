@@ -195,9 +195,10 @@ func (tb *testBundle) tick() {
 
 // wsMsg is a message a test agent received.
 type wsMsg struct {
-	Type            string          `json:"type"`
-	Frame           json.RawMessage `json:"frame"`
-	SenderPublicKey string          `json:"senderPublicKey"`
+	Type            string            `json:"type"`
+	Frame           json.RawMessage   `json:"frame"`
+	SenderPublicKey string            `json:"senderPublicKey"`
+	Attestation     *wire.Attestation `json:"attestation"`
 	Bus             *struct {
 		MessageID string `json:"messageId"`
 		Attempt   int    `json:"attempt"`

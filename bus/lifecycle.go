@@ -30,6 +30,7 @@ var nonRetryable = map[string]bool{
 	"BAD_REQUEST": true, "FORBIDDEN": true, "INVALID_INTENT": true, "NONCE_REUSE_CONFLICT": true,
 	"UNAUTHORIZED": true, "UNKNOWN_SENDER": true, CodeUnknownAgent: true, "UNSUPPORTED_INTENT": true,
 	"FRAME_TOO_LARGE": true, "PAYLOAD_TOO_LARGE": true, CodeSignedFrameRequired: true,
+	directory.CodeSenderSignatureRequired: true,
 }
 
 // Retryable reports whether a failed attempt with code is retried on the
@@ -149,15 +150,25 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 		return false, err
 	}
 	frame, auth, ferr := b.frameFor(row, first, now)
+	if ferr == nil && frame.Signature == "" {
+		if rcpt, _ := b.reg.Get(row.Recipient); rcpt.RequireSenderSignatures {
+			ferr = errEndToEnd
+		}
+	}
 	if ferr != nil {
 		b.unreserve(row.Recipient)
-		err := b.retry(row, prev, transportBus, "INVALID_INTENT", ferr.Error(), nil, nil, nil, false)
+		code, msg := "INVALID_INTENT", ferr.Error()
+		if errors.Is(ferr, errEndToEnd) {
+			code, msg = directory.CodeSenderSignatureRequired, directory.SenderSignatureRequired(row.Recipient, auth)
+		}
+		err := b.retry(row, prev, transportBus, code, msg, nil, nil, nil, false)
 		unlock()
 		return false, err
 	}
 	n := prev + 1
 	disp := event(row, tracing.Dispatched, transportWS, n)
 	disp.Details.TimeoutMs = b.cfg.DeliveryTimeout.Milliseconds()
+	disp = b.dispatchedWith(disp, frame.Signature != "", auth)
 	if err := b.append(disp); err != nil {
 		b.unreserve(row.Recipient)
 		unlock()
@@ -265,7 +276,14 @@ func (b *Bus) onOutcome(nonce string, n int, o directory.BusOutcome) {
 		if o.Written && row.Status == tracing.Dispatched {
 			pre = append(pre, event(row, tracing.Delivered, transportWS, n))
 		}
-		err = b.retry(row, n, transportWS, o.ErrorCode, o.Error, pre, nil, nil, false)
+		var extra map[string]any
+		if o.SessionProtocol != "" {
+			extra = map[string]any{"sessionProtocol": o.SessionProtocol, "sessionAuth": o.SessionAuth}
+			if o.ErrorCode == directory.CodeTimeout {
+				extra["noAnswer"] = true
+			}
+		}
+		err = b.retry(row, n, transportWS, o.ErrorCode, o.Error, pre, extra, nil, false)
 	}
 	if err != nil {
 		var te *tracing.TransitionError

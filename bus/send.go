@@ -109,7 +109,7 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 		case planDeliver:
 			disp := event(base, tracing.Dispatched, transportWS, 1)
 			disp.Details.TimeoutMs = b.cfg.DeliveryTimeout.Milliseconds()
-			events = append(events, disp)
+			events = append(events, b.dispatchedWith(disp, frame.Signature != "", req.auth))
 		}
 	}
 	var wake <-chan tracing.State

@@ -24,14 +24,15 @@ const (
 	// forwarded verbatim and its signature verifies.
 	BusAuthSignature = "signature"
 	// BusAuthJWS: the sender signed a beam/2 JWS; the delivered beam/1
-	// frame is unsigned and vouched for by the directory.
-	BusAuthJWS = "jws"
+	// frame is attested by the directory (wire.AttestJWS).
+	BusAuthJWS = wire.AttestJWS
 	// BusAuthAPIKey: the sender presented its API key; the frame is
-	// unsigned and vouched for by the directory.
-	BusAuthAPIKey = "api_key"
+	// attested by the directory (wire.AttestAPIKey).
+	BusAuthAPIKey = wire.AttestAPIKey
 	// BusAuthBusKey: a trusted back-end sent with the operator bus key on
-	// behalf of a local agent; the frame is unsigned.
-	BusAuthBusKey = "bus_key"
+	// behalf of a local agent; the frame is attested by the directory
+	// (wire.AttestBusKey).
+	BusAuthBusKey = wire.AttestBusKey
 )
 
 // TransportBus is the origin recorded for frames the bus hands the
@@ -52,10 +53,11 @@ var (
 // DeliverBus.
 type BusDelivery struct {
 	// Frame is the frame to deliver: a signed frame as the sender sent it,
-	// or an unsigned frame the bus built for this attempt.
+	// or an unsigned frame the bus built for this attempt, which the
+	// directory attests (Auth says how the sender was authenticated).
 	Frame *wire.IntentFrame
 	// SenderKey is the sender's public key (base64 SPKI DER), sent as
-	// senderPublicKey.
+	// senderPublicKey with a sender-signed frame.
 	SenderKey string
 	// MessageID, Attempt and Auth go into the "bus" member of the message.
 	MessageID string
@@ -88,6 +90,11 @@ type BusOutcome struct {
 	// DELIVERY_FAILED.
 	ErrorCode string
 	Error     string
+	// SessionProtocol is what the recipient's session spoke (beam/1 or
+	// beam/2) and SessionAuth how it proved its identity (legacy,
+	// api_key, signature), for a failure after the frame was handed to it.
+	SessionProtocol string
+	SessionAuth     string
 }
 
 // BusHooks are the bus's callbacks into the directory's events.
@@ -178,7 +185,11 @@ func (d *Directory) DeliverBus(del BusDelivery) error {
 	if s == nil {
 		return ErrBusRecipientOffline
 	}
-	msg, err := busIntentMessage(f, del)
+	h, err := d.handOver(f, del.SenderKey, "", del.Auth, "")
+	var msg []byte
+	if err == nil {
+		msg, err = busIntentMessage(h, del)
+	}
 	if err != nil {
 		return fmt.Errorf("directory: deliver bus %s: %w", f.Nonce, err)
 	}
@@ -212,10 +223,21 @@ func (d *Directory) DeliverBus(del BusDelivery) error {
 // fail for inflights of DeliverBus; nothing is recorded here).
 func (d *Directory) busFailed(inf *inflight, code, msg string) {
 	d.mu.Lock()
-	delivered, written := inf.delivered, inf.needDelivered
+	delivered, written, s := inf.delivered, inf.needDelivered, inf.recipient
 	d.mu.Unlock()
 	d.release(inf)
-	inf.bus.finish(BusOutcome{Delivered: delivered, Written: written, ErrorCode: code, Error: msg})
+	o := BusOutcome{Delivered: delivered, Written: written, ErrorCode: code, Error: msg}
+	if s != nil {
+		o.SessionProtocol, o.SessionAuth = s.protocol(), s.auth
+		if code == CodeTimeout {
+			// No session kind acknowledges receipt: silence is all the bus
+			// knows, and it must not be read as success.
+			o.Error = fmt.Sprintf("Recipient %s did not answer attempt %d within %s; its %s session (auth %s) "+
+				"cannot acknowledge receipt, so it may have rejected the frame", inf.to, inf.attempt, inf.timeout,
+				o.SessionProtocol, o.SessionAuth)
+		}
+	}
+	inf.bus.finish(o)
 }
 
 // busResult ends a bus attempt with the recipient's result (called by
@@ -246,9 +268,9 @@ func (d *Directory) NotifyAgent(beamID string, msg []byte) bool {
 }
 
 // busIntentMessage builds {"type":"intent","frame":…,"senderPublicKey":…,
-// "bus":{"messageId","attempt","auth"}}.
-func busIntentMessage(f *wire.IntentFrame, del BusDelivery) ([]byte, error) {
-	base, err := intentMessage(f, del.SenderKey)
+// ["attestation":…,]"bus":{"messageId","attempt","auth"}}.
+func busIntentMessage(h handOver, del BusDelivery) ([]byte, error) {
+	base, err := h.message()
 	if err != nil {
 		return nil, err
 	}

@@ -93,8 +93,14 @@ func echoPayload(f *wire.IntentFrame) ([]byte, error) {
 // through to the recipient's WebSocket session. It runs in its own
 // goroutine: the POST may take up to DirectHTTPTimeout.
 func (d *Directory) directHTTP(inf *inflight, f *wire.IntentFrame, sender registry.Agent, endpoint string, pre []tracing.Event) {
+	h, err := d.handOver(f, sender.PublicKeyB64, inf.jws, attestAuth(inf.vouchedBy), inf.vouchedBy)
+	if err != nil {
+		d.fail(inf, pre, CodeInvalidIntent, fmt.Sprintf("frame cannot be delivered: %v", err), false, nil)
+		return
+	}
 	disp := inf.event(tracing.Dispatched, TransportDirectHTTP)
 	disp.Details.TimeoutMs = d.cfg.DirectHTTPTimeout.Milliseconds()
+	disp.Details.Extra = h.details(nil)
 	if err := d.append(append(pre, disp)...); err != nil {
 		d.abort(inf, err)
 		return
@@ -102,7 +108,7 @@ func (d *Directory) directHTTP(inf *inflight, f *wire.IntentFrame, sender regist
 	d.mu.Lock()
 	inf.transport = TransportDirectHTTP
 	d.mu.Unlock()
-	rf, err := d.postDirect(inf, f, endpoint)
+	rf, err := d.postDirect(inf, h, endpoint)
 	if err != nil {
 		d.lg.Info("direct http delivery failed", "nonce", inf.nonce, "to", inf.to, "err", err)
 		extra := map[string]any{"fallbackReason": CodeDirectHTTPFailed, "directHttpError": err.Error()}
@@ -121,8 +127,12 @@ func (d *Directory) directHTTP(inf *inflight, f *wire.IntentFrame, sender regist
 
 // postDirect POSTs the intent to endpoint and maps the response to a
 // result frame: a beam/1 result is used as is, {success, ...} is wrapped,
-// any other JSON becomes a successful result's payload.
-func (d *Directory) postDirect(inf *inflight, f *wire.IntentFrame, endpoint string) (*wire.ResultFrame, error) {
+// any other JSON becomes a successful result's payload. An attested frame
+// carries the attestation signature in X-Beam-Signature, the attestation
+// key in X-Beam-Attestation-Key and the attestation member (JSON) in
+// X-Beam-Attestation.
+func (d *Directory) postDirect(inf *inflight, h handOver, endpoint string) (*wire.ResultFrame, error) {
+	f := h.frame
 	payload := json.RawMessage(f.Payload)
 	if len(payload) == 0 {
 		payload = json.RawMessage("{}")
@@ -150,6 +160,14 @@ func (d *Directory) postDirect(inf *inflight, f *wire.IntentFrame, endpoint stri
 	req.Header.Set("X-Beam-Timestamp", f.Timestamp)
 	if inf.jws != "" {
 		req.Header.Set(HeaderIntentJWS, inf.jws)
+	}
+	if h.attested != nil {
+		member, err := json.Marshal(h.attested)
+		if err != nil {
+			return nil, fmt.Errorf("encode attestation: %w", err)
+		}
+		req.Header.Set(HeaderAttestation, string(member))
+		req.Header.Set(HeaderAttestationKey, h.senderKey)
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory/attest"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/internal/httpjson"
@@ -104,6 +106,10 @@ type Config struct {
 	// session is attached; the message bus uses it to deliver queued
 	// messages. May be nil.
 	OnAgentConnected func(beamID string)
+	// Attester signs frames their sender did not sign (API-key sessions,
+	// bus sends, frames a peer vouches for) before they are delivered; nil
+	// means a key that lives only as long as the process (tests).
+	Attester *attest.Attester
 }
 
 // Directory is the relay. It is safe for concurrent use.
@@ -131,6 +137,7 @@ type Directory struct {
 	deliv          delivState // the delivered recorder (delivered.go)
 	closed         bool
 	remote         Remote // federation router; nil without federation
+	attester       *attest.Attester
 
 	connMu     sync.Mutex
 	connNonces map[string]time.Time // used ws.connect nonces → expiry
@@ -185,6 +192,12 @@ func New(cfg Config) (*Directory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("directory: new: %w", err)
 	}
+	att := cfg.Attester
+	if att == nil {
+		if att, err = attest.Ephemeral("beam.directory"); err != nil {
+			return nil, fmt.Errorf("directory: new: %w", err)
+		}
+	}
 	return &Directory{
 		cfg:        cfg,
 		log:        cfg.Log,
@@ -198,6 +211,7 @@ func New(cfg Config) (*Directory, error) {
 		sessions:   map[string]*session{},
 		recovered:  map[string]time.Time{},
 		connNonces: map[string]time.Time{},
+		attester:   att,
 		stop:       make(chan struct{}),
 		deliv:      delivState{kick: make(chan struct{}, 1)},
 	}, nil
@@ -212,6 +226,7 @@ func (d *Directory) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /stats", d.handleStats)
 	mux.HandleFunc("GET /agents/stats", d.handleAgentStats)
 	mux.HandleFunc("GET /intents/catalog", d.handleCatalog)
+	mux.Handle("GET "+wire.AttestationKeysPath, d.attester)
 }
 
 // Start starts the recovery sweep, which fails recovered delivered intents

@@ -26,6 +26,12 @@
 // For an authentic frame whose nonce already exists, those failures are
 // answered but not recorded.
 //
+// A frame without a sender signature (from a session opened with the
+// agent's API key, a message bus attempt, a frame a peer vouches for) is
+// delivered signed by the directory's attestation key and marked attested
+// (attested.go, package attest); a recipient with requireSenderSignatures
+// refuses it (403 SENDER_SIGNATURE_REQUIRED, recorded received → failed).
+//
 // A beam/2 intent (a compact JWS: WebSocket {"type":"intent","jws"}, or
 // POST /intents/send with Content-Type application/jose) takes the same
 // path; its JWS is the signature step (beam2.go). With Config.Catalog set,

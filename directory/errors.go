@@ -81,7 +81,7 @@ func httpStatus(code string) int {
 	switch code {
 	case CodeInvalidJSON, CodeInvalidIntent, CodeBadRequest, CodeUnsupportedProtocol:
 		return http.StatusBadRequest
-	case CodeForbidden:
+	case CodeForbidden, CodeSenderSignatureRequired:
 		return http.StatusForbidden
 	case CodeInProgress, CodeNonceReuse:
 		return http.StatusConflict

@@ -46,6 +46,10 @@ type RelayOptions struct {
 	// authenticated the sender otherwise (a session opened with the agent's
 	// API key). A signature that is present is still verified.
 	AllowUnsigned bool
+	// VouchedBy names the peer directory that vouches for an unsigned
+	// frame (with AllowUnsigned); its delivery is attested with auth
+	// "peer". Empty for a session opened with the agent's API key.
+	VouchedBy string
 	// SignatureVerified says the caller already verified the frame's
 	// signature against the sender's current key; Relay does not verify it
 	// again.
@@ -107,6 +111,7 @@ type inflight struct {
 	released      chan struct{} // closed when the claim is released
 	bus           *busAttempt   // set for a message bus delivery (bus_hooks.go)
 	jws           string        // beam/2: the sender's intent JWS (beam2.go)
+	vouchedBy     string        // the peer vouching for an unsigned frame (attested.go)
 	resultJWS     *jwsSink      // beam/2: where the recipient's result JWS goes
 }
 
@@ -192,7 +197,7 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 	inf := &inflight{
 		nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, hash: hash,
 		origin: o.Origin, attempt: 1, timeout: timeout,
-		start: d.clock(), t0: t0, done: finish, jws: o.JWS, resultJWS: o.resultJWS,
+		start: d.clock(), t0: t0, done: finish, jws: o.JWS, resultJWS: o.resultJWS, vouchedBy: o.VouchedBy,
 	}
 	lookup, rerr := d.claimNew(inf)
 	if rerr != nil {
@@ -240,7 +245,11 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 		at = o.AdmittedAt
 		received.Details.Extra["admittedAt"] = o.AdmittedAt.UTC().Format(time.RFC3339Nano)
 	}
-	if code, msg := d.checkAdmission(f, at); code != "" {
+	code, msg := d.checkAdmission(f, at)
+	if code == "" {
+		code, msg = d.checkEndToEnd(f, o.JWS, o.VouchedBy)
+	}
+	if code != "" {
 		d.fail(inf, []tracing.Event{received}, code, msg, false, nil)
 		return
 	}
@@ -310,7 +319,7 @@ func (d *Directory) checkAdmission(f *wire.IntentFrame, now time.Time) (code, ms
 	if diff := now.Sub(ts); diff > ReplayWindow || diff < -ReplayWindow {
 		return CodeBadRequest, "Timestamp outside allowed replay window (5 minutes)"
 	}
-	size, err := f.DeliverySize()
+	size, err := f.SignedDeliverySize()
 	if err != nil {
 		return CodeInvalidIntent, fmt.Sprintf("frame cannot be delivered: %v", err)
 	}
@@ -425,7 +434,7 @@ func (d *Directory) replayTaken(inf *inflight) {
 	nf := &inflight{
 		nonce: inf.nonce, from: inf.from, to: inf.to, intentType: inf.intentType, hash: inf.hash,
 		origin: inf.origin, attempt: 1, timeout: inf.timeout, start: inf.start, t0: inf.t0,
-		done: inf.done, jws: inf.jws, resultJWS: inf.resultJWS,
+		done: inf.done, jws: inf.jws, resultJWS: inf.resultJWS, vouchedBy: inf.vouchedBy,
 	}
 	d.mu.Lock()
 	if d.claims[inf.nonce] == inf {
@@ -526,14 +535,18 @@ func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registr
 		d.fail(inf, pre, CodeUnsupportedProtocol, unsupportedProtocol(inf.to), false, extra)
 		return
 	}
-	msg, err := intentMessage(f, sender.PublicKeyB64)
+	h, err := d.handOver(f, sender.PublicKeyB64, inf.jws, attestAuth(inf.vouchedBy), inf.vouchedBy)
+	var msg []byte
+	if err == nil {
+		msg, err = h.message()
+	}
 	msg = withJWSMember(msg, inf.jws)
 	if err != nil {
 		d.fail(inf, pre, CodeInvalidIntent, fmt.Sprintf("frame cannot be delivered: %v", err), false, extra)
 		return
 	}
 	ev := inf.event(tracing.Dispatched, TransportWS)
-	ev.Details = tracing.Details{TimeoutMs: inf.timeout.Milliseconds(), Extra: extra}
+	ev.Details = tracing.Details{TimeoutMs: inf.timeout.Milliseconds(), Extra: h.details(extra)}
 	if err := d.append(append(pre, ev)...); err != nil {
 		d.abort(inf, err)
 		return

@@ -57,7 +57,8 @@
 //     the sender's key from its home directory (resolve, cached KeyTTL),
 //     verifies the agent's signature itself (an unsigned frame — a durable
 //     send — is accepted as vouched for by the origin's signature, noted
-//     vouchedBy), accepts only senders of the origin's domain and
+//     vouchedBy, and delivered attested by this directory with auth
+//     "peer"), accepts only senders of the origin's domain and
 //     recipients of its own, and runs the frame through its own relay
 //     (directory.Relay with OriginFederation): its policies, nonce rules
 //     and lifecycle. It replies with a signed result only after the

@@ -153,6 +153,7 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 		// Unsigned frames (a durable send) are vouched for by the origin
 		// directory's signature on the message.
 		opts.AllowUnsigned = true
+		opts.VouchedBy = peer
 		extra["vouchedBy"] = peer
 	}
 	sender := directory.RemoteSender(f.From, pub)

@@ -2,12 +2,9 @@ package federation
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory/attest"
 )
 
 // KeyFile is the name of the directory key inside the data directory: the
@@ -23,47 +21,14 @@ const KeyFile = "directory.key"
 
 // LoadOrCreateKey returns the directory key stored in dataDir, generating
 // and storing one when the data directory has none. created reports a new
-// key.
+// key. The file format is shared with the attestation key
+// (attest.LoadOrCreateKeyFile).
 func LoadOrCreateKey(dataDir string) (priv ed25519.PrivateKey, created bool, err error) {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, false, fmt.Errorf("directory key: create data directory: %w", err)
-	}
-	path := filepath.Join(dataDir, KeyFile)
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		seed, derr := base64.RawURLEncoding.DecodeString(strings.TrimSpace(string(b)))
-		if derr != nil || len(seed) != ed25519.SeedSize {
-			return nil, false, fmt.Errorf("directory key %s: not a base64url Ed25519 seed", path)
-		}
-		return ed25519.NewKeyFromSeed(seed), false, nil
-	case !errors.Is(err, os.ErrNotExist):
-		return nil, false, fmt.Errorf("directory key: read %s: %w", path, err)
-	}
-	seed := make([]byte, ed25519.SeedSize)
-	if _, err := rand.Read(seed); err != nil {
-		return nil, false, fmt.Errorf("directory key: generate: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	priv, created, err = attest.LoadOrCreateKeyFile(filepath.Join(dataDir, KeyFile))
 	if err != nil {
-		if errors.Is(err, os.ErrExist) {
-			// Another process created it first: use theirs.
-			return LoadOrCreateKey(dataDir)
-		}
-		return nil, false, fmt.Errorf("directory key: create %s: %w", path, err)
+		return nil, false, fmt.Errorf("directory key: %w", err)
 	}
-	if _, err := f.WriteString(base64.RawURLEncoding.EncodeToString(seed) + "\n"); err != nil {
-		_ = f.Close()
-		return nil, false, fmt.Errorf("directory key: write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return nil, false, fmt.Errorf("directory key: sync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, false, fmt.Errorf("directory key: close %s: %w", path, err)
-	}
-	return ed25519.NewKeyFromSeed(seed), true, nil
+	return priv, created, nil
 }
 
 // EncodeKey is the text form of a directory public key in peer lines:

@@ -187,7 +187,12 @@ func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer c.Close()
 	c.Handle("*", func(_ context.Context, in *agents.Intent) agents.Reply {
-		logger.Info("intent", "from", in.From, "intent", in.Type, "nonce", in.Nonce, "payload", string(in.Payload))
+		attrs := []any{"from", in.From, "intent", in.Type, "nonce", in.Nonce, "payload", string(in.Payload)}
+		if a := in.Attested; a != nil {
+			// Signed by the directory for a sender it authenticated, not by the sender.
+			attrs = append(attrs, "attestedBy", a.By, "senderAuth", a.Auth)
+		}
+		logger.Info("intent", attrs...)
 		if !echo {
 			return agents.Success(map[string]any{"received": true})
 		}

@@ -54,6 +54,7 @@
 //	revoke      {"action":"keys.revoke","beamId","publicKey","timestamp","nonce"}
 //	visibility  {"action":"agents.visibility","beamId","visibility","timestamp","nonce"}
 //	config      {"action":"agents.config","beamId","httpEndpoint","dhPublicKey","timestamp","nonce"}
+//	            (plus "requireSenderSignatures" when the request sets it)
 //	acl create  {"action":"acl.create","targetBeamId","intentType","allowedFrom","effect","timestamp","nonce"}
 //	heartbeat   {"type":"heartbeat","beamId","timestamp","nonce"}
 //

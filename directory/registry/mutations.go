@@ -123,9 +123,10 @@ func (r *Registry) handleVisibility(w http.ResponseWriter, req *http.Request) er
 }
 
 // handleConfig serves PATCH /agents/{beamId}/config: httpEndpoint and/or
-// dhPublicKey ("" clears a value).
+// dhPublicKey ("" clears a value) and/or requireSenderSignatures.
 func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) error {
 	var endpoint, dh *string
+	var requireSigs *bool
 	return r.changeAgent(w, req, agentRoute{
 		allowOperator: true,
 		parse: func(f fields, a *Agent) (map[string]any, error) {
@@ -136,10 +137,18 @@ func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) error 
 			if dh, err = f.optStr("INVALID_DH_PUBLIC_KEY", "dhPublicKey", "dh_public_key"); err != nil {
 				return nil, err
 			}
-			if endpoint == nil && dh == nil {
-				return nil, errf(http.StatusBadRequest, "INVALID_BODY", "send httpEndpoint and/or dhPublicKey")
+			if requireSigs, err = f.optBool("INVALID_BODY", "requireSenderSignatures"); err != nil {
+				return nil, err
+			}
+			if endpoint == nil && dh == nil && requireSigs == nil {
+				return nil, errf(http.StatusBadRequest, "INVALID_BODY", "send httpEndpoint, dhPublicKey and/or requireSenderSignatures")
 			}
 			obj := map[string]any{"action": "agents.config", "beamId": a.BeamID, "httpEndpoint": nil, "dhPublicKey": nil}
+			if requireSigs != nil {
+				// Signed only when sent, so signatures made before the
+				// setting existed still verify.
+				obj["requireSenderSignatures"] = *requireSigs
+			}
 			if endpoint != nil {
 				if err := validateEndpoint(*endpoint, r.cfg.AllowInsecureEndpoints); err != nil {
 					return nil, err
@@ -161,9 +170,13 @@ func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) error 
 			if dh != nil {
 				next.DHPublicKey = *dh
 			}
+			if requireSigs != nil {
+				next.RequireSenderSignatures = *requireSigs
+			}
 			next.UpdatedAt = now
 			return agentChange{action: "agent.config",
-				details: map[string]any{"httpEndpoint": next.HTTPEndpoint, "dhPublicKeyChanged": dh != nil}}, nil
+				details: map[string]any{"httpEndpoint": next.HTTPEndpoint, "dhPublicKeyChanged": dh != nil,
+					"requireSenderSignatures": next.RequireSenderSignatures}}, nil
 		},
 	})
 }

@@ -121,6 +121,9 @@ type Agent struct {
 	CreatedAt, UpdatedAt, LastSeen time.Time
 	// Keys is the key history, oldest first; the last unrevoked is current.
 	Keys []Key
+	// RequireSenderSignatures refuses intents to the agent that its
+	// sender did not sign (settings.go).
+	RequireSenderSignatures bool
 
 	apiKeyHash string
 }

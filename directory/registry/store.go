@@ -99,7 +99,7 @@ func (r *Registry) do(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 
 func (r *Registry) migrate(ctx context.Context) error {
 	err := r.do(ctx, func(tx *sqlx.Tx) error {
-		for _, stmt := range schema {
+		for _, stmt := range append(schema, settingsSchema...) {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("%.40s…: %w", stmt, err)
 			}
@@ -226,6 +226,9 @@ func (r *Registry) load(ctx context.Context) error {
 		}
 		byID[a.BeamID] = a
 	}
+	if err := loadSettings(ctx, db, byID); err != nil {
+		return err
+	}
 	for _, k := range keys {
 		a, ok := byID[k.BeamID]
 		if !ok {
@@ -274,7 +277,7 @@ func putAgent(ctx context.Context, tx *sqlx.Tx, a *Agent, now time.Time) error {
 	if _, err := tx.NamedExecContext(ctx, upsertAgentSQL, rowOf(a, now)); err != nil {
 		return fmt.Errorf("write agent %s: %w", a.BeamID, err)
 	}
-	return nil
+	return putSettings(ctx, tx, a)
 }
 
 // putKeys makes agent_keys match a.Keys.

@@ -89,6 +89,8 @@ type fullView struct {
 	UpdatedAt          *string `json:"updated_at"`
 	HTTPEndpointAlias  string  `json:"httpEndpoint"`
 	EmailVerifiedAlias bool    `json:"emailVerified"`
+	// RequireSenderSignatures is the agent's setting (settings.go).
+	RequireSenderSignatures bool `json:"requireSenderSignatures"`
 }
 
 // registerView is the registration response: the full row and, when one
@@ -121,6 +123,7 @@ func fullViewOf(a *Agent, now time.Time) fullView {
 		publicView: publicViewOf(a, now), Email: a.Email, EmailVerified: a.EmailVerified,
 		HTTPEndpoint: a.HTTPEndpoint, UpdatedAt: isoTime(a.UpdatedAt),
 		HTTPEndpointAlias: a.HTTPEndpoint, EmailVerifiedAlias: a.EmailVerified,
+		RequireSenderSignatures: a.RequireSenderSignatures,
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/attest"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/buildinfo"
@@ -363,7 +364,16 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return fmt.Errorf("open registry: %w", err)
 	}
 	closers = append(closers, func() { _ = agents.Close(context.WithoutCancel(ctx)) })
+	attestedBy := s.cfg.Domain
+	if attestedBy == "" {
+		attestedBy = "beam.directory"
+	}
+	attester, err := attest.LoadOrCreate(s.cfg.DataDir, attestedBy)
+	if err != nil {
+		return err
+	}
 	dir, err := directory.New(directory.Config{
+		Attester:              attester,
 		Log:                   s.log,
 		Registry:              agents,
 		Clock:                 s.cfg.Clock,

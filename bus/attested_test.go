@@ -1,0 +1,115 @@
+package bus
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/tracing"
+)
+
+// requireSignatures turns on a's requireSenderSignatures setting.
+func (tb *testBundle) requireSignatures(a *agent, on bool) {
+	tb.t.Helper()
+	status, body := tb.call(http.MethodPatch, "/agents/"+a.id+"/config", a.apiKey, "",
+		map[string]any{"requireSenderSignatures": on})
+	require.Equal(tb.t, http.StatusOK, status, "%v", body)
+}
+
+// TestSendsToAnAgentRequiringSignatures: API-key, bus-key and beam/2 JWS
+// sends are refused at send time with 403 SENDER_SIGNATURE_REQUIRED naming
+// the setting, and nothing is recorded; a sender-signed frame is accepted
+// and delivered verbatim.
+func TestSendsToAnAgentRequiringSignatures(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	tb.requireSignatures(bob, true)
+	bobWS := tb.connect(bob)
+
+	jws, err := wire.SignIntentJWS(wire.NewIntentFrame(alice.id, bob.id, "x", nil, tb.clock.Now()), alice.priv)
+	require.NoError(t, err)
+	for name, send := range map[string]func() (int, map[string]any){
+		"api key": func() (int, map[string]any) { return tb.sendAs(alice, bob.id, "x", nil, nil) },
+		"bus key": func() (int, map[string]any) {
+			return tb.call(http.MethodPost, "/v1/beam/send", "", testBusKey, map[string]any{"from": alice.id, "to": bob.id, "intent": "x"})
+		},
+		"jws": func() (int, map[string]any) {
+			return tb.call(http.MethodPost, "/v1/beam/send", "", "", map[string]any{"frame": jws})
+		},
+	} {
+		status, body := send()
+		require.Equal(t, http.StatusForbidden, status, "%s: %v", name, body)
+		require.Equal(t, directory.CodeSenderSignatureRequired, body["errorCode"], name)
+		require.Contains(t, body["error"], "requireSenderSignatures", name)
+	}
+	status, hist := tb.call(http.MethodGet, "/v1/beam/history?agent="+bob.id, "", testBusKey, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.EqualValues(t, 0, hist["count"], "refused sends are not recorded")
+
+	f := wire.NewIntentFrame(alice.id, bob.id, "x", json.RawMessage(`{"n":1}`), tb.clock.Now())
+	require.NoError(t, wire.SignIntent(f, alice.priv))
+	raw, err := f.DeliveryJSON()
+	require.NoError(t, err)
+	status, body := tb.call(http.MethodPost, "/v1/beam/send", "", "", map[string]any{"frame": json.RawMessage(raw)})
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	msg, got := bobWS.nextIntent()
+	require.Nil(t, msg.Attestation)
+	require.Equal(t, f.Signature, got.Signature)
+	require.NoError(t, got.Verify(alice.pub))
+	_, hist = tb.call(http.MethodGet, "/v1/beam/history?agent="+bob.id, "", testBusKey, nil)
+	require.EqualValues(t, 1, hist["count"])
+}
+
+// TestQueuedUnsignedMessageIsNotDeliveredAttestedAfterTheSettingTurnsOn: a
+// message accepted while the recipient allowed attested frames, which the
+// recipient then forbids, is dead-lettered with the setting's code rather
+// than delivered.
+func TestQueuedUnsignedMessageIsNotDeliveredAttestedAfterTheSettingTurnsOn(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "x", nil, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	nonce := nonceOf(t, body)
+	tb.requireSignatures(bob, true)
+	tb.connect(bob)
+	m := tb.waitStatus(nonce, tracing.DeadLetter)
+	require.Contains(t, m.Error, "requireSenderSignatures")
+	ir, _, err := tb.log.Intent(t.Context(), nonce)
+	require.NoError(t, err)
+	require.Equal(t, directory.CodeSenderSignatureRequired, ir.ErrorCode)
+	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
+}
+
+// TestUnansweredAttemptIsNotASuccess: a recipient whose session takes the
+// frame and never answers leaves the message delivered, and when the
+// delivery timeout passes the attempt is recorded as unanswered, with the
+// attempt and the session's protocol, never as acked.
+func TestUnansweredAttemptIsNotASuccess(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, func(o *setupOpts) { o.cfg = func(c *Config) { c.DeliveryTimeout = 200 * time.Millisecond } })
+	alice, bob := tb.register("alice"), tb.register("bob")
+	bobWS := tb.connect(bob)
+	status, body := tb.sendAs(alice, bob.id, "x", nil, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	require.Equal(t, "delivered", body["status"], "the frame was handed to the session, nothing more")
+	nonce := nonceOf(t, body)
+	bobWS.nextIntent()
+	m := tb.waitStatus(nonce, tracing.Queued)
+	require.Contains(t, m.Error, "did not answer attempt 1")
+	require.Contains(t, m.Error, "may have rejected the frame")
+	trace, err := tb.log.Trace(t.Context(), nonce)
+	require.NoError(t, err)
+	last := trace[len(trace)-1]
+	require.Equal(t, tracing.Queued, last.State)
+	require.Equal(t, 1, last.Attempt)
+	require.Equal(t, directory.CodeTimeout, last.Details.ErrorCode)
+	require.Equal(t, map[string]any{"sessionProtocol": "beam/1", "sessionAuth": "api_key", "noAnswer": true}, last.Details.Extra)
+	require.NotContains(t, tb.states(nonce), tracing.Acked)
+}
