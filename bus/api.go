@@ -168,6 +168,13 @@ func (b *Bus) readBody(w http.ResponseWriter, r *http.Request) (map[string]json.
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
 		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object")
 	}
+	// encoding/json keeps the last of duplicated keys, other parsers the
+	// first: a body (or a frame or payload in it) with one is refused, so
+	// every reader sees the values the sender meant.
+	var dup *wire.DuplicateKeyError
+	if err := wire.CheckNoDuplicateKeys(body); errors.As(err, &dup) {
+		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "request body has a %s", dup.Error())
+	}
 	return raw, nil
 }
 
@@ -376,6 +383,9 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
 		if aerr := checkFrameFields(f); aerr != nil {
 			return nil, aerr
 		}
+		if aerr := b.checkFresh(f); aerr != nil {
+			return nil, aerr
+		}
 		return f, nil
 	}
 	f, err := wire.DecodeIntentFrame(raw)
@@ -395,14 +405,24 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
 	if err := f.Verify(sender.PublicKey); err != nil {
 		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "signature verification failed")
 	}
-	ts, err := wire.ParseTimestamp(f.Timestamp)
-	if err != nil {
-		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame timestamp")
-	}
-	if d := b.clock().Sub(ts); d > signedFrameWindow || d < -signedFrameWindow {
-		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "signed frame timestamp is outside the 5 minute window")
+	if aerr := b.checkFresh(f); aerr != nil {
+		return nil, aerr
 	}
 	return f, nil
+}
+
+// checkFresh applies the one freshness rule every entry path shares to a
+// sender-signed frame (beam/1 or beam/2): its timestamp within ±5 minutes
+// of now. The nonce rules apply later, when the message is recorded.
+func (b *Bus) checkFresh(f *wire.IntentFrame) *apiError {
+	ts, err := wire.ParseTimestamp(f.Timestamp)
+	if err != nil {
+		return errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame timestamp")
+	}
+	if d := b.clock().Sub(ts); d > signedFrameWindow || d < -signedFrameWindow {
+		return errf(http.StatusUnauthorized, CodeUnauthorized, "signed frame timestamp is outside the 5 minute window")
+	}
+	return nil
 }
 
 func checkFrameFields(f *wire.IntentFrame) *apiError {

@@ -133,7 +133,8 @@ type Directory struct {
 	remote         Remote // federation router; nil without federation
 
 	connMu     sync.Mutex
-	connNonces map[string]time.Time // used ws.connect nonces → expiry
+	connNonces map[string]map[string]time.Time // beam ID → used ws.connect nonce → expiry
+	connPruned time.Time                       // last sweep of expired connect nonces
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -197,7 +198,7 @@ func New(cfg Config) (*Directory, error) {
 		claims:     map[string]*inflight{},
 		sessions:   map[string]*session{},
 		recovered:  map[string]time.Time{},
-		connNonces: map[string]time.Time{},
+		connNonces: map[string]map[string]time.Time{},
 		stop:       make(chan struct{}),
 		deliv:      delivState{kick: make(chan struct{}, 1)},
 	}, nil

@@ -465,7 +465,9 @@ func (d *Directory) abort(inf *inflight, err error) {
 		// Someone else (the bus, an operator) moved the nonce meanwhile.
 		code = CodeInProgress
 	}
-	inf.done(nil, relayErr(code, inf.nonce, "intent could not be recorded: %v", err))
+	// The log's error is for the operator's log only: it names tables,
+	// states and sequence numbers, never something the sender can act on.
+	inf.done(nil, relayErr(code, inf.nonce, "intent could not be recorded"))
 }
 
 // fail records pre followed by a failed event with a synthesized failure
