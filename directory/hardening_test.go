@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,4 +148,101 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	require.Contains(t, string(m.raw), "duplicate JSON object key")
 	require.False(t, b.hasRow(f.Nonce))
 	_ = registry.EchoBeamID
+}
+
+// An agent whose endpoint points at an internal address (directly, or by a
+// name that resolves to one) cannot make the directory fetch it: the
+// delivery fails with a generic reason that names no address or transport
+// error, and the internal server is never called.
+func TestDirectHTTPRefusesPrivateAddresses(t *testing.T) {
+	t.Parallel()
+	var internalCalls atomic.Int32
+	internal := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		internalCalls.Add(1)
+		_, _ = w.Write([]byte(`{"secret":"metadata-token"}`))
+	}))
+	t.Cleanup(internal.Close)
+	b := setup(t, func(o *setupOpts) {
+		o.cfg = func(c *Config) { c.HTTPClient = internal.Client(); c.AllowPrivateEndpoints = false }
+	})
+	alice := b.register("alice")
+	port := internal.Listener.Addr().(*net.TCPAddr).Port
+	for i, endpoint := range []string{
+		internal.URL + "/latest/meta-data",
+		"https://localhost:" + strconv.Itoa(port) + "/latest/meta-data",
+		"https://[::ffff:127.0.0.1]:" + strconv.Itoa(port) + "/x",
+		"https://127.0.0.1:1/closed-port",
+	} {
+		hook := b.register("hook-"+strconv.Itoa(i), map[string]any{"httpEndpoint": endpoint})
+		f := b.frame(alice, hook.id, "task.delegate", `{}`)
+		status, body := b.send(f)
+		require.Equal(t, http.StatusBadGateway, status, "%s: %s", endpoint, body)
+		code, msg := errBody(t, body)
+		require.Equal(t, CodeDirectHTTPFailed, code)
+		require.Contains(t, msg, "endpoint address is not allowed", endpoint)
+		for _, leak := range []string{"127.0.0.1", "localhost", "dial", "refused", "certificate", "metadata", strconv.Itoa(port)} {
+			require.NotContains(t, string(body), leak, endpoint)
+		}
+		evs, err := b.log.Trace(t.Context(), f.Nonce)
+		require.NoError(t, err)
+		require.NotContains(t, string(evs[len(evs)-1].Details.Result), "127.0.0.1")
+	}
+	require.Zero(t, internalCalls.Load(), "the internal server must never be called")
+}
+
+// Redirects that leave the endpoint's host, or go from https to http, are
+// not followed, so the answer of another server is never read back.
+func TestDirectHTTPRefusesRedirects(t *testing.T) {
+	t.Parallel()
+	var internalCalls atomic.Int32
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		internalCalls.Add(1)
+		_, _ = w.Write([]byte(`{"secret":"admin-panel"}`))
+	}))
+	t.Cleanup(internal.Close)
+	var target atomic.Value
+	endpoint := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/same-host" {
+			_, _ = w.Write([]byte(`{"ok":"same host"}`))
+			return
+		}
+		http.Redirect(w, r, target.Load().(string), http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(endpoint.Close)
+	b := setup(t, func(o *setupOpts) { o.cfg = func(c *Config) { c.HTTPClient = endpoint.Client() } })
+	alice := b.register("alice")
+	hook := b.register("hook", map[string]any{"httpEndpoint": endpoint.URL + "/beam"})
+	port := endpoint.Listener.Addr().(*net.TCPAddr).Port
+	for _, to := range []string{
+		internal.URL + "/admin",                                  // https → http, another host
+		"https://localhost:" + strconv.Itoa(port) + "/same-host", // another host name
+	} {
+		target.Store(to)
+		f := b.frame(alice, hook.id, "task.delegate", `{}`)
+		status, body := b.send(f)
+		require.Equal(t, http.StatusBadGateway, status, "%s: %s", to, body)
+		require.Contains(t, string(body), "endpoint redirect refused")
+		require.NotContains(t, string(body), "admin-panel")
+	}
+	require.Zero(t, internalCalls.Load())
+
+	// A redirect on the same host and scheme is followed.
+	target.Store(endpoint.URL + "/same-host")
+	status, body := b.send(b.frame(alice, hook.id, "task.delegate", `{}`))
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Contains(t, string(body), "same host")
+}
+
+func TestPublicAddr(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"93.184.216.34": true, "2606:4700::1111": true, "8.8.8.8": true,
+		"127.0.0.1": false, "10.1.2.3": false, "172.16.0.1": false, "192.168.1.1": false,
+		"169.254.169.254": false, "100.64.0.1": false, "0.0.0.0": false, "224.0.0.1": false,
+		"255.255.255.255": false, "::1": false, "::": false, "fe80::1": false, "fd00::1": false,
+		"ff02::1": false, "::ffff:127.0.0.1": false, "::ffff:169.254.169.254": false,
+		"64:ff9b::a9fe:a9fe": false, "2002:7f00:1::": false, "::ffff:8.8.8.8": true,
+	} {
+		require.Equal(t, want, PublicAddr(netip.MustParseAddr(addr)), addr)
+	}
 }

@@ -73,7 +73,8 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 	require.NoError(t, err)
 	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: o.policy, Clock: o.clock.Now, AllowInsecureEndpoints: true})
 	require.NoError(t, err)
-	cfg := Config{Log: lg, Registry: reg, Clock: o.clock.Now}
+	// Test endpoints are httptest servers on 127.0.0.1.
+	cfg := Config{Log: lg, Registry: reg, Clock: o.clock.Now, AllowPrivateEndpoints: true}
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}

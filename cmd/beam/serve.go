@@ -40,6 +40,7 @@ type serveFlags struct {
 	defaultPolicy     string
 	legacyWSIdentity  bool
 	insecureEndpoints bool
+	privateEndpoints  bool
 	wsTimeout         time.Duration
 	httpTimeout       time.Duration
 	relayTimeout      time.Duration
@@ -69,6 +70,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.defaultPolicy, "default-policy", "same-org", "who may send to an agent that has no rule for the sender: same-org, allow or deny")
 	fs.BoolVar(&f.legacyWSIdentity, "allow-legacy-ws-identity", false, "accept WebSocket sessions that prove no identity (beam-protocol-sdk 0.5.1); anyone can then receive any agent's intents")
 	fs.BoolVar(&f.insecureEndpoints, "allow-insecure-endpoints", false, "let agents register http:// loopback endpoints for direct delivery (local development only)")
+	fs.BoolVar(&f.privateEndpoints, "allow-private-endpoints", false, "let direct HTTP delivery reach loopback, private and link-local addresses (local development only; otherwise agents' endpoints must be public)")
 	fs.DurationVar(&f.wsTimeout, "ws-timeout", 30*time.Second, "result timeout of intents sent over WebSocket")
 	fs.DurationVar(&f.httpTimeout, "http-timeout", 60*time.Second, "result timeout of POST /intents/send")
 	fs.DurationVar(&f.relayTimeout, "relay-timeout", msEnv("RELAY_TIMEOUT_MS", 30*time.Second), "timeout assumed on restart for a delivered intent that stored none (also RELAY_TIMEOUT_MS, in ms)")
@@ -143,6 +145,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DefaultPolicy:          f.defaultPolicy,
 		AllowLegacyWSIdentity:  f.legacyWSIdentity,
 		AllowInsecureEndpoints: f.insecureEndpoints,
+		AllowPrivateEndpoints:  f.privateEndpoints,
 		WSTimeout:              f.wsTimeout,
 		HTTPTimeout:            f.httpTimeout,
 		RelayTimeout:           f.relayTimeout,

@@ -62,6 +62,9 @@ type Config struct {
 	// AllowInsecureEndpoints lets agents register http:// loopback
 	// endpoints for direct delivery (tests and local development).
 	AllowInsecureEndpoints bool
+	// AllowPrivateEndpoints lets direct HTTP delivery dial loopback,
+	// private and link-local addresses (--allow-private-endpoints).
+	AllowPrivateEndpoints bool
 	// EchoSecret, when set, lets whoever presents it register
 	// echo@beam.directory.
 	EchoSecret string
@@ -380,6 +383,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		RelayTimeout:          s.cfg.RelayTimeout,
 		RecoverySweepInterval: s.cfg.RecoverySweepInterval,
 		AllowLegacyWSIdentity: s.cfg.AllowLegacyWSIdentity,
+		AllowPrivateEndpoints: s.cfg.AllowPrivateEndpoints,
 		Catalog:               s.cfg.IntentCatalog,
 		OperatorAuth:          s.IsOperator,
 	})
