@@ -329,7 +329,11 @@ func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendR
 	if _, ok := b.reg.Get(req.from); !ok {
 		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
 	}
+	if !b.reg.Serves(req.from) {
+		return nil, errf(http.StatusForbidden, CodeForbidden, "sender %s is in a domain this directory does not serve", req.from)
+	}
 	_, local := b.reg.Get(req.to)
+	local = local && b.reg.Serves(req.to)
 	if !local {
 		peer := b.remotePeer(req.to)
 		if peer == "" {

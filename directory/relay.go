@@ -265,6 +265,11 @@ func (d *Directory) checkSender(f *wire.IntentFrame, o RelayOptions) (registry.A
 	if !ok {
 		return registry.Agent{}, relayErr(CodeInvalidIntent, f.Nonce, "Sender %s is not registered", f.From)
 	}
+	if !d.reg.Serves(a.BeamID) {
+		// Registered before its domain became a pinned peer's: the peer's
+		// agents are the only senders in that domain.
+		return registry.Agent{}, relayErr(CodeForbidden, f.Nonce, "Sender %s is in a domain this directory does not serve", f.From)
+	}
 	return a, nil
 }
 
@@ -498,6 +503,11 @@ func (d *Directory) fail(inf *inflight, pre []tracing.Event, code, msg string, r
 // the path's first events.
 func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Agent, pre []tracing.Event) {
 	agent, registered := d.reg.Get(f.To)
+	if registered && !d.reg.Serves(f.To) {
+		// A local agent left in a pinned peer's domain never shadows the
+		// peer's agent.
+		registered = false
+	}
 	if f.To == registry.EchoBeamID && (!registered || (agent.HTTPEndpoint == "" && !d.Online(f.To))) {
 		d.echo(inf, f, pre)
 		return

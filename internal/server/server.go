@@ -62,6 +62,9 @@ type Config struct {
 	// AllowInsecureEndpoints lets agents register http:// loopback
 	// endpoints for direct delivery (tests and local development).
 	AllowInsecureEndpoints bool
+	// OpenOrgs makes every registrant of an existing org an approved
+	// member at once (--open-orgs); by default the org owner approves.
+	OpenOrgs bool
 	// AllowPrivateEndpoints lets direct HTTP delivery dial loopback,
 	// private and link-local addresses (--allow-private-endpoints).
 	AllowPrivateEndpoints bool
@@ -367,6 +370,8 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		Logger:                 s.logger,
 		EchoSecret:             s.cfg.EchoSecret,
 		AllowInsecureEndpoints: s.cfg.AllowInsecureEndpoints,
+		Domain:                 s.cfg.Domain,
+		OpenOrgs:               s.cfg.OpenOrgs,
 	})
 	if err != nil {
 		return fmt.Errorf("open registry: %w", err)
