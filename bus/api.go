@@ -698,7 +698,7 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	where, args := []string{`recipient = ?`, `status = ?`}, []any{agent, status}
+	where, args := []string{`recipient = ?`, `status = ?`, `created_at >= ?`}, []any{agent, status, b.registeredSince(agent)}
 	if since != nil {
 		where, args = append(where, `created_at > ?`), append(args, *since)
 	}
@@ -955,19 +955,20 @@ func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) *apiError {
 	if !ok {
 		return errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
 	}
-	if !p.canActAs(row.Sender) && !p.canActAs(row.Recipient) {
+	if !p.canActAs(row.Sender) && !p.canActAs(row.Recipient) || !p.trusted && row.CreatedAt < b.registeredSince(p.agent) {
 		return errf(http.StatusForbidden, CodeForbidden, "message %s is neither from nor to %s", row.ID, p.agent)
 	}
 	writeJSON(w, http.StatusOK, view(row, p.canActAs(row.Recipient)))
 	return nil
 }
 
-// scope restricts an agent principal to its own messages.
-func scope(p principal, where []string, args []any) ([]string, []any) {
+// scope restricts an agent principal to its own messages, created since
+// its registration (registeredSince).
+func (b *Bus) scope(p principal, where []string, args []any) ([]string, []any) {
 	if p.trusted {
 		return where, args
 	}
-	return append(where, `(sender = ? OR recipient = ?)`), append(args, p.agent, p.agent)
+	return append(where, `(sender = ? OR recipient = ?)`, `created_at >= ?`), append(args, p.agent, p.agent, b.registeredSince(p.agent))
 }
 
 func filters(r *http.Request, where []string, args []any, keys ...string) ([]string, []any, *apiError) {
@@ -1008,7 +1009,7 @@ func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) *apiError {
 			where, args = append(where, `created_at `+f.op+` ?`), append(args, *v)
 		}
 	}
-	where, args = scope(p, where, args)
+	where, args = b.scope(p, where, args)
 	return b.writeMessages(w, r, "history", where, args, `created_at DESC`, intParam(r, "limit", defaultHistoryLimit, maxListLimit))
 }
 
@@ -1021,7 +1022,7 @@ func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *apiErro
 	if aerr != nil {
 		return aerr
 	}
-	where, args = scope(p, where, args)
+	where, args = b.scope(p, where, args)
 	return b.writeMessages(w, r, "dead letters", where, args, `failed_at DESC, created_at DESC`,
 		intParam(r, "limit", defaultDeadLimit, maxListLimit))
 }
@@ -1079,7 +1080,7 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
 		total += counts[string(s)]
 	}
 	body["total"] = total
-	where, args := scope(p, nil, nil)
+	where, args := b.scope(p, nil, nil)
 	cond := ""
 	if len(where) > 0 {
 		cond = ` WHERE ` + strings.Join(where, " AND ")

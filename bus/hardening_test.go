@@ -65,3 +65,49 @@ func TestBusRefusesDuplicateKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, found)
 }
+
+// After DELETE /agents/bob, whoever registers bob next (once an operator
+// released the name) reads none of the old bob's history and receives none
+// of the messages queued for him.
+func TestDeletedRecipientInheritsNothing(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "secret.memo", map[string]any{"text": "for the old bob"}, nil)
+	require.Less(t, status, 300, body)
+	id, _ := body["message_id"].(string)
+	nonce, _ := body["nonce"].(string)
+	require.NotEmpty(t, id, body)
+	require.NotEmpty(t, nonce, body)
+	status, body = tb.call(http.MethodGet, "/v1/beam/history", bob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, body)
+	require.EqualValues(t, 1, body["count"])
+
+	status, _ = tb.call(http.MethodDelete, "/agents/"+bob.id, bob.apiKey, "", nil)
+	require.Equal(t, http.StatusNoContent, status)
+	tb.clock.Advance(time.Second)
+	status, body = tb.call(http.MethodPost, "/agents/register", "", "", map[string]any{
+		"beamId": bob.id, "displayName": "New bob", "publicKey": wire.EncodePublicKey(alice.pub)})
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Equal(t, "BEAM_ID_RETIRED", body["errorCode"])
+	status, _ = tb.call(http.MethodPost, "/agents/"+bob.id+"/release", "", testOperatorToken, nil)
+	require.Equal(t, http.StatusNoContent, status)
+	newBob := tb.register("bob")
+
+	status, body = tb.call(http.MethodGet, "/v1/beam/history", newBob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, body)
+	require.EqualValues(t, 0, body["count"], body)
+	status, body = tb.call(http.MethodGet, "/v1/beam/poll?agent="+newBob.id+"&status=queued", newBob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, body)
+	require.EqualValues(t, 0, body["count"], body)
+	status, body = tb.call(http.MethodGet, "/v1/beam/poll?agent="+newBob.id+"&claim=true&lease=30", newBob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, body)
+	require.EqualValues(t, 0, body["count"], body)
+	status, body = tb.call(http.MethodGet, "/v1/beam/messages/"+id, newBob.apiKey, "", nil)
+	require.Equal(t, http.StatusForbidden, status, body)
+
+	// The worker does not hand the old message to the new bob either.
+	tb.clock.Advance(time.Hour)
+	tb.tick()
+	require.NotEqual(t, "dispatched", string(tb.message(nonce).Status))
+}

@@ -51,7 +51,7 @@ func prepareReads(db *sqlx.DB) (*reads, error) {
 		{&r.first, `SELECT details FROM intent_trace_events WHERE seq = (SELECT first_seq FROM intent_log WHERE nonce = ?)`},
 		{&r.last, `SELECT details FROM intent_trace_events WHERE seq = (SELECT last_seq FROM intent_log WHERE nonce = ?)`},
 		{&r.waiting, `SELECT nonce FROM beam_messages WHERE recipient = ? AND status = 'queued'
-			AND (next_retry_at IS NULL OR next_retry_at <= ?) ORDER BY priority DESC, created_at LIMIT ?`},
+			AND (next_retry_at IS NULL OR next_retry_at <= ?) AND created_at >= ? ORDER BY priority DESC, created_at LIMIT ?`},
 		{&r.nonceOfID, `SELECT nonce FROM beam_messages WHERE id = ?`},
 	} {
 		st, err := db.Preparex(s.query)
@@ -138,11 +138,28 @@ func (b *Bus) details(ctx context.Context, st *sqlx.Stmt, nonce, which string) (
 }
 
 // waitingFor returns up to limit nonces of recipient's queued messages that
-// are due or wait for it, highest priority and oldest first.
+// are due or wait for it, highest priority and oldest first. Messages older
+// than the recipient's registration were queued for a deleted agent of the
+// same name and are never handed to a later registrant.
 func (b *Bus) waitingFor(ctx context.Context, recipient string, nowSecs float64, limit int) ([]string, error) {
 	var out []string
-	if err := b.rd.waiting.SelectContext(ctx, &out, recipient, nowSecs, limit); err != nil {
+	if err := b.rd.waiting.SelectContext(ctx, &out, recipient, nowSecs, b.registeredSince(recipient), limit); err != nil {
 		return nil, fmt.Errorf("select messages: %w", err)
 	}
 	return out, nil
+}
+
+// registeredSince is when beamID's current registration began, in the
+// epoch seconds of beam_messages.created_at (0 when it is not registered
+// here). An agent sees and receives only messages created since: a Beam ID
+// that was deleted and released to a newcomer hands over none of the old
+// agent's messages.
+func (b *Bus) registeredSince(beamID string) float64 {
+	a, ok := b.reg.Get(beamID)
+	if !ok {
+		return 0
+	}
+	// Whole milliseconds below the registration instant, so that a message
+	// created in the same millisecond is not lost to rounding.
+	return float64(a.CreatedAt.UnixMilli()-1) / 1e3
 }
