@@ -14,7 +14,11 @@ func TestOrgMembershipNeedsApproval(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ceo := b.register("ceo@bigcorp.beam.directory")
-	intruder := b.register("intruder@bigcorp.beam.directory")
+	id := newIdentity(t)
+	r := b.call("POST", "/agents/register", map[string]any{"beamId": "intruder@bigcorp.beam.directory", "displayName": "I", "publicKey": id.pubB64})
+	require.Equal(t, http.StatusCreated, r.status, string(r.raw))
+	require.Equal(t, MemberPending, r.str("orgMembership"), "the registrant is told it is pending")
+	intruder := agent{identity: id, beamID: "intruder@bigcorp.beam.directory", apiKey: r.str("apiKey")}
 	require.Equal(t, MemberOwner, b.reg.MemberStatus(ceo.beamID))
 	require.Equal(t, MemberPending, b.reg.MemberStatus(intruder.beamID))
 
@@ -32,7 +36,7 @@ func TestOrgMembershipNeedsApproval(t *testing.T) {
 	requireErr(t, b.call("GET", "/orgs/bigcorp/members", nil, "x-api-key", intruder.apiKey), http.StatusForbidden, "FORBIDDEN")
 
 	// The owner approves with its API key: same-org rights follow.
-	r := b.call("POST", approve, nil, "x-api-key", ceo.apiKey)
+	r = b.call("POST", approve, nil, "x-api-key", ceo.apiKey)
 	require.Equal(t, http.StatusOK, r.status, string(r.raw))
 	ok, reason = b.reg.Allowed(intruder.beamID, ceo.beamID, "task.run")
 	require.True(t, ok, reason)

@@ -327,7 +327,7 @@ func (r *Registry) registerNew(ctx context.Context, rr *registerRequest, now tim
 		r.setMember(a.Org, a.BeamID, member)
 	}
 	r.lg.Info("agent registered", "beamId", a.BeamID, "orgMembership", member)
-	return http.StatusCreated, registerView{fullView: fullViewOf(a, now), APIKey: apiKey}, nil
+	return http.StatusCreated, registerView{fullView: fullViewOf(a, now), APIKey: apiKey, OrgMembership: member}, nil
 }
 
 // applyProfile copies the optional profile fields present in rr onto a.
