@@ -52,6 +52,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 func startDirectory(t *testing.T, cfg server.Config) *testBundle {
 	t.Helper()
 	cfg.DataDir = t.TempDir()
+	// The SDK tests put several agents in one org; org approval is tested
+	// in directory/registry.
+	cfg.OpenOrgs = true
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}

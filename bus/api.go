@@ -160,6 +160,13 @@ func (b *Bus) readBody(w http.ResponseWriter, r *http.Request) (map[string]json.
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
 		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object")
 	}
+	// encoding/json keeps the last of duplicated keys, other parsers the
+	// first: a body (or a frame or payload in it) with one is refused, so
+	// every reader sees the values the sender meant.
+	var dup *wire.DuplicateKeyError
+	if err := wire.CheckNoDuplicateKeys(body); errors.As(err, &dup) {
+		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "request body has a %s", dup.Error())
+	}
 	return raw, nil
 }
 
@@ -314,7 +321,11 @@ func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendR
 	if _, ok := b.reg.Get(req.from); !ok {
 		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
 	}
+	if !b.reg.Serves(req.from) {
+		return nil, errf(http.StatusForbidden, CodeForbidden, "sender %s is in a domain this directory does not serve", req.from)
+	}
 	_, local := b.reg.Get(req.to)
+	local = local && b.reg.Serves(req.to)
 	if !local {
 		peer := b.remotePeer(req.to)
 		if peer == "" {
@@ -371,6 +382,9 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
 		if aerr := checkFrameFields(f); aerr != nil {
 			return nil, aerr
 		}
+		if aerr := b.checkFresh(f); aerr != nil {
+			return nil, aerr
+		}
 		return f, nil
 	}
 	f, err := wire.DecodeIntentFrame(raw)
@@ -390,14 +404,24 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
 	if err := f.Verify(sender.PublicKey); err != nil {
 		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "signature verification failed")
 	}
-	ts, err := wire.ParseTimestamp(f.Timestamp)
-	if err != nil {
-		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame timestamp")
-	}
-	if d := b.clock().Sub(ts); d > signedFrameWindow || d < -signedFrameWindow {
-		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "signed frame timestamp is outside the 5 minute window")
+	if aerr := b.checkFresh(f); aerr != nil {
+		return nil, aerr
 	}
 	return f, nil
+}
+
+// checkFresh applies the one freshness rule every entry path shares to a
+// sender-signed frame (beam/1 or beam/2): its timestamp within ±5 minutes
+// of now. The nonce rules apply later, when the message is recorded.
+func (b *Bus) checkFresh(f *wire.IntentFrame) *apiError {
+	ts, err := wire.ParseTimestamp(f.Timestamp)
+	if err != nil {
+		return errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame timestamp")
+	}
+	if d := b.clock().Sub(ts); d > signedFrameWindow || d < -signedFrameWindow {
+		return errf(http.StatusUnauthorized, CodeUnauthorized, "signed frame timestamp is outside the 5 minute window")
+	}
+	return nil
 }
 
 func checkFrameFields(f *wire.IntentFrame) *apiError {
@@ -648,7 +672,7 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *apiError {
 		return aerr
 	}
 	return b.writeMessages(w, r, "poll", tracing.MessageQuery{Recipient: agent, Status: tracing.State(status),
-		CreatedAfter: since, Order: tracing.OldestFirst, Limit: limit})
+		CreatedAfter: since, CreatedSince: new(b.registeredSince(agent)), Order: tracing.OldestFirst, Limit: limit})
 }
 
 // lookup finds a message by message_id or nonce from a JSON body.
@@ -901,17 +925,22 @@ func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) *apiError {
 	if !ok {
 		return errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
 	}
-	if !p.canActAs(row.Sender) && !p.canActAs(row.Recipient) {
+	if !p.canActAs(row.Sender) && !p.canActAs(row.Recipient) || !p.trusted && row.CreatedAt < b.registeredSince(p.agent) {
 		return errf(http.StatusForbidden, CodeForbidden, "message %s is neither from nor to %s", row.ID, p.agent)
 	}
 	writeJSON(w, http.StatusOK, view(row, p.canActAs(row.Recipient)))
 	return nil
 }
 
-// scope restricts an agent principal to its own messages.
-func scope(p principal, q *tracing.MessageQuery) {
-	if !p.trusted {
-		q.Party = p.agent
+// scope restricts an agent principal to its own messages, created since
+// its registration (registeredSince).
+func (b *Bus) scope(p principal, q *tracing.MessageQuery) {
+	if p.trusted {
+		return
+	}
+	q.Party = p.agent
+	if since := b.registeredSince(p.agent); q.CreatedSince == nil || *q.CreatedSince < since {
+		q.CreatedSince = &since
 	}
 }
 
@@ -951,7 +980,7 @@ func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) *apiError {
 	if q.CreatedUntil, aerr = floatParam(r, "until"); aerr != nil {
 		return aerr
 	}
-	scope(p, &q)
+	b.scope(p, &q)
 	return b.writeMessages(w, r, "history", q)
 }
 
@@ -965,7 +994,7 @@ func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *apiErro
 	if aerr := filters(r, &q); aerr != nil {
 		return aerr
 	}
-	scope(p, &q)
+	b.scope(p, &q)
 	return b.writeMessages(w, r, "dead letters", q)
 }
 
@@ -975,7 +1004,9 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
 		return aerr
 	}
 	ctx := r.Context()
-	counts, err := b.log.MessageCountsByState(ctx, p.agent)
+	var q tracing.MessageQuery
+	b.scope(p, &q)
+	counts, err := b.log.MessageCountsByState(ctx, q)
 	if err != nil {
 		return b.internal("stats", err)
 	}
@@ -986,14 +1017,12 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
 		total += counts[s]
 	}
 	body["total"] = total
-	var q tracing.MessageQuery
-	scope(p, &q)
 	byAgent := map[string]map[string]int64{}
 	for _, side := range []struct {
 		bySender bool
 		key      string
 	}{{true, "sent"}, {false, "received"}} {
-		perAgent, err := b.log.MessageCountsByAgent(ctx, side.bySender, q.Party, 1000)
+		perAgent, err := b.log.MessageCountsByAgent(ctx, side.bySender, q, 1000)
 		if err != nil {
 			return b.internal("stats", err)
 		}
@@ -1005,8 +1034,9 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 	}
 	body["by_agent"] = byAgent
-	since := secs(b.clock().Add(-24 * time.Hour))
-	q.CreatedSince = &since
+	if since := secs(b.clock().Add(-24 * time.Hour)); q.CreatedSince == nil || *q.CreatedSince < since {
+		q.CreatedSince = &since
+	}
 	day, err := b.log.SummarizeMessages(ctx, q)
 	if err != nil {
 		return b.internal("stats", err)

@@ -31,6 +31,9 @@ import (
 
 const testBusKey = "bus-secret-key"
 
+// testOperatorToken is the registry's operator credential in bus tests.
+const testOperatorToken = "operator-token"
+
 // testBundle is one directory with its bus under test: a real log in a
 // temp dir, a real registry, the relay, the bus and an httptest server.
 type testBundle struct {
@@ -68,7 +71,10 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 	ctx := context.Background()
 	lg, err := tracing.Open(ctx, tracing.Config{Path: o.path, Clock: o.clock.Now, Synchronous: "NORMAL"})
 	require.NoError(t, err)
-	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, Clock: o.clock.Now})
+	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, Clock: o.clock.Now,
+		OperatorAuth: func(r *http.Request) (string, bool) {
+			return "admin", r.Header.Get("Authorization") == "Bearer "+testOperatorToken
+		}})
 	require.NoError(t, err)
 	d, err := directory.New(directory.Config{Log: lg, Registry: reg, Clock: o.clock.Now})
 	require.NoError(t, err)

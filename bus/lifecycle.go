@@ -109,6 +109,9 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 	}
 	sender, senderOK := b.reg.Get(row.Sender)
 	_, recipientLocal := b.reg.Get(row.Recipient)
+	// A message queued before the recipient's registration was for a
+	// deleted agent of the same name: a later registrant never gets it.
+	recipientLocal = recipientLocal && row.CreatedAt >= b.registeredSince(row.Recipient)
 	if !recipientLocal && senderOK {
 		if r := b.remoteRouter(); r != nil {
 			if peer, ok := r.PeerFor(row.Recipient); ok {

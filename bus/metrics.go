@@ -33,7 +33,7 @@ func (c *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	counts, err := c.b.log.MessageCountsByState(ctx, "")
+	counts, err := c.b.log.MessageCountsByState(ctx, tracing.MessageQuery{})
 	if err != nil {
 		c.b.lg.Warn("bus metrics: count messages", "err", err)
 		return

@@ -46,7 +46,24 @@ func (b *Bus) lastDetails(ctx context.Context, nonce string) (tracing.Details, e
 }
 
 // waitingFor returns up to limit nonces of recipient's queued messages that
-// are due or wait for it, highest priority and oldest first.
+// are due or wait for it, highest priority and oldest first. Messages older
+// than the recipient's registration were queued for a deleted agent of the
+// same name and are never handed to a later registrant.
 func (b *Bus) waitingFor(ctx context.Context, recipient string, nowSecs float64, limit int) ([]string, error) {
-	return b.log.WaitingMessages(ctx, recipient, nowSecs, limit)
+	return b.log.WaitingMessages(ctx, recipient, nowSecs, b.registeredSince(recipient), limit)
+}
+
+// registeredSince is when beamID's current registration began, in the
+// epoch seconds of beam_messages.created_at (0 when it is not registered
+// here). An agent sees and receives only messages created since: a Beam ID
+// that was deleted and released to a newcomer hands over none of the old
+// agent's messages.
+func (b *Bus) registeredSince(beamID string) float64 {
+	a, ok := b.reg.Get(beamID)
+	if !ok {
+		return 0
+	}
+	// Whole milliseconds below the registration instant, so that a message
+	// created in the same millisecond is not lost to rounding.
+	return float64(a.CreatedAt.UnixMilli()-1) / 1e3
 }

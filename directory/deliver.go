@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -110,10 +109,13 @@ func (d *Directory) directHTTP(inf *inflight, f *wire.IntentFrame, sender regist
 	d.mu.Unlock()
 	rf, err := d.postDirect(inf, h, endpoint)
 	if err != nil {
+		// The full error stays in the operator's log; the sender and the
+		// trace get a category only (outbound.go).
 		d.lg.Info("direct http delivery failed", "nonce", inf.nonce, "to", inf.to, "err", err)
-		extra := map[string]any{"fallbackReason": CodeDirectHTTPFailed, "directHttpError": err.Error()}
+		reason := directFailure(err)
+		extra := map[string]any{"fallbackReason": CodeDirectHTTPFailed, "directHttpError": reason}
 		if d.session(inf.to) == nil {
-			d.fail(inf, nil, CodeDirectHTTPFailed, fmt.Sprintf("Direct HTTP delivery to %s failed: %v", inf.to, err), true, extra)
+			d.fail(inf, nil, CodeDirectHTTPFailed, fmt.Sprintf("Direct HTTP delivery to %s failed: %s", inf.to, reason), true, extra)
 			return
 		}
 		d.deliverWS(inf, f, sender, nil, extra)
@@ -179,10 +181,10 @@ func (d *Directory) postDirect(inf *inflight, h handOver, endpoint string) (*wir
 		return nil, fmt.Errorf("read response: %w", err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, fmt.Errorf("endpoint answered HTTP %d", resp.StatusCode)
+		return nil, &endpointStatusError{code: resp.StatusCode}
 	}
 	if len(data) > d.cfg.MaxMessageBytes {
-		return nil, fmt.Errorf("response exceeds %d bytes", d.cfg.MaxMessageBytes)
+		return nil, fmt.Errorf("%w exceeds %d bytes", errEndpointResponse, d.cfg.MaxMessageBytes)
 	}
 	return d.mapDirectResponse(inf, data)
 }
@@ -190,7 +192,7 @@ func (d *Directory) postDirect(inf *inflight, h handOver, endpoint string) (*wir
 func (d *Directory) mapDirectResponse(inf *inflight, data []byte) (*wire.ResultFrame, error) {
 	data = bytes.TrimSpace(data)
 	if !json.Valid(data) {
-		return nil, errors.New("response is not JSON")
+		return nil, fmt.Errorf("%w is not JSON", errEndpointResponse)
 	}
 	var probe map[string]json.RawMessage
 	isObject := json.Unmarshal(data, &probe) == nil && probe != nil

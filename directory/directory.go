@@ -93,9 +93,15 @@ type Config struct {
 	// delivered in one append.
 	DeliveredDelay time.Duration
 
-	// HTTPClient performs direct-http deliveries; default a client with
-	// DirectHTTPTimeout.
+	// HTTPClient supplies the transport (TLS settings) of direct-http
+	// deliveries; default the standard transport with DirectHTTPTimeout.
+	// The directory always adds its own dial and redirect rules to it
+	// (outbound.go).
 	HTTPClient *http.Client
+	// AllowPrivateEndpoints lets direct-http deliveries dial loopback,
+	// private, link-local and other non-public addresses (local
+	// development). Off by default: such endpoints fail as not allowed.
+	AllowPrivateEndpoints bool
 	// OperatorAuth recognises operator requests; operators get the session
 	// list in GET /stats. May be nil.
 	OperatorAuth func(*http.Request) bool
@@ -140,7 +146,8 @@ type Directory struct {
 	attester       *attest.Attester
 
 	connMu     sync.Mutex
-	connNonces map[string]time.Time // used ws.connect nonces → expiry
+	connNonces map[string]map[string]time.Time // beam ID → used ws.connect nonce → expiry
+	connPruned time.Time                       // last sweep of expired connect nonces
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -184,10 +191,7 @@ func New(cfg Config) (*Directory, error) {
 	defInt(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	defInt(&cfg.SendQueue, DefaultSendQueue)
 	defInt(&cfg.SessionWorkers, DefaultSessionWorkers)
-	client := cfg.HTTPClient
-	if client == nil {
-		client = &http.Client{Timeout: cfg.DirectHTTPTimeout}
-	}
+	client := endpointClient(cfg.HTTPClient, cfg.DirectHTTPTimeout, cfg.AllowPrivateEndpoints)
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("directory: new: %w", err)
@@ -210,7 +214,7 @@ func New(cfg Config) (*Directory, error) {
 		claims:     map[string]*inflight{},
 		sessions:   map[string]*session{},
 		recovered:  map[string]time.Time{},
-		connNonces: map[string]time.Time{},
+		connNonces: map[string]map[string]time.Time{},
 		attester:   att,
 		stop:       make(chan struct{}),
 		deliv:      delivState{kick: make(chan struct{}, 1)},

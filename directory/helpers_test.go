@@ -70,9 +70,11 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 	ctx := context.Background()
 	lg, err := tracing.Open(ctx, tracing.Config{Path: o.path, Clock: o.clock.Now, Synchronous: "NORMAL"})
 	require.NoError(t, err)
-	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: o.policy, Clock: o.clock.Now, AllowInsecureEndpoints: true})
+	// Relay tests put many agents in one org; org approval has its own tests.
+	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: o.policy, Clock: o.clock.Now, AllowInsecureEndpoints: true, OpenOrgs: true})
 	require.NoError(t, err)
-	cfg := Config{Log: lg, Registry: reg, Clock: o.clock.Now}
+	// Test endpoints are httptest servers on 127.0.0.1.
+	cfg := Config{Log: lg, Registry: reg, Clock: o.clock.Now, AllowPrivateEndpoints: true}
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}

@@ -274,6 +274,11 @@ func (d *Directory) checkSender(f *wire.IntentFrame, o RelayOptions) (registry.A
 	if !ok {
 		return registry.Agent{}, relayErr(CodeInvalidIntent, f.Nonce, "Sender %s is not registered", f.From)
 	}
+	if !d.reg.Serves(a.BeamID) {
+		// Registered before its domain became a pinned peer's: the peer's
+		// agents are the only senders in that domain.
+		return registry.Agent{}, relayErr(CodeForbidden, f.Nonce, "Sender %s is in a domain this directory does not serve", f.From)
+	}
 	return a, nil
 }
 
@@ -474,7 +479,9 @@ func (d *Directory) abort(inf *inflight, err error) {
 		// Someone else (the bus, an operator) moved the nonce meanwhile.
 		code = CodeInProgress
 	}
-	inf.done(nil, relayErr(code, inf.nonce, "intent could not be recorded: %v", err))
+	// The log's error is for the operator's log only: it names tables,
+	// states and sequence numbers, never something the sender can act on.
+	inf.done(nil, relayErr(code, inf.nonce, "intent could not be recorded"))
 }
 
 // fail records pre followed by a failed event with a synthesized failure
@@ -505,6 +512,11 @@ func (d *Directory) fail(inf *inflight, pre []tracing.Event, code, msg string, r
 // the path's first events.
 func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Agent, pre []tracing.Event) {
 	agent, registered := d.reg.Get(f.To)
+	if registered && !d.reg.Serves(f.To) {
+		// A local agent left in a pinned peer's domain never shadows the
+		// peer's agent.
+		registered = false
+	}
 	if f.To == registry.EchoBeamID && (!registered || (agent.HTTPEndpoint == "" && !d.Online(f.To))) {
 		d.echo(inf, f, pre)
 		return

@@ -75,7 +75,7 @@ func (d *Directory) routeRemote(inf *inflight, f *wire.IntentFrame, pre []tracin
 	if r == nil {
 		return false
 	}
-	if _, local := d.reg.Get(f.To); local {
+	if _, local := d.reg.Get(f.To); local && d.reg.Serves(f.To) {
 		return false
 	}
 	peer, ok := r.PeerFor(f.To)

@@ -39,8 +39,11 @@ const ConnectAction = "ws.connect"
 // parameter); its payload is the same object as a signed connect token.
 const TypConnectJWS = "beam-connect+jws"
 
-// maxConnectNonces bounds the remembered connect-token nonces.
-const maxConnectNonces = 100_000
+// maxConnectNoncesPerAgent bounds the remembered connect-token nonces of
+// one agent. Nonces are remembered only after the agent's signature
+// verified, so an agent that fills its budget (more than this many signed
+// connects within ten minutes) locks out only its own signed connects.
+const maxConnectNoncesPerAgent = 1024
 
 // maxCloseReason is the longest close reason a close frame carries.
 const maxCloseReason = 120
@@ -251,7 +254,11 @@ func (d *Directory) authenticate(r *http.Request, agent registry.Agent) (string,
 }
 
 // checkConnectFreshness applies the ±5 minute window and remembers the
-// nonce for that long, so a captured connect URL cannot be replayed.
+// nonce for twice that long, per agent, so a captured connect URL cannot be
+// replayed. Used nonces live in memory only; a token whose timestamp
+// predates this process's start is refused, so a URL captured before a
+// restart cannot be replayed after it either (a client signs a new token
+// for every connect, so a reconnect after a restart is not affected).
 func (d *Directory) checkConnectFreshness(beamID, nonce, ts string) error {
 	if nonce == "" || len(nonce) > 128 {
 		return errors.New("connect nonce must be 1-128 characters")
@@ -264,24 +271,51 @@ func (d *Directory) checkConnectFreshness(beamID, nonce, ts string) error {
 	if diff := now.Sub(t); diff > ReplayWindow || diff < -ReplayWindow {
 		return errors.New("connect timestamp outside the 5 minute window")
 	}
-	key := beamID + "\x00" + nonce
+	if t.Before(d.started.Truncate(time.Millisecond)) {
+		return errors.New("connect token was signed before the directory started; sign a new one")
+	}
 	d.connMu.Lock()
 	defer d.connMu.Unlock()
-	if exp, ok := d.connNonces[key]; ok && now.Before(exp) {
+	used := d.connNonces[beamID]
+	if exp, ok := used[nonce]; ok && now.Before(exp) {
 		return errors.New("connect nonce already used")
 	}
-	if len(d.connNonces) >= maxConnectNonces {
-		for k, exp := range d.connNonces {
+	if len(used) >= maxConnectNoncesPerAgent {
+		for k, exp := range used {
 			if !now.Before(exp) {
-				delete(d.connNonces, k)
+				delete(used, k)
 			}
 		}
-		if len(d.connNonces) >= maxConnectNonces {
-			return errors.New("too many connection attempts; try again later")
+		if len(used) >= maxConnectNoncesPerAgent {
+			return errors.New("too many signed connects of this agent; try again later or connect with the API key")
 		}
 	}
-	d.connNonces[key] = now.Add(2 * ReplayWindow)
+	if used == nil {
+		d.pruneConnNoncesLocked(now)
+		used = map[string]time.Time{}
+		d.connNonces[beamID] = used
+	}
+	used[nonce] = now.Add(2 * ReplayWindow)
 	return nil
+}
+
+// pruneConnNoncesLocked drops the expired nonces of every agent, and agents
+// left without any, at most once per ReplayWindow. d.connMu is held.
+func (d *Directory) pruneConnNoncesLocked(now time.Time) {
+	if now.Before(d.connPruned.Add(ReplayWindow)) {
+		return
+	}
+	d.connPruned = now
+	for id, used := range d.connNonces {
+		for k, exp := range used {
+			if !now.Before(exp) {
+				delete(used, k)
+			}
+		}
+		if len(used) == 0 {
+			delete(d.connNonces, id)
+		}
+	}
 }
 
 // apiKeyOf returns the API key of a request: apiKey query parameter,

@@ -248,6 +248,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.m.peers.Set(float64(len(n.peers)))
 	n.mu.Unlock()
 	cfg.Directory.SetRemote(n)
+	// Nobody may register an ID in a pinned peer's domain here.
+	cfg.Registry.SetForeignDomains(n.isPeerDomain)
 	return n, nil
 }
 
@@ -502,6 +504,17 @@ func (n *Node) Kick() {
 
 // Outbox returns the node's outbox.
 func (n *Node) Outbox() *Outbox { return n.outbox }
+
+// isPeerDomain reports whether a pinned peer serves domain.
+func (n *Node) isPeerDomain(domain string) bool {
+	if domain == n.cfg.Domain {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.peers[domain]
+	return ok
+}
 
 // Domain returns this directory's domain.
 func (n *Node) Domain() string { return n.cfg.Domain }

@@ -261,10 +261,10 @@ func (l *Log) SummarizeMessages(ctx context.Context, q MessageQuery) (MessageSum
 	return s, nil
 }
 
-// MessageCountsByState counts messages by status; with party set, only
-// those from or to it.
-func (l *Log) MessageCountsByState(ctx context.Context, party string) (map[State]int64, error) {
-	q := MessageQuery{Party: party}
+// MessageCountsByState counts the messages q selects (its paging, order
+// and status ignored) by status.
+func (l *Log) MessageCountsByState(ctx context.Context, q MessageQuery) (map[State]int64, error) {
+	q.Status = ""
 	cond, args := q.where()
 	counts, err := l.groupCounts(ctx, `SELECT status, COUNT(*) FROM beam_messages`+cond+` GROUP BY status`, args)
 	if err != nil {
@@ -278,14 +278,13 @@ func (l *Log) MessageCountsByState(ctx context.Context, party string) (map[State
 }
 
 // MessageCountsByAgent counts the messages each agent sent (bySender) or
-// received, at most limit agents, the busiest first; with party set, only
-// messages from or to it.
-func (l *Log) MessageCountsByAgent(ctx context.Context, bySender bool, party string, limit int) (map[string]int64, error) {
+// received among the messages q selects (its paging and order ignored), at
+// most limit agents, the busiest first.
+func (l *Log) MessageCountsByAgent(ctx context.Context, bySender bool, q MessageQuery, limit int) (map[string]int64, error) {
 	col := "recipient"
 	if bySender {
 		col = "sender"
 	}
-	q := MessageQuery{Party: party}
 	cond, args := q.where()
 	counts, err := l.groupCounts(ctx, `SELECT `+col+`, COUNT(*) FROM beam_messages`+cond+
 		` GROUP BY `+col+` ORDER BY COUNT(*) DESC LIMIT ?`, append(args, limit))
@@ -402,10 +401,10 @@ func (l *Log) detailsOf(ctx context.Context, st *sql.Stmt, nonce, which string) 
 }
 
 // WaitingMessages returns up to limit nonces of recipient's queued messages
-// that are due at now (epoch seconds) or wait for it to connect, highest
-// priority and oldest first.
-func (l *Log) WaitingMessages(ctx context.Context, recipient string, now float64, limit int) ([]string, error) {
-	return l.nonces(ctx, l.reads.waiting, recipient, now, limit)
+// created at or after since that are due at now (epoch seconds) or wait for
+// it to connect, highest priority and oldest first.
+func (l *Log) WaitingMessages(ctx context.Context, recipient string, now, since float64, limit int) ([]string, error) {
+	return l.nonces(ctx, l.reads.waiting, recipient, now, since, limit)
 }
 
 // InterruptedMessages returns the nonces of messages a stopped process left
@@ -585,7 +584,7 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
 		{&r.firstDetails, `SELECT details FROM intent_trace_events WHERE seq = (SELECT first_seq FROM intent_log WHERE nonce = ?)`},
 		{&r.lastDetails, `SELECT details FROM intent_trace_events WHERE seq = (SELECT last_seq FROM intent_log WHERE nonce = ?)`},
 		{&r.waiting, `SELECT nonce FROM beam_messages WHERE recipient = ? AND status = 'queued'
-			AND (next_retry_at IS NULL OR next_retry_at <= ?) ORDER BY priority DESC, created_at LIMIT ?`},
+			AND (next_retry_at IS NULL OR next_retry_at <= ?) AND created_at >= ? ORDER BY priority DESC, created_at LIMIT ?`},
 		{&r.messageNonce, `SELECT nonce FROM beam_messages WHERE id = ?`},
 		{&r.messageByID, `SELECT ` + messageCols + ` FROM beam_messages WHERE id = ?`},
 		{&r.interrupted, `SELECT nonce FROM beam_messages WHERE status IN ('received','validated','dispatched') ORDER BY created_at`},

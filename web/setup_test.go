@@ -68,7 +68,7 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *bundle {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lg, err := tracing.Open(ctx, tracing.Config{Path: filepath.Join(t.TempDir(), "beam.db"), Clock: o.clock, Synchronous: o.logSync, Logger: quiet})
 	require.NoError(t, err)
-	reg, err := registry.Open(ctx, lg, registry.Config{Clock: o.clock, Logger: quiet, AllowInsecureEndpoints: true})
+	reg, err := registry.Open(ctx, lg, registry.Config{Clock: o.clock, Logger: quiet, AllowInsecureEndpoints: true, OpenOrgs: true})
 	require.NoError(t, err)
 	dir, err := directory.New(directory.Config{Log: lg, Registry: reg, Clock: o.clock, Logger: quiet})
 	require.NoError(t, err)

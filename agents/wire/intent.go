@@ -87,6 +87,31 @@ func (f *IntentFrame) Extra(key string) json.RawMessage {
 	return nil
 }
 
+// Field length limits of an intent frame, in bytes. A Beam ID is at most 142 bytes
+// (63 + "@" + 63 + ".beam.directory"); nonces are UUIDs in practice.
+const (
+	MaxBeamIDBytes = 256
+	MaxIntentBytes = 256
+	MaxNonceBytes  = 256
+)
+
+// checkFieldLengths refuses an intent whose from, to, intent or nonce is empty or too long, so that
+// every entry path answers a client mistake with INVALID_INTENT before anything is recorded.
+func checkFieldLengths(f *IntentFrame) *FrameError {
+	for _, c := range []struct {
+		name, val string
+		max       int
+	}{{"from", f.From, MaxBeamIDBytes}, {"to", f.To, MaxBeamIDBytes}, {"intent", f.Intent, MaxIntentBytes}, {"nonce", f.Nonce, MaxNonceBytes}} {
+		if c.val == "" {
+			return intentErr(c.name, "must not be empty")
+		}
+		if len(c.val) > c.max {
+			return intentErr(c.name, "must be at most %d bytes", c.max)
+		}
+	}
+	return nil
+}
+
 func intentErr(field, format string, args ...any) *FrameError {
 	return &FrameError{Code: CodeInvalidIntent, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
@@ -103,9 +128,12 @@ func DecodeIntentFrame(data []byte) (*IntentFrame, error) {
 	if !utf8.Valid(data) {
 		return nil, intentErr("", "frame is not valid UTF-8")
 	}
-	root, err := parseJSON(data)
+	root, dup, err := parseJSONDup(data)
 	if err != nil {
 		return nil, &FrameError{Code: CodeInvalidIntent, Msg: "frame is not valid JSON", Err: err}
+	}
+	if dup != nil {
+		return nil, &FrameError{Code: CodeInvalidIntent, Msg: dup.Error(), Err: dup}
 	}
 	if root.kind != kindObject {
 		return nil, intentErr("", "frame must be a JSON object")
@@ -141,6 +169,9 @@ func DecodeIntentFrame(data []byte) (*IntentFrame, error) {
 		return nil, err
 	}
 	if f.Nonce, err = str("nonce", true); err != nil {
+		return nil, err
+	}
+	if err := checkFieldLengths(f); err != nil {
 		return nil, err
 	}
 	if f.Timestamp, err = str("timestamp", true); err != nil {

@@ -81,14 +81,36 @@ func TestDecodeIntentFrameParamsAndDuplicates(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `{"v":"1","from":"a@beam.directory","to":"b@beam.directory","intent":"x","payload":{"k":1},"nonce":"n","timestamp":"t","extra":[1, 2]}`, string(d))
 
-	// Duplicate top-level keys: last wins, at the first position.
-	in = `{"nonce":"first","from":"a@beam.directory","to":"b@beam.directory","intent":"x","payload":{},"timestamp":"t","nonce":"second"}`
-	f, err = DecodeIntentFrame([]byte(in))
-	require.NoError(t, err)
-	require.Equal(t, "second", f.Nonce)
-	d, err = f.DeliveryJSON()
-	require.NoError(t, err)
-	require.Equal(t, `{"v":"1","nonce":"second","from":"a@beam.directory","to":"b@beam.directory","intent":"x","payload":{},"timestamp":"t"}`, string(d))
+	// Duplicate keys, at the top level or inside the payload, are refused:
+	// JSON.parse keeps the last value and other parsers the first, so the
+	// signer and a recipient could read different frames.
+	for _, in := range []string{
+		`{"nonce":"first","from":"a@beam.directory","to":"b@beam.directory","intent":"x","payload":{},"timestamp":"t","nonce":"second"}`,
+		`{"nonce":"n","from":"a@beam.directory","to":"b@beam.directory","intent":"x","payload":{"a":{"amount":1,"amount":1000}},"timestamp":"t"}`,
+	} {
+		_, err = DecodeIntentFrame([]byte(in))
+		var dup *DuplicateKeyError
+		require.ErrorAs(t, err, &dup)
+		var fe *FrameError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, CodeInvalidIntent, fe.Code)
+	}
+}
+
+func TestDecodeIntentFrameFieldLengths(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 300)
+	for field, in := range map[string]string{
+		"intent": `{"from":"a@beam.directory","to":"b@beam.directory","intent":"","payload":{},"nonce":"n","timestamp":"t"}`,
+		"to":     `{"from":"a@beam.directory","to":"","intent":"x","payload":{},"nonce":"n","timestamp":"t"}`,
+		"nonce":  `{"from":"a@beam.directory","to":"b@beam.directory","intent":"x","payload":{},"nonce":"` + long + `","timestamp":"t"}`,
+		"from":   `{"from":"` + long + `","to":"b@beam.directory","intent":"x","payload":{},"nonce":"n","timestamp":"t"}`,
+	} {
+		_, err := DecodeIntentFrame([]byte(in))
+		var fe *FrameError
+		require.ErrorAs(t, err, &fe, field)
+		require.Equal(t, field, fe.Field)
+	}
 }
 
 func TestSignVerifyIntent(t *testing.T) {

@@ -76,24 +76,78 @@ type parser struct {
 	data  []byte
 	pos   int
 	depth int
+	// dup is the first key found twice in one object (at any depth), with
+	// dupSeen set; JSON.parse keeps the last value, other parsers the first.
+	dup     string
+	dupSeen bool
 }
 
 // parseJSON parses one JSON text (surrounding whitespace allowed) with JSON.parse semantics.
 func parseJSON(data []byte) (*node, error) {
+	n, _, err := parseJSONDup(data)
+	return n, err
+}
+
+// DuplicateKeyError reports a JSON object that names one key twice. Parsers disagree on which value
+// wins (JSON.parse keeps the last, many others the first), so a signed frame with one would mean
+// different things to the signer and to a recipient.
+type DuplicateKeyError struct {
+	// Key is the first duplicated key found.
+	Key string
+}
+
+// Error implements error.
+func (e *DuplicateKeyError) Error() string {
+	return fmt.Sprintf("duplicate JSON object key %q", e.Key)
+}
+
+// parseStrictJSON is parseJSON that refuses a duplicated object key at any depth with a
+// *DuplicateKeyError.
+func parseStrictJSON(data []byte) (*node, error) {
+	n, dup, err := parseJSONDup(data)
+	if err != nil {
+		return nil, err
+	}
+	if dup != nil {
+		return nil, dup
+	}
+	return n, nil
+}
+
+// CheckNoDuplicateKeys returns a *DuplicateKeyError when the JSON text data has an object with a
+// duplicated key at any depth, a parse error when it is not JSON, and nil otherwise.
+func CheckNoDuplicateKeys(data []byte) error {
+	_, err := parseStrictJSON(data)
+	return err
+}
+
+// parseJSONDup is parseJSON that also reports the first duplicated object key.
+func parseJSONDup(data []byte) (*node, *DuplicateKeyError, error) {
+	n, p, err := parseWith(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.dupSeen {
+		return n, &DuplicateKeyError{Key: p.dup}, nil
+	}
+	return n, nil, nil
+}
+
+func parseWith(data []byte) (*node, *parser, error) {
 	if len(data) > MaxJSONBytes {
-		return nil, ErrJSONTooLarge
+		return nil, nil, ErrJSONTooLarge
 	}
 	p := &parser{data: data}
 	p.skipSpace()
 	n, err := p.value()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p.skipSpace()
 	if p.pos != len(p.data) {
-		return nil, p.errf("unexpected data after top-level value")
+		return nil, nil, p.errf("unexpected data after top-level value")
 	}
-	return n, nil
+	return n, p, nil
 }
 
 func (p *parser) errf(format string, args ...any) error {
@@ -199,6 +253,9 @@ func (p *parser) object() (*node, error) {
 			at = slices.Index(n.keys, key)
 		}
 		if at >= 0 {
+			if !p.dupSeen {
+				p.dup, p.dupSeen = key, true
+			}
 			n.elems[at] = v
 		} else {
 			n.keys = append(n.keys, key)

@@ -40,9 +40,12 @@ func DecodeResultFrame(data []byte) (*ResultFrame, error) {
 	if !utf8.Valid(data) {
 		return nil, resultErr("", "frame is not valid UTF-8")
 	}
-	root, err := parseJSON(data)
+	root, dup, err := parseJSONDup(data)
 	if err != nil {
 		return nil, &FrameError{Code: CodeInvalidResult, Msg: "frame is not valid JSON", Err: err}
+	}
+	if dup != nil {
+		return nil, &FrameError{Code: CodeInvalidResult, Msg: dup.Error(), Err: dup}
 	}
 	if root.kind != kindObject {
 		return nil, resultErr("", "frame must be a JSON object")

@@ -214,7 +214,7 @@ func startBenchServer(ctx context.Context, f *benchFlags, stderr io.Writer) (*be
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("data directory: %w", err)
 	}
-	opts := bench.ServerOptions{Binary: bin, DataDir: dir, Synchronous: f.synchronous, Args: []string{"--log-level", "warn"}}
+	opts := bench.ServerOptions{Binary: bin, DataDir: dir, Synchronous: f.synchronous, Args: []string{"--log-level", "warn", "--open-orgs"}}
 	if f.serverLog {
 		opts.Output = stderr
 	}
@@ -250,7 +250,7 @@ func benchRestart(ctx context.Context, f *benchFlags, logger *slog.Logger, stdou
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	opts := bench.ServerOptions{Binary: bin, DataDir: dir, Synchronous: f.synchronous, Args: []string{"--log-level", "warn"}}
+	opts := bench.ServerOptions{Binary: bin, DataDir: dir, Synchronous: f.synchronous, Args: []string{"--log-level", "warn", "--open-orgs"}}
 	if f.serverLog {
 		opts.Output = stderr
 	}
@@ -300,7 +300,7 @@ func startBenchFederation(ctx context.Context, f *benchFlags, stderr io.Writer) 
 		}
 	}
 	opts := bench.FederationOptions{
-		Server:  bench.ServerOptions{Binary: bin, Synchronous: f.synchronous, Args: []string{"--log-level", "warn"}},
+		Server:  bench.ServerOptions{Binary: bin, Synchronous: f.synchronous, Args: []string{"--log-level", "warn", "--open-orgs"}},
 		DataDir: dirA, PeerDataDir: dirB, Domain: f.domain, PeerDomain: f.peerDomain,
 	}
 	if f.serverLog {

@@ -20,6 +20,7 @@ import (
 
 // busArgs are short bus schedules for process tests.
 var busArgs = []string{
+	"--open-orgs", // sender and workers share the org acme
 	"--bus-api-key", "test-bus-key",
 	"--bus-retry-schedule", "300ms,600ms",
 	"--bus-max-attempts", "5",

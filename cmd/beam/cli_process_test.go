@@ -40,6 +40,20 @@ func TestTwoTerminalWalkthrough(t *testing.T) {
 	run("keygen", "--beam-id", "alice@acme.beam.directory", "--out", "alice.json")
 	run("register", "--identity", "alice.json", "--name", "Alice")
 
+	// bob registered first and owns the org acme: alice has no same-org
+	// rights until bob approves her, and she cannot approve herself.
+	pending := exec.CommandContext(ctx, beamtest.Binary(t), "send", "--identity", "alice.json", "bob@acme.beam.directory", "conversation.message", `{"message":"early"}`)
+	pending.Dir, pending.Env = dir, env
+	pendingOut, err := pending.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(pendingOut), "not an approved member")
+	self := exec.CommandContext(ctx, beamtest.Binary(t), "approve", "--identity", "alice.json", "alice@acme.beam.directory")
+	self.Dir, self.Env = dir, env
+	selfOut, err := self.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(selfOut), "FORBIDDEN")
+	run("approve", "--identity", "bob.json", "alice@acme.beam.directory")
+
 	listen := exec.CommandContext(ctx, beamtest.Binary(t), "listen", "--identity", "bob.json", "--echo")
 	listen.Dir, listen.Env = dir, env
 	require.NoError(t, listen.Start())

@@ -171,7 +171,7 @@ func TestSIGKILLDuringBurstLosesNothing(t *testing.T) {
 // a second delivery.
 func TestRestartDeliveredIntentCompletesAfterRestart(t *testing.T) {
 	t.Parallel()
-	p := beamtest.Start(t, beamtest.Options{Args: []string{"--http-timeout", "2m"}})
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--http-timeout", "2m", "--open-orgs"}})
 	sender := registerAgent(t, p.URL(), "sender@acme.beam.directory")
 	recipient := registerAgent(t, p.URL(), "recipient@acme.beam.directory")
 

@@ -40,6 +40,8 @@ type serveFlags struct {
 	defaultPolicy     string
 	legacyWSIdentity  bool
 	insecureEndpoints bool
+	privateEndpoints  bool
+	openOrgs          bool
 	wsTimeout         time.Duration
 	httpTimeout       time.Duration
 	relayTimeout      time.Duration
@@ -59,7 +61,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.drain, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for in-flight requests")
-	fs.StringVar(&f.domain, "domain", "", "this directory's federation domain, e.g. acme.beam.directory")
+	fs.StringVar(&f.domain, "domain", "", "the domain this directory serves: Beam IDs register only in it and the orgs beneath it (default beam.directory: personal IDs and every org); also its federation domain, e.g. acme.beam.directory")
 	fs.StringVar(&f.natsListen, "nats-listen", "", "start the embedded NATS server for federation on HOST:PORT (federation is off without it or --nats-url)")
 	fs.StringVar(&f.natsURL, "nats-url", "", "use an existing NATS deployment for federation instead of the embedded server")
 	fs.Var(&f.peers, "peer", "pin a peer directory: DOMAIN=nats://HOST:PORT#PUBLICKEY as printed by 'beam peer show-self' (repeatable)")
@@ -69,6 +71,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.defaultPolicy, "default-policy", "same-org", "who may send to an agent that has no rule for the sender: same-org, allow or deny")
 	fs.BoolVar(&f.legacyWSIdentity, "allow-legacy-ws-identity", false, "accept WebSocket sessions that prove no identity (beam-protocol-sdk 0.5.1); anyone can then receive any agent's intents")
 	fs.BoolVar(&f.insecureEndpoints, "allow-insecure-endpoints", false, "let agents register http:// loopback endpoints for direct delivery (local development only)")
+	fs.BoolVar(&f.privateEndpoints, "allow-private-endpoints", false, "let direct HTTP delivery reach loopback, private and link-local addresses (local development only; otherwise agents' endpoints must be public)")
+	fs.BoolVar(&f.openOrgs, "open-orgs", false, "make every registrant of an org an approved member at once (a private directory whose registrants are all trusted); by default the org's first registrant or an operator approves members")
 	fs.DurationVar(&f.wsTimeout, "ws-timeout", 30*time.Second, "result timeout of intents sent over WebSocket")
 	fs.DurationVar(&f.httpTimeout, "http-timeout", 60*time.Second, "result timeout of POST /intents/send")
 	fs.DurationVar(&f.relayTimeout, "relay-timeout", msEnv("RELAY_TIMEOUT_MS", 30*time.Second), "timeout assumed on restart for a delivered intent that stored none (also RELAY_TIMEOUT_MS, in ms)")
@@ -143,6 +147,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DefaultPolicy:          f.defaultPolicy,
 		AllowLegacyWSIdentity:  f.legacyWSIdentity,
 		AllowInsecureEndpoints: f.insecureEndpoints,
+		AllowPrivateEndpoints:  f.privateEndpoints,
+		OpenOrgs:               f.openOrgs,
 		WSTimeout:              f.wsTimeout,
 		HTTPTimeout:            f.httpTimeout,
 		RelayTimeout:           f.relayTimeout,

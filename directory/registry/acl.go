@@ -18,9 +18,26 @@ const (
 func (r *Registry) Allowed(from, to, intentType string) (bool, string) {
 	r.mu.RLock()
 	rules := r.rules[to]
+	outside := ""
+	if r.cfg.DefaultPolicy == PolicySameOrg {
+		// Only approved members of an org have same-org rights.
+		switch {
+		case r.members[from] == MemberPending:
+			outside = from
+		case r.members[to] == MemberPending:
+			outside = to
+		}
+	}
 	r.mu.RUnlock()
-	return evaluate(rules, r.cfg.DefaultPolicy, from, to, intentType)
+	ok, reason := evaluate(rules, r.cfg.DefaultPolicy, from, to, intentType)
+	if ok && outside != "" && reason == sameOrgAllowed {
+		return false, "denied by same-org default policy (" + outside + " is not an approved member of its org; the org owner or an operator approves members)"
+	}
+	return ok, reason
 }
+
+// sameOrgAllowed is the reason of an intent the same-org default allows.
+const sameOrgAllowed = "allowed by same-org default policy"
 
 // evaluate applies rules (all of them protect to) and then policy.
 func evaluate(rules []Rule, policy Policy, from, to, intentType string) (bool, string) {
@@ -65,7 +82,7 @@ func defaultDecision(p Policy, from, to string) (bool, string) {
 	if f.Org != t.Org {
 		return false, "denied by same-org default policy (different orgs; add an acl rule)"
 	}
-	return true, "allowed by same-org default policy"
+	return true, sameOrgAllowed
 }
 
 // patternMatches applies an allowed_from pattern to a sender Beam ID.

@@ -275,6 +275,9 @@ func (r *Registry) registerNew(ctx context.Context, rr *registerRequest, now tim
 	if err != nil {
 		return 0, nil, errf(http.StatusBadRequest, "INVALID_BEAM_ID", "invalid Beam ID")
 	}
+	if err := r.checkClaim(rr.beamID); err != nil {
+		return 0, nil, err
+	}
 	a := &Agent{
 		BeamID: rr.beamID, Org: "personal", Personal: id.Personal(), DisplayName: rr.displayName,
 		Capabilities: rr.capabilities, PublicKey: rr.pub, PublicKeyB64: rr.publicKey,
@@ -298,7 +301,12 @@ func (r *Registry) registerNew(ctx context.Context, rr *registerRequest, now tim
 	if a.BeamID == EchoBeamID {
 		actor = "echo-secret"
 	}
+	member := ""
 	err = r.do(ctx, func(tx *sqlx.Tx) error {
+		var err error
+		if member, err = r.joinOrg(ctx, tx, a, now); err != nil {
+			return err
+		}
 		// Key history starts fresh for a new owner, whatever was left.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM agent_keys WHERE beam_id = ?`, a.BeamID); err != nil {
 			return fmt.Errorf("clear key history: %w", err)
@@ -315,8 +323,11 @@ func (r *Registry) registerNew(ctx context.Context, rr *registerRequest, now tim
 		return 0, nil, err
 	}
 	r.setAgent(a.BeamID, a)
-	r.lg.Info("agent registered", "beamId", a.BeamID)
-	return http.StatusCreated, registerView{fullView: fullViewOf(a, now), APIKey: apiKey}, nil
+	if member != "" {
+		r.setMember(a.Org, a.BeamID, member)
+	}
+	r.lg.Info("agent registered", "beamId", a.BeamID, "orgMembership", member)
+	return http.StatusCreated, registerView{fullView: fullViewOf(a, now), APIKey: apiKey, OrgMembership: member}, nil
 }
 
 // applyProfile copies the optional profile fields present in rr onto a.
@@ -367,7 +378,8 @@ func (r *Registry) generateBeamID(rr *registerRequest) (string, error) {
 		local, _, _ := strings.Cut(*rr.email, "@")
 		base = slugify(local)
 	}
-	suffix := "@beam.directory"
+	// Without an org the ID lands in the directory's own domain.
+	suffix := "@" + r.cfg.Domain
 	if rr.org != "" && rr.org != "personal" {
 		suffix = "@" + rr.org + ".beam.directory"
 	}

@@ -70,6 +70,15 @@ type Config struct {
 	AllowInsecureEndpoints bool
 	// TouchInterval bounds last_seen writes per agent; default 30 s.
 	TouchInterval time.Duration
+	// Domain is the domain this directory serves: Beam IDs are registered
+	// only in it and the orgs beneath it (default beam.directory: personal
+	// IDs and every org). Pinned peers' domains are excluded
+	// (SetForeignDomains).
+	Domain string
+	// OpenOrgs makes every registrant of an existing org an approved
+	// member at once (a private directory whose registrants are all
+	// trusted). Off by default: the org's owner or an operator approves.
+	OpenOrgs bool
 }
 
 // Key is one entry of an agent's key history.
@@ -183,6 +192,11 @@ type Registry struct {
 	agents map[string]*entry // beam_id → agent
 	rules  map[string][]Rule // target → rules (replaced, never mutated)
 	ruleBy map[int64]Rule    // id → rule
+	// Org membership and tombstones (orgs.go).
+	orgs       map[string]bool   // orgs that exist
+	members    map[string]string // beam_id → Member* state
+	tombstones map[string]bool   // deleted Beam IDs not released
+	foreign    func(domain string) bool
 
 	touchMu   sync.Mutex
 	dirty     map[string]time.Time // beam_id → last_seen to persist
@@ -257,6 +271,12 @@ func Open(ctx context.Context, log *tracing.Log, cfg Config) (*Registry, error) 
 	if cfg.TouchInterval <= 0 {
 		cfg.TouchInterval = DefaultTouchInterval
 	}
+	if cfg.Domain == "" {
+		cfg.Domain = wire.BeamDomain
+	}
+	if _, err := wire.ParseBeamID("x@" + cfg.Domain); err != nil {
+		return nil, fmt.Errorf("registry: open: domain %q: want beam.directory or <org>.beam.directory", cfg.Domain)
+	}
 	r := &Registry{
 		log:       log,
 		cfg:       cfg,
@@ -274,6 +294,9 @@ func Open(ctx context.Context, log *tracing.Log, cfg Config) (*Registry, error) 
 		return nil, err
 	}
 	if err := r.load(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.loadOrgs(ctx); err != nil {
 		return nil, err
 	}
 	go r.flusher()

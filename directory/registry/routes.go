@@ -37,6 +37,11 @@ func (r *Registry) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /acl", r.serve(r.handleACLCreate))
 	mux.HandleFunc("GET /acl/{beamId}", r.serve(r.handleACLList))
 	mux.HandleFunc("DELETE /acl/{id}", r.serve(r.handleACLDelete))
+	mux.HandleFunc("POST /agents/{beamId}/release", r.serve(r.handleRelease))
+	mux.HandleFunc("GET /orgs/{org}/members", r.serve(r.handleOrgMembers))
+	mux.HandleFunc("POST /orgs/{org}/members/{beamId}/approve", r.serve(r.handleOrgMemberStatus(true)))
+	mux.HandleFunc("POST /orgs/{org}/members/{beamId}/revoke", r.serve(r.handleOrgMemberStatus(false)))
+	mux.HandleFunc("PUT /orgs/{org}/owner", r.serve(r.handleOrgOwner))
 }
 
 // agentFromPath resolves the {beamId} path value: 400 INVALID_BEAM_ID or
@@ -306,12 +311,15 @@ func (r *Registry) handleDelete(w http.ResponseWriter, req *http.Request) error 
 				return fmt.Errorf("delete agent %s: %w", a.BeamID, err)
 			}
 		}
-		return nil
+		// A deleted ID is tombstoned and what others granted it is gone,
+		// so nobody can step into it (orgs.go).
+		return buryTx(req.Context(), tx, a.BeamID, az.actor, now)
 	})
 	if err != nil {
 		return err
 	}
 	r.setAgent(a.BeamID, nil)
+	r.bury(a.BeamID)
 	r.lg.Info("agent deleted", "beamId", a.BeamID, "actor", az.actor)
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -234,7 +234,11 @@ func TestDelete(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, b.call("DELETE", "/agents/"+esc(other.beamID), nil, "Authorization", "Bearer "+operatorToken).status)
 	requireErr(t, b.call("DELETE", "/agents/"+esc(other.beamID), nil, "Authorization", "Bearer "+operatorToken), http.StatusNotFound, "NOT_FOUND")
 	require.Zero(t, b.reg.Count())
-	// The Beam ID is free again.
+	// The Beam ID is tombstoned until an operator releases it.
+	id := newIdentity(t)
+	body := map[string]any{"beamId": a.beamID, "displayName": "Newcomer", "publicKey": id.pubB64}
+	requireErr(t, b.call("POST", "/agents/register", body), http.StatusConflict, "BEAM_ID_RETIRED")
+	require.Equal(t, http.StatusNoContent, b.call("POST", path+"/release", nil, "Authorization", "Bearer "+operatorToken).status)
 	b.register(a.beamID)
 }
 

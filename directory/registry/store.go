@@ -104,7 +104,7 @@ func (r *Registry) migrate(ctx context.Context) error {
 				return fmt.Errorf("%.40s…: %w", stmt, err)
 			}
 		}
-		return nil
+		return migrateOrgs(ctx, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("registry: create tables: %w", err)

@@ -98,6 +98,9 @@ type fullView struct {
 type registerView struct {
 	fullView
 	APIKey string `json:"apiKey,omitempty"`
+	// OrgMembership is the new agent's org state (owner, member, pending);
+	// absent for personal agents and re-registrations.
+	OrgMembership string `json:"orgMembership,omitempty"`
 }
 
 func publicViewOf(a *Agent, now time.Time) publicView {

@@ -317,6 +317,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		Binary: cfg.Binary, DataDir: cfg.DataDir, Synchronous: cfg.Synchronous, Listen: listen, Output: cfg.Output,
 		Args: append([]string{
 			"--log-level", "warn",
+			"--open-orgs", // the chaos fleet shares one org
 			"--bus-retry-schedule", "200ms,400ms,800ms",
 			"--bus-max-attempts", "4",
 			"--bus-delivery-timeout", "5s",

@@ -35,6 +35,7 @@ func setup(t *testing.T) *testBundle {
 		DataDir:     t.TempDir(),
 		Synchronous: "NORMAL",
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OpenOrgs:    true, // the bench fleet is one org, as with beam bench's own server
 	})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

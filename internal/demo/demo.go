@@ -15,10 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/beamdir/beam/agents"
@@ -75,6 +79,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		clients[a.id] = c
+	}
+	// Procurement registered first and owns the org: it approves the
+	// others, so the default same-org policy lets them talk.
+	owner := clients[Procurement].APIKey()
+	for _, id := range []string{PartnerDesk, Finance, Warehouse, Archive} {
+		if err := approve(ctx, cfg.DirectoryURL, owner, id); err != nil {
+			lg.Warn("demo agent not approved; same-org intents to and from it are refused", "err", err)
+		}
 	}
 	handlers(clients)
 	for _, id := range []string{Procurement, PartnerDesk, Finance, Warehouse} {
@@ -191,4 +203,26 @@ func scenario(ctx context.Context, lg *slog.Logger, c map[string]*agents.Client,
 	if err != nil && ctx.Err() == nil {
 		lg.Debug("demo intent ended with an error", "err", err)
 	}
+}
+
+// approve makes id an approved member of the demo org with the owner's API
+// key. An agent that already owns the org (a data directory upgraded from
+// before org approval) needs no approval.
+func approve(ctx context.Context, base, ownerKey, id string) error {
+	u := strings.TrimRight(base, "/") + "/orgs/demo/members/" + url.PathEscape(id) + "/approve"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return fmt.Errorf("demo agent %s: approve: %w", id, err)
+	}
+	req.Header.Set("X-Api-Key", ownerKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("demo agent %s: approve: %w", id, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusConflict {
+		return fmt.Errorf("demo agent %s: approve: HTTP %d: %s", id, resp.StatusCode, body)
+	}
+	return nil
 }

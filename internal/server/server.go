@@ -63,6 +63,12 @@ type Config struct {
 	// AllowInsecureEndpoints lets agents register http:// loopback
 	// endpoints for direct delivery (tests and local development).
 	AllowInsecureEndpoints bool
+	// OpenOrgs makes every registrant of an existing org an approved
+	// member at once (--open-orgs); by default the org owner approves.
+	OpenOrgs bool
+	// AllowPrivateEndpoints lets direct HTTP delivery dial loopback,
+	// private and link-local addresses (--allow-private-endpoints).
+	AllowPrivateEndpoints bool
 	// EchoSecret, when set, lets whoever presents it register
 	// echo@beam.directory.
 	EchoSecret string
@@ -359,6 +365,8 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		Logger:                 s.logger,
 		EchoSecret:             s.cfg.EchoSecret,
 		AllowInsecureEndpoints: s.cfg.AllowInsecureEndpoints,
+		Domain:                 s.cfg.Domain,
+		OpenOrgs:               s.cfg.OpenOrgs,
 	})
 	if err != nil {
 		return fmt.Errorf("open registry: %w", err)
@@ -384,6 +392,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		RelayTimeout:          s.cfg.RelayTimeout,
 		RecoverySweepInterval: s.cfg.RecoverySweepInterval,
 		AllowLegacyWSIdentity: s.cfg.AllowLegacyWSIdentity,
+		AllowPrivateEndpoints: s.cfg.AllowPrivateEndpoints,
 		Catalog:               s.cfg.IntentCatalog,
 		OperatorAuth:          s.IsOperator,
 	})
