@@ -22,7 +22,9 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	srv, err := beam.New(ctx, beam.Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	// The default policy lets only approved members of an org message each
+	// other; this example opens the directory to every registered sender.
+	srv, err := beam.New(ctx, beam.Config{DataDir: dir, DefaultPolicy: "allow", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		log.Fatal(err)
 	}

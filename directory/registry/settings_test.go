@@ -54,6 +54,8 @@ func TestRequireSenderSignaturesSetting(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, string(r.raw))
 	r = b.call("DELETE", "/agents/"+esc(a.beamID), nil, "x-api-key", a.apiKey)
 	require.Equal(t, http.StatusNoContent, r.status, string(r.raw))
+	require.Equal(t, http.StatusNoContent, b.call("POST", "/agents/"+esc(a.beamID)+"/release", nil,
+		"Authorization", "Bearer "+operatorToken).status)
 	b.register(a.beamID)
 	b.reopen()
 	got, _ = b.reg.Get(a.beamID)
