@@ -88,6 +88,9 @@ type Log struct {
 	w writerState
 
 	lastSeq atomic.Int64
+	// writeErr is the error of the writer's last failed batch, cleared by
+	// the next batch that commits events (see WriteErr).
+	writeErr atomic.Pointer[error]
 
 	subMu    sync.Mutex
 	subs     map[*Subscription]struct{}
@@ -541,7 +544,19 @@ func (s *eventScan) scan(rows *sql.Rows, full bool) (Event, error) {
 	return ev, nil
 }
 
-// Ping runs a query on the read pool and a transaction through the writer.
+// WriteErr returns the error of the writer's last batch when that batch
+// failed and no batch has committed events since, nil otherwise. A log in
+// this state is refusing writes (a full disk, a file changed under it).
+func (l *Log) WriteErr() error {
+	if p := l.writeErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Ping runs a query on the read pool and a transaction through the writer,
+// and fails when the writer's last batch failed (WriteErr): a log that
+// answers reads but refuses writes is not healthy.
 func (l *Log) Ping(ctx context.Context) error {
 	l.qmu.Lock()
 	closed := l.closed
@@ -558,6 +573,9 @@ func (l *Log) Ping(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("ping log writer: %w", err)
+	}
+	if err := l.WriteErr(); err != nil {
+		return fmt.Errorf("log writer: last commit failed: %w", err)
 	}
 	return nil
 }

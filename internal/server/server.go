@@ -27,6 +27,7 @@ import (
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/buildinfo"
+	"github.com/beamdir/beam/internal/dirlock"
 	"github.com/beamdir/beam/tracing"
 	"github.com/beamdir/beam/web"
 )
@@ -118,6 +119,7 @@ type Server struct {
 	viewerToken      string
 	viewerTokenIsNew bool
 	httpSrv          *http.Server
+	lock             *dirlock.Lock
 	shutdownOnce     sync.Once
 	shutdownErr      error
 }
@@ -134,10 +136,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data directory: %w", err)
+	// The data-directory lock comes before anything else in it is opened:
+	// a second process must not run recovery on a live log.
+	lock, err := dirlock.Acquire(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{
+		lock:     lock,
 		cfg:      cfg,
 		registry: prometheus.NewRegistry(),
 		mux:      http.NewServeMux(),
@@ -146,6 +152,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	ok := false
+	defer func() {
+		if !ok {
+			_ = lock.Release()
+		}
+	}()
 	token, isNew, err := loadToken(cfg.DataDir, "admin.token", "bop_", cfg.AdminToken)
 	if err != nil {
 		return nil, err
@@ -182,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /health", s.handleHealth)
 	s.mountPprof()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	ok = true
 	return s, nil
 }
 
@@ -250,6 +263,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		if err := s.log.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close log: %w", err))
+		}
+		if err := s.lock.Release(); err != nil {
+			errs = append(errs, fmt.Errorf("release data-directory lock: %w", err))
 		}
 		s.shutdownErr = errors.Join(errs...)
 	})
