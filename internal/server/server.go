@@ -28,6 +28,7 @@ import (
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/internal/dirlock"
+	"github.com/beamdir/beam/internal/limits"
 	"github.com/beamdir/beam/tracing"
 	"github.com/beamdir/beam/web"
 )
@@ -99,6 +100,10 @@ type Config struct {
 	BusMaxAttempts     int
 	BusDeliveryTimeout time.Duration
 	BusTickInterval    time.Duration
+
+	// Limits are the rate limits, timeouts and connection caps (limits.go);
+	// the zero value has none but ReadHeaderTimeout.
+	Limits Limits
 }
 
 // Server is a running directory.
@@ -119,6 +124,7 @@ type Server struct {
 	viewerToken      string
 	viewerTokenIsNew bool
 	httpSrv          *http.Server
+	rl               *rateLimits
 	lock             *dirlock.Lock
 	shutdownOnce     sync.Once
 	shutdownErr      error
@@ -144,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		lock:     lock,
+		rl:       newRateLimits(cfg.Limits, cfg.Clock),
 		cfg:      cfg,
 		registry: prometheus.NewRegistry(),
 		mux:      http.NewServeMux(),
@@ -187,8 +194,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	s.httpSrv = &http.Server{
-		Handler:           s.mux,
+		Handler:           s.limit(s.mux),
 		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      s.writeTimeout(),
+		IdleTimeout:       cfg.Limits.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.mux.HandleFunc("GET /health", s.handleHealth)
@@ -231,6 +240,9 @@ func (s *Server) IsOperator(r *http.Request) bool {
 // Serve answers HTTP on ln until Shutdown is called. It returns nil after a
 // graceful shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.cfg.Limits.MaxConns > 0 || s.cfg.Limits.MaxConnsPerAddr > 0 {
+		ln = limits.NewListener(ln, s.cfg.Limits.MaxConns, s.cfg.Limits.MaxConnsPerAddr)
+	}
 	err := s.httpSrv.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -398,6 +410,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		AllowLegacyWSIdentity: s.cfg.AllowLegacyWSIdentity,
 		Catalog:               s.cfg.IntentCatalog,
 		OperatorAuth:          s.IsOperator,
+		AllowSender:           s.rl.intents.Allow,
 	})
 	if err != nil {
 		return fmt.Errorf("open directory: %w", err)
@@ -411,6 +424,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		Registerer: s.registry, BusAPIKey: s.cfg.BusAPIKey, OperatorAuth: s.IsOperator,
 		Schedule: s.cfg.BusRetrySchedule, MaxAttempts: s.cfg.BusMaxAttempts,
 		DeliveryTimeout: s.cfg.BusDeliveryTimeout, TickInterval: s.cfg.BusTickInterval,
+		AllowSender: s.rl.busSends.Allow,
 	})
 	if err != nil {
 		return fmt.Errorf("open message bus: %w", err)
