@@ -202,7 +202,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.mux.HandleFunc("GET /health", s.handleHealth)
 	s.mountPprof()
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	// Metrics name peers, outbox states and error codes: operators only.
+	s.mux.Handle("GET /metrics", s.operatorOnly(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}).ServeHTTP))
 	ok = true
 	return s, nil
 }
@@ -505,17 +506,20 @@ func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, 
 // Federation returns the federation node, or nil when federation is off.
 func (s *Server) Federation() *federation.Node { return s.fed }
 
+// operatorOnly answers 401 to a request without the operator token.
+func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.IsOperator(r) {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "operator token required", "errorCode": "UNAUTHORIZED"})
+			return
+		}
+		h(w, r)
+	}
+}
+
 // mountPprof serves the Go profiles under /debug/pprof/ to operators only.
 func (s *Server) mountPprof() {
-	guard := func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if !s.IsOperator(r) {
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "operator token required", "errorCode": "UNAUTHORIZED"})
-				return
-			}
-			h(w, r)
-		}
-	}
+	guard := s.operatorOnly
 	s.mux.HandleFunc("GET /debug/pprof/", guard(pprof.Index))
 	s.mux.HandleFunc("GET /debug/pprof/cmdline", guard(pprof.Cmdline))
 	s.mux.HandleFunc("GET /debug/pprof/profile", guard(pprof.Profile))
