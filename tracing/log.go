@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,6 +229,54 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	return l, nil
 }
 
+// OpenReadOnly opens the existing log at path for reading only, alongside a
+// process that may be writing it: no schema change, no writer, no
+// checkpoints. Append and Do return ErrClosed.
+func OpenReadOnly(ctx context.Context, path string) (*Log, error) {
+	bindOnce.Do(func() { sqlx.BindDriver("sqlite", sqlx.QUESTION) })
+	if strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("open log: path %q must not contain '?'", path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	rq := url.Values{}
+	rq.Add("_pragma", "busy_timeout(10000)")
+	rq.Add("_pragma", "query_only(1)")
+	rdb, err := sqlx.Open("sqlite", path+"?"+rq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(1)
+	var version int
+	if err := rdb.GetContext(ctx, &version, `PRAGMA user_version`); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	if version != schemaVersion {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("open log %s: schema version %d, this binary reads %d (start beam serve once to migrate)", path, version, schemaVersion)
+	}
+	m, err := newMetrics(nil)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	l := &Log{
+		cfg:        Config{Path: path, MaxBatch: 2048},
+		clock:      time.Now,
+		logger:     slog.Default(),
+		rdb:        rdb,
+		m:          m,
+		closed:     true, // nothing may be queued: there is no writer
+		writerDone: make(chan struct{}),
+		subs:       make(map[*Subscription]struct{}),
+	}
+	close(l.writerDone)
+	l.qcond = sync.NewCond(&l.qmu)
+	return l, nil
+}
+
 // createSchema creates the tables of a new log or migrates an older one.
 // It reports whether the projections must be rebuilt (after a migration).
 func (l *Log) createSchema(ctx context.Context) (bool, error) {
@@ -374,9 +423,14 @@ func (l *Log) Close() error {
 		}
 		l.subWG.Wait()
 
-		errC := l.ckpt.close()
+		var errC, errW error
+		if l.ckpt != nil { // nil for OpenReadOnly
+			errC = l.ckpt.close()
+		}
 		l.w.closeStmts()
-		errW := l.wdb.Close()
+		if l.wdb != nil {
+			errW = l.wdb.Close()
+		}
 		errR := l.rdb.Close()
 		if err := errors.Join(errC, errW, errR); err != nil {
 			l.closeErr = fmt.Errorf("close log: %w", err)

@@ -14,10 +14,10 @@ import (
 	"github.com/beamdir/beam/tracing/legacy"
 )
 
-// openLogForCLI opens the log in dataDir for an offline command that only
-// reads it; it may run while a server holds the directory.
-func openLogForCLI(ctx context.Context, dataDir string) (*tracing.Log, error) {
-	return tracing.Open(ctx, tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+// openLogForRead opens the log in dataDir read-only, for a command that
+// only reads it; it may run while a server holds the directory.
+func openLogForRead(ctx context.Context, dataDir string) (*tracing.Log, error) {
+	return tracing.OpenReadOnly(ctx, filepath.Join(dataDir, "beam.db"))
 }
 
 // openLogForWrite takes the data-directory lock (refusing, before anything
@@ -28,7 +28,7 @@ func openLogForWrite(ctx context.Context, dataDir string) (lg *tracing.Log, done
 	if err != nil {
 		return nil, nil, err
 	}
-	lg, err = openLogForCLI(ctx, dataDir)
+	lg, err = tracing.Open(ctx, tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
 	if err != nil {
 		_ = lock.Release()
 		return nil, nil, err
@@ -82,7 +82,7 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	nonce := fs.Arg(0)
-	lg, err := openLogForCLI(ctx, dataDir)
+	lg, err := openLogForRead(ctx, dataDir)
 	if err != nil {
 		return err
 	}
