@@ -105,8 +105,8 @@ func (k *Keyed) Allow(key string) (bool, time.Duration) {
 	return true, 0
 }
 
-// evict drops the buckets that have refilled (they behave as new ones), or
-// the least recently used half when none has.
+// evict drops the buckets that have refilled (they behave as new ones), and
+// when that is not enough, the least recently used ones.
 func (k *Keyed) evict(now time.Time) {
 	for key, b := range k.buckets {
 		if now.Sub(b.used) >= k.rate.Per {
@@ -116,12 +116,7 @@ func (k *Keyed) evict(now time.Time) {
 	if len(k.buckets) < maxKeys {
 		return
 	}
-	var cut time.Time
-	times := make([]time.Time, 0, len(k.buckets))
-	for _, b := range k.buckets {
-		times = append(times, b.used)
-	}
-	cut = median(times)
+	cut := meanTime(k.buckets)
 	for key, b := range k.buckets {
 		if !b.used.After(cut) {
 			delete(k.buckets, key)
@@ -129,13 +124,14 @@ func (k *Keyed) evict(now time.Time) {
 	}
 }
 
-func median(ts []time.Time) time.Time {
-	// A rough median is enough: the mean of the times.
+// meanTime is the mean last use of the buckets: a cheap cut that drops
+// roughly the older half.
+func meanTime(buckets map[string]*bucket) time.Time {
 	var sum float64
-	for _, t := range ts {
-		sum += float64(t.UnixNano())
+	for _, b := range buckets {
+		sum += float64(b.used.UnixNano())
 	}
-	return time.Unix(0, int64(sum/float64(len(ts))))
+	return time.Unix(0, int64(sum/float64(len(buckets))))
 }
 
 // RetryAfterSeconds is d rounded up to whole seconds, at least 1, as the
