@@ -57,10 +57,10 @@ func do(t *testing.T, method, u, bearer string, body []byte) (int, http.Header, 
 }
 
 // TestRegistrationFloodIsRateLimited registers agents from one address
-// until the per-address limit answers 429.
+// until the per-address limit (set through its BEAM_* variable) answers 429.
 func TestRegistrationFloodIsRateLimited(t *testing.T) {
 	t.Parallel()
-	p := beamtest.Start(t, beamtest.Options{Args: []string{"--limit-register", "3/1h"}})
+	p := beamtest.Start(t, beamtest.Options{Env: []string{"BEAM_LIMIT_REGISTER=3/1h"}})
 	for i := range 3 {
 		registerAgent(t, p.URL(), fmt.Sprintf("flood%d@acme.beam.directory", i))
 	}
@@ -203,4 +203,69 @@ func TestSlowBodyConnectionsCannotHoldTheServer(t *testing.T) {
 		closed++
 	}
 	require.Equal(t, 200, closed)
+}
+
+// TestTimeoutsSpareLongExchanges runs with a 1 s body deadline and a 1 s
+// response deadline: a WebSocket session keeps working well past both, and
+// an HTTP send whose answer takes longer than the body deadline (but whose
+// body arrived at once) still gets its result.
+func TestTimeoutsSpareLongExchanges(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--read-timeout", "1s", "--write-timeout", "3s"}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alice := registerAgent(t, p.URL(), "alice@acme.beam.directory")
+	bob := registerAgent(t, p.URL(), "bob@acme.beam.directory")
+
+	// bob answers every intent, each after 1.5 s.
+	bc := bob.connect(t, ctx, p.URL())
+	defer bc.CloseNow()
+	go func() {
+		for {
+			_, b, err := bc.Read(ctx)
+			if err != nil {
+				return
+			}
+			var m wsMessage
+			if json.Unmarshal(b, &m) != nil || m.Type != "intent" {
+				continue
+			}
+			var f struct {
+				Nonce string `json:"nonce"`
+			}
+			if json.Unmarshal(m.Frame, &f) != nil {
+				continue
+			}
+			time.AfterFunc(1500*time.Millisecond, func() {
+				p, _ := json.Marshal(map[string]any{"late": true})
+				res, err := wire.Result{Success: true, Nonce: f.Nonce, Payload: p}.Build(time.Now(), bob.priv)
+				if err != nil {
+					return
+				}
+				msg, _ := json.Marshal(map[string]any{"type": "result", "frame": json.RawMessage(res)})
+				_ = bc.Write(ctx, websocket.MessageText, msg)
+			})
+		}
+	}()
+
+	start := time.Now()
+	status, body, err := postIntent(ctx, p.URL(), alice.frame(t, bob.id, "task.run", map[string]any{"n": 1}))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Contains(t, string(body), "late")
+	require.Greater(t, time.Since(start), time.Second, "the answer came after the body deadline")
+
+	// alice's session outlives the response deadline: three exchanges of
+	// 1.5 s each on one connection.
+	ac := alice.connect(t, ctx, p.URL())
+	defer ac.CloseNow()
+	connected := time.Now()
+	for i := range 3 {
+		msg, err := json.Marshal(map[string]any{"type": "intent", "frame": json.RawMessage(alice.frame(t, bob.id, "task.run", map[string]any{"i": i}))})
+		require.NoError(t, err)
+		require.NoError(t, ac.Write(ctx, websocket.MessageText, msg))
+		got := readWS(t, ctx, ac)
+		require.Equal(t, "result", got.Type, "exchange %d: %+v", i, got)
+	}
+	require.Greater(t, time.Since(connected), 3*time.Second, "the session lived past the response deadline")
 }
