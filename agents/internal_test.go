@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,10 +173,64 @@ func FuzzDispatch(f *testing.F) {
 	f.Add([]byte(`{"type":"intent","frame":{"v":"1","intent":"a","from":"a@beam.directory","to":"bob@acme.beam.directory","payload":{},"nonce":"n","timestamp":"2026-03-30T15:00:00.000Z","signature":"AAAA"},"senderPublicKey":"MCowBQYDK2VwAyEAQYvLymXtml/R0LTxPO7RlIZBV/WyfVi2RowyLoNwVuw="}`))
 	f.Add([]byte(`not json`))
 	f.Add([]byte(`{"type":"intent","frame":[1,2]}`))
+	// A genuinely signed intent, so the fuzzer starts from one that runs.
+	alice, err := GenerateIdentity("alice@acme.beam.directory")
+	if err != nil {
+		f.Fatal(err)
+	}
+	fr := wire.NewIntentFrame(alice.BeamID, "bob@acme.beam.directory", "x", json.RawMessage(`{"k":1}`), now)
+	if err := wire.SignIntent(fr, alice.Private); err != nil {
+		f.Fatal(err)
+	}
+	raw, err := fr.DeliveryJSON()
+	if err != nil {
+		f.Fatal(err)
+	}
+	signed, err := json.Marshal(map[string]any{"type": "intent", "frame": json.RawMessage(raw), "senderPublicKey": wire.EncodePublicKey(alice.Public)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(signed)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, _ := offlineClient(t, "bob@acme.beam.directory", now)
-		c.Handle("*", func(_ context.Context, in *Intent) Reply { return Success(in.Payload) })
+		var ran []*Intent
+		var mu sync.Mutex
+		c.Handle("*", func(_ context.Context, in *Intent) Reply {
+			mu.Lock()
+			ran = append(ran, in)
+			mu.Unlock()
+			return Success(in.Payload)
+		})
 		c.dispatch(data) // must not panic; nothing to answer without a session
+		c.wg.Wait()
+
+		// Invariant: the handler runs exactly for an intent addressed to
+		// this agent that verifies, and sees that intent.
+		var env envelope
+		want := json.Unmarshal(data, &env) == nil && env.Type == "intent"
+		var in *Intent
+		if want {
+			var err error
+			in, err = c.verifyIncoming(env)
+			want = err == nil
+		}
+		if !want {
+			require.Empty(t, ran, "a message that does not verify reached the handler: %q", data)
+			return
+		}
+		require.Len(t, ran, 1)
+		require.Equal(t, in.Nonce, ran[0].Nonce)
+		require.Equal(t, in.From, ran[0].From)
+		require.Equal(t, "bob@acme.beam.directory", in.To)
+		if env.JWS == "" {
+			// Every beam/1 frame that runs is signed under the key it came
+			// with: the sender's, or the directory's attestation key.
+			pub, err := wire.ParsePublicKey(env.SenderPublicKey)
+			require.NoError(t, err)
+			fr, err := wire.DecodeIntentFrame(env.Frame)
+			require.NoError(t, err)
+			require.NoError(t, fr.Verify(pub))
+		}
 	})
 }
 
@@ -211,7 +266,36 @@ func FuzzAgentJSON(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var a Agent
-		_ = json.Unmarshal(data, &a)
+		err := json.Unmarshal(data, &a)
+		var obj map[string]json.RawMessage
+		isObject := json.Unmarshal(data, &obj) == nil && obj != nil
+		if err != nil {
+			require.False(t, isObject, "an object is always read (bad members are skipped): %q", data)
+			return
+		}
+		if !isObject {
+			return // null leaves the record empty
+		}
+		require.JSONEq(t, string(data), string(a.Raw), "Raw is the object as received")
+		// Round trip: the fields, written back in either naming style,
+		// read back as the same record.
+		for _, names := range [][]string{
+			{"beamId", "displayName", "publicKey", "trustScore", "createdAt", "lastSeen"},
+			{"beam_id", "display_name", "public_key", "trust_score", "created_at", "last_seen"},
+		} {
+			out, err := json.Marshal(map[string]any{
+				names[0]: a.BeamID, "did": a.DID, names[1]: a.DisplayName, "capabilities": a.Capabilities,
+				names[2]: a.PublicKey, "org": a.Org, names[3]: a.TrustScore, "verified": a.Verified,
+				"visibility": a.Visibility, names[4]: a.CreatedAt, names[5]: a.LastSeen,
+			})
+			require.NoError(t, err)
+			var b Agent
+			require.NoError(t, json.Unmarshal(out, &b))
+			b.Raw = nil
+			a2 := a
+			a2.Raw = nil
+			require.Equal(t, a2, b, "round trip through %s", out)
+		}
 	})
 }
 

@@ -39,6 +39,7 @@ const (
 	CodeForbidden         = "FORBIDDEN"
 	CodePayloadTooLarge   = "PAYLOAD_TOO_LARGE"
 	CodeInternal          = "INTERNAL_ERROR"
+	CodeRateLimited       = "RATE_LIMITED"
 	maxFieldBytes         = 256
 	maxFilterBytes        = 1024
 	defaultPollLimit      = 10
@@ -58,6 +59,8 @@ type apiError struct {
 	code   string
 	msg    string
 	reason string
+	// retryAfter, when set, is sent as Retry-After (RATE_LIMITED).
+	retryAfter time.Duration
 }
 
 func errf(status int, code, format string, args ...any) *apiError {
@@ -66,6 +69,9 @@ func errf(status int, code, format string, args ...any) *apiError {
 
 func (b *Bus) writeErr(w http.ResponseWriter, e *apiError) {
 	body := map[string]any{"error": e.msg, "errorCode": e.code}
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(e.retryAfter.Seconds())))))
+	}
 	if e.reason != "" {
 		body["reason"] = e.reason
 	}
@@ -220,6 +226,13 @@ func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *apiError {
 	req, aerr := b.parseSend(r, raw)
 	if aerr != nil {
 		return aerr
+	}
+	if b.cfg.AllowSender != nil {
+		if ok, wait := b.cfg.AllowSender(req.from); !ok {
+			aerr := errf(http.StatusTooManyRequests, CodeRateLimited, "too many sends from %s; retry later", req.from)
+			aerr.retryAfter = wait
+			return aerr
+		}
 	}
 	status, body, aerr := b.accept(r.Context(), req)
 	if aerr != nil {

@@ -65,6 +65,10 @@ type Config struct {
 	// OperatorAuth recognises operator requests (the directory's operator
 	// token); operators have the bus key's rights. May be nil.
 	OperatorAuth func(*http.Request) bool
+	// AllowSender, when set, is asked once per authenticated send with the
+	// sending agent: false refuses the send with 429 RATE_LIMITED and a
+	// Retry-After of the duration.
+	AllowSender func(beamID string) (bool, time.Duration)
 
 	// Schedule is the delay after each failed attempt (DefaultSchedule);
 	// the last entry repeats.

@@ -264,13 +264,13 @@ func (d *Directory) handleSendJWS(w http.ResponseWriter, r *http.Request, token 
 	f, rerr := decodeJWSIntent(token)
 	if rerr != nil {
 		d.rejectFrame(rerr, "", OriginHTTP)
-		writeJSON(w, rerr.HTTPStatus(), rerr.httpBody())
+		writeRelayError(w, rerr)
 		return
 	}
 	sink := &jwsSink{}
 	res, rerr := d.Relay(r.Context(), f, RelayOptions{Origin: OriginHTTP, JWS: token, resultJWS: sink})
 	if rerr != nil {
-		writeJSON(w, rerr.HTTPStatus(), rerr.httpBody())
+		writeRelayError(w, rerr)
 		return
 	}
 	if t := sink.get(); t != "" {

@@ -108,6 +108,10 @@ type Config struct {
 	// Catalog, when set, restricts intents to the catalog's types and
 	// checks their payloads (LoadCatalog); nil accepts any intent type.
 	Catalog *Catalog
+	// AllowSender, when set, is asked once per intent whose sender has
+	// been authenticated (not for intents a peer directory relays): false
+	// refuses the intent with RATE_LIMITED, retryable after the duration.
+	AllowSender func(beamID string) (bool, time.Duration)
 	// OnAgentConnected is called (in its own goroutine) after an agent's
 	// session is attached; the message bus uses it to deliver queued
 	// messages. May be nil.

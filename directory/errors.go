@@ -2,7 +2,10 @@ package directory
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // Error codes the relay reports, on HTTP in {"error", "errorCode"} bodies,
@@ -40,6 +43,9 @@ const (
 	CodeDirectHTTPFailed = "DIRECT_HTTP_FAILED"
 	// CodeResultError: a failure result from the recipient without a code.
 	CodeResultError = "RESULT_ERROR"
+	// CodeRateLimited: the sender sent more intents than its rate limit
+	// allows (retryable after RelayError.RetryAfter).
+	CodeRateLimited = "RATE_LIMITED"
 	// CodeRelayError: an internal error (the log could not be written).
 	CodeRelayError = "RELAY_ERROR"
 )
@@ -66,6 +72,8 @@ type RelayError struct {
 	// Result is the failure result frame recorded for the nonce, when the
 	// failure was recorded; nil otherwise.
 	Result []byte
+	// RetryAfter is how long a RATE_LIMITED sender should wait.
+	RetryAfter time.Duration
 }
 
 func (e *RelayError) Error() string {
@@ -89,6 +97,8 @@ func httpStatus(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case CodeOffline:
 		return http.StatusServiceUnavailable
+	case CodeRateLimited:
+		return http.StatusTooManyRequests
 	case CodeTimeout:
 		return http.StatusGatewayTimeout
 	case CodeDeliveryFailed, CodeDirectHTTPFailed:
@@ -109,6 +119,15 @@ func (e *RelayError) httpBody() map[string]any {
 		return map[string]any{"error": e.Message, "errorCode": CodeInvalidIntent, "reason": CodeBadRequest}
 	}
 	return map[string]any{"error": e.Message, "errorCode": e.Code}
+}
+
+// writeRelayError answers an HTTP request with e in the Beam error shape,
+// with Retry-After when e says how long to wait.
+func writeRelayError(w http.ResponseWriter, e *RelayError) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(e.RetryAfter.Seconds())))))
+	}
+	writeJSON(w, e.HTTPStatus(), e.httpBody())
 }
 
 func relayErr(code, nonce, format string, args ...any) *RelayError {

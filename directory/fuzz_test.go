@@ -29,8 +29,13 @@ func FuzzDecodeWSMessage(f *testing.F) {
 		}
 		switch m.Type {
 		case "intent":
-			_ = peekNonce(m.Frame)
+			peeked := peekNonce(m.Frame)
 			if fr, err := wire.DecodeIntentFrame(m.Frame); err == nil {
+				// Invariant: the nonce an error reply names is the
+				// nonce of the frame the relay decodes.
+				if len(fr.Nonce) <= 256 && peeked != fr.Nonce {
+					t.Fatalf("peekNonce %q, decoded nonce %q in %q", peeked, fr.Nonce, m.Frame)
+				}
 				_, _ = payloadHash(fr.Payload)
 				_, _ = intentMessage(fr, "key")
 				_, _ = echoPayload(fr)

@@ -43,7 +43,7 @@ func (d *Directory) handleSend(w http.ResponseWriter, r *http.Request) {
 	}
 	res, rerr := d.Relay(r.Context(), f, RelayOptions{Origin: OriginHTTP})
 	if rerr != nil {
-		writeJSON(w, rerr.HTTPStatus(), rerr.httpBody())
+		writeRelayError(w, rerr)
 		return
 	}
 	writeRaw(w, http.StatusOK, res)

@@ -174,6 +174,12 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 	if rerr == nil {
 		rerr = d.checkSignature(f, sender, o)
 	}
+	if rerr == nil && d.cfg.AllowSender != nil && o.Origin != OriginFederation {
+		if ok, wait := d.cfg.AllowSender(sender.BeamID); !ok {
+			rerr = relayErr(CodeRateLimited, f.Nonce, "Too many intents from %s; retry later", sender.BeamID)
+			rerr.RetryAfter = wait
+		}
+	}
 	if rerr != nil {
 		d.rejectFrame(rerr, f.From, o.Origin)
 		finish(nil, rerr)

@@ -403,7 +403,8 @@ func peerConn(t *testing.T, d *fedDir, priv []byte, domain string) *nats.Conn {
 	require.NoError(t, err)
 	pub, err := kp.PublicKey()
 	require.NoError(t, err)
-	nc, err := nats.Connect("nats://"+d.natsAddr, nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(InboxPrefix(domain)),
+	serverKey := ed25519.PrivateKey(d.key).Public().(ed25519.PublicKey)
+	nc, err := nats.Connect("nats://"+d.natsAddr, nats.Secure(PeerTLS(serverKey)), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(InboxPrefix(domain)),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
@@ -516,7 +517,7 @@ func TestSecurityRejections(t *testing.T) {
 		kp, err := nkeyPair(alpha.key)
 		require.NoError(t, err)
 		pub, _ := kp.PublicKey()
-		c, err := nats.Connect("nats://"+beta.natsAddr, nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(InboxPrefix("alpha.beam.directory")),
+		c, err := nats.Connect("nats://"+beta.natsAddr, nats.Secure(PeerTLS(ed25519.PrivateKey(beta.key).Public().(ed25519.PublicKey))), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(InboxPrefix("alpha.beam.directory")),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
@@ -541,8 +542,9 @@ func TestSecurityRejections(t *testing.T) {
 	kp, err := nkeyPair(strangerKey)
 	require.NoError(t, err)
 	pub, _ := kp.PublicKey()
-	_, err = nats.Connect("nats://"+beta.natsAddr, nats.Nkey(pub, kp.Sign))
-	require.Error(t, err)
+	betaTLS := nats.Secure(PeerTLS(ed25519.PrivateKey(beta.key).Public().(ed25519.PublicKey)))
+	_, err = nats.Connect("nats://"+beta.natsAddr, betaTLS, nats.Nkey(pub, kp.Sign))
+	require.ErrorIs(t, err, nats.ErrAuthorization)
 
 	// Only the control intent reached the agent.
 	require.EqualValues(t, 1, handled.Load())
@@ -554,8 +556,8 @@ func TestSecurityRejections(t *testing.T) {
 	kpA, err := nkeyPair(alpha.key)
 	require.NoError(t, err)
 	pubA, _ := kpA.PublicKey()
-	_, err = nats.Connect("nats://"+beta.natsAddr, nats.Nkey(pubA, kpA.Sign))
-	require.Error(t, err)
+	_, err = nats.Connect("nats://"+beta.natsAddr, betaTLS, nats.Nkey(pubA, kpA.Sign))
+	require.ErrorIs(t, err, nats.ErrAuthorization)
 }
 
 func TestOperatorAPI(t *testing.T) {

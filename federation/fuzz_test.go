@@ -2,8 +2,11 @@ package federation
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func FuzzParsePeerLine(f *testing.F) {
@@ -37,6 +40,23 @@ func FuzzOpenMessage(f *testing.F) {
 		return nil, false
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = open(b, "beta.beam.directory", "alpha.beam.directory", KindIntent, keys, now)
+		m, err := open(b, "beta.beam.directory", "alpha.beam.directory", KindIntent, keys, now)
+		if err != nil {
+			require.Nil(t, m)
+			var rej *RejectError
+			require.True(t, errors.As(err, &rej), "an open error is a RejectError with a reason: %v", err)
+			return
+		}
+		// Invariant: nothing but a message alpha signed opens, and it
+		// opens as exactly what was signed, for the expected hop.
+		require.Equal(t, "alpha.beam.directory", m.From)
+		require.Equal(t, "beta.beam.directory", m.To)
+		require.Equal(t, KindIntent, m.Kind)
+		require.Equal(t, "1", m.ID, "a message alpha never signed opened: %q", b)
+		again, err := seal(m, priv)
+		require.NoError(t, err)
+		m2, err := open(again, "beta.beam.directory", "alpha.beam.directory", KindIntent, keys, now)
+		require.NoError(t, err)
+		require.Equal(t, m, m2, "an opened message re-seals to itself")
 	})
 }

@@ -3,6 +3,7 @@ package federation
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -129,7 +130,8 @@ type Node struct {
 	ns       *server.Server
 	natsHost string
 	natsPort int
-	shared   *nats.Conn // embedded: in-process local connection; external: the one connection
+	tls      *tls.Config // the embedded server's certificate (tls.go)
+	shared   *nats.Conn  // embedded: in-process local connection; external: the one connection
 	sub      *nats.Subscription
 
 	mu       sync.Mutex
@@ -289,6 +291,9 @@ func (n *Node) startNATS() error {
 			port = server.RANDOM_PORT
 		}
 		n.natsHost, n.natsPort = host, port
+		if n.tls, err = ServerTLS(n.cfg.Key, n.cfg.Domain); err != nil {
+			return err
+		}
 		n.mu.Lock()
 		opts := n.natsOptionsLocked()
 		n.mu.Unlock()
@@ -341,6 +346,8 @@ func (n *Node) natsOptionsLocked() *server.Options {
 		users = append(users, &server.NkeyUser{Nkey: u, Permissions: PeerPermissions(n.cfg.Domain, d)})
 	}
 	return &server.Options{
+		TLSConfig:  n.tls,
+		TLSTimeout: 5,
 		ServerName: "beam-" + Token(n.cfg.Domain),
 		Host:       n.natsHost,
 		Port:       n.natsPort,
@@ -425,6 +432,7 @@ func (n *Node) connectPeerLocked(ps *peerState) {
 	}
 	pub, _ := n.nkey.PublicKey()
 	nc, err := nats.Connect(ps.URL,
+		nats.Secure(PeerTLS(ps.PublicKey)),
 		nats.Nkey(pub, n.nkey.Sign),
 		nats.CustomInboxPrefix(InboxPrefix(n.cfg.Domain)),
 		nats.Name("beam "+n.cfg.Domain+" → "+ps.Domain),

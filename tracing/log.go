@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,9 @@ type Log struct {
 	w writerState
 
 	lastSeq atomic.Int64
+	// writeErr is the error of the writer's last failed batch, cleared by
+	// the next batch that commits events (see WriteErr).
+	writeErr atomic.Pointer[error]
 
 	subMu    sync.Mutex
 	subs     map[*Subscription]struct{}
@@ -229,6 +233,58 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	}
 	go l.runCheckpointer()
 	go l.run()
+	return l, nil
+}
+
+// OpenReadOnly opens the existing log at path for reading only, alongside a
+// process that may be writing it: no schema change, no writer, no
+// checkpoints. Append and Do return ErrClosed.
+func OpenReadOnly(ctx context.Context, path string) (*Log, error) {
+	bindOnce.Do(func() { sqlx.BindDriver("sqlite", sqlx.QUESTION) })
+	if strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("open log: path %q must not contain '?'", path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	rq := url.Values{}
+	rq.Add("_pragma", "busy_timeout(10000)")
+	rq.Add("_pragma", "query_only(1)")
+	rdb, err := sqlx.Open("sqlite", path+"?"+rq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(1)
+	var version int
+	if err := rdb.GetContext(ctx, &version, `PRAGMA user_version`); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	if version != schemaVersion {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("open log %s: schema version %d, this binary reads %d (start beam serve once to migrate)", path, version, schemaVersion)
+	}
+	m, err := newMetrics(nil)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	l := &Log{
+		cfg:        Config{Path: path, MaxBatch: 2048},
+		clock:      time.Now,
+		logger:     slog.Default(),
+		rdb:        rdb,
+		m:          m,
+		closed:     true, // nothing may be queued: there is no writer
+		writerDone: make(chan struct{}),
+		subs:       make(map[*Subscription]struct{}),
+	}
+	close(l.writerDone)
+	if l.reads, err = prepareReads(ctx, rdb.DB); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	l.qcond = sync.NewCond(&l.qmu)
 	return l, nil
 }
 
@@ -378,10 +434,15 @@ func (l *Log) Close() error {
 		}
 		l.subWG.Wait()
 
-		errC := l.ckpt.close()
+		var errC, errW error
+		if l.ckpt != nil { // nil for OpenReadOnly
+			errC = l.ckpt.close()
+		}
 		l.w.closeStmts()
 		l.reads.close()
-		errW := l.wdb.Close()
+		if l.wdb != nil {
+			errW = l.wdb.Close()
+		}
 		errR := l.rdb.Close()
 		if err := errors.Join(errC, errW, errR); err != nil {
 			l.closeErr = fmt.Errorf("close log: %w", err)
@@ -541,7 +602,19 @@ func (s *eventScan) scan(rows *sql.Rows, full bool) (Event, error) {
 	return ev, nil
 }
 
-// Ping runs a query on the read pool and a transaction through the writer.
+// WriteErr returns the error of the writer's last batch when that batch
+// failed and no batch has committed events since, nil otherwise. A log in
+// this state is refusing writes (a full disk, a file changed under it).
+func (l *Log) WriteErr() error {
+	if p := l.writeErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Ping runs a query on the read pool and a transaction through the writer,
+// and fails when the writer's last batch failed (WriteErr): a log that
+// answers reads but refuses writes is not healthy.
 func (l *Log) Ping(ctx context.Context) error {
 	l.qmu.Lock()
 	closed := l.closed
@@ -558,6 +631,9 @@ func (l *Log) Ping(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("ping log writer: %w", err)
+	}
+	if err := l.WriteErr(); err != nil {
+		return fmt.Errorf("log writer: last commit failed: %w", err)
 	}
 	return nil
 }

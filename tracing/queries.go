@@ -605,6 +605,9 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
 }
 
 func (r *readStmts) close() {
+	if r == nil {
+		return
+	}
 	for _, st := range []*sql.Stmt{r.messageState, r.hasNonce, r.firstDetails, r.lastDetails, r.waiting,
 		r.messageNonce, r.messageByID, r.interrupted, r.expiredLeases, r.due, r.delivered} {
 		if st != nil {

@@ -687,6 +687,7 @@ func (l *Log) commitBatch(batch []*request) {
 		w.discard()
 		w.nextSeq = seq0
 		l.logger.Error("log batch failed", "requests", len(batch), "err", err)
+		l.writeErr.Store(&err)
 		for _, r := range batch {
 			reject(r, fmt.Errorf("append to log: %w", err), rejectError)
 			close(r.done)
@@ -742,6 +743,7 @@ func (l *Log) commitBatch(batch []*request) {
 	}
 	n := w.nextSeq - seq0
 	if n > 0 {
+		l.writeErr.Store(nil) // events were written: the log takes writes again
 		l.m.appended.Add(float64(n))
 		l.m.batch.Observe(float64(n))
 		l.lastSeq.Store(w.nextSeq - 1)

@@ -9,13 +9,34 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/internal/buildinfo"
+	"github.com/beamdir/beam/internal/dirlock"
 	"github.com/beamdir/beam/tracing"
 	"github.com/beamdir/beam/tracing/legacy"
 )
 
-// openLogForCLI opens the log in dataDir for an offline command.
-func openLogForCLI(ctx context.Context, dataDir string) (*tracing.Log, error) {
-	return tracing.Open(ctx, tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+// openLogForRead opens the log in dataDir read-only, for a command that
+// only reads it; it may run while a server holds the directory.
+func openLogForRead(ctx context.Context, dataDir string) (*tracing.Log, error) {
+	return tracing.OpenReadOnly(ctx, filepath.Join(dataDir, "beam.db"))
+}
+
+// openLogForWrite takes the data-directory lock (refusing, before anything
+// is opened, when a server or another command holds it) and opens the log.
+// done closes the log and releases the lock.
+func openLogForWrite(ctx context.Context, dataDir string) (lg *tracing.Log, done func(), err error) {
+	lock, err := dirlock.Acquire(dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	lg, err = tracing.Open(ctx, tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+	if err != nil {
+		_ = lock.Release()
+		return nil, nil, err
+	}
+	return lg, func() {
+		_ = lg.Close()
+		_ = lock.Release()
+	}, nil
 }
 
 // logCmdFlags is the flag set of an offline log command (compact usage, see
@@ -30,15 +51,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var dataDir string
 	fs := logCmdFlags("beam replay", "beam replay [--data-dir DIR]", stderr, &dataDir,
 		"Drops the projections (intent_log, beam_messages) and refolds them from the log.",
-		"Run it while the directory is stopped.")
+		"Run it while the directory is stopped; it refuses while a server holds --data-dir.")
 	if err := fs.parse(args, 0, anyArgs); err != nil {
 		return err
 	}
-	lg, err := openLogForCLI(ctx, dataDir)
+	lg, done, err := openLogForWrite(ctx, dataDir)
 	if err != nil {
 		return err
 	}
-	defer lg.Close()
+	defer done()
 	st, err := lg.Rebuild(ctx)
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)
@@ -61,7 +82,7 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	nonce := fs.Arg(0)
-	lg, err := openLogForCLI(ctx, dataDir)
+	lg, err := openLogForRead(ctx, dataDir)
 	if err != nil {
 		return err
 	}
@@ -112,11 +133,11 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := fs.parse(args, 1, 1); err != nil {
 		return err
 	}
-	lg, err := openLogForCLI(ctx, dataDir)
+	lg, done, err := openLogForWrite(ctx, dataDir)
 	if err != nil {
 		return err
 	}
-	defer lg.Close()
+	defer done()
 	rep, err := legacy.Import(ctx, fs.Arg(0), lg, legacy.Options{})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -50,9 +51,20 @@ func TestServeHealthAndMetrics(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, status, string(body))
 
-	mresp, err := http.Get(p.URL() + "/metrics")
+	// Metrics are operator-only: they name peers, outbox states and codes.
+	anon, err := http.Get(p.URL() + "/metrics")
+	require.NoError(t, err)
+	anon.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, anon.StatusCode)
+	tok, err := os.ReadFile(filepath.Join(p.DataDir, "admin.token"))
+	require.NoError(t, err)
+	mreq, err := http.NewRequest(http.MethodGet, p.URL()+"/metrics", nil)
+	require.NoError(t, err)
+	mreq.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	mresp, err := http.DefaultClient.Do(mreq)
 	require.NoError(t, err)
 	defer mresp.Body.Close()
+	require.Equal(t, http.StatusOK, mresp.StatusCode)
 	mb, err := io.ReadAll(mresp.Body)
 	require.NoError(t, err)
 	metrics := string(mb)

@@ -52,6 +52,8 @@ type serveFlags struct {
 	busMaxAttempts     int
 	busDeliveryTimeout time.Duration
 	busTickInterval    time.Duration
+
+	limits limitFlags
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -81,6 +83,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.busMaxAttempts, "bus-max-attempts", 5, "message bus delivery attempts before a message is dead-lettered")
 	fs.DurationVar(&f.busDeliveryTimeout, "bus-delivery-timeout", 30*time.Second, "how long a bus delivery waits for the recipient's result")
 	fs.DurationVar(&f.busTickInterval, "bus-tick-interval", time.Second, "how often the bus retries due messages and expires poll leases")
+	f.limits.register(fs)
 	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
 }
 
@@ -158,6 +161,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		BusMaxAttempts:         f.busMaxAttempts,
 		BusDeliveryTimeout:     f.busDeliveryTimeout,
 		BusTickInterval:        f.busTickInterval,
+		Limits:                 f.limits.config(),
 	})
 	if err != nil {
 		return err

@@ -71,7 +71,9 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	args := []string{"serve", "--listen", listen, "--data-dir", opts.DataDir}
+	// A load test measures the directory, not its limits: every client
+	// comes from one address.
+	args := []string{"serve", "--listen", listen, "--data-dir", opts.DataDir, "--no-rate-limits", "--max-conns-per-addr", "0"}
 	if opts.Synchronous != "" {
 		args = append(args, "--sqlite-synchronous", opts.Synchronous)
 	}

@@ -27,7 +27,9 @@ import (
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/buildinfo"
+	"github.com/beamdir/beam/internal/dirlock"
 	"github.com/beamdir/beam/internal/httpjson"
+	"github.com/beamdir/beam/internal/limits"
 	"github.com/beamdir/beam/tracing"
 	"github.com/beamdir/beam/web"
 )
@@ -105,6 +107,10 @@ type Config struct {
 	BusMaxAttempts     int
 	BusDeliveryTimeout time.Duration
 	BusTickInterval    time.Duration
+
+	// Limits are the rate limits, timeouts and connection caps (limits.go);
+	// the zero value has none but ReadHeaderTimeout.
+	Limits Limits
 }
 
 // Server is a running directory.
@@ -125,6 +131,8 @@ type Server struct {
 	viewerToken      string
 	viewerTokenIsNew bool
 	httpSrv          *http.Server
+	rl               *rateLimits
+	lock             *dirlock.Lock
 	shutdownOnce     sync.Once
 	shutdownErr      error
 }
@@ -141,10 +149,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data directory: %w", err)
+	// The data-directory lock comes before anything else in it is opened:
+	// a second process must not run recovery on a live log.
+	lock, err := dirlock.Acquire(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{
+		lock:     lock,
+		rl:       newRateLimits(cfg.Limits, cfg.Clock),
 		cfg:      cfg,
 		registry: prometheus.NewRegistry(),
 		mux:      http.NewServeMux(),
@@ -153,6 +166,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	ok := false
+	defer func() {
+		if !ok {
+			_ = lock.Release()
+		}
+	}()
 	token, isNew, err := loadToken(cfg.DataDir, "admin.token", "bop_", cfg.AdminToken)
 	if err != nil {
 		return nil, err
@@ -182,13 +201,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	s.httpSrv = &http.Server{
-		Handler:           s.mux,
+		Handler:           s.limit(s.mux),
 		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      s.writeTimeout(),
+		IdleTimeout:       cfg.Limits.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.mux.HandleFunc("GET /health", s.handleHealth)
 	s.mountPprof()
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	// Metrics name peers, outbox states and error codes: operators only.
+	s.mux.Handle("GET /metrics", s.operatorOnly(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}).ServeHTTP))
+	ok = true
 	return s, nil
 }
 
@@ -223,6 +246,9 @@ func (s *Server) IsOperator(r *http.Request) bool {
 // Serve answers HTTP on ln until Shutdown is called. It returns nil after a
 // graceful shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.cfg.Limits.MaxConns > 0 || s.cfg.Limits.MaxConnsPerAddr > 0 {
+		ln = limits.NewListener(ln, s.cfg.Limits.MaxConns, s.cfg.Limits.MaxConnsPerAddr)
+	}
 	err := s.httpSrv.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -255,6 +281,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		if err := s.log.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close log: %w", err))
+		}
+		if err := s.lock.Release(); err != nil {
+			errs = append(errs, fmt.Errorf("release data-directory lock: %w", err))
 		}
 		s.shutdownErr = errors.Join(errs...)
 	})
@@ -395,6 +424,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		AllowPrivateEndpoints: s.cfg.AllowPrivateEndpoints,
 		Catalog:               s.cfg.IntentCatalog,
 		OperatorAuth:          s.IsOperator,
+		AllowSender:           s.rl.intents.Allow,
 	})
 	if err != nil {
 		return fmt.Errorf("open directory: %w", err)
@@ -408,6 +438,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		Registerer: s.registry, BusAPIKey: s.cfg.BusAPIKey, OperatorAuth: s.IsOperator,
 		Schedule: s.cfg.BusRetrySchedule, MaxAttempts: s.cfg.BusMaxAttempts,
 		DeliveryTimeout: s.cfg.BusDeliveryTimeout, TickInterval: s.cfg.BusTickInterval,
+		AllowSender: s.rl.busSends.Allow,
 	})
 	if err != nil {
 		return fmt.Errorf("open message bus: %w", err)
@@ -488,17 +519,20 @@ func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, 
 // Federation returns the federation node, or nil when federation is off.
 func (s *Server) Federation() *federation.Node { return s.fed }
 
+// operatorOnly answers 401 to a request without the operator token.
+func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.IsOperator(r) {
+			httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
+			return
+		}
+		h(w, r)
+	}
+}
+
 // mountPprof serves the Go profiles under /debug/pprof/ to operators only.
 func (s *Server) mountPprof() {
-	guard := func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if !s.IsOperator(r) {
-				httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
-				return
-			}
-			h(w, r)
-		}
-	}
+	guard := s.operatorOnly
 	s.mux.HandleFunc("GET /debug/pprof/", guard(pprof.Index))
 	s.mux.HandleFunc("GET /debug/pprof/cmdline", guard(pprof.Cmdline))
 	s.mux.HandleFunc("GET /debug/pprof/profile", guard(pprof.Profile))

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"flag"
+	"time"
+
+	"github.com/beamdir/beam/internal/limits"
+	"github.com/beamdir/beam/internal/server"
+)
+
+// limitFlags are beam serve's resource-limit flags (docs/SECURITY.md,
+// "Limits").
+type limitFlags struct {
+	off                                   bool
+	registerRate, connect, intents, sends rateFlag
+	maxConns, maxConnsPerAddr             int
+	readTimeout, writeTimeout, idleTmo    time.Duration
+}
+
+// rateFlag is a limits.Rate flag in ParseRate's N/DURATION form.
+type rateFlag struct{ r *limits.Rate }
+
+func (f rateFlag) String() string {
+	if f.r == nil {
+		return ""
+	}
+	return f.r.String()
+}
+
+func (f rateFlag) Set(s string) error {
+	r, err := limits.ParseRate(s)
+	if err != nil {
+		return err
+	}
+	*f.r = r
+	return nil
+}
+
+func (f *limitFlags) register(fs *flag.FlagSet) {
+	d := server.DefaultLimits // a copy: the rate flags write into it
+	f.registerRate, f.connect, f.intents, f.sends = rateFlag{&d.Register}, rateFlag{&d.Connect}, rateFlag{&d.Intents}, rateFlag{&d.BusSends}
+	fs.BoolVar(&f.off, "no-rate-limits", false, "turn every rate limit off (load tests; beam bench sets it on the server it starts)")
+	fs.Var(f.registerRate, "limit-register", "registrations per client address, N/DURATION (bursts up to N; off disables)")
+	fs.Var(f.connect, "limit-connect", "WebSocket connects per client address, N/DURATION")
+	fs.Var(f.intents, "limit-intents", "intents per sending agent, N/DURATION")
+	fs.Var(f.sends, "limit-bus-sends", "message bus sends (POST /v1/beam/send) per sending agent, N/DURATION")
+	fs.IntVar(&f.maxConns, "max-conns", d.MaxConns, "most open HTTP connections (0: no cap)")
+	fs.IntVar(&f.maxConnsPerAddr, "max-conns-per-addr", d.MaxConnsPerAddr, "most open HTTP connections from one client address (0: no cap)")
+	fs.DurationVar(&f.readTimeout, "read-timeout", d.ReadTimeout, "how long a client may take to send a request body")
+	fs.DurationVar(&f.writeTimeout, "write-timeout", d.WriteTimeout, "how long one response may take (0: the longest result timeout plus 30s; streams are exempt)")
+	fs.DurationVar(&f.idleTmo, "idle-timeout", d.IdleTimeout, "how long an idle keep-alive connection stays open")
+}
+
+// config returns the server's limits as the flags set them.
+func (f *limitFlags) config() server.Limits {
+	l := server.Limits{
+		Register: *f.registerRate.r, Connect: *f.connect.r, Intents: *f.intents.r, BusSends: *f.sends.r,
+		MaxConns: f.maxConns, MaxConnsPerAddr: f.maxConnsPerAddr,
+		ReadTimeout: f.readTimeout, WriteTimeout: f.writeTimeout, IdleTimeout: f.idleTmo,
+	}
+	if f.off {
+		l.Register, l.Connect, l.Intents, l.BusSends = limits.Rate{}, limits.Rate{}, limits.Rate{}, limits.Rate{}
+	}
+	return l
+}

@@ -1,0 +1,91 @@
+package dirlock
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// FileName is the name of the lock file inside a data directory.
+const FileName = "beam.lock"
+
+// HeldError reports that another process holds the lock of a data
+// directory.
+type HeldError struct {
+	// Path is the lock file.
+	Path string
+	// PID is the holder's process id as it wrote it, 0 when unreadable.
+	PID int
+}
+
+// Error says which process holds the data directory and how to proceed.
+func (e *HeldError) Error() string {
+	who := "another process"
+	if e.PID > 0 {
+		who = "process " + strconv.Itoa(e.PID)
+	}
+	return fmt.Sprintf("data directory %s is in use by %s (lock %s); stop it first, or use another --data-dir",
+		filepath.Dir(e.Path), who, e.Path)
+}
+
+// Lock is a held data-directory lock.
+type Lock struct {
+	f *os.File
+}
+
+// Acquire takes the exclusive lock of dataDir without waiting, creating the
+// directory and the lock file when missing, and writes the caller's PID
+// into the file. It returns a *HeldError when another process holds it.
+func Acquire(dataDir string) (*Lock, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	path := filepath.Join(dataDir, FileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := flock(f); err != nil {
+		pid := readPID(f)
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &HeldError{Path: path, PID: pid}
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("write lock file: %w", err)
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("write lock file: %w", err)
+	}
+	return &Lock{f: f}, nil
+}
+
+// Release gives the lock up. The file stays, so that a process waiting on
+// it never locks an unlinked file. Release on nil is a no-op.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the descriptor drops the flock
+	l.f = nil
+	return err
+}
+
+// readPID reads the holder's PID from the lock file, 0 when it cannot.
+func readPID(f *os.File) int {
+	buf := make([]byte, 32)
+	n, _ := f.ReadAt(buf, 0)
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(buf[:n])))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
+}

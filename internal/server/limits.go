@@ -1,0 +1,144 @@
+package server
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/beamdir/beam/internal/limits"
+)
+
+// Limits are the server's resource limits. The zero value of a Rate or a
+// count disables that limit; beam serve sets DefaultLimits.
+type Limits struct {
+	// Register bounds POST /agents/register per client address.
+	Register limits.Rate
+	// Connect bounds WebSocket connects (GET /ws) per client address.
+	Connect limits.Rate
+	// Intents bounds intents per authenticated sending agent (HTTP,
+	// WebSocket, beam/1 and beam/2 alike).
+	Intents limits.Rate
+	// BusSends bounds POST /v1/beam/send per sending agent.
+	BusSends limits.Rate
+	// MaxConns caps open connections in total, MaxConnsPerAddr per client
+	// IP address.
+	MaxConns        int
+	MaxConnsPerAddr int
+	// ReadTimeout bounds reading one request's body; WriteTimeout
+	// bounds one response (WebSocket and event streams are exempt);
+	// IdleTimeout closes idle keep-alive connections.
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	IdleTimeout  time.Duration
+}
+
+// DefaultLimits are beam serve's defaults (docs/SECURITY.md, "Limits").
+var DefaultLimits = Limits{
+	Register:        limits.Rate{N: 30, Per: time.Minute},
+	Connect:         limits.Rate{N: 120, Per: time.Minute},
+	Intents:         limits.Rate{N: 1200, Per: time.Minute},
+	BusSends:        limits.Rate{N: 1200, Per: time.Minute},
+	MaxConns:        4096,
+	MaxConnsPerAddr: 256,
+	ReadTimeout:     30 * time.Second,
+	WriteTimeout:    0, // derived from the result timeouts, see writeTimeout
+	IdleTimeout:     120 * time.Second,
+}
+
+// rateLimits are the keyed buckets of one server.
+type rateLimits struct {
+	register, connect, intents, busSends *limits.Keyed
+}
+
+func newRateLimits(l Limits, clock func() time.Time) *rateLimits {
+	return &rateLimits{
+		register: limits.NewKeyed(l.Register, clock),
+		connect:  limits.NewKeyed(l.Connect, clock),
+		intents:  limits.NewKeyed(l.Intents, clock),
+		busSends: limits.NewKeyed(l.BusSends, clock),
+	}
+}
+
+// streaming reports whether r opens a long-lived stream (WebSocket, the
+// dashboard's event stream), which the per-request deadlines must not cut.
+func streaming(r *http.Request) bool {
+	return r.URL.Path == "/ws" || strings.HasPrefix(r.URL.Path, "/ws/") ||
+		r.URL.Path == "/observability/stream"
+}
+
+// limit wraps the routes: per-address rate limits on registration and
+// WebSocket connects, and no deadlines on streams.
+func (s *Server) limit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var k *limits.Keyed
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/agents/register":
+			k = s.rl.register
+		case r.Method == http.MethodGet && streaming(r) && r.URL.Path != "/observability/stream":
+			k = s.rl.connect
+		}
+		if ok, wait := k.Allow(clientIP(r)); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(limits.RetryAfterSeconds(wait)))
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{
+				"error": "too many requests from this address; retry later", "errorCode": "RATE_LIMITED"})
+			return
+		}
+		rc := http.NewResponseController(w)
+		switch {
+		case streaming(r):
+			_ = rc.SetWriteDeadline(time.Time{})
+		case s.cfg.Limits.ReadTimeout > 0 && r.Body != nil && r.Body != http.NoBody:
+			// The body must arrive within ReadTimeout. The deadline is
+			// dropped once it has: a read deadline left on the connection
+			// would cancel a handler still waiting for a result.
+			if rc.SetReadDeadline(time.Now().Add(s.cfg.Limits.ReadTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody clears the connection's read deadline once the body has
+// been read to its end.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	once sync.Once
+}
+
+// Read reads the body and drops the deadline at its end.
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.once.Do(func() { _ = b.rc.SetReadDeadline(time.Time{}) })
+	}
+	return n, err
+}
+
+// clientIP is the address the request came from. Forwarding headers are
+// not trusted: behind a proxy, every client shares the proxy's limits.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// writeTimeout is the configured WriteTimeout, or one long enough for the
+// slowest ordinary response: POST /intents/send waiting for its result.
+func (s *Server) writeTimeout() time.Duration {
+	if s.cfg.Limits.WriteTimeout > 0 {
+		return s.cfg.Limits.WriteTimeout
+	}
+	if s.cfg.Limits == (Limits{}) {
+		return 0
+	}
+	longest := max(s.cfg.HTTPTimeout, s.cfg.WSTimeout, s.cfg.BusDeliveryTimeout, 60*time.Second)
+	return longest + 30*time.Second
+}
