@@ -18,7 +18,7 @@ import (
 var detailsKeys = []string{
 	"owner", "frame", "clientTimestamp", "timeoutMs", "errorCode", "error",
 	"retryable", "latencyMs", "result", "bus", "nextRetryAt", "retryCount",
-	"leaseOwner", "leaseExpiresAt", "response", "legacyStage", "legacyStatus",
+	"leaseOwner", "leaseExpiresAt", "response", "legacyStage", "legacyStatus", "job",
 }
 
 func isDetailsKey(k string) bool {
@@ -107,6 +107,16 @@ func (d *Details) normalize() error {
 			return err
 		}
 		d.Bus = &b
+	}
+	if d.Job != nil {
+		j := *d.Job
+		if j.Payload, err = normRaw("job.payload", j.Payload); err != nil {
+			return err
+		}
+		if j.Result, err = normRaw("job.result", j.Result); err != nil {
+			return err
+		}
+		d.Job = &j
 	}
 	return nil
 }
@@ -218,6 +228,14 @@ func (d *Details) appendJSON(b []byte, normalized bool) ([]byte, error) {
 		if bw.err != nil && w.err == nil {
 			w.err = bw.err
 		}
+	}
+	if d.Job != nil {
+		jb, err := json.Marshal(d.Job)
+		if err != nil {
+			return nil, fmt.Errorf("encode details key job: %w", err)
+		}
+		w.key("job")
+		w.b = append(w.b, jb...)
 	}
 	w.int("nextRetryAt", d.NextRetryAt)
 	if d.RetryCount != nil {

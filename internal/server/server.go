@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/beamdir/beam/bus/jobs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -98,6 +99,12 @@ type Config struct {
 	BusMaxAttempts     int
 	BusDeliveryTimeout time.Duration
 	BusTickInterval    time.Duration
+
+	// IntentBus, when set, runs the Intent Protocol v2.1 job bus on the
+	// log (its Log field is filled in here; an empty Secret is replaced by
+	// one generated once and kept in DataDir/intent.secret). Serve it with
+	// ServeIntent.
+	IntentBus *jobs.Config
 }
 
 // Server is a running directory.
@@ -118,6 +125,7 @@ type Server struct {
 	viewerToken      string
 	viewerTokenIsNew bool
 	httpSrv          *http.Server
+	intent           *intentBus
 	shutdownOnce     sync.Once
 	shutdownErr      error
 }
@@ -182,6 +190,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /health", s.handleHealth)
 	s.mountPprof()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	if err := s.openIntentBus(ctx); err != nil {
+		_ = s.Shutdown(ctx)
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -233,6 +245,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		var errs []error
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		if err := s.closeIntentBus(ctx); err != nil {
+			errs = append(errs, err)
 		}
 		if s.fed != nil {
 			if err := s.fed.Close(); err != nil {
