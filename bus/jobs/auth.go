@@ -226,7 +226,7 @@ func (s *Service) allow(p *principal) int {
 		w = &rateWindow{start: now}
 		s.rates[p.digest] = w
 	}
-	if w.count >= TesterRateLimit {
+	if w.count >= s.cfg.RateLimit {
 		return int(max(1, w.start+60-now))
 	}
 	w.count++

@@ -60,8 +60,14 @@ type Config struct {
 	// CleanupInterval (BUS_CLEANUP_INTERVAL_SECONDS, 300–86400, default
 	// 21600) is the period of the retention pass.
 	CleanupInterval time.Duration
-	// ClaimTimeout is the lease of a claim (60 s).
+	// ClaimTimeout is the lease of a claim (60 s, BEAM_INTENT_CLAIM_TIMEOUT).
 	ClaimTimeout time.Duration
+	// RateLimit is the requests per minute of a tester key (60,
+	// BEAM_INTENT_RATE_LIMIT).
+	RateLimit int
+	// OpenCap is the open+claimed intents a tester key may have (2000,
+	// BEAM_INTENT_OPEN_CAP).
+	OpenCap int
 	// ReapInterval is how often expired leases and due delays are acted on
 	// (250 ms).
 	ReapInterval time.Duration
@@ -108,6 +114,26 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			c.CleanupInterval = time.Duration(n) * time.Second
 		}
 	}
+	if v := strings.TrimSpace(getenv("BEAM_INTENT_CLAIM_TIMEOUT")); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > time.Hour {
+			errs = append(errs, fmt.Errorf("BEAM_INTENT_CLAIM_TIMEOUT=%q: must be a duration from 1s to 1h", v))
+		}
+		c.ClaimTimeout = d
+	}
+	posInt := func(name string) int {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("%s=%q: must be a positive integer", name, v))
+		}
+		return n
+	}
+	c.RateLimit = posInt("BEAM_INTENT_RATE_LIMIT")
+	c.OpenCap = posInt("BEAM_INTENT_OPEN_CAP")
 	return c, errors.Join(errs...)
 }
 
@@ -126,6 +152,12 @@ func (c *Config) defaults() error {
 	}
 	if c.ClaimTimeout == 0 {
 		c.ClaimTimeout = DefaultClaimTimeout
+	}
+	if c.RateLimit == 0 {
+		c.RateLimit = TesterRateLimit
+	}
+	if c.OpenCap == 0 {
+		c.OpenCap = TesterOpenCap
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = 250 * time.Millisecond

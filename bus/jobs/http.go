@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -160,7 +161,7 @@ func (s *Service) dispatch(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		if wait := s.allow(p); wait > 0 {
 			return &apiError{status: http.StatusTooManyRequests, code: "rate_limited",
-				message: "Too many requests: 60 per minute per key.", retryAfter: wait}
+				message: fmt.Sprintf("Too many requests: %d per minute per key.", s.cfg.RateLimit), retryAfter: wait}
 		}
 		c.p = p
 	}

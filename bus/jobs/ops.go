@@ -47,10 +47,10 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 			return e.status, e.body, nil
 		}
 	}
-	if c.tester && s.open[c.digest] >= TesterOpenCap {
+	if c.tester && s.open[c.digest] >= s.cfg.OpenCap {
 		s.mu.Unlock()
 		return 0, nil, &apiError{status: http.StatusTooManyRequests, code: "limit_exceeded",
-			message: fmt.Sprintf("Open intent limit reached (%d open or claimed intents per key).", TesterOpenCap), retryAfter: 60}
+			message: fmt.Sprintf("Open intent limit reached (%d open or claimed intents per key).", s.cfg.OpenCap), retryAfter: 60}
 	}
 	s.open[c.digest]++ // reserved until the job is indexed
 	var pending *idemEntry

@@ -73,7 +73,8 @@ func (f fields) integer(k string, def, lo, hi int) (int, *apiError) {
 	}
 	raw := bytes.TrimSpace(f[k])
 	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil || bytes.ContainsAny(raw, ".eE") {
+	if len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) ||
+		json.Unmarshal(raw, &n) != nil || bytes.ContainsAny(raw, ".eE") {
 		return 0, invalid(k, fmt.Sprintf("%s must be an integer from %d to %d.", k, lo, hi))
 	}
 	v, err := n.Int64()

@@ -174,6 +174,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = srv.Shutdown(context.Background())
 		return fmt.Errorf("listen: %w", err)
 	}
+	var iln net.Listener
+	if f.intentListen != "" {
+		if iln, err = net.Listen("tcp", f.intentListen); err != nil {
+			_ = ln.Close()
+			_ = srv.Shutdown(context.Background())
+			return fmt.Errorf("intent listen: %w", err)
+		}
+		if secret, generated := srv.IntentSecret(); generated {
+			fmt.Fprintf(stdout, "intent bus BUS_SECRET (stored in %s/intent.secret, shown once): %s\n", f.dataDir, secret)
+		}
+		fmt.Fprintf(stdout, "intent bus serving on http://%s\n", iln.Addr())
+	}
 	if tok, generated := srv.AdminToken(); generated {
 		fmt.Fprintf(stdout, "operator token (stored in %s/admin.token, shown once): %s\n", f.dataDir, tok)
 	}
@@ -188,16 +200,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-	if f.intentListen != "" {
-		iln, err := net.Listen("tcp", f.intentListen)
-		if err != nil {
-			_ = srv.Shutdown(context.Background())
-			return fmt.Errorf("intent listen: %w", err)
-		}
-		if secret, generated := srv.IntentSecret(); generated {
-			fmt.Fprintf(stdout, "intent bus BUS_SECRET (stored in %s/intent.secret, shown once): %s\n", f.dataDir, secret)
-		}
-		fmt.Fprintf(stdout, "intent bus serving on http://%s\n", iln.Addr())
+	if iln != nil {
 		go func() {
 			if err := srv.ServeIntent(iln); err != nil {
 				errc <- err
