@@ -227,3 +227,6 @@ func claimToken(f fields) (string, *apiError) {
 	}
 	return t, nil
 }
+
+// compactBuf is json.Compact (a seam the fuzz tests share).
+func compactBuf(b *bytes.Buffer, raw []byte) error { return json.Compact(b, raw) }
