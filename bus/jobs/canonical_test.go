@@ -10,7 +10,7 @@ import (
 )
 
 // Vectors computed with Python 3.11 exactly as intent-bus 2.1.2 signs:
-// query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in
+// query = "&".join(f"{quote(k, safe=”)}={quote(v, safe=”)}" for k, v in
 // sorted(params, key=lambda kv: kv[0])), message =
 // f"{METHOD}\n{path}[?query]\n{ts}\n{nonce}\n{body}", HMAC-SHA256 hex.
 func TestCanonicalStringVectors(t *testing.T) {

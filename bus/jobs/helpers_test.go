@@ -236,3 +236,34 @@ func uniqueNS(t testing.TB) string {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func signMsg(key, msg string) string { return jobs.Sign(key, msg) }
+
+func (r *resp) err() error {
+	if r.status >= 400 {
+		return &httpErr{r}
+	}
+	return nil
+}
+
+type httpErr struct{ r *resp }
+
+func (e *httpErr) Error() string { return strconv.Itoa(e.r.status) + " " + string(e.r.raw) }
+
+// nopT lets load goroutines use client without failing the test on a
+// dropped connection (the process is being killed).
+type nopT struct{ testing.TB }
+
+// try is do for load loops: a transport error reports ok=false.
+func (c *client) try(method, path string, query [][2]string, body any) (r *resp, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, ok = nil, false
+		}
+	}()
+	return c.do(method, path, query, body), true
+}
+
+func (n nopT) Helper() {}
+
+func (n nopT) Errorf(format string, args ...any) { panic("request failed") }
+
+func (n nopT) FailNow() { panic("request failed") }

@@ -337,7 +337,6 @@ func TestProtocol(t *testing.T) {
 		low := c.publishOK(map[string]any{"goal": "o", "payload": 1, "namespace": ns, "priority": 5})
 		tie1 := c.publishOK(map[string]any{"goal": "o", "payload": 2, "namespace": ns, "priority": 100})
 		high := c.publishOK(map[string]any{"goal": "o", "payload": 3, "namespace": ns, "priority": 999})
-		time.Sleep(5 * time.Millisecond) //nolint — distinct created_at for the tie-break, not a wait for a condition
 		tie2 := c.publishOK(map[string]any{"goal": "o", "payload": 4, "namespace": ns, "priority": 100})
 		var order []string
 		for i := 0; i < 4; i++ {
