@@ -337,6 +337,9 @@ func TestProtocol(t *testing.T) {
 		low := c.publishOK(map[string]any{"goal": "o", "payload": 1, "namespace": ns, "priority": 5})
 		tie1 := c.publishOK(map[string]any{"goal": "o", "payload": 2, "namespace": ns, "priority": 100})
 		high := c.publishOK(map[string]any{"goal": "o", "payload": 3, "namespace": ns, "priority": 999})
+		// tie2 must get a later created_at (ms) than tie1.
+		t0 := time.Now().UnixMilli()
+		require.Eventually(t, func() bool { return time.Now().UnixMilli() > t0+1 }, time.Second, time.Millisecond)
 		tie2 := c.publishOK(map[string]any{"goal": "o", "payload": 4, "namespace": ns, "priority": 100})
 		var order []string
 		for i := 0; i < 4; i++ {
