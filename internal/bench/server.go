@@ -44,6 +44,9 @@ type ServerProcess struct {
 	PID int
 	// Ready is how long it took from exec to the first /health 200.
 	Ready time.Duration
+	// IntentURL is the Intent Protocol listener's base URL, when beam serve
+	// printed one (it does before "beam serving on").
+	IntentURL string
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -94,6 +97,10 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
+			if rest, ok := strings.CutPrefix(line, "intent bus serving on "); ok {
+				p.IntentURL = strings.TrimSpace(rest)
+				continue
+			}
 			if rest, ok := strings.CutPrefix(line, servingPrefix); ok {
 				select {
 				case urlc <- strings.TrimSpace(rest):
