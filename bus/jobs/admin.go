@@ -274,7 +274,7 @@ func (s *Service) adminMoveHTTP(w http.ResponseWriter, r *http.Request, c *call,
 	if err != nil {
 		var es *errState
 		switch {
-		case err == errLeaseLost:
+		case err == ErrNotFound:
 			return apiErr(http.StatusNotFound, "not_found", "Intent not found.")
 		case err == errBusy:
 			return &apiError{status: http.StatusConflict, code: "busy", message: "Another operation on this intent is in progress.", retryAfter: 1}

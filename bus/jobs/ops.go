@@ -271,10 +271,19 @@ func (s *Service) expire(ctx context.Context) (requeued, dead int) {
 	return requeued, dead
 }
 
+// ErrNotFound is returned by Cancel and Retry for an unknown job.
+var ErrNotFound = errors.New("job not found")
+
+// ErrInvalidState is wrapped by the error of an admin operation that the
+// job's status does not allow.
+var ErrInvalidState = errors.New("not allowed in this status")
+
 // errState is an admin operation that the job's status does not allow.
 type errState struct{ status string }
 
 func (e *errState) Error() string { return "not allowed in status " + e.status }
+
+func (e *errState) Unwrap() error { return ErrInvalidState }
 
 // adminMove applies an admin cancel or retry.
 func (s *Service) adminMove(ctx context.Context, id string, op Op) (string, error) {
@@ -288,7 +297,7 @@ func (s *Service) adminMove(ctx context.Context, id string, op Op) (string, erro
 	switch {
 	case j == nil:
 		s.mu.Unlock()
-		return "", errLeaseLost
+		return "", ErrNotFound
 	case j.busy:
 		s.mu.Unlock()
 		return "", errBusy

@@ -40,6 +40,9 @@ func (s *Server) openIntentBus(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open intent bus: %w", err)
 	}
+	if s.dash != nil {
+		s.dash.SetJobs(svc)
+	}
 	s.intent = &intentBus{svc: svc, secret: secret, secretIsNew: isNew, srv: &http.Server{
 		Handler:           svc.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

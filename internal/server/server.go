@@ -126,6 +126,7 @@ type Server struct {
 	viewerTokenIsNew bool
 	httpSrv          *http.Server
 	intent           *intentBus
+	dash             *web.Dashboard
 	shutdownOnce     sync.Once
 	shutdownErr      error
 }
@@ -456,7 +457,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		}
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found", "errorCode": "NOT_FOUND"})
 	})
-	s.agents, s.dir, s.bus = agents, dir, b
+	s.agents, s.dir, s.bus, s.dash = agents, dir, b, dash
 	return nil
 }
 
