@@ -109,12 +109,23 @@ func (d *Details) normalize() error {
 		d.Bus = &b
 	}
 	if d.Job != nil {
+		// details.job is encoded with encoding/json, which compacts raw
+		// values: compact them here too.
 		j := *d.Job
-		if j.Payload, err = normRaw("job.payload", j.Payload); err != nil {
-			return err
-		}
-		if j.Result, err = normRaw("job.result", j.Result); err != nil {
-			return err
+		for _, f := range []struct {
+			name string
+			v    *json.RawMessage
+		}{{"job.payload", &j.Payload}, {"job.result", &j.Result}} {
+			if *f.v, err = normRaw(f.name, *f.v); err != nil {
+				return err
+			}
+			if *f.v != nil {
+				var b bytes.Buffer
+				if err := json.Compact(&b, *f.v); err != nil {
+					return fmt.Errorf("details %s: %w", f.name, err)
+				}
+				*f.v = b.Bytes()
+			}
 		}
 		d.Job = &j
 	}
@@ -230,12 +241,15 @@ func (d *Details) appendJSON(b []byte, normalized bool) ([]byte, error) {
 		}
 	}
 	if d.Job != nil {
-		jb, err := json.Marshal(d.Job)
-		if err != nil {
+		// Without HTML escaping, so that raw values keep their bytes.
+		var jb bytes.Buffer
+		enc := json.NewEncoder(&jb)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(d.Job); err != nil {
 			return nil, fmt.Errorf("encode details key job: %w", err)
 		}
 		w.key("job")
-		w.b = append(w.b, jb...)
+		w.b = append(w.b, bytes.TrimSuffix(jb.Bytes(), []byte("\n"))...)
 	}
 	w.int("nextRetryAt", d.NextRetryAt)
 	if d.RetryCount != nil {
