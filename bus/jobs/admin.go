@@ -17,38 +17,85 @@ import (
 func (s *Service) Counts() map[string]map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]map[string]int{}
-	for _, j := range s.jobs {
-		m := out[j.row.Namespace]
-		if m == nil {
-			m = map[string]int{}
-			out[j.row.Namespace] = m
+	out := make(map[string]map[string]int, len(s.counts))
+	for ns, m := range s.counts {
+		c := make(map[string]int, len(m))
+		for st, n := range m {
+			c[st] = n
 		}
-		m[j.row.Status]++
+		out[ns] = c
 	}
 	return out
 }
 
-// Recent returns up to n jobs, newest first; dead only if deadOnly.
+// Recent returns up to n jobs, newest first (by last change); only dead
+// ones, newest death first, if deadOnly. Rows are copies without payload.
 func (s *Service) Recent(n int, deadOnly bool) []tracing.JobRow {
-	s.mu.Lock()
-	rows := make([]tracing.JobRow, 0, len(s.jobs))
-	for _, j := range s.jobs {
-		if !deadOnly || j.row.Status == tracing.JobDead {
-			rows = append(rows, j.row)
+	if n <= 0 {
+		return nil
+	}
+	key := func(r *tracing.JobRow) int64 { return r.LastSeq }
+	if deadOnly {
+		key = func(r *tracing.JobRow) int64 { return r.DeadAt }
+	}
+	// A bounded min-heap by key keeps the n newest without copying all.
+	h := make([]*job, 0, n)
+	less := func(a, b *job) bool {
+		ka, kb := key(&a.row), key(&b.row)
+		return ka < kb || ka == kb && a.row.ID > b.row.ID
+	}
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= len(h) {
+				return
+			}
+			m := l
+			if r := l + 1; r < len(h) && less(h[r], h[l]) {
+				m = r
+			}
+			if !less(h[m], h[i]) {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
 		}
 	}
-	s.mu.Unlock()
+	push := func(j *job) {
+		if len(h) < n {
+			h = append(h, j)
+			for i := len(h) - 1; i > 0; {
+				p := (i - 1) / 2
+				if !less(h[i], h[p]) {
+					break
+				}
+				h[i], h[p] = h[p], h[i]
+				i = p
+			}
+			return
+		}
+		if less(h[0], j) {
+			h[0] = j
+			down(0)
+		}
+	}
+	s.mu.Lock()
+	src := s.jobs
 	if deadOnly {
-		slices.SortFunc(rows, func(a, b tracing.JobRow) int { return cmp.Or(cmp.Compare(b.DeadAt, a.DeadAt), cmp.Compare(a.ID, b.ID)) })
-	} else {
-		slices.SortFunc(rows, func(a, b tracing.JobRow) int {
-			return cmp.Or(cmp.Compare(b.LastSeq, a.LastSeq), cmp.Compare(a.ID, b.ID))
-		})
+		src = s.dead
 	}
-	if len(rows) > n {
-		rows = rows[:n]
+	for _, j := range src {
+		push(j)
 	}
+	rows := make([]tracing.JobRow, len(h))
+	for i, j := range h {
+		rows[i] = j.row
+		rows[i].Payload, rows[i].Result = nil, nil
+	}
+	s.mu.Unlock()
+	slices.SortFunc(rows, func(a, b tracing.JobRow) int {
+		return cmp.Or(cmp.Compare(key(&b), key(&a)), cmp.Compare(a.ID, b.ID))
+	})
 	return rows
 }
 
@@ -239,10 +286,30 @@ func (s *Service) handleCleanup(w http.ResponseWriter, r *http.Request, _ *call)
 	return nil
 }
 
-func (s *Service) handleAdminIntent(w http.ResponseWriter, _ *http.Request, c *call) *apiError {
+// refold folds a job's row from its events in the log.
+func (s *Service) refold(ctx context.Context, nonce string) (tracing.JobRow, error) {
+	evs, err := s.log.Trace(ctx, nonce)
+	if err != nil {
+		return tracing.JobRow{}, fmt.Errorf("read job trace: %w", err)
+	}
+	var r tracing.JobRow
+	for _, ev := range evs {
+		r.Apply(ev)
+	}
+	return r, nil
+}
+
+func (s *Service) handleAdminIntent(w http.ResponseWriter, r *http.Request, c *call) *apiError {
 	row, ok := s.view(c.param)
 	if !ok {
 		return apiErr(http.StatusNotFound, "not_found", "Intent not found.")
+	}
+	if row.Payload == nil {
+		full, err := s.refold(r.Context(), row.Nonce)
+		if err != nil {
+			return s.internal(err)
+		}
+		row.Payload = full.Payload
 	}
 	m := statusView(&row)
 	m["payload"] = rawOrNull(row.Payload)

@@ -110,6 +110,7 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 	}
 	s.mu.Lock()
 	s.jobs[id] = j
+	s.track(j, 1)
 	s.index(j)
 	if s.open[c.digest]--; s.open[c.digest] <= 0 {
 		delete(s.open, c.digest)
@@ -379,6 +380,7 @@ func (s *Service) remove(ctx context.Context, reason string, pick func(*tracing.
 		if err != nil {
 			s.index(j)
 		} else {
+			s.track(j, -1)
 			delete(s.jobs, j.row.ID)
 		}
 	}

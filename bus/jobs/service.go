@@ -36,6 +36,10 @@ type Service struct {
 	delayed jheap
 	leases  jheap
 	open    map[string]int // open+claimed jobs per publisher digest
+	// counts holds jobs by namespace and status; dead the dead jobs. Both
+	// follow every change of s.jobs (track), so reads never scan.
+	counts  map[string]map[string]int
+	dead    map[string]*job
 	keys    map[string]string
 	kv      map[string]kvEntry
 	idem    map[string]*idemEntry
@@ -73,7 +77,7 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 		cfg: cfg, log: cfg.Log, lg: cfg.Logger.With("component", "intent-bus"), clock: cfg.Clock, rand: cfg.Rand,
 		jobs: map[string]*job{}, ready: map[string]map[groupKey]*group{},
 		delayed: newDelayedHeap(), leases: newLeaseHeap(),
-		open: map[string]int{}, keys: map[string]string{}, kv: map[string]kvEntry{}, idem: map[string]*idemEntry{},
+		open: map[string]int{}, counts: map[string]map[string]int{}, dead: map[string]*job{}, keys: map[string]string{}, kv: map[string]kvEntry{}, idem: map[string]*idemEntry{},
 		nonces: nonceStore{m: map[string]int64{}}, rates: map[string]*rateWindow{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -141,10 +145,44 @@ func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 		}
 		j := newJob(*r)
 		s.jobs[r.ID] = j
+		s.track(j, 1)
+		s.slim(j)
 		s.index(j)
 	}
 	s.lg.Info("intent bus loaded", "jobs", len(s.jobs), "testerKeys", len(s.keys))
 	return nil
+}
+
+// track adds (delta 1) or removes (-1) j from the counts and the dead
+// set. Caller holds mu.
+func (s *Service) track(j *job, delta int) {
+	m := s.counts[j.row.Namespace]
+	if m == nil {
+		m = map[string]int{}
+		s.counts[j.row.Namespace] = m
+	}
+	m[j.row.Status] += delta
+	if m[j.row.Status] <= 0 {
+		delete(m, j.row.Status)
+		if len(m) == 0 {
+			delete(s.counts, j.row.Namespace)
+		}
+	}
+	if j.row.Status == tracing.JobDead {
+		if delta > 0 {
+			s.dead[j.row.ID] = j
+		} else {
+			delete(s.dead, j.row.ID)
+		}
+	}
+}
+
+// slim drops the payload of a fulfilled job from memory (it can never be
+// claimed again); the admin view reads it back from the log.
+func (s *Service) slim(j *job) {
+	if j.row.Status == tracing.JobFulfilled {
+		j.row.Payload = nil
+	}
 }
 
 // index puts j in the claim index its status calls for. Caller holds mu.
@@ -280,9 +318,12 @@ func (s *Service) commit(ctx context.Context, j *job, evs []tracing.Event) error
 		s.index(j)
 		return fmt.Errorf("append job events: %w", err)
 	}
+	s.track(j, -1)
 	for _, ev := range done {
 		j.row.Apply(ev)
 	}
+	s.track(j, 1)
+	s.slim(j)
 	s.index(j)
 	s.notify(done)
 	return nil

@@ -74,7 +74,9 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	args := []string{"serve", "--listen", listen, "--data-dir", opts.DataDir}
+	// The Intent Protocol listener is off unless Args turn it on (a later
+	// flag wins), so that several servers never contend for its port.
+	args := []string{"serve", "--listen", listen, "--intent-listen=", "--data-dir", opts.DataDir}
 	if opts.Synchronous != "" {
 		args = append(args, "--sqlite-synchronous", opts.Synchronous)
 	}
