@@ -240,6 +240,10 @@ func (s *Service) giveUp(j *job, op Op, msg string, now time.Time) []tracing.Eve
 	return s.events(&j.row, op, tracing.JobOpen, jd, now)
 }
 
+// maxExpirePass bounds the expirations of one pass (one append); the next
+// pass takes the rest.
+const maxExpirePass = 512
+
 // expire acts on every lease that has run out: requeue with backoff, or
 // dead on the last attempt. It returns how many went each way.
 func (s *Service) expire(ctx context.Context) (requeued, dead int) {
@@ -249,7 +253,7 @@ func (s *Service) expire(ctx context.Context) (requeued, dead int) {
 	s.mu.Lock()
 	for {
 		t := s.leases.top()
-		if t == nil || t.row.ClaimExpiresAt > nowMs {
+		if t == nil || t.row.ClaimExpiresAt > nowMs || len(taken) >= maxExpirePass {
 			break
 		}
 		s.unindex(t)
@@ -257,18 +261,45 @@ func (s *Service) expire(ctx context.Context) (requeued, dead int) {
 		taken = append(taken, t)
 	}
 	s.mu.Unlock()
+	if len(taken) == 0 {
+		return 0, 0
+	}
+	// One append for all of them: a restart with many abandoned leases
+	// settles them in one commit.
+	var evs []tracing.Event
 	for _, j := range taken {
-		toDead := j.row.ClaimAttempts >= j.row.MaxAttempts
-		if err := s.commit(ctx, j, s.giveUp(j, OpExpire, "Lease expired. Backing off.", now)); err != nil {
-			s.lg.Warn("lease expiry", "id", j.row.ID, "err", err)
-			continue
+		evs = append(evs, s.giveUp(j, OpExpire, "Lease expired. Backing off.", now)...)
+	}
+	done, err := s.log.Append(ctx, evs...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	byNonce := make(map[string]*job, len(taken))
+	for _, j := range taken {
+		j.busy = false
+		byNonce[j.row.Nonce] = j
+		if err != nil {
+			s.index(j)
+		} else {
+			s.track(j, -1)
 		}
-		if toDead {
+	}
+	if err != nil {
+		s.lg.Warn("lease expiry", "jobs", len(taken), "err", err)
+		return 0, 0
+	}
+	for _, ev := range done {
+		byNonce[ev.Nonce].row.Apply(ev)
+	}
+	for _, j := range taken {
+		s.track(j, 1)
+		s.index(j)
+		if j.row.Status == tracing.JobDead {
 			dead++
 		} else {
 			requeued++
 		}
 	}
+	s.notify(done)
 	return requeued, dead
 }
 

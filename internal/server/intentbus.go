@@ -47,6 +47,7 @@ func (s *Server) openIntentBus(ctx context.Context) error {
 		Handler:           svc.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}}
 	return nil
