@@ -77,3 +77,38 @@ func TestMaintenanceMode(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.admin(t, "GET", "/metrics", nil).status)
 	require.Equal(t, http.StatusOK, (&client{t: t, base: b.url}).do("GET", "/health", nil, nil).status)
 }
+
+// TestPurgeAll: a purge without a namespace removes every intent, dead
+// letter, KV entry and idempotency record, and survives a restart.
+func TestPurgeAll(t *testing.T) {
+	t.Parallel()
+	b := startBus(t)
+	c := b.client(t, mainKey)
+	ns := uniqueNS(t)
+	open := c.publishOK(map[string]any{"goal": "p", "payload": 1, "namespace": ns})
+	dead := c.publishOK(map[string]any{"goal": "q", "payload": 2, "namespace": ns, "max_attempts": 1})
+	cl := c.claim(ns, [2]string{"goal", "q"})
+	require.Equal(t, 200, c.do("POST", "/fail/"+dead, nil, map[string]any{"claim_token": cl.str("claim_token")}).status)
+	require.Equal(t, 200, c.do("POST", "/set/k", nil, map[string]any{"value": "v"}).status)
+	idem := c.do("POST", "/intent", nil, []byte(`{"goal":"i","payload":1,"namespace":"`+ns+`"}`), "Idempotency-Key", "same")
+	require.Equal(t, 201, idem.status)
+
+	require.Equal(t, 200, b.admin(t, "POST", "/admin/purge", map[string]any{"confirm": true}).status)
+	check := func() {
+		for _, id := range []string{open, dead, idem.str("id")} {
+			require.Equal(t, 404, c.do("GET", "/status/"+id, nil, nil).status, id)
+		}
+		require.Equal(t, 404, b.admin(t, "GET", "/admin/dead/"+dead, nil).status)
+		require.Equal(t, 404, c.do("GET", "/get/k", nil, nil).status)
+		require.Equal(t, http.StatusNoContent, c.claim(ns).status)
+	}
+	check()
+	// The idempotency record went too: the same key makes a new intent.
+	again := c.do("POST", "/intent", nil, []byte(`{"goal":"i","payload":1,"namespace":"`+ns+`"}`), "Idempotency-Key", "same")
+	require.Equal(t, 201, again.status)
+	require.NotEqual(t, idem.str("id"), again.str("id"))
+	require.Equal(t, 200, b.admin(t, "POST", "/admin/purge", map[string]any{"confirm": true}).status)
+	b.p.Restart()
+	check()
+	require.Equal(t, 404, c.do("GET", "/status/"+again.str("id"), nil, nil).status)
+}
