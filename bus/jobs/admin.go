@@ -3,6 +3,8 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -333,7 +335,7 @@ func rawOrNull(b []byte) any {
 	if b == nil {
 		return nil
 	}
-	return jsonRaw(b)
+	return json.RawMessage(b)
 }
 
 func (s *Service) adminMoveHTTP(w http.ResponseWriter, r *http.Request, c *call, op Op) *apiError {
@@ -341,11 +343,11 @@ func (s *Service) adminMoveHTTP(w http.ResponseWriter, r *http.Request, c *call,
 	if err != nil {
 		var es *errState
 		switch {
-		case err == ErrNotFound:
+		case errors.Is(err, ErrNotFound):
 			return apiErr(http.StatusNotFound, "not_found", "Intent not found.")
-		case err == errBusy:
+		case errors.Is(err, errBusy):
 			return &apiError{status: http.StatusConflict, code: "busy", message: "Another operation on this intent is in progress.", retryAfter: 1}
-		case asErr(err, &es):
+		case errors.As(err, &es):
 			return apiErr(http.StatusConflict, "invalid_state", fmt.Sprintf("Cannot %s an intent that is %s.", op, es.status))
 		}
 		return s.internal(err)

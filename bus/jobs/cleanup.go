@@ -2,17 +2,11 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/beamdir/beam/tracing"
 	"github.com/jmoiron/sqlx"
 )
-
-type jsonRaw = json.RawMessage
-
-func asErr(err error, target any) bool { return errors.As(err, target) }
 
 // CleanupStats is the answer of POST /admin/cleanup (RFC §8.4).
 type CleanupStats struct {

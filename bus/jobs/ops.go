@@ -244,8 +244,9 @@ func (s *Service) giveUp(j *job, op Op, msg string, now time.Time) []tracing.Eve
 // pass takes the rest.
 const maxExpirePass = 512
 
-// expire acts on every lease that has run out: requeue with backoff, or
-// dead on the last attempt. It returns how many went each way.
+// expire acts on the leases that have run out (up to maxExpirePass):
+// requeue with backoff, or dead on the last attempt. It returns how many
+// went each way.
 func (s *Service) expire(ctx context.Context) (requeued, dead int) {
 	now := s.clock()
 	nowMs := now.UnixMilli()
