@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -122,6 +123,7 @@ const (
 	fkResponse
 	fkLegacyStage
 	fkLegacyStatus
+	fkJob
 )
 
 func (p *foldParser) details(d *Details) error {
@@ -139,6 +141,8 @@ func (p *foldParser) details(d *Details) error {
 				d.Owner = OwnerDirectory
 			case OwnerBus:
 				d.Owner = OwnerBus
+			case OwnerJobs:
+				d.Owner = OwnerJobs
 			default:
 				d.Owner = Owner(s)
 			}
@@ -172,6 +176,15 @@ func (p *foldParser) details(d *Details) error {
 			bit = fkBus
 			d.Bus = &BusMessage{}
 			err = p.bus(d.Bus)
+		case "job":
+			bit = fkJob
+			var raw []byte
+			if raw, err = p.raw(); err == nil {
+				d.Job = &JobDetails{}
+				if json.Unmarshal(raw, d.Job) != nil {
+					err = errSlowPath
+				}
+			}
 		case "nextRetryAt":
 			bit = fkNextRetryAt
 			d.NextRetryAt, err = p.int(64)

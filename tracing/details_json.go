@@ -18,7 +18,7 @@ import (
 var detailsKeys = []string{
 	"owner", "frame", "clientTimestamp", "timeoutMs", "errorCode", "error",
 	"retryable", "latencyMs", "result", "bus", "nextRetryAt", "retryCount",
-	"leaseOwner", "leaseExpiresAt", "response", "legacyStage", "legacyStatus",
+	"leaseOwner", "leaseExpiresAt", "response", "legacyStage", "legacyStatus", "job",
 }
 
 func isDetailsKey(k string) bool {
@@ -107,6 +107,27 @@ func (d *Details) normalize() error {
 			return err
 		}
 		d.Bus = &b
+	}
+	if d.Job != nil {
+		// details.job is encoded with encoding/json, which compacts raw
+		// values: compact them here too.
+		j := *d.Job
+		for _, f := range []struct {
+			name string
+			v    *json.RawMessage
+		}{{"job.payload", &j.Payload}, {"job.result", &j.Result}} {
+			if *f.v, err = normRaw(f.name, *f.v); err != nil {
+				return err
+			}
+			if *f.v != nil {
+				var b bytes.Buffer
+				if err := json.Compact(&b, *f.v); err != nil {
+					return fmt.Errorf("details %s: %w", f.name, err)
+				}
+				*f.v = b.Bytes()
+			}
+		}
+		d.Job = &j
 	}
 	return nil
 }
@@ -217,6 +238,17 @@ func (d *Details) appendJSON(b []byte, normalized bool) ([]byte, error) {
 		if bw.err != nil && w.err == nil {
 			w.err = bw.err
 		}
+	}
+	if d.Job != nil {
+		// Without HTML escaping, so that raw values keep their bytes.
+		var jb bytes.Buffer
+		enc := json.NewEncoder(&jb)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(d.Job); err != nil {
+			return nil, fmt.Errorf("encode details key job: %w", err)
+		}
+		w.key("job")
+		w.b = append(w.b, bytes.TrimSuffix(jb.Bytes(), []byte("\n"))...)
 	}
 	w.int("nextRetryAt", d.NextRetryAt)
 	if d.RetryCount != nil {

@@ -17,6 +17,9 @@ const (
 	// OwnerBus marks messages accepted by the message bus. Interrupted ones
 	// are requeued with the same nonce.
 	OwnerBus Owner = "bus"
+	// OwnerJobs marks intents of the Intent Protocol job bus (bus/jobs).
+	// Nothing else recovers them; the job bus folds them with JobRow.Apply.
+	OwnerJobs Owner = "jobs"
 )
 
 // Event is one row of the append-only log intent_trace_events: one step in
@@ -71,6 +74,8 @@ type Details struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// Bus is set on the received event of a message accepted by the bus.
 	Bus *BusMessage `json:"bus,omitempty"`
+	// Job is set on every event of an Intent Protocol job (owner jobs).
+	Job *JobDetails `json:"job,omitempty"`
 	// NextRetryAt is when a queued message becomes due (unix ms).
 	NextRetryAt int64 `json:"nextRetryAt,omitempty"`
 	// RetryCount is the number of failed delivery attempts so far (bus).

@@ -569,7 +569,7 @@ func checkEvent(i int, ev *Event) error {
 		return bad("attempt", "negative")
 	}
 	switch ev.Details.Owner {
-	case "", OwnerDirectory, OwnerBus:
+	case "", OwnerDirectory, OwnerBus, OwnerJobs:
 	default:
 		return bad("details.owner", fmt.Sprintf("unknown owner %q", string(ev.Details.Owner)))
 	}

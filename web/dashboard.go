@@ -93,6 +93,9 @@ type Dashboard struct {
 	assets   fs.FS
 	pages    *template.Template
 
+	jobsMu  sync.Mutex
+	jobsSrc Jobs // the Intent Protocol job bus, nil until SetJobs
+
 	streamMu     sync.Mutex
 	streams      int
 	streamBuffer int // tests lower it to provoke lag
@@ -191,6 +194,9 @@ func (d *Dashboard) Routes(mux *http.ServeMux) {
 	obs("GET /observability/dead-letters/{id}", false, d.handleDeadLetter)
 	obs("POST /observability/dead-letters/{id}/requeue", true, d.handleRequeue)
 	obs("GET /observability/federation", false, d.handleFederation)
+	obs("GET /observability/jobs", false, d.handleJobs)
+	obs("POST /observability/jobs/{id}/retry", true, d.handleJobAction("retry"))
+	obs("POST /observability/jobs/{id}/cancel", true, d.handleJobAction("cancel"))
 	obs("GET /observability/stream", false, d.handleStream)
 	obs("/observability/", false, d.handleNotFound)
 }

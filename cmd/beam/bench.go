@@ -63,7 +63,7 @@ type benchFlags struct {
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts `beam serve` on a temporary data directory")
-	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus or federation")
+	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus or federation; jobs runs Intent Protocol publishers and workers")
 	fs.IntVar(&f.count, "count", 10000, "intents of a burn-down run")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "intents in flight at most")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
@@ -98,19 +98,24 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation] [--count N] [--concurrency C] [--json]", stderr,
+	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation|jobs] [--count N] [--concurrency C] [--json]", stderr,
 		"Registers real agents (each with its own Ed25519 key), sends signed intents that the",
 		"recipients verify and answer with signed results, and prints intents/s, latency",
 		"percentiles, errors and the server's CPU per intent and peak RSS. Without --url it",
 		"starts `beam serve` on a temporary data directory and measures that process.")
 	var f benchFlags
 	f.register(fs.FlagSet)
+	var jf jobsBenchFlags
+	jf.register(fs.FlagSet)
 	if err := fs.parseNoArgs(args); err != nil {
 		return err
 	}
 	logger, err := newLogger(stderr, f.logLevel, "text")
 	if err != nil {
 		return err
+	}
+	if f.mode == string(bench.ModeJobs) {
+		return benchJobs(ctx, &f, &jf, logger, stdout, stderr)
 	}
 	if f.restartEvents > 0 {
 		return benchRestart(ctx, &f, logger, stdout, stderr)

@@ -76,7 +76,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dataDir string
 	var asJSON bool
-	fs := logCmdFlags("beam trace", "beam trace [--data-dir DIR] [--json] NONCE", stderr, &dataDir)
+	fs := logCmdFlags("beam trace", "beam trace [--data-dir DIR] [--json] NONCE|JOB-ID", stderr, &dataDir)
 	fs.BoolVar(&asJSON, "json", false, "print the events as JSON lines")
 	if err := fs.parse(args, 1, 1); err != nil {
 		return err
@@ -88,6 +88,10 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer lg.Close()
 	events, err := lg.Trace(ctx, nonce)
+	if err == nil && len(events) == 0 {
+		// An Intent Protocol job id: its events are under job:<id>.
+		events, err = lg.Trace(ctx, "job:"+nonce)
+	}
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/bus/jobs"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/demo"
@@ -53,7 +54,8 @@ type serveFlags struct {
 	busDeliveryTimeout time.Duration
 	busTickInterval    time.Duration
 
-	limits limitFlags
+	limits       limitFlags
+	intentListen string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -84,6 +86,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.busDeliveryTimeout, "bus-delivery-timeout", 30*time.Second, "how long a bus delivery waits for the recipient's result")
 	fs.DurationVar(&f.busTickInterval, "bus-tick-interval", time.Second, "how often the bus retries due messages and expires poll leases")
 	f.limits.register(fs)
+	fs.StringVar(&f.intentListen, "intent-listen", "127.0.0.1:3200", "listen address of the Intent Protocol v2.1 job bus (BUS_* variables configure it); empty disables it")
 	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
 }
 
@@ -134,7 +137,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		peers = append(peers, p)
 	}
+	var intentCfg *jobs.Config
+	if f.intentListen != "" {
+		c, err := jobs.ConfigFromEnv(os.Getenv)
+		if err != nil {
+			return err
+		}
+		intentCfg = &c
+	}
 	srv, err := server.New(ctx, server.Config{
+		IntentBus:     intentCfg,
 		IntentCatalog: catalog,
 		Domain:        f.domain,
 		NATSListen:    f.natsListen,
@@ -171,6 +183,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = srv.Shutdown(context.Background())
 		return fmt.Errorf("listen: %w", err)
 	}
+	var iln net.Listener
+	if f.intentListen != "" {
+		if iln, err = net.Listen("tcp", f.intentListen); err != nil {
+			_ = ln.Close()
+			_ = srv.Shutdown(context.Background())
+			return fmt.Errorf("intent listen: %w", err)
+		}
+		if secret, generated := srv.IntentSecret(); generated {
+			fmt.Fprintf(stdout, "intent bus BUS_SECRET (stored in %s/intent.secret, shown once): %s\n", f.dataDir, secret)
+		}
+		fmt.Fprintf(stdout, "intent bus serving on http://%s\n", iln.Addr())
+	}
 	if tok, generated := srv.AdminToken(); generated {
 		fmt.Fprintf(stdout, "operator token (stored in %s/admin.token, shown once): %s\n", f.dataDir, tok)
 	}
@@ -183,8 +207,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "beam serving on http://%s\n", ln.Addr())
 	logger.Info("beam serving", "addr", ln.Addr().String(), "dataDir", f.dataDir)
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	if iln != nil {
+		go func() {
+			if err := srv.ServeIntent(iln); err != nil {
+				errc <- err
+			}
+		}()
+	}
 	if f.demo {
 		demoCtx, stopDemo := context.WithCancel(ctx)
 		defer stopDemo()

@@ -96,12 +96,14 @@ type Process struct {
 	Args    []string
 	Env     []string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	url    string
-	output *lockedBuffer
-	done   chan struct{}
-	err    error
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	url string
+	// intentURL is the Intent Protocol listener's base URL ("" when off).
+	intentURL string
+	output    *lockedBuffer
+	done      chan struct{}
+	err       error
 }
 
 // Options configure Start.
@@ -135,7 +137,9 @@ func Start(t testing.TB, opts Options) *Process {
 
 func (p *Process) start() {
 	p.t.Helper()
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", p.DataDir}, p.Args...)
+	// The intent bus listens on a random port too unless Args say otherwise
+	// (a later flag wins).
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--intent-listen", "127.0.0.1:0", "--data-dir", p.DataDir}, p.Args...)
 	cmd := exec.Command(Binary(p.t), args...)
 	cmd.Env = append(os.Environ(), p.Env...)
 	stdout, err := cmd.StdoutPipe()
@@ -149,6 +153,11 @@ func (p *Process) start() {
 		for sc.Scan() {
 			line := sc.Text()
 			p.output.Write([]byte(line + "\n"))
+			if rest, ok := strings.CutPrefix(line, "intent bus serving on "); ok {
+				p.mu.Lock()
+				p.intentURL = strings.TrimSpace(rest)
+				p.mu.Unlock()
+			}
 			if rest, ok := strings.CutPrefix(line, "beam serving on "); ok {
 				select {
 				case urlc <- strings.TrimSpace(rest):
@@ -200,6 +209,13 @@ func (p *Process) URL() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.url
+}
+
+// IntentURL is the base URL of the process's Intent Protocol listener.
+func (p *Process) IntentURL() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.intentURL
 }
 
 // Output returns what the process printed so far.

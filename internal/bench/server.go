@@ -44,6 +44,9 @@ type ServerProcess struct {
 	PID int
 	// Ready is how long it took from exec to the first /health 200.
 	Ready time.Duration
+	// IntentURL is the Intent Protocol listener's base URL, when beam serve
+	// printed one (it does before "beam serving on").
+	IntentURL string
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -72,8 +75,10 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 		listen = "127.0.0.1:0"
 	}
 	// A load test measures the directory, not its limits: every client
-	// comes from one address.
-	args := []string{"serve", "--listen", listen, "--data-dir", opts.DataDir, "--no-rate-limits", "--max-conns-per-addr", "0"}
+	// comes from one address. The Intent Protocol listener is off unless
+	// Args turn it on (a later flag wins), so that several servers never
+	// contend for its port.
+	args := []string{"serve", "--listen", listen, "--intent-listen=", "--data-dir", opts.DataDir, "--no-rate-limits", "--max-conns-per-addr", "0"}
 	if opts.Synchronous != "" {
 		args = append(args, "--sqlite-synchronous", opts.Synchronous)
 	}
@@ -96,6 +101,10 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
+			if rest, ok := strings.CutPrefix(line, "intent bus serving on "); ok {
+				p.IntentURL = strings.TrimSpace(rest)
+				continue
+			}
 			if rest, ok := strings.CutPrefix(line, servingPrefix); ok {
 				select {
 				case urlc <- strings.TrimSpace(rest):

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/beamdir/beam/bus/jobs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -111,6 +112,11 @@ type Config struct {
 	// Limits are the rate limits, timeouts and connection caps (limits.go);
 	// the zero value has none but ReadHeaderTimeout.
 	Limits Limits
+	// IntentBus, when set, runs the Intent Protocol v2.1 job bus on the
+	// log (its Log field is filled in here; an empty Secret is replaced by
+	// one generated once and kept in DataDir/intent.secret). Serve it with
+	// ServeIntent.
+	IntentBus *jobs.Config
 }
 
 // Server is a running directory.
@@ -133,6 +139,8 @@ type Server struct {
 	httpSrv          *http.Server
 	rl               *rateLimits
 	lock             *dirlock.Lock
+	intent           *intentBus
+	dash             *web.Dashboard
 	shutdownOnce     sync.Once
 	shutdownErr      error
 }
@@ -211,6 +219,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.mountPprof()
 	// Metrics name peers, outbox states and error codes: operators only.
 	s.mux.Handle("GET /metrics", s.operatorOnly(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}).ServeHTTP))
+	if err := s.openIntentBus(ctx); err != nil {
+		_ = s.Shutdown(ctx)
+		return nil, err
+	}
 	ok = true
 	return s, nil
 }
@@ -264,6 +276,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		var errs []error
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		if err := s.closeIntentBus(ctx); err != nil {
+			errs = append(errs, err)
 		}
 		if s.fed != nil {
 			if err := s.fed.Close(); err != nil {
@@ -485,7 +500,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		}
 		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "not found")
 	})
-	s.agents, s.dir, s.bus = agents, dir, b
+	s.agents, s.dir, s.bus, s.dash = agents, dir, b, dash
 	return nil
 }
 

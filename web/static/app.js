@@ -235,6 +235,7 @@ const VIEWS = {
   "dead-letters": { title: "Dead letters", render: renderDeadLetters },
   agents: { title: "Agents", render: renderAgents },
   federation: { title: "Federation", render: renderFederation },
+  jobs: { title: "Jobs", render: renderJobs },
 };
 
 let cleanup = null;
@@ -1005,6 +1006,79 @@ function renderDeadLetters(root, { arg, isCurrent }) {
       if (selected) showDetail(selected);
     } catch (err) {
       if (isCurrent()) { put(tbody); showError(root, err); }
+    }
+  }
+  load();
+  return refreshOnTraffic(load);
+}
+
+// ---------- jobs (Intent Protocol v2.1) ----------
+
+const JOB_TONE = { open: "queued", claimed: "dispatched", fulfilled: "acked", dead: "dead_letter" };
+const jobChip = (st) => h("span", { class: `chip s-${JOB_TONE[st] || st}` }, st);
+
+function renderJobs(root, { isCurrent }) {
+  root.append(pageHead("Jobs", "Intent Protocol v2.1 queues: intents published by pull workers' publishers, by namespace and status."));
+  root.append(h("div", { class: "grid metrics four" }, metric("Open", "jobs-open"), metric("Claimed", "jobs-claimed"),
+    metric("Fulfilled", "jobs-fulfilled"), metric("Dead", "jobs-dead")));
+  const queues = h("section", { class: "card", "aria-label": "Queues", id: "jobs-queues" });
+  const recent = h("section", { class: "card", "aria-label": "Recent jobs", id: "jobs-recent" });
+  const dead = h("section", { class: "card", "aria-label": "Dead jobs", id: "jobs-dead-list" });
+  root.append(queues, recent, dead);
+
+  function table(cols, rows) {
+    return h("div", { class: "table-wrap" }, h("table", { class: "data" },
+      h("thead", null, h("tr", null, ...cols.map((c) => h("th", { scope: "col" }, c)))), h("tbody", null, ...rows)));
+  }
+  function action(j, op, label) {
+    const b = h("button", { class: "btn small", type: "button", dataset: { job: j.id, op } }, label);
+    b.addEventListener("click", async () => {
+      b.disabled = true;
+      try {
+        const r = await api(`/observability/jobs/${encodeURIComponent(j.id)}/${op}`, { method: "POST" });
+        toast(`${label} ${j.id}: now ${r.status}`);
+        load();
+      } catch (err) {
+        toast(`${label} failed: ${err.message}`);
+        b.disabled = false;
+      }
+    });
+    return b;
+  }
+  const traceLink = (j) => h("a", { class: "nonce", href: `#/intents/${encodeURIComponent(j.nonce)}`, title: j.nonce }, j.id);
+
+  async function load() {
+    try {
+      const d = await api("/observability/jobs");
+      if (!isCurrent()) return;
+      if (!d.enabled) {
+        put(queues, emptyState(ICONS.inbox, "The intent bus is off", "Start beam serve with --intent-listen to serve the Intent Protocol."));
+        put(recent); put(dead);
+        return;
+      }
+      const tot = { open: 0, claimed: 0, fulfilled: 0, dead: 0 };
+      d.queues.forEach((q) => { for (const k in tot) tot[k] += q[k]; });
+      setMetric("jobs-open", fmtInt(tot.open));
+      setMetric("jobs-claimed", fmtInt(tot.claimed));
+      setMetric("jobs-fulfilled", fmtInt(tot.fulfilled));
+      setMetric("jobs-dead", fmtInt(tot.dead), tot.dead ? "retry or cancel below" : "nothing waiting", tot.dead ? "err" : null);
+      put(queues, h("h2", null, "Queues"), d.queues.length ? table(["Namespace", "Open", "Claimed", "Fulfilled", "Dead"],
+        d.queues.map((q) => h("tr", { dataset: { ns: q.namespace } }, h("td", { class: "mono" }, q.namespace),
+          ...["open", "claimed", "fulfilled", "dead"].map((k) => h("td", { class: "num" }, fmtInt(q[k]))))))
+        : emptyState(ICONS.inbox, "No jobs yet", "Publish with POST /intent on the intent bus listener."));
+      put(recent, h("h2", null, "Recent intents"), table(["Id", "Namespace", "Goal", "Status", "Priority", "Attempts", "Updated", ""],
+        d.recent.map((j) => h("tr", null, h("td", null, traceLink(j)), h("td", { class: "mono" }, j.namespace), h("td", null, j.goal),
+          h("td", null, jobChip(j.status)), h("td", { class: "num" }, String(j.priority)),
+          h("td", { class: "num" }, `${j.claimAttempts} / ${j.maxAttempts}`), h("td", null, timeEl(j.updatedAt)),
+          h("td", null, d.canAct && (j.status === "open" || j.status === "claimed") ? action(j, "cancel", "Cancel") : null)))));
+      put(dead, h("h2", null, "Dead letters"), d.dead.length ? table(["Id", "Namespace", "Goal", "Attempts", "Reason", "Dead since", ""],
+        d.dead.map((j) => h("tr", { dataset: { id: j.id } }, h("td", null, traceLink(j)), h("td", { class: "mono" }, j.namespace),
+          h("td", null, j.goal), h("td", { class: "num" }, String(j.claimAttempts)), h("td", { title: j.reason }, j.reason || "—"),
+          h("td", null, timeEl(j.updatedAt)),
+          h("td", null, d.canAct ? action(j, "retry", "Retry") : null))))
+        : emptyState(ICONS.inbox, "No dead jobs", "Jobs land here when their attempts run out or an admin cancels them."));
+    } catch (err) {
+      if (isCurrent()) showError(root, err);
     }
   }
   load();

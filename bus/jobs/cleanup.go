@@ -1,0 +1,129 @@
+package jobs
+
+import (
+	"context"
+	"time"
+
+	"github.com/beamdir/beam/tracing"
+	"github.com/jmoiron/sqlx"
+)
+
+// CleanupStats is the answer of POST /admin/cleanup (RFC §8.4).
+type CleanupStats struct {
+	ExpiredOpenDeleted    int `json:"expired_open_deleted"`
+	ExpiredClaimsRequeued int `json:"expired_claims_requeued"`
+	ExpiredClaimsDead     int `json:"expired_claims_dead"`
+	FulfilledDeleted      int `json:"fulfilled_deleted"`
+	DeadDeleted           int `json:"dead_deleted"`
+	DeadLettersDeleted    int `json:"dead_letters_deleted"`
+	StoreDeleted          int `json:"store_deleted"`
+	RateLimitsDeleted     int `json:"rate_limits_deleted"`
+	IdempotencyDeleted    int `json:"idempotency_deleted"`
+	NoncesDeleted         int `json:"nonces_deleted"`
+}
+
+// Cleanup runs the retention pass now: expired leases, expired open
+// intents (deleted, not dead), fulfilled and dead intents past retention,
+// expired KV entries, idempotency keys, rate windows and nonces.
+func (s *Service) Cleanup(ctx context.Context) (CleanupStats, error) {
+	s.cleanupMu.Lock()
+	defer s.cleanupMu.Unlock()
+	var st CleanupStats
+	st.ExpiredClaimsRequeued, st.ExpiredClaimsDead = s.expire(ctx)
+	now := s.clock()
+	nowMs := now.UnixMilli()
+	keep := nowMs - Retention.Milliseconds()
+	var err error
+	var n int
+	n, err = s.remove(ctx, "Expired before it was claimed", func(r *tracing.JobRow) bool {
+		return r.Status == tracing.JobOpen && r.ExpiresAt <= nowMs
+	})
+	if err != nil {
+		return st, err
+	}
+	st.ExpiredOpenDeleted = n
+	if n, err = s.remove(ctx, "", func(r *tracing.JobRow) bool { return r.Status == tracing.JobFulfilled && r.CompletedAt < keep }); err != nil {
+		return st, err
+	}
+	st.FulfilledDeleted = n
+	if n, err = s.remove(ctx, "", func(r *tracing.JobRow) bool { return r.Status == tracing.JobDead && r.DeadAt < keep }); err != nil {
+		return st, err
+	}
+	st.DeadDeleted, st.DeadLettersDeleted = n, n
+
+	var kvGone []string
+	s.mu.Lock()
+	for k, e := range s.kv {
+		if e.expires <= nowMs {
+			kvGone = append(kvGone, k)
+		}
+	}
+	var idemGone []string
+	for k, e := range s.idem {
+		if !e.pending && e.created+IdempotencyTTL.Milliseconds() <= nowMs {
+			idemGone = append(idemGone, k)
+		}
+	}
+	for k, w := range s.rates {
+		if now.Unix()-w.start >= 60 {
+			delete(s.rates, k)
+			st.RateLimitsDeleted++
+		}
+	}
+	s.mu.Unlock()
+	if len(kvGone) > 0 || len(idemGone) > 0 {
+		if _, err := s.log.Do(ctx, func(tx *sqlx.Tx) error {
+			if _, err := tx.Exec(`DELETE FROM intent_bus_kv WHERE expires_at <= ?`, msToSecs(nowMs)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(`DELETE FROM intent_bus_idempotency WHERE created_at <= ?`, msToSecs(nowMs-IdempotencyTTL.Milliseconds()))
+			return err
+		}); err != nil {
+			return st, err
+		}
+		s.mu.Lock()
+		for _, k := range kvGone {
+			if e, ok := s.kv[k]; ok && e.expires <= nowMs {
+				delete(s.kv, k)
+				st.StoreDeleted++
+			}
+		}
+		for _, k := range idemGone {
+			delete(s.idem, k)
+			st.IdempotencyDeleted++
+		}
+		s.mu.Unlock()
+	}
+	st.NoncesDeleted = s.nonces.sweep(now.Unix(), nil)
+	s.mu.Lock()
+	s.lastCleanup = now
+	s.mu.Unlock()
+	return st, nil
+}
+
+// run acts on expired leases every ReapInterval and runs the retention
+// pass every CleanupInterval, until Close.
+func (s *Service) run() {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s.expire(ctx)
+		s.mu.Lock()
+		s.promote(s.clock().UnixMilli())
+		due := s.clock().Sub(s.lastCleanup) >= s.cfg.CleanupInterval
+		s.mu.Unlock()
+		if due {
+			if _, err := s.Cleanup(ctx); err != nil {
+				s.lg.Warn("intent bus cleanup", "err", err)
+			}
+		}
+		cancel()
+	}
+}

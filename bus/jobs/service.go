@@ -1,0 +1,359 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/beamdir/beam/tracing"
+)
+
+// noncePrefix starts the log nonce of every job.
+const noncePrefix = "job:"
+
+// Service is a running job bus. Its methods are safe for concurrent use.
+type Service struct {
+	cfg   Config
+	log   *tracing.Log
+	lg    *slog.Logger
+	clock func() time.Time
+	rand  io.Reader
+
+	mu      sync.Mutex
+	jobs    map[string]*job
+	ready   map[string]map[groupKey]*group // namespace → group
+	delayed jheap
+	leases  jheap
+	open    map[string]int // open+claimed jobs per publisher digest
+	// counts holds jobs by namespace and status; dead the dead jobs. Both
+	// follow every change of s.jobs (track), so reads never scan.
+	counts  map[string]map[string]int
+	dead    map[string]*job
+	keys    map[string]string
+	kv      map[string]kvEntry
+	idem    map[string]*idemEntry
+	nonces  nonceStore
+	rates   map[string]*rateWindow
+	started time.Time
+
+	lastCleanup time.Time
+	cleanupMu   sync.Mutex
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+type kvEntry struct {
+	value   string // JSON text of the value as stored
+	expires int64
+}
+
+type idemEntry struct {
+	hash    string
+	status  int
+	body    []byte
+	created int64
+	pending bool
+}
+
+// Open loads the jobs from the log and the tables, and starts the reaper
+// and the retention pass. Close stops them.
+func Open(ctx context.Context, cfg Config) (*Service, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Service{
+		cfg: cfg, log: cfg.Log, lg: cfg.Logger.With("component", "intent-bus"), clock: cfg.Clock, rand: cfg.Rand,
+		jobs: map[string]*job{}, ready: map[string]map[groupKey]*group{},
+		delayed: newDelayedHeap(), leases: newLeaseHeap(),
+		open: map[string]int{}, counts: map[string]map[string]int{}, dead: map[string]*job{}, keys: map[string]string{}, kv: map[string]kvEntry{}, idem: map[string]*idemEntry{},
+		nonces: nonceStore{m: map[string]int64{}}, rates: map[string]*rateWindow{},
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if s.rand == nil {
+		s.rand = rand.Reader
+	}
+	s.started = s.clock()
+	s.lastCleanup = s.started
+	tomb, err := s.loadTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.loadJobs(ctx, tomb); err != nil {
+		return nil, err
+	}
+	go s.run()
+	return s, nil
+}
+
+// Close stops the background passes. It does not close the log.
+func (s *Service) Close() error {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+	return nil
+}
+
+// loadJobs folds the job events of the log into rows and indexes them.
+func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
+	rows := map[string]*tracing.JobRow{}
+	var after int64
+	upto := s.log.LastSeq()
+	for after < upto {
+		evs, err := s.log.Events(ctx, after, 10000)
+		if err != nil {
+			return fmt.Errorf("load jobs: %w", err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			if ev.Details.Job == nil || !strings.HasPrefix(ev.Nonce, noncePrefix) {
+				continue
+			}
+			r := rows[ev.Nonce]
+			if r == nil {
+				if ev.State != tracing.Received {
+					continue
+				}
+				r = &tracing.JobRow{}
+				rows[ev.Nonce] = r
+			}
+			r.Apply(ev)
+		}
+		after = evs[len(evs)-1].Seq
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rows {
+		if tomb[r.ID] || r.Purged {
+			continue
+		}
+		j := newJob(*r)
+		s.jobs[r.ID] = j
+		s.track(j, 1)
+		s.slim(j)
+		s.index(j)
+	}
+	s.lg.Info("intent bus loaded", "jobs", len(s.jobs), "testerKeys", len(s.keys))
+	return nil
+}
+
+// track adds (delta 1) or removes (-1) j from the counts and the dead
+// set. Caller holds mu.
+func (s *Service) track(j *job, delta int) {
+	m := s.counts[j.row.Namespace]
+	if m == nil {
+		m = map[string]int{}
+		s.counts[j.row.Namespace] = m
+	}
+	m[j.row.Status] += delta
+	if m[j.row.Status] <= 0 {
+		delete(m, j.row.Status)
+		if len(m) == 0 {
+			delete(s.counts, j.row.Namespace)
+		}
+	}
+	if j.row.Status == tracing.JobDead {
+		if delta > 0 {
+			s.dead[j.row.ID] = j
+		} else {
+			delete(s.dead, j.row.ID)
+		}
+	}
+}
+
+// slim drops the payload of a fulfilled job from memory (it can never be
+// claimed again); the admin view reads it back from the log.
+func (s *Service) slim(j *job) {
+	if j.row.Status == tracing.JobFulfilled {
+		j.row.Payload = nil
+	}
+}
+
+// index puts j in the claim index its status calls for. Caller holds mu.
+func (s *Service) index(j *job) {
+	switch j.row.Status {
+	case tracing.JobOpen:
+		s.open[j.row.Publisher]++
+		if j.row.RunAt > s.clock().UnixMilli() {
+			s.delayed.add(j)
+		} else {
+			s.addReady(j)
+		}
+	case tracing.JobClaimed:
+		s.open[j.row.Publisher]++
+		s.leases.add(j)
+	}
+}
+
+// unindex takes j out of every index. Caller holds mu.
+func (s *Service) unindex(j *job) {
+	if j.row.Status == tracing.JobOpen || j.row.Status == tracing.JobClaimed {
+		s.open[j.row.Publisher]--
+		if s.open[j.row.Publisher] <= 0 {
+			delete(s.open, j.row.Publisher)
+		}
+	}
+	if j.grp != nil {
+		j.grp.h.remove(j)
+		j.grp = nil
+	}
+	s.delayed.remove(j)
+	s.leases.remove(j)
+}
+
+func (s *Service) addReady(j *job) {
+	ns := s.ready[j.row.Namespace]
+	if ns == nil {
+		ns = map[groupKey]*group{}
+		s.ready[j.row.Namespace] = ns
+	}
+	k := keyOf(&j.row)
+	g := ns[k]
+	if g == nil {
+		g = &group{key: k, h: newReadyHeap()}
+		ns[k] = g
+	}
+	j.grp = g
+	g.h.add(j)
+}
+
+// promote moves the delayed jobs that are due to the ready heaps. Caller
+// holds mu.
+func (s *Service) promote(nowMs int64) {
+	for {
+		t := s.delayed.top()
+		if t == nil || t.row.RunAt > nowMs {
+			return
+		}
+		s.delayed.remove(t)
+		s.addReady(t)
+	}
+}
+
+// newID returns n random bytes in hex.
+func (s *Service) newID(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(s.rand, b); err != nil {
+		return "", fmt.Errorf("random: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// jitter returns a random duration in [0, 2) s.
+func (s *Service) jitter() time.Duration {
+	var b [8]byte
+	if _, err := io.ReadFull(s.rand, b[:]); err != nil {
+		return time.Second
+	}
+	return time.Duration(binary.BigEndian.Uint64(b[:]) % uint64(2*time.Second))
+}
+
+// backoff is backoff_base·2^attempts + [0,2) s (RFC §3.3).
+func (s *Service) backoff(r *tracing.JobRow) time.Duration {
+	secs := r.BackoffBase * math.Pow(2, float64(r.ClaimAttempts))
+	secs = min(secs, float64(IntentTTL/time.Second))
+	return time.Duration(secs*float64(time.Second)) + s.jitter()
+}
+
+func hashHex(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// keyDigest identifies an API key in the log and the projections.
+func keyDigest(key string) string { return hashHex(key)[:32] }
+
+// events builds the log events of op moving r to status to.
+func (s *Service) events(r *tracing.JobRow, op Op, to string, jd tracing.JobDetails, at time.Time) []tracing.Event {
+	states := statesFor(op, to)
+	out := make([]tracing.Event, len(states))
+	for i, st := range states {
+		d := jd
+		if i > 0 {
+			d = tracing.JobDetails{Op: "accept"}
+			if op == OpPublish {
+				d = tracing.JobDetails{Op: "queue", RunAt: jd.RunAt}
+			}
+		}
+		ev := tracing.Event{Nonce: r.Nonce, State: st, At: at, Transport: "intent", Details: tracing.Details{Job: &d}}
+		if op == OpPublish && i == 0 {
+			ev.From = "intent:" + r.Publisher
+			ev.To = "intent:" + r.Namespace
+			ev.IntentType = r.Goal
+			ev.Details.Owner = tracing.OwnerJobs
+		}
+		if op == OpClaim {
+			ev.Attempt = r.ClaimAttempts + 1
+		}
+		out[i] = ev
+	}
+	return out
+}
+
+// commit appends evs for j (which the caller marked busy) and folds the
+// committed events into j, then re-indexes it. On error j is re-indexed as
+// it was.
+func (s *Service) commit(ctx context.Context, j *job, evs []tracing.Event) error {
+	done, err := s.log.Append(ctx, evs...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j.busy = false
+	if err != nil {
+		s.index(j)
+		return fmt.Errorf("append job events: %w", err)
+	}
+	s.track(j, -1)
+	for _, ev := range done {
+		j.row.Apply(ev)
+	}
+	s.track(j, 1)
+	s.slim(j)
+	s.index(j)
+	s.notify(done)
+	return nil
+}
+
+func (s *Service) notify(evs []tracing.Event) {
+	if s.cfg.OnEvent == nil {
+		return
+	}
+	for _, ev := range evs {
+		s.cfg.OnEvent(ev)
+	}
+}
+
+// errLeaseLost is the 404 of a mutation whose claim is not (or no longer)
+// the caller's.
+var errLeaseLost = errors.New("lease lost")
+
+// errBusy says another operation on the same job is in flight.
+var errBusy = errors.New("job busy")
+
+// holdClaim checks that the caller holds j's current, unexpired claim with
+// token, and marks j busy. Caller holds mu.
+func (s *Service) holdClaim(j *job, caller, token string, now int64) error {
+	if j == nil || j.busy || j.row.Status != tracing.JobClaimed || j.row.ClaimedBy != caller ||
+		j.row.ClaimExpiresAt <= now ||
+		subtle.ConstantTimeCompare([]byte(hashHex(token)), []byte(j.row.TokenHash)) != 1 {
+		return errLeaseLost
+	}
+	s.unindex(j)
+	j.busy = true
+	return nil
+}

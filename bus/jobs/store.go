@@ -1,0 +1,106 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// The tables of the job bus's registry-like state. Job state is never here:
+// it is in the log.
+const schema = `
+CREATE TABLE IF NOT EXISTS intent_bus_keys(
+  key_hash   TEXT PRIMARY KEY,
+  owner      TEXT NOT NULL,
+  created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS intent_bus_kv(
+  scope      TEXT NOT NULL,
+  key        TEXT NOT NULL,
+  value      TEXT NOT NULL,
+  expires_at REAL NOT NULL,
+  PRIMARY KEY(scope, key)
+);
+CREATE TABLE IF NOT EXISTS intent_bus_idempotency(
+  scope      TEXT NOT NULL,
+  key        TEXT NOT NULL,
+  body_hash  TEXT NOT NULL,
+  status     INTEGER NOT NULL,
+  response   TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  PRIMARY KEY(scope, key)
+);
+CREATE TABLE IF NOT EXISTS intent_bus_tombstones(
+  job_id     TEXT PRIMARY KEY,
+  deleted_at REAL NOT NULL
+);
+`
+
+type keyRow struct {
+	Hash      string  `db:"key_hash"`
+	Owner     string  `db:"owner"`
+	CreatedAt float64 `db:"created_at"`
+}
+
+type kvRow struct {
+	Scope     string  `db:"scope"`
+	Key       string  `db:"key"`
+	Value     string  `db:"value"`
+	ExpiresAt float64 `db:"expires_at"`
+}
+
+type idemRow struct {
+	Scope     string  `db:"scope"`
+	Key       string  `db:"key"`
+	BodyHash  string  `db:"body_hash"`
+	Status    int     `db:"status"`
+	Response  string  `db:"response"`
+	CreatedAt float64 `db:"created_at"`
+}
+
+// loadTables creates the tables and reads them.
+func (s *Service) loadTables(ctx context.Context) (tomb map[string]bool, err error) {
+	if _, err := s.log.Do(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(schema)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create intent bus tables: %w", err)
+	}
+	db := s.log.ReadDB()
+	var keys []keyRow
+	if err := db.SelectContext(ctx, &keys, `SELECT key_hash, owner, created_at FROM intent_bus_keys`); err != nil {
+		return nil, fmt.Errorf("load tester keys: %w", err)
+	}
+	for _, k := range keys {
+		s.keys[k.Hash] = k.Owner
+	}
+	var kvs []kvRow
+	if err := db.SelectContext(ctx, &kvs, `SELECT scope, key, value, expires_at FROM intent_bus_kv`); err != nil {
+		return nil, fmt.Errorf("load kv: %w", err)
+	}
+	for _, e := range kvs {
+		s.kv[e.Scope+"\x00"+e.Key] = kvEntry{value: e.Value, expires: secsToMs(e.ExpiresAt)}
+	}
+	var idem []idemRow
+	if err := db.SelectContext(ctx, &idem, `SELECT scope, key, body_hash, status, response, created_at FROM intent_bus_idempotency`); err != nil {
+		return nil, fmt.Errorf("load idempotency keys: %w", err)
+	}
+	for _, e := range idem {
+		s.idem[e.Scope+"\x00"+e.Key] = &idemEntry{hash: e.BodyHash, status: e.Status, body: []byte(e.Response),
+			created: secsToMs(e.CreatedAt)}
+	}
+	var ids []string
+	if err := db.SelectContext(ctx, &ids, `SELECT job_id FROM intent_bus_tombstones`); err != nil {
+		return nil, fmt.Errorf("load tombstones: %w", err)
+	}
+	tomb = make(map[string]bool, len(ids))
+	for _, id := range ids {
+		tomb[id] = true
+	}
+	return tomb, nil
+}
+
+func secsToMs(f float64) int64 { return int64(f * 1000) }
+
+func msToSecs(ms int64) float64 { return float64(ms) / 1000 }
