@@ -40,6 +40,9 @@ type Config struct {
 	// BusAPIKey is the operator bus key for trusted back-ends; empty
 	// disables it.
 	BusAPIKey string
+	// NoLimits turns off the rate limits and connection caps beam serve
+	// applies by default (docs/SECURITY.md, "Limits"), e.g. for load tests.
+	NoLimits bool
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Clock is the time source; nil means time.Now.
@@ -63,7 +66,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		peers = append(peers, p)
 	}
+	lim := server.DefaultLimits
+	if cfg.NoLimits {
+		lim = server.Limits{ReadTimeout: lim.ReadTimeout, IdleTimeout: lim.IdleTimeout}
+	}
 	s, err := server.New(ctx, server.Config{
+		Limits:                lim,
 		DataDir:               cfg.DataDir,
 		AdminToken:            cfg.AdminToken,
 		DefaultPolicy:         cfg.DefaultPolicy,
