@@ -211,7 +211,7 @@ func TestSlowBodyConnectionsCannotHoldTheServer(t *testing.T) {
 // body arrived at once) still gets its result.
 func TestTimeoutsSpareLongExchanges(t *testing.T) {
 	t.Parallel()
-	p := beamtest.Start(t, beamtest.Options{Args: []string{"--read-timeout", "1s", "--write-timeout", "3s"}})
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--read-timeout", "1s", "--write-timeout", "3s", "--open-orgs"}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	alice := registerAgent(t, p.URL(), "alice@acme.beam.directory")
