@@ -1,5 +1,6 @@
 // beam dashboard: a hash-routed single page over /observability/*.
 import { stackedBars, latencyLines } from "./chart.js";
+import { waterfall, retryFailure } from "./trace.js";
 
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ROLE = document.querySelector('meta[name="beam-role"]').content;
@@ -93,6 +94,11 @@ function fmtClock(iso) {
 const timeEl = (iso) => h("time", { datetime: iso || "", title: fmtTime(iso), dataset: { rel: iso || "" } }, rel(iso));
 const stateLabel = (s) => (s || "").replace(/_/g, " ");
 const chip = (state) => h("span", { class: `chip s-${state}` }, stateLabel(state));
+// statusChip shows an intent's state; a queued intent that carries an error
+// is a failed attempt waiting for its retry, not a fresh queue entry.
+const statusChip = (v) => (v.status === "queued" && v.errorCode
+  ? h("span", { class: "chip s-retry", title: `last attempt failed: ${v.errorCode}` }, "retry wait")
+  : chip(v.status));
 const bucketChip = (b, text) => h("span", { class: `chip b-${b}` }, text || stateLabel(b));
 
 function route(from, to) {
@@ -625,7 +631,7 @@ function renderIntents(root, { params, isCurrent }) {
   function fillRow(tr, v) {
     tr.dataset.status = v.status;
     put(tr, 
-      h("td", null, chip(v.status), v.errorCode ? h("span", { class: "sr-only" }, ` ${v.errorCode}`) : null),
+      h("td", null, statusChip(v), v.errorCode ? h("span", { class: "sr-only" }, ` ${v.errorCode}`) : null),
       h("td", { title: v.intentType }, v.intentType || "—"),
       h("td", null, h("a", { class: "nonce", href: `#/intents/${encodeURIComponent(v.nonce)}`, title: v.nonce, tabindex: "-1" }, v.nonce)),
       h("td", null, route(v.from, v.to)),
@@ -790,7 +796,7 @@ function renderTrace(root, { arg, isCurrent }) {
         h("h1", null, it.intentType || "Intent"),
         h("div", { class: "nonce-line" }, h("span", null, "Nonce"), h("span", { class: "nonce", id: "trace-nonce" }, it.nonce),
           h("button", { class: "btn ghost small", type: "button", onclick: () => navigator.clipboard?.writeText(it.nonce).then(() => toast("Nonce copied")) }, "Copy")),
-        h("div", { class: "chips" }, chip(it.status), bucketChip(it.bucket, it.bucket === "in_flight" ? "in flight" : it.bucket),
+        h("div", { class: "chips" }, statusChip(it), bucketChip(it.bucket, it.bucket === "in_flight" ? "in flight" : it.bucket),
           it.errorCode ? h("span", { class: "chip code" }, it.errorCode) : null,
           h("span", { class: "chip muted plain" }, `owner: ${it.owner}`))),
       h("dl", { class: "trace-stats" },
@@ -838,13 +844,14 @@ function renderTrace(root, { arg, isCurrent }) {
           return h("div", { class: "fact" }, h("b", null, label), String(v));
         });
       const rest = Object.keys(details).length;
-      return h("li", { dataset: { state: s.state } },
-        h("div", { class: `tl-dot s-${s.state}`, "aria-hidden": "true" }),
+      const retry = retryFailure(s);
+      return h("li", { dataset: { state: s.state, seq: String(s.seq) } },
+        h("div", { class: `tl-dot s-${retry ? "retry" : s.state}`, "aria-hidden": "true" }),
         h("div", { class: `tl-card b-${s.bucket}` },
           h("div", { class: "tl-top" },
             h("span", { class: "idx" }, `Stage ${s.index} of ${n}`),
-            h("h3", { class: "stage-name" }, stateLabel(s.state)),
-            chip(s.state),
+            h("h3", { class: "stage-name" }, retry ? `attempt ${s.attempt || ""} failed` : stateLabel(s.state)),
+            retry ? h("span", { class: "chip s-retry" }, "failed · retry queued") : chip(s.state),
             s.annotation ? h("span", { class: "chip muted plain", title: "Same state again: an annotation, not a lifecycle move" }, "annotation") : null,
             h("span", { class: "when" }, h("time", { datetime: s.at, title: fmtTime(s.at) }, fmtClock(s.at)), " ",
               h("span", { class: "delta" }, s.index === 1 ? "start" : fmtDelta(s.deltaMs)))),
@@ -863,7 +870,16 @@ function renderTrace(root, { arg, isCurrent }) {
       h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Result frame")),
         h("div", { class: "card-body" }, t.result ? jsonPre(t.result) : h("p", { class: "muted" }, it.bucket === "in_flight" ? "No result yet: the intent is still in flight." : "No result frame was recorded."))));
 
-    put(body, h("div", { class: "grid cols-main" },
+    const pick = (seq) => {
+      document.querySelectorAll("#timeline > li.picked, .wf-stage.picked").forEach((e) => e.classList.remove("picked"));
+      const li = document.querySelector(`#timeline > li[data-seq="${seq}"]`);
+      document.querySelector(`.wf-stage[data-seq="${seq}"]`)?.classList.add("picked");
+      if (li) { li.classList.add("picked"); li.scrollIntoView({ block: "nearest", behavior: "smooth" }); }
+    };
+    const wf = h("section", { class: "card", id: "waterfall-card" },
+      h("div", { class: "card-head" }, h("h2", null, "Waterfall"), h("span", { class: "sub" }, "spans on a proportional time axis; choose one for its details below")),
+      h("div", { class: "card-body" }, n ? waterfall(t, pick) : h("p", { class: "muted" }, "No events recorded.")));
+    put(body, wf, h("div", { class: "grid-gap" }), h("div", { class: "grid cols-main" },
       h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Lifecycle"), h("span", { class: "sub" }, `${n} event${n === 1 ? "" : "s"} in log order`)),
         h("div", { class: "card-body" }, n ? timeline : h("p", { class: "muted" }, "No events recorded."))),
       h("div", { class: "stack" }, summary, related)),
@@ -962,6 +978,7 @@ function renderDeadLetters(root, { arg, isCurrent }) {
             h("dt", null, "Recipient"), h("dd", { class: "mono" }, m.recipient),
             h("dt", null, "Intent"), h("dd", null, m.intent),
             h("dt", null, "Retries"), h("dd", null, `${m.retryCount} of ${m.maxRetries}`),
+            h("dt", null, "Error code"), h("dd", { id: "dl-error-code" }, d.intent && d.intent.errorCode ? h("span", { class: "chip code" }, d.intent.errorCode) : "—"),
             h("dt", null, dead ? "Error" : "Last error"), h("dd", null, m.error || "—"),
             h("dt", null, "Created"), h("dd", null, fmtTime(m.createdAt)),
             h("dt", null, dead ? "Failed" : "Dead-lettered"), h("dd", null, fmtTime(m.failedAt)),
