@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -49,4 +50,25 @@ func TestInboxDepths(t *testing.T) {
 	got, err = b.log.InboxDepths(context.Background(), nil)
 	require.NoError(t, err)
 	require.Empty(t, got)
+}
+
+func TestOldestIntentSince(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, ok, err := b.log.OldestIntentSince(context.Background(), time.Time{})
+	require.NoError(t, err)
+	require.False(t, ok, "an empty log has no oldest intent")
+	first := b.append(received("n1"))[0]
+	second := b.append(received("n2"))[0]
+	got, ok, err := b.log.OldestIntentSince(context.Background(), time.Time{})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, first.At.Equal(got), "%v != %v", first.At, got)
+	got, ok, err = b.log.OldestIntentSince(context.Background(), first.At.Add(time.Microsecond))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, second.At.Equal(got))
+	_, ok, err = b.log.OldestIntentSince(context.Background(), second.At.Add(time.Second))
+	require.NoError(t, err)
+	require.False(t, ok)
 }

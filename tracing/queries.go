@@ -704,3 +704,16 @@ func (l *Log) InboxDepths(ctx context.Context, recipients []string) (map[string]
 	}
 	return out, nil
 }
+
+// OldestIntentSince returns the request time of the oldest intent
+// requested at or after since; false when there is none.
+func (l *Log) OldestIntentSince(ctx context.Context, since time.Time) (time.Time, bool, error) {
+	var us sql.NullInt64
+	if err := l.rdb.QueryRowContext(ctx, `SELECT MIN(requested_at) FROM intent_log WHERE requested_at >= ?`, since.UnixMicro()).Scan(&us); err != nil {
+		return time.Time{}, false, fmt.Errorf("oldest intent: %w", err)
+	}
+	if !us.Valid {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMicro(us.Int64).UTC(), true, nil
+}

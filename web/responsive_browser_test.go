@@ -169,6 +169,19 @@ func TestBrowserResponsiveAndWaterfall(t *testing.T) {
 				require.Equal(t, "failed · retry queued", browsertest.Eval[string](t, ctx,
 					`document.querySelector('#timeline > li[data-state="queued"] .chip').textContent`))
 			}
+			if p.name == "overview" {
+				// The data is minutes old: the window is 15 minutes, and the
+				// traffic spreads over several bars, not one.
+				require.Contains(t, browsertest.Eval[string](t, ctx, `document.getElementById("overview-window").textContent`), "15 minutes")
+				bars := browsertest.Eval[int](t, ctx, `new Set([...document.querySelectorAll("svg.chart rect[class^='bar-']")].map((r) => r.getAttribute("x"))).size`)
+				require.GreaterOrEqual(t, bars, 3, "traffic of three different minutes shows as separate bars")
+				// Bus messages (34 s with a retry) are not mixed with the
+				// direct echo intents (milliseconds).
+				require.Equal(t, "directory", browsertest.Eval[string](t, ctx, `document.querySelectorAll("svg.chart")[1].dataset.owner`))
+				p95 := browsertest.Eval[string](t, ctx, `document.querySelector("#m-p95 .value").textContent`)
+				require.NotContains(t, p95, " s", "the direct p95 is in milliseconds, not the bus's seconds")
+				require.Contains(t, browsertest.Eval[string](t, ctx, `document.querySelector("#m-p95 .hint").textContent`), "bus p95 34.00 s")
+			}
 			if p.name == "dead-letters" {
 				require.Contains(t, browsertest.Eval[string](t, ctx, `document.getElementById("dl-error-code").textContent`), "OFFLINE")
 			}

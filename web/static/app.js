@@ -359,15 +359,21 @@ function setMetric(id, value, hint, tone) {
 
 // ---------- overview ----------
 
+const OVERVIEW_WINDOWS = [["0.25", "15m"], ["1", "1h"], ["6", "6h"], ["24", "24h"], ["168", "7d"]];
+
 function renderOverview(root, { params, isCurrent }) {
-  const hours = ["1", "24", "168"].includes(params.get("hours")) ? params.get("hours") : "24";
-  const windowName = { 1: "last hour", 24: "last 24 hours", 168: "last 7 days" }[hours];
-  root.append(pageHead("Overview", `Intent outcomes, latency and directory health over the ${windowName}.`,
-    segmented([["1", "1h"], ["24", "24h"], ["168", "7d"]], hours, (v) => {
-      params.set("hours", v);
-      setHashQuery("overview", params);
-      navigate();
-    }, "Time window")));
+  // Without a chosen window the server picks one from the data's age.
+  let hours = OVERVIEW_WINDOWS.some(([v]) => v === params.get("hours")) ? params.get("hours") : "auto";
+  const windowName = (hrs) => ({ 0.25: "last 15 minutes", 1: "last hour", 6: "last 6 hours", 24: "last 24 hours", 168: "last 7 days" }[hrs] || `last ${hrs} hours`);
+  const headSub = h("p", { id: "overview-window" }, "Intent outcomes, latency and directory health.");
+  const windowPick = h("div");
+  const drawWindowPick = (current) => put(windowPick, segmented(OVERVIEW_WINDOWS, current, (v) => {
+    params.set("hours", v);
+    setHashQuery("overview", params);
+    navigate();
+  }, "Time window"));
+  drawWindowPick(hours);
+  root.append(h("div", { class: "page-head" }, h("div", null, h("h1", null, "Overview"), headSub), h("div", { class: "actions" }, windowPick)));
   root.append(h("div", { class: "grid metrics" },
     metric("Intents", "total"), metric("Success rate", "success"), metric("p95 latency", "p95"),
     metric("Connected agents", "agents"), metric("Queue depth", "queue"), metric("Dead letters", "dead")));
@@ -396,6 +402,7 @@ function renderOverview(root, { params, isCurrent }) {
     h("section", { class: "card", "aria-labelledby": "h-lat" },
       h("div", { class: "card-head" }, h("h2", { id: "h-lat" }, "Latency"), h("span", { class: "sub", id: "lat-sub" }, ""),
         h("div", { class: "right legend" },
+          h("span", { id: "lat-owner" }),
           h("span", null, h("i", { class: "leg-p50" }), "p50"),
           h("span", null, h("i", { class: "leg-p95" }), "p95"))),
       latBody));
@@ -413,6 +420,13 @@ function renderOverview(root, { params, isCurrent }) {
   root.append(h("div", { class: "grid cols-main" }, left, right));
 
   let data = null;
+  // Directory intents finish in milliseconds, bus messages can wait minutes
+  // for retries: the latency chart shows one owner at a time.
+  let latOwner = params.get("latency") === "bus" ? "bus" : "directory";
+  const ownerSeries = (tl, owner) => tl.map((b) => {
+    const o = (b.latencyByOwner || {})[owner];
+    return { ...b, p50LatencyMs: o ? o.p50LatencyMs : null, p95LatencyMs: o ? o.p95LatencyMs : null };
+  });
   const drawCharts = () => {
     if (!data || !isCurrent()) return;
     const tl = data.timeline || [];
@@ -424,16 +438,36 @@ function renderOverview(root, { params, isCurrent }) {
     if (!tputBody.contains(tput)) put(tputBody, tput);
     if (!latBody.contains(lat)) put(latBody, lat);
     stackedBars(tput, tl, data.bucketSeconds, "Intents per time bucket by outcome");
-    latencyLines(lat, tl, data.bucketSeconds, "p50 and p95 latency per time bucket");
+    const owners = data.summary.latencyByOwner || {};
+    if (!owners[latOwner] && owners[latOwner === "bus" ? "directory" : "bus"]) latOwner = latOwner === "bus" ? "directory" : "bus";
+    put(document.getElementById("lat-owner"), segmented([["directory", "Direct"], ["bus", "Bus"]].filter(([o]) => owners[o] || o === latOwner), latOwner, (o) => {
+      latOwner = o;
+      params.set("latency", o);
+      setHashQuery("overview", params);
+      drawCharts();
+    }, "Latency of"));
+    lat.dataset.owner = latOwner;
+    latencyLines(lat, ownerSeries(tl, latOwner), data.bucketSeconds, `p50 and p95 latency of ${latOwner === "bus" ? "bus messages" : "direct intents"} per time bucket`);
   };
 
+  let linkHours = "24";
   const fill = (d) => {
     data = d;
+    // The intents list offers 1 h, 24 h, 7 d and 30 d.
+    linkHours = String([1, 24, 168, 720].find((x) => x >= d.windowHours) || 720);
     const s = d.summary;
     setMetric("total", fmtInt(s.totalIntents), fmtRate(s.throughputPerMin));
     setMetric("success", fmtPct(s.successRate), `${fmtInt(s.successCount)} acked · ${fmtInt(s.errorCount)} failed`,
       s.successRate === null ? null : s.successRate >= 0.95 ? "ok" : s.successRate >= 0.8 ? "warn" : "err");
-    setMetric("p95", fmtMs(s.p95LatencyMs), `p50 ${fmtMs(s.p50LatencyMs)} · avg ${fmtMs(s.avgLatencyMs)}`);
+    const lo = s.latencyByOwner || {};
+    const dl = lo.directory;
+    const bl = lo.bus;
+    if (dl || !bl) setMetric("p95", fmtMs(dl ? dl.p95LatencyMs : null), `direct intents · p50 ${fmtMs(dl ? dl.p50LatencyMs : null)}${bl ? ` · bus p95 ${fmtMs(bl.p95LatencyMs)}` : ""}`);
+    else setMetric("p95", fmtMs(bl.p95LatencyMs), `bus messages · p50 ${fmtMs(bl.p50LatencyMs)}`);
+    if (hours === "auto" || String(d.windowHours) !== hours) {
+      drawWindowPick(String(d.windowHours));
+    }
+    headSub.textContent = `Intent outcomes, latency and directory health over the ${windowName(d.windowHours)}${d.autoWindow ? " (chosen from the age of the data)" : ""}.`;
     setMetric("agents", [fmtInt(s.connectedAgents), h("small", null, `/ ${fmtInt(s.totalAgents)}`)], `${fmtInt(s.staleAgents)} not seen for 24 h`);
     setMetric("queue", fmtInt(s.queueDepth), "bus messages queued or dispatched");
     setMetric("dead", fmtInt(s.deadLetters), s.deadLetters ? "need an operator" : "nothing waiting", s.deadLetters ? "err" : null);
@@ -451,7 +485,7 @@ function renderOverview(root, { params, isCurrent }) {
       bar.append(sp);
     }
     put(document.getElementById("outcome-legend"), ...segs.map(([b, n, cls, label]) =>
-      h("a", { href: `#/intents?status=${b}&hours=${hours}` }, h("i", { class: cls }), label, h("b", null, fmtInt(n)))),
+      h("a", { href: `#/intents?status=${b}&hours=${linkHours}` }, h("i", { class: cls }), label, h("b", null, fmtInt(n)))),
     h("span", { class: "muted" }, `${fmtInt(s.inFlightOlderThan15m)} in flight for over 15 min`));
     document.getElementById("outcome-sub").textContent = `${fmtInt(total)} intents`;
     document.getElementById("lat-sub").textContent = s.latencySampled ? "sampled" : "";
@@ -466,7 +500,7 @@ function renderOverview(root, { params, isCurrent }) {
       const bar = h("span");
       bar.style.width = `${(t.count / maxCount) * 100}%`;
       return h("li", null,
-        h("a", { class: "name", href: `#/intents?intentType=${encodeURIComponent(t.intentType)}&hours=${hours}` }, t.intentType || "(none)"),
+        h("a", { class: "name", href: `#/intents?intentType=${encodeURIComponent(t.intentType)}&hours=${linkHours}` }, t.intentType || "(none)"),
         h("span", { class: "num" }, `${fmtInt(t.count)} · ${fmtMs(t.avgLatencyMs)}`),
         h("div", { class: "bar" }, bar));
     })) : h("p", { class: "muted" }, "No intents in this window."));
@@ -476,7 +510,7 @@ function renderOverview(root, { params, isCurrent }) {
       const bar = h("span");
       bar.style.width = `${(t.count / maxErr) * 100}%`;
       return h("li", null,
-        h("a", { class: "name mono", href: `#/intents?errorCode=${encodeURIComponent(t.errorCode)}&hours=${hours}` }, t.errorCode),
+        h("a", { class: "name mono", href: `#/intents?errorCode=${encodeURIComponent(t.errorCode)}&hours=${linkHours}` }, t.errorCode),
         h("span", { class: "num" }, fmtInt(t.count)),
         h("div", { class: "bar err" }, bar));
     })) : h("p", { class: "muted" }, "No failures in this window."));
