@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -60,5 +61,11 @@ func TestBrowserFederationPeerDown(t *testing.T) {
 	require.False(t, browsertest.Eval[bool](t, bctx, row+`.querySelector(".presence").classList.contains("link-up")`), "no green dot for a dead peer")
 	require.False(t, browsertest.Eval[bool](t, bctx, `!!document.querySelector("#content .skeleton")`), "every card filled in")
 	shots.Shot(bctx, "02-peer-down")
+	for _, w := range []int64{390, 1440} {
+		browsertest.Run(t, bctx, 5*time.Second, chromedp.EmulateViewport(w, 900))
+		browsertest.WaitJS(t, bctx, 5*time.Second, row+` && `+row+`.dataset.link === "down"`)
+		browsertest.RequireNoOverflow(t, bctx, fmt.Sprintf("federation at %d px", w))
+		shots.Shot(bctx, fmt.Sprintf("03-peer-down-%d", w))
+	}
 	t.Logf("screenshots in %s", shots.Dir())
 }
