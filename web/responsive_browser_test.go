@@ -15,7 +15,6 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-
 // retryTrace appends a bus message whose first attempt fails and waits
 // 31 s for its retry, which then succeeds: received at 0, dispatched at
 // 1 s, failed and requeued at 2 s, dispatched again at 33 s, delivered at
