@@ -75,6 +75,9 @@ export function waterfall(t, onPick) {
   if (last && retryFailure(last) && last.details && last.details.nextRetryAt) {
     tEnd = Math.max(tEnd, Number(last.details.nextRetryAt));
   }
+  // An intent still in flight runs until now: its last state is ongoing.
+  const ongoing = t.intent && t.intent.bucket === "in_flight" && last && !retryFailure(last);
+  if (ongoing) tEnd = Math.max(tEnd, Date.now());
   const total = Math.max(1, tEnd - t0);
   const pct = (ms) => `${((ms / total) * 100).toFixed(4)}%`;
 
@@ -128,7 +131,7 @@ export function waterfall(t, onPick) {
     }
     const kind = stageKind(s);
     const start = times[i] - t0;
-    let end = i + 1 < stages.length ? times[i + 1] - t0 : start;
+    let end = i + 1 < stages.length ? times[i + 1] - t0 : (ongoing ? tEnd - t0 : start);
     if (kind === "retry" && i + 1 === stages.length && s.details && s.details.nextRetryAt) end = Number(s.details.nextRetryAt) - t0;
     const d = s.details || {};
     const name = kind === "retry" ? "failed → retry wait" : s.state.replace(/_/g, " ");
@@ -142,7 +145,8 @@ export function waterfall(t, onPick) {
       parts.push(durLabel(start, end, `${d.errorCode || "error"} · wait ${fmtSpan(end - start)}`));
     } else {
       parts.push(bar(kind, start, end, `${name}: ${fmtSpan(end - start)}${d.errorCode ? ` · ${d.errorCode}` : ""}`));
-      const text = end > start ? fmtSpan(end - start) : (d.errorCode || (i === stages.length - 1 ? "end" : "0 ms"));
+      const isLast = i === stages.length - 1;
+      const text = isLast && ongoing ? `${fmtSpan(end - start)} so far` : end > start ? fmtSpan(end - start) : (d.errorCode || (isLast ? "end" : "0 ms"));
       parts.push(durLabel(start, end, text));
     }
     rows.push(row(`wf-stage rk-${kind}`, label, parts, {
