@@ -164,6 +164,17 @@ func TestBrowserResponsiveAndWaterfall(t *testing.T) {
 		}
 	}
 
+	// The waterfall in the dark theme, at 1440 px.
+	browsertest.Run(t, ctx, 10*time.Second, chromedp.EmulateViewport(1440, 900))
+	setTheme(t, ctx, "dark")
+	browsertest.Run(t, ctx, 10*time.Second, chromedp.Navigate(b.url("/dashboard/#/intents/n-retry-1")))
+	browsertest.WaitJS(t, ctx, 10*time.Second, `document.querySelectorAll("#waterfall .wf-stage").length === 6`)
+	checkWaterfall(t, ctx, offs)
+	shots.Shot(ctx, "1440-08-trace-dark")
+	setTheme(t, ctx, "light")
+	browsertest.Run(t, ctx, 10*time.Second, chromedp.EmulateViewport(390, 900), chromedp.Navigate(b.url("/dashboard/#/agents")))
+	browsertest.WaitJS(t, ctx, 10*time.Second, `document.querySelectorAll("tbody tr.row-link").length === 2`)
+
 	// At 390 px the navigation folds behind a menu button.
 	navShown := `getComputedStyle(document.getElementById("nav")).display !== "none"`
 	require.False(t, browsertest.Eval[bool](t, ctx, navShown), "the menu starts folded")

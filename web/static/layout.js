@@ -9,5 +9,6 @@ if (sidebar && toggle) {
   };
   toggle.addEventListener("click", () => set(!sidebar.hasAttribute("data-open")));
   window.addEventListener("hashchange", () => set(false));
+  document.getElementById("nav")?.addEventListener("click", (e) => { if (e.target.closest("a")) set(false); });
   document.addEventListener("keydown", (e) => { if (e.key === "Escape") set(false); });
 }
