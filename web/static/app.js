@@ -1204,7 +1204,7 @@ function renderAgents(root, { params, isCurrent }) {
 // ---------- federation ----------
 
 function renderFederation(root, { isCurrent }) {
-  root.append(pageHead("Federation", "Peer directories, pinned keys and the outbox relay."));
+  root.append(pageHead("Federation", "Peer directories, pinned keys and the outbox relay. Link state refreshes every 5 seconds."));
   const body = h("div", null, h("div", { class: "card card-body" }, h("div", { class: "skeleton sk-line" }), h("div", { class: "skeleton sk-line" })));
   root.append(body);
   const load = () => api("/observability/federation").then((f) => {
