@@ -715,10 +715,15 @@ func (n *Node) Status(ctx context.Context) (any, error) {
 	if dead == nil {
 		dead = []Row{}
 	}
+	links, err := n.Links(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("federation status: %w", err)
+	}
 	return map[string]any{
 		"self":   n.Self(),
 		"peers":  n.Peers(),
 		"outbox": counts,
 		"dead":   dead,
+		"links":  links,
 	}, nil
 }

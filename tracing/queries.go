@@ -663,3 +663,59 @@ func placeholders(n int) string {
 	}
 	return strings.Repeat("?,", n-1) + "?"
 }
+
+// InboxDepth is how many bus messages wait for one recipient.
+type InboxDepth struct {
+	// Queued messages wait for a delivery attempt or a retry.
+	Queued int64 `json:"queued"`
+	// Dispatched messages are being delivered or are leased to a poller.
+	Dispatched int64 `json:"dispatched"`
+}
+
+// InboxDepths counts the queued and dispatched bus messages of each of the
+// recipients; recipients with none are left out of the map.
+func (l *Log) InboxDepths(ctx context.Context, recipients []string) (map[string]InboxDepth, error) {
+	out := make(map[string]InboxDepth, len(recipients))
+	const chunk = 500 // well under SQLite's bound-parameter limit
+	for start := 0; start < len(recipients); start += chunk {
+		part := recipients[start:min(start+chunk, len(recipients))]
+		args := make([]any, len(part))
+		for i, r := range part {
+			args[i] = r
+		}
+		rows, err := l.rdb.QueryContext(ctx, `SELECT recipient, COALESCE(SUM(status = 'queued'), 0), COALESCE(SUM(status = 'dispatched'), 0)
+			FROM beam_messages WHERE status IN ('queued','dispatched') AND recipient IN (?`+strings.Repeat(",?", len(part)-1)+`)
+			GROUP BY recipient`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("count inbox depths: %w", err)
+		}
+		for rows.Next() {
+			var r string
+			var d InboxDepth
+			if err := rows.Scan(&r, &d.Queued, &d.Dispatched); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("count inbox depths: %w", err)
+			}
+			out[r] = d
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("count inbox depths: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// OldestIntentSince returns the request time of the oldest intent
+// requested at or after since; false when there is none.
+func (l *Log) OldestIntentSince(ctx context.Context, since time.Time) (time.Time, bool, error) {
+	var us sql.NullInt64
+	if err := l.rdb.QueryRowContext(ctx, `SELECT MIN(requested_at) FROM intent_log WHERE requested_at >= ?`, since.UnixMicro()).Scan(&us); err != nil {
+		return time.Time{}, false, fmt.Errorf("oldest intent: %w", err)
+	}
+	if !us.Valid {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMicro(us.Int64).UTC(), true, nil
+}

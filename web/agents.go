@@ -35,6 +35,8 @@ type agentView struct {
 	LastSeen         *string       `json:"lastSeen"`
 	TrustScore       float64       `json:"trustScore"`
 	Policy           policySummary `json:"policy"`
+	// Inbox counts the bus messages waiting for the agent.
+	Inbox tracing.InboxDepth `json:"inbox"`
 }
 
 type agentsResponse struct {
@@ -72,6 +74,11 @@ func (d *Dashboard) handleAgents(w http.ResponseWriter, r *http.Request, _ princ
 	ids = ids[min(offset, len(ids)):]
 	ids = ids[:min(limit, len(ids))]
 	now := d.clock()
+	inbox, err := d.log.InboxDepths(r.Context(), ids)
+	if err != nil {
+		d.internalError(w, "agents", err)
+		return
+	}
 	for _, id := range ids {
 		a, ok := d.reg.Get(id)
 		if !ok {
@@ -91,6 +98,7 @@ func (d *Dashboard) handleAgents(w http.ResponseWriter, r *http.Request, _ princ
 			v.LastSeen = &s
 		}
 		v.Policy = d.policyOf(a.BeamID)
+		v.Inbox = inbox[a.BeamID]
 		resp.Agents = append(resp.Agents, v)
 	}
 	writeJSON(w, http.StatusOK, resp)

@@ -327,3 +327,54 @@ func TestNotFoundUnderObservability(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, r.status)
 	require.Equal(t, "NOT_FOUND", r.json(t)["errorCode"])
 }
+
+// The overview picks its window from the data's age when asked for
+// hours=auto, and keeps the latency of bus messages (retries, minutes)
+// apart from direct intents (milliseconds).
+func TestOverviewAutoWindowAndLatencyByOwner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	empty := b.get("/observability/overview?hours=auto", adminToken)
+	require.Equal(t, http.StatusOK, empty.status, string(empty.body))
+	var e struct {
+		WindowHours   float64 `json:"windowHours"`
+		AutoWindow    bool    `json:"autoWindow"`
+		BucketSeconds int64   `json:"bucketSeconds"`
+	}
+	require.NoError(t, json.Unmarshal(empty.body, &e))
+	require.Equal(t, 0.25, e.WindowHours, "an empty log gets the shortest window")
+	require.True(t, e.AutoWindow)
+	require.EqualValues(t, 30, e.BucketSeconds)
+
+	now := time.Now()
+	b.appendFlow("n-direct", "alice@acme.beam.directory", "bob@acme.beam.directory", "task.run", now.Add(-2*time.Hour), 5*time.Millisecond,
+		tracing.Received, tracing.Validated, tracing.Dispatched, tracing.Delivered, tracing.Acked)
+	b.retryTrace("n-bus", now.Add(-time.Minute))
+	r := b.get("/observability/overview?hours=auto", adminToken)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	var o struct {
+		WindowHours float64 `json:"windowHours"`
+		Summary     struct {
+			LatencyByOwner map[string]struct {
+				Count int64  `json:"count"`
+				P95   *int64 `json:"p95LatencyMs"`
+			} `json:"latencyByOwner"`
+		} `json:"summary"`
+		Alerts []struct {
+			ID string `json:"id"`
+		} `json:"alerts"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &o))
+	require.Equal(t, 6.0, o.WindowHours, "two-hour-old data gets the 6 h window")
+	lo := o.Summary.LatencyByOwner
+	require.EqualValues(t, 1, lo["directory"].Count)
+	require.EqualValues(t, 20, *lo["directory"].P95)
+	require.EqualValues(t, 1, lo["bus"].Count)
+	require.EqualValues(t, 34000, *lo["bus"].P95)
+	for _, a := range o.Alerts {
+		require.NotEqual(t, "network-latency-p95", a.ID, "a bus retry is no latency alert")
+	}
+
+	bad := b.get("/observability/overview?hours=soon", adminToken)
+	require.Equal(t, http.StatusBadRequest, bad.status)
+}

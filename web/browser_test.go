@@ -105,7 +105,7 @@ func TestBrowserDashboard(t *testing.T) {
 	browsertest.WaitJS(t, ctx, 10*time.Second, `!!document.querySelector("button[data-requeue]")`)
 	disabled := browsertest.Eval[bool](t, ctx, `document.querySelector("button[data-requeue]").disabled`)
 	require.False(t, disabled, "an admin may requeue")
-	browsertest.Run(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`tr[data-id="msg-dead-1"] td:nth-child(2)`)))
+	browsertest.Run(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`tr[data-id="msg-dead-1"] td:nth-child(3)`)))
 	browsertest.WaitJS(t, ctx, 10*time.Second, `!!document.querySelector("#dl-detail pre.json")`)
 	shots.Shot(ctx, "06-dead-letters-admin-light")
 

@@ -16,7 +16,14 @@
 //     one event per log record with id = seq, resumable with Last-Event-ID
 //     without gaps or duplicates.
 //   - The UI itself: plain HTML, CSS and ES modules embedded with go:embed,
-//     so neither Node nor a network is needed to build or serve it.
+//     so neither Node nor a network is needed to build or serve it. It is
+//     laid out for screens from 390 px wide (the sidebar folds behind a menu
+//     button, tables stack) to wide monitors. A trace opens as a waterfall
+//     (static/trace.js): each event a span on a proportional time axis,
+//     attempts grouped, a failed attempt and its wait before the retry
+//     drawn as such. Lists page with limit/offset; the overview asks for
+//     hours=auto, a window picked from the age of the data, and splits
+//     latency by owner (direct intents, bus messages).
 //
 // # What it must not do
 //

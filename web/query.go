@@ -201,6 +201,8 @@ func (s *sampler) sampled() bool { return s.seen > int64(len(s.vals)) }
 // bucketSize picks the timeline resolution for a window.
 func bucketSize(window time.Duration) time.Duration {
 	switch {
+	case window <= 15*time.Minute:
+		return 30 * time.Second
 	case window <= time.Hour:
 		return 2 * time.Minute
 	case window <= 6*time.Hour:

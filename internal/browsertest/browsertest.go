@@ -133,3 +133,42 @@ func (s *Shooter) Shot(ctx context.Context, name string) {
 
 // Dir is the directory the screenshots are written to.
 func (s *Shooter) Dir() string { return s.dir }
+
+// overflowJS lists the visible elements whose right edge passes the
+// viewport, after clipping by any ancestor that hides or scrolls its
+// overflow, plus every table container that would need a horizontal
+// scrollbar and a document wider than the viewport. Code blocks (pre) may
+// scroll; nothing else may.
+const overflowJS = `(() => {
+  const W = document.documentElement.clientWidth;
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
+    (typeof el.className === "string" && el.className ? "." + el.className.trim().split(/\s+/).join(".") : "");
+  const bad = [];
+  for (const el of document.querySelectorAll("body *")) {
+    const cs = getComputedStyle(el);
+    if (cs.display === "none" || cs.visibility === "hidden" || el.closest("[hidden]")) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    let right = r.right;
+    for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX;
+      if (o !== "visible") right = Math.min(right, a.getBoundingClientRect().right);
+    }
+    if (right > W + 0.5) bad.push(name(el) + " right=" + Math.round(right));
+    if ((cs.overflowX === "auto" || cs.overflowX === "scroll") && el.tagName !== "PRE" && el.scrollWidth > el.clientWidth + 1) {
+      bad.push(name(el) + " scrolls sideways: " + el.scrollWidth + " > " + el.clientWidth);
+    }
+  }
+  if (document.documentElement.scrollWidth > W) bad.push("document is " + document.documentElement.scrollWidth + " px wide");
+  return bad.slice(0, 15);
+})()`
+
+// RequireNoOverflow fails the test when an element of the current page
+// reaches past the viewport's right edge (after clipping by its
+// ancestors), a table container needs a horizontal scrollbar, or the
+// document is wider than the viewport; what names the page in the message.
+func RequireNoOverflow(t testing.TB, ctx context.Context, what string) {
+	t.Helper()
+	bad := Eval[[]string](t, ctx, overflowJS)
+	require.Empty(t, bad, "%s: elements past the viewport's right edge", what)
+}

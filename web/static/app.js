@@ -1,5 +1,7 @@
 // beam dashboard: a hash-routed single page over /observability/*.
 import { stackedBars, latencyLines } from "./chart.js";
+import { waterfall, retryFailure } from "./trace.js";
+import { pager, PAGE } from "./pager.js";
 
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ROLE = document.querySelector('meta[name="beam-role"]').content;
@@ -93,6 +95,11 @@ function fmtClock(iso) {
 const timeEl = (iso) => h("time", { datetime: iso || "", title: fmtTime(iso), dataset: { rel: iso || "" } }, rel(iso));
 const stateLabel = (s) => (s || "").replace(/_/g, " ");
 const chip = (state) => h("span", { class: `chip s-${state}` }, stateLabel(state));
+// statusChip shows an intent's state; a queued intent that carries an error
+// is a failed attempt waiting for its retry, not a fresh queue entry.
+const statusChip = (v) => (v.status === "queued" && v.errorCode
+  ? h("span", { class: "chip s-retry", title: `last attempt failed: ${v.errorCode}` }, "retry wait")
+  : chip(v.status));
 const bucketChip = (b, text) => h("span", { class: `chip b-${b}` }, text || stateLabel(b));
 
 function route(from, to) {
@@ -353,15 +360,21 @@ function setMetric(id, value, hint, tone) {
 
 // ---------- overview ----------
 
+const OVERVIEW_WINDOWS = [["0.25", "15m"], ["1", "1h"], ["6", "6h"], ["24", "24h"], ["168", "7d"]];
+
 function renderOverview(root, { params, isCurrent }) {
-  const hours = ["1", "24", "168"].includes(params.get("hours")) ? params.get("hours") : "24";
-  const windowName = { 1: "last hour", 24: "last 24 hours", 168: "last 7 days" }[hours];
-  root.append(pageHead("Overview", `Intent outcomes, latency and directory health over the ${windowName}.`,
-    segmented([["1", "1h"], ["24", "24h"], ["168", "7d"]], hours, (v) => {
-      params.set("hours", v);
-      setHashQuery("overview", params);
-      navigate();
-    }, "Time window")));
+  // Without a chosen window the server picks one from the data's age.
+  let hours = OVERVIEW_WINDOWS.some(([v]) => v === params.get("hours")) ? params.get("hours") : "auto";
+  const windowName = (hrs) => ({ 0.25: "last 15 minutes", 1: "last hour", 6: "last 6 hours", 24: "last 24 hours", 168: "last 7 days" }[hrs] || `last ${hrs} hours`);
+  const headSub = h("p", { id: "overview-window" }, "Intent outcomes, latency and directory health.");
+  const windowPick = h("div");
+  const drawWindowPick = (current) => put(windowPick, segmented(OVERVIEW_WINDOWS, current, (v) => {
+    params.set("hours", v);
+    setHashQuery("overview", params);
+    navigate();
+  }, "Time window"));
+  drawWindowPick(hours);
+  root.append(h("div", { class: "page-head" }, h("div", null, h("h1", null, "Overview"), headSub), h("div", { class: "actions" }, windowPick)));
   root.append(h("div", { class: "grid metrics" },
     metric("Intents", "total"), metric("Success rate", "success"), metric("p95 latency", "p95"),
     metric("Connected agents", "agents"), metric("Queue depth", "queue"), metric("Dead letters", "dead")));
@@ -390,6 +403,7 @@ function renderOverview(root, { params, isCurrent }) {
     h("section", { class: "card", "aria-labelledby": "h-lat" },
       h("div", { class: "card-head" }, h("h2", { id: "h-lat" }, "Latency"), h("span", { class: "sub", id: "lat-sub" }, ""),
         h("div", { class: "right legend" },
+          h("span", { id: "lat-owner" }),
           h("span", null, h("i", { class: "leg-p50" }), "p50"),
           h("span", null, h("i", { class: "leg-p95" }), "p95"))),
       latBody));
@@ -407,6 +421,13 @@ function renderOverview(root, { params, isCurrent }) {
   root.append(h("div", { class: "grid cols-main" }, left, right));
 
   let data = null;
+  // Directory intents finish in milliseconds, bus messages can wait minutes
+  // for retries: the latency chart shows one owner at a time.
+  let latOwner = params.get("latency") === "bus" ? "bus" : "directory";
+  const ownerSeries = (tl, owner) => tl.map((b) => {
+    const o = (b.latencyByOwner || {})[owner];
+    return { ...b, p50LatencyMs: o ? o.p50LatencyMs : null, p95LatencyMs: o ? o.p95LatencyMs : null };
+  });
   const drawCharts = () => {
     if (!data || !isCurrent()) return;
     const tl = data.timeline || [];
@@ -418,16 +439,36 @@ function renderOverview(root, { params, isCurrent }) {
     if (!tputBody.contains(tput)) put(tputBody, tput);
     if (!latBody.contains(lat)) put(latBody, lat);
     stackedBars(tput, tl, data.bucketSeconds, "Intents per time bucket by outcome");
-    latencyLines(lat, tl, data.bucketSeconds, "p50 and p95 latency per time bucket");
+    const owners = data.summary.latencyByOwner || {};
+    if (!owners[latOwner] && owners[latOwner === "bus" ? "directory" : "bus"]) latOwner = latOwner === "bus" ? "directory" : "bus";
+    put(document.getElementById("lat-owner"), segmented([["directory", "Direct"], ["bus", "Bus"]].filter(([o]) => owners[o] || o === latOwner), latOwner, (o) => {
+      latOwner = o;
+      params.set("latency", o);
+      setHashQuery("overview", params);
+      drawCharts();
+    }, "Latency of"));
+    lat.dataset.owner = latOwner;
+    latencyLines(lat, ownerSeries(tl, latOwner), data.bucketSeconds, `p50 and p95 latency of ${latOwner === "bus" ? "bus messages" : "direct intents"} per time bucket`);
   };
 
+  let linkHours = "24";
   const fill = (d) => {
     data = d;
+    // The intents list offers 1 h, 24 h, 7 d and 30 d.
+    linkHours = String([1, 24, 168, 720].find((x) => x >= d.windowHours) || 720);
     const s = d.summary;
     setMetric("total", fmtInt(s.totalIntents), fmtRate(s.throughputPerMin));
     setMetric("success", fmtPct(s.successRate), `${fmtInt(s.successCount)} acked · ${fmtInt(s.errorCount)} failed`,
       s.successRate === null ? null : s.successRate >= 0.95 ? "ok" : s.successRate >= 0.8 ? "warn" : "err");
-    setMetric("p95", fmtMs(s.p95LatencyMs), `p50 ${fmtMs(s.p50LatencyMs)} · avg ${fmtMs(s.avgLatencyMs)}`);
+    const lo = s.latencyByOwner || {};
+    const dl = lo.directory;
+    const bl = lo.bus;
+    if (dl || !bl) setMetric("p95", fmtMs(dl ? dl.p95LatencyMs : null), `direct intents · p50 ${fmtMs(dl ? dl.p50LatencyMs : null)}${bl ? ` · bus p95 ${fmtMs(bl.p95LatencyMs)}` : ""}`);
+    else setMetric("p95", fmtMs(bl.p95LatencyMs), `bus messages · p50 ${fmtMs(bl.p50LatencyMs)}`);
+    if (hours === "auto" || String(d.windowHours) !== hours) {
+      drawWindowPick(String(d.windowHours));
+    }
+    headSub.textContent = `Intent outcomes, latency and directory health over the ${windowName(d.windowHours)}${d.autoWindow ? " (chosen from the age of the data)" : ""}.`;
     setMetric("agents", [fmtInt(s.connectedAgents), h("small", null, `/ ${fmtInt(s.totalAgents)}`)], `${fmtInt(s.staleAgents)} not seen for 24 h`);
     setMetric("queue", fmtInt(s.queueDepth), "bus messages queued or dispatched");
     setMetric("dead", fmtInt(s.deadLetters), s.deadLetters ? "need an operator" : "nothing waiting", s.deadLetters ? "err" : null);
@@ -445,7 +486,7 @@ function renderOverview(root, { params, isCurrent }) {
       bar.append(sp);
     }
     put(document.getElementById("outcome-legend"), ...segs.map(([b, n, cls, label]) =>
-      h("a", { href: `#/intents?status=${b}&hours=${hours}` }, h("i", { class: cls }), label, h("b", null, fmtInt(n)))),
+      h("a", { href: `#/intents?status=${b}&hours=${linkHours}` }, h("i", { class: cls }), label, h("b", null, fmtInt(n)))),
     h("span", { class: "muted" }, `${fmtInt(s.inFlightOlderThan15m)} in flight for over 15 min`));
     document.getElementById("outcome-sub").textContent = `${fmtInt(total)} intents`;
     document.getElementById("lat-sub").textContent = s.latencySampled ? "sampled" : "";
@@ -460,7 +501,7 @@ function renderOverview(root, { params, isCurrent }) {
       const bar = h("span");
       bar.style.width = `${(t.count / maxCount) * 100}%`;
       return h("li", null,
-        h("a", { class: "name", href: `#/intents?intentType=${encodeURIComponent(t.intentType)}&hours=${hours}` }, t.intentType || "(none)"),
+        h("a", { class: "name", href: `#/intents?intentType=${encodeURIComponent(t.intentType)}&hours=${linkHours}` }, t.intentType || "(none)"),
         h("span", { class: "num" }, `${fmtInt(t.count)} · ${fmtMs(t.avgLatencyMs)}`),
         h("div", { class: "bar" }, bar));
     })) : h("p", { class: "muted" }, "No intents in this window."));
@@ -470,7 +511,7 @@ function renderOverview(root, { params, isCurrent }) {
       const bar = h("span");
       bar.style.width = `${(t.count / maxErr) * 100}%`;
       return h("li", null,
-        h("a", { class: "name mono", href: `#/intents?errorCode=${encodeURIComponent(t.errorCode)}&hours=${hours}` }, t.errorCode),
+        h("a", { class: "name mono", href: `#/intents?errorCode=${encodeURIComponent(t.errorCode)}&hours=${linkHours}` }, t.errorCode),
         h("span", { class: "num" }, fmtInt(t.count)),
         h("div", { class: "bar err" }, bar));
     })) : h("p", { class: "muted" }, "No failures in this window."));
@@ -552,6 +593,8 @@ function renderIntents(root, { params, isCurrent }) {
   let pendingNew = [];
   let total = 0;
   let stop = null;
+  let offset = Math.max(0, Number(params.get("offset")) || 0);
+  const pagerSlot = h("div");
 
   root.append(pageHead("Intents", "Every intent this directory handled, newest first. New intents stream in live."));
 
@@ -586,7 +629,7 @@ function renderIntents(root, { params, isCurrent }) {
     tbody);
   const bodyWrap = h("div", { class: "table-wrap" }, table);
   const empty = h("div", { hidden: true });
-  root.append(h("section", { class: "card", "aria-label": "Intent feed" }, form, bar, bodyWrap, empty));
+  root.append(h("section", { class: "card", "aria-label": "Intent feed" }, form, bar, bodyWrap, empty, pagerSlot));
 
   // Reserve space while loading.
   for (let i = 0; i < 8; i++) {
@@ -626,7 +669,7 @@ function renderIntents(root, { params, isCurrent }) {
   function fillRow(tr, v) {
     tr.dataset.status = v.status;
     put(tr, 
-      h("td", null, chip(v.status), v.errorCode ? h("span", { class: "sr-only" }, ` ${v.errorCode}`) : null),
+      h("td", null, statusChip(v), v.errorCode ? h("span", { class: "sr-only" }, ` ${v.errorCode}`) : null),
       h("td", { title: v.intentType }, v.intentType || "—"),
       h("td", null, h("a", { class: "nonce", href: `#/intents/${encodeURIComponent(v.nonce)}`, title: v.nonce, tabindex: "-1" }, v.nonce)),
       h("td", null, route(v.from, v.to)),
@@ -688,7 +731,7 @@ function renderIntents(root, { params, isCurrent }) {
       if (r) { r.data = v; fillRow(r.tr, v); continue; }
       const p = pendingNew.findIndex((x) => x.nonce === v.nonce);
       if (p >= 0) { pendingNew[p] = v; continue; }
-      if (matches(v)) fresh.push(v);
+      if (matches(v)) { if (offset) total++; else fresh.push(v); }
     }
     fresh.sort((a, b) => a.requestedAt.localeCompare(b.requestedAt));
     if (fresh.length) {
@@ -708,8 +751,9 @@ function renderIntents(root, { params, isCurrent }) {
   async function load() {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(f)) if (v) q.set(k, v);
+    if (offset) q.set("offset", String(offset));
     setHashQuery("intents", new URLSearchParams([...q].filter(([k, v]) => !(k === "hours" && v === "24"))));
-    q.set("limit", "100");
+    q.set("limit", String(PAGE));
     if (stop) { stop(); stop = null; }
     try {
       const d = await api(`/observability/intents?${q}`);
@@ -729,6 +773,7 @@ function renderIntents(root, { params, isCurrent }) {
         ? emptyState(ICONS.search, "No intents match these filters", "Clear a filter or widen the time window. Matching intents will appear here as they arrive.")
         : emptyState(ICONS.pulse, "No intents yet", "Intents appear here the moment an agent sends one. Try sending to echo@beam.directory."));
       updateStats();
+      put(pagerSlot, pager("intents-pager", d.total, offset, d.intents.length, (o) => { offset = o; load(); window.scrollTo({ top: 0 }); }));
       stop = openStream(d.lastSeq, onBatch);
     } catch (err) {
       if (isCurrent()) { put(tbody); showError(root, err); }
@@ -741,6 +786,7 @@ function renderIntents(root, { params, isCurrent }) {
     f.intentType = document.getElementById("f-type").value.trim();
     f.status = statusSel.value;
     f.hours = hoursSel.value;
+    offset = 0;
     load();
   }
   let debounce = 0;
@@ -791,7 +837,7 @@ function renderTrace(root, { arg, isCurrent }) {
         h("h1", null, it.intentType || "Intent"),
         h("div", { class: "nonce-line" }, h("span", null, "Nonce"), h("span", { class: "nonce", id: "trace-nonce" }, it.nonce),
           h("button", { class: "btn ghost small", type: "button", onclick: () => navigator.clipboard?.writeText(it.nonce).then(() => toast("Nonce copied")) }, "Copy")),
-        h("div", { class: "chips" }, chip(it.status), bucketChip(it.bucket, it.bucket === "in_flight" ? "in flight" : it.bucket),
+        h("div", { class: "chips" }, statusChip(it), bucketChip(it.bucket, it.bucket === "in_flight" ? "in flight" : it.bucket),
           it.errorCode ? h("span", { class: "chip code" }, it.errorCode) : null,
           h("span", { class: "chip muted plain" }, `owner: ${it.owner}`))),
       h("dl", { class: "trace-stats" },
@@ -839,13 +885,14 @@ function renderTrace(root, { arg, isCurrent }) {
           return h("div", { class: "fact" }, h("b", null, label), String(v));
         });
       const rest = Object.keys(details).length;
-      return h("li", { dataset: { state: s.state } },
-        h("div", { class: `tl-dot s-${s.state}`, "aria-hidden": "true" }),
+      const retry = retryFailure(s);
+      return h("li", { dataset: { state: s.state, seq: String(s.seq) } },
+        h("div", { class: `tl-dot s-${retry ? "retry" : s.state}`, "aria-hidden": "true" }),
         h("div", { class: `tl-card b-${s.bucket}` },
           h("div", { class: "tl-top" },
             h("span", { class: "idx" }, `Stage ${s.index} of ${n}`),
-            h("h3", { class: "stage-name" }, stateLabel(s.state)),
-            chip(s.state),
+            h("h3", { class: "stage-name" }, retry ? `attempt ${s.attempt || ""} failed` : stateLabel(s.state)),
+            retry ? h("span", { class: "chip s-retry" }, "failed · retry queued") : chip(s.state),
             s.annotation ? h("span", { class: "chip muted plain", title: "Same state again: an annotation, not a lifecycle move" }, "annotation") : null,
             h("span", { class: "when" }, h("time", { datetime: s.at, title: fmtTime(s.at) }, fmtClock(s.at)), " ",
               h("span", { class: "delta" }, s.index === 1 ? "start" : fmtDelta(s.deltaMs)))),
@@ -864,7 +911,16 @@ function renderTrace(root, { arg, isCurrent }) {
       h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Result frame")),
         h("div", { class: "card-body" }, t.result ? jsonPre(t.result) : h("p", { class: "muted" }, it.bucket === "in_flight" ? "No result yet: the intent is still in flight." : "No result frame was recorded."))));
 
-    put(body, h("div", { class: "grid cols-main" },
+    const pick = (seq) => {
+      document.querySelectorAll("#timeline > li.picked, .wf-stage.picked").forEach((e) => e.classList.remove("picked"));
+      const li = document.querySelector(`#timeline > li[data-seq="${seq}"]`);
+      document.querySelector(`.wf-stage[data-seq="${seq}"]`)?.classList.add("picked");
+      if (li) { li.classList.add("picked"); li.scrollIntoView({ block: "nearest", behavior: "smooth" }); }
+    };
+    const wf = h("section", { class: "card", id: "waterfall-card" },
+      h("div", { class: "card-head" }, h("h2", null, "Waterfall"), h("span", { class: "sub" }, "spans on a proportional time axis; choose one for its details below")),
+      h("div", { class: "card-body" }, n ? waterfall(t, pick) : h("p", { class: "muted" }, "No events recorded.")));
+    put(body, wf, h("div", { class: "grid-gap" }), h("div", { class: "grid cols-main" },
       h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Lifecycle"), h("span", { class: "sub" }, `${n} event${n === 1 ? "" : "s"} in log order`)),
         h("div", { class: "card-body" }, n ? timeline : h("p", { class: "muted" }, "No events recorded."))),
       h("div", { class: "stack" }, summary, related)),
@@ -906,14 +962,54 @@ function renderDeadLetters(root, { arg, isCurrent }) {
   const notice = h("div", { id: "requeue-notice" });
   const tbody = h("tbody");
   const panel = h("div", { class: "detail-panel", id: "dl-detail", hidden: true });
+  const selectAll = h("input", { type: "checkbox", id: "dl-select-all", "aria-label": "Select all dead letters on this page" });
   const table = h("table", { class: "data" }, h("thead", null, h("tr", null,
-    ...[["Nonce", "160px"], ["Route", ""], ["Intent", "130px"], ["Retries", "80px"], ["Error", "18%"], ["Failed", "110px"], ["", "110px"]]
+    ...[[selectAll, "44px"], ["Nonce", "160px"], ["Route", ""], ["Intent", "130px"], ["Retries", "80px"], ["Error", "18%"], ["Failed", "110px"], ["", "110px"]]
       .map(([t, w]) => { const th = h("th", { scope: "col" }, t); if (w) th.style.width = w; return th; }))), tbody);
   const wrap = h("div", { class: "table-wrap" }, table);
-  const card = h("section", { class: "card", "aria-label": "Dead letters" }, wrap, panel);
+  const pagerSlot = h("div");
+  const bulkBar = h("div", { class: "bulk-bar", id: "dl-bulk", hidden: true });
+  let offset = 0;
+  const chosen = new Set();
+  const card = h("section", { class: "card", "aria-label": "Dead letters" }, bulkBar, wrap, pagerSlot, panel);
   root.append(notice, card);
-  for (let i = 0; i < 4; i++) tbody.append(h("tr", null, ...Array.from({ length: 7 }, () => h("td", null, h("div", { class: "skeleton sk-line" })))));
+  for (let i = 0; i < 4; i++) tbody.append(h("tr", null, ...Array.from({ length: 8 }, () => h("td", null, h("div", { class: "skeleton sk-line" })))));
   let selected = arg || "";
+
+  // Bulk requeue: operators tick several dead letters and requeue them in
+  // one go, each through the same CSRF-protected endpoint as one.
+  function drawBulk() {
+    bulkBar.hidden = chosen.size === 0;
+    if (!chosen.size) { put(bulkBar); return; }
+    let armed = false;
+    const go = h("button", { class: "btn small brand", type: "button", id: "dl-bulk-requeue" }, `Requeue ${chosen.size}`);
+    go.addEventListener("click", async () => {
+      if (!armed) { armed = true; go.textContent = `Confirm requeue of ${chosen.size}`; return; }
+      go.disabled = true;
+      let ok = 0;
+      const failed = [];
+      for (const id of [...chosen]) {
+        try {
+          await api(`/observability/dead-letters/${encodeURIComponent(id)}/requeue`, { method: "POST" });
+          ok++;
+          chosen.delete(id);
+        } catch (err) {
+          failed.push(`${id}: ${err.message}`);
+        }
+      }
+      toast(failed.length ? `Requeued ${ok}; ${failed.length} failed (${failed[0]})` : `Requeued ${ok} message${ok === 1 ? "" : "s"}`);
+      load();
+    });
+    put(bulkBar, h("span", { id: "dl-bulk-count" }, `${chosen.size} selected`), go,
+      h("button", { class: "btn small ghost", type: "button", onclick: () => { chosen.clear(); load(); } }, "Clear"));
+  }
+  selectAll.addEventListener("change", () => {
+    tbody.querySelectorAll("input[data-pick]:not(:disabled)").forEach((c) => {
+      c.checked = selectAll.checked;
+      if (c.checked) chosen.add(c.dataset.pick); else chosen.delete(c.dataset.pick);
+    });
+    drawBulk();
+  });
 
   function requeueButton(m, rq, onDone) {
     if (m.status && m.status !== "dead_letter") return null;
@@ -963,6 +1059,7 @@ function renderDeadLetters(root, { arg, isCurrent }) {
             h("dt", null, "Recipient"), h("dd", { class: "mono" }, m.recipient),
             h("dt", null, "Intent"), h("dd", null, m.intent),
             h("dt", null, "Retries"), h("dd", null, `${m.retryCount} of ${m.maxRetries}`),
+            h("dt", null, "Error code"), h("dd", { id: "dl-error-code" }, d.intent && d.intent.errorCode ? h("span", { class: "chip code" }, d.intent.errorCode) : "—"),
             h("dt", null, dead ? "Error" : "Last error"), h("dd", null, m.error || "—"),
             h("dt", null, "Created"), h("dd", null, fmtTime(m.createdAt)),
             h("dt", null, dead ? "Failed" : "Dead-lettered"), h("dd", null, fmtTime(m.failedAt)),
@@ -975,8 +1072,15 @@ function renderDeadLetters(root, { arg, isCurrent }) {
 
   async function load() {
     try {
-      const d = await api("/observability/dead-letters?limit=200");
+      const d = await api(`/observability/dead-letters?limit=${PAGE}&offset=${offset}`);
       if (!isCurrent()) return;
+      const canPick = d.requeue.available && d.requeue.allowed;
+      selectAll.disabled = !canPick;
+      selectAll.checked = false;
+      selectAll.title = canPick ? "Select all on this page" : d.requeue.reason || "";
+      for (const id of [...chosen]) if (!d.deadLetters.some((m) => m.id === id)) chosen.delete(id);
+      drawBulk();
+      put(pagerSlot, pager("dl-pager", d.total, offset, d.deadLetters.length, (o) => { offset = o; chosen.clear(); load(); }));
       setMetric("dl-total", fmtInt(d.total), d.total ? "terminal until requeued" : "nothing waiting", d.total ? "err" : null);
       setMetric("dl-senders", fmtInt(d.summary.uniqueSenders));
       setMetric("dl-recipients", fmtInt(d.summary.uniqueRecipients));
@@ -989,9 +1093,12 @@ function renderDeadLetters(root, { arg, isCurrent }) {
       put(tbody, ...d.deadLetters.map((m) => {
         const tr = h("tr", {
           class: "row-link", tabindex: "0", dataset: { id: m.id },
-          onclick: (e) => { if (!e.target.closest("a,button")) showDetail(m.id); },
-          onkeydown: (e) => { if (e.key === "Enter") { e.preventDefault(); showDetail(m.id); } },
+          onclick: (e) => { if (!e.target.closest("a,button,input,label")) showDetail(m.id); },
+          onkeydown: (e) => { if (e.key === "Enter" && e.target.tagName !== "INPUT") { e.preventDefault(); showDetail(m.id); } },
         },
+        h("td", { class: "pick" }, h("input", { type: "checkbox", "data-pick": m.id, "aria-label": `Select ${m.id}`, checked: chosen.has(m.id),
+          disabled: !canPick, title: canPick ? null : d.requeue.reason,
+          onchange: (e) => { if (e.target.checked) chosen.add(m.id); else chosen.delete(m.id); drawBulk(); } })),
         h("td", null, h("a", { class: "nonce", href: `#/intents/${encodeURIComponent(m.nonce)}`, title: m.nonce }, m.nonce)),
         h("td", null, route(m.sender, m.recipient)),
         h("td", { title: m.intent }, m.intent),
@@ -1105,23 +1212,28 @@ function renderAgents(root, { params, isCurrent }) {
   const onlyConn = h("input", { type: "checkbox", id: "agent-conn", checked: params.get("connected") === "1" });
   const tbody = h("tbody");
   const table = h("table", { class: "data" }, h("thead", null, h("tr", null,
-    ...[["Agent", ""], ["Org", "120px"], ["Delivery", "110px"], ["Visibility", "100px"], ["Last seen", "120px"], ["Policy", "200px"], ["Trust", "70px"]]
-      .map(([t, w]) => { const th = h("th", { scope: "col", class: t === "Trust" ? "num" : null }, t); if (w) th.style.width = w; return th; }))), tbody);
+    ...[["Agent", ""], ["Org", "120px"], ["Delivery", "110px"], ["Inbox", "110px"], ["Visibility", "100px"], ["Last seen", "120px"], ["Policy", "180px"], ["Trust", "70px"]]
+      .map(([t, w]) => { const th = h("th", { scope: "col", class: t === "Trust" || t === "Inbox" ? "num" : null }, t); if (w) th.style.width = w; return th; }))), tbody);
   const wrap = h("div", { class: "table-wrap" }, table);
+  const pagerSlot = h("div");
+  let offset = 0;
   root.append(h("section", { class: "card" },
     h("div", { class: "feed-bar" }, h("div", { class: "search" }, icon(ICONS.search), q),
       h("label", { class: "check" }, onlyConn, " Connected only"), h("span", { class: "right muted", id: "agents-count" }, "")),
-    wrap));
-  for (let i = 0; i < 6; i++) tbody.append(h("tr", null, ...Array.from({ length: 7 }, () => h("td", null, h("div", { class: "skeleton sk-line" })))));
+    wrap, pagerSlot));
+  for (let i = 0; i < 6; i++) tbody.append(h("tr", null, ...Array.from({ length: 8 }, () => h("td", null, h("div", { class: "skeleton sk-line" })))));
 
   async function load() {
     const p = new URLSearchParams();
     if (q.value.trim()) p.set("q", q.value.trim());
     if (onlyConn.checked) p.set("connected", "1");
     setHashQuery("agents", p);
+    p.set("limit", String(PAGE));
+    p.set("offset", String(offset));
     try {
       const d = await api(`/observability/agents?${p}`);
       if (!isCurrent()) return;
+      put(pagerSlot, pager("agents-pager", d.total, offset, d.agents.length, (o) => { offset = o; load(); }));
       setMetric("ag-total", fmtInt(d.registered));
       setMetric("ag-conn", fmtInt(d.connected), "WebSocket sessions on this directory", d.connected ? "ok" : null);
       setMetric("ag-http", fmtInt(d.agents.filter((a) => a.delivery === "direct-http").length), "in this list");
@@ -1135,12 +1247,18 @@ function renderAgents(root, { params, isCurrent }) {
         h("div", { class: "agent-names" }, h("div", { class: "agent-name" }, a.displayName || a.beamId), h("div", { class: "mono muted" }, a.beamId)))),
       h("td", null, a.org),
       h("td", null, h("span", { class: "chip muted plain" }, a.delivery)),
+      h("td", { class: "num inbox", dataset: { queued: String(a.inbox.queued), dispatched: String(a.inbox.dispatched) },
+        title: `${a.inbox.queued} queued, ${a.inbox.dispatched} being delivered` },
+      a.inbox.queued + a.inbox.dispatched
+        ? h("a", { href: `#/intents?beamId=${encodeURIComponent(a.beamId)}&status=in_flight`, class: "inbox-depth" },
+          h("b", null, fmtInt(a.inbox.queued)), " queued", a.inbox.dispatched ? ` · ${fmtInt(a.inbox.dispatched)} out` : "")
+        : h("span", { class: "muted" }, "empty")),
       h("td", { class: "muted" }, a.visibility),
       h("td", null, a.connected ? bucketChip("success", "online") : timeEl(a.lastSeen)),
       h("td", { title: a.policy.intentTypes.join(", ") }, a.policy.summary),
       h("td", { class: "num" }, a.trustScore.toFixed(2)))));
       if (!d.agents.length) {
-        put(tbody, h("tr", null, h("td", { colspan: "7" }, emptyState(ICONS.users, q.value || onlyConn.checked ? "No agents match" : "No agents registered",
+        put(tbody, h("tr", null, h("td", { colspan: "8" }, emptyState(ICONS.users, q.value || onlyConn.checked ? "No agents match" : "No agents registered",
           "Agents appear here after POST /agents/register."))));
       }
     } catch (err) {
@@ -1148,8 +1266,8 @@ function renderAgents(root, { params, isCurrent }) {
     }
   }
   let t = 0;
-  q.addEventListener("input", () => { clearTimeout(t); t = setTimeout(load, 250); });
-  onlyConn.addEventListener("change", load);
+  q.addEventListener("input", () => { clearTimeout(t); t = setTimeout(() => { offset = 0; load(); }, 250); });
+  onlyConn.addEventListener("change", () => { offset = 0; load(); });
   load();
   // Presence changes without log traffic: poll, and refresh on traffic.
   const iv = setInterval(load, 15000);
@@ -1160,11 +1278,12 @@ function renderAgents(root, { params, isCurrent }) {
 // ---------- federation ----------
 
 function renderFederation(root, { isCurrent }) {
-  root.append(pageHead("Federation", "Peer directories, pinned keys and the outbox relay."));
+  root.append(pageHead("Federation", "Peer directories, pinned keys and the outbox relay. Link state refreshes every 5 seconds."));
   const body = h("div", null, h("div", { class: "card card-body" }, h("div", { class: "skeleton sk-line" }), h("div", { class: "skeleton sk-line" })));
   root.append(body);
-  api("/observability/federation").then((f) => {
+  const load = () => api("/observability/federation").then((f) => {
     if (!isCurrent()) return;
+    root.querySelector(":scope > .view-error")?.remove();
     if (!f.configured) {
       put(body, h("section", { class: "card", id: "federation-empty" }, emptyState(ICONS.globe, "Federation is not configured",
         "This directory runs alone: intents are only delivered to agents registered here. Configure peers (NATS federation) to relay intents to other directories; their health and the outbox will show up here.")));
@@ -1172,8 +1291,9 @@ function renderFederation(root, { isCurrent }) {
     }
     if (f.error) { put(body, errorBox(new Error(f.error))); return; }
     const st = f.status || {};
-    const known = new Set();
+    const known = new Set(["links"]);
     const parts = [];
+    const links = new Map((Array.isArray(st.links) ? st.links : []).map((l) => [l.peer, l]));
     let metricsRow = null;
     const peers = Array.isArray(st.peers) ? st.peers : null;
     const outbox = st.outbox && typeof st.outbox === "object" ? st.outbox : null;
@@ -1186,8 +1306,9 @@ function renderFederation(root, { isCurrent }) {
       metricsRow = h("div", { class: "grid metrics four" },
         metric("Peers", "fed-peers"), metric("Outbox waiting", "fed-waiting"), metric("Published", "fed-published"), metric("Dead", "fed-dead"));
       queueMicrotask(() => {
-        const inContact = (peers || []).filter((p) => p.lastContact).length;
-        setMetric("fed-peers", fmtInt(peers ? peers.length : null), peers ? `${fmtInt(inContact)} heard from` : "\u00a0", peers && peers.length && inContact === peers.length ? "ok" : null);
+        const up = (peers || []).filter((p) => linkState(p, links.get(p.domain)).state === "up").length;
+        const count = peers ? peers.length : 0;
+        setMetric("fed-peers", fmtInt(peers ? count : null), peers ? `${fmtInt(up)} link${up === 1 ? "" : "s"} up` : "\u00a0", count ? (up === count ? "ok" : "warn") : null);
         setMetric("fed-waiting", fmtInt(waiting), waiting ? "pending or claimed" : "nothing waiting", waiting ? "warn" : null);
         setMetric("fed-published", fmtInt(n("PUBLISHED")), "confirmed by the peer");
         setMetric("fed-dead", fmtInt(n("DEAD")), n("DEAD") ? "gave up; replay from the CLI" : "none", n("DEAD") ? "err" : null);
@@ -1209,13 +1330,17 @@ function renderFederation(root, { isCurrent }) {
       let table;
       if (custom) {
         table = h("table", { class: "data", id: "federation-peers" },
-          h("thead", null, h("tr", null, ...["Peer directory", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col" }, t)))),
-          h("tbody", null, ...peers.map((p) => h("tr", { dataset: { peer: p.domain } },
-            h("td", null, h("div", { class: "agent-cell" }, h("span", { class: `presence ${p.lastContact ? "on" : ""}`, title: p.lastContact ? "heard from" : "never heard from" }),
+          h("thead", null, h("tr", null, ...["Peer directory", "Link", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", null, ...peers.map((p) => {
+            const ls = linkState(p, links.get(p.domain));
+            return h("tr", { dataset: { peer: p.domain, link: ls.state } },
+            h("td", null, h("div", { class: "agent-cell" }, h("span", { class: `presence link-${ls.state}`, title: ls.text }),
               h("span", { class: "mono" }, p.domain))),
+            h("td", { title: ls.detail || ls.text }, h("span", { class: `chip link-${ls.state}` }, ls.text)),
             h("td", { class: "mono muted", title: p.url || "" }, p.url || "—"),
             h("td", null, when(p.addedAt)),
-            h("td", null, p.lastContact ? when(p.lastContact) : h("span", { class: "chip muted plain" }, "never"))))));
+            h("td", null, p.lastContact ? when(p.lastContact) : h("span", { class: "chip muted plain" }, "never")));
+          })));
       } else {
         const keys = peers.length ? Object.keys(peers[0]).slice(0, 7) : [];
         table = h("table", { class: "data", id: "federation-peers" },
@@ -1248,7 +1373,27 @@ function renderFederation(root, { isCurrent }) {
       parts.push(h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Status")), h("div", { class: "card-body" }, jsonPre(rest))));
     }
     put(body, metricsRow, h("div", { class: "stack" }, ...parts));
-  }).catch((err) => { if (isCurrent()) put(body, errorBox(err)); });
+  }).catch((err) => { if (isCurrent()) showError(root, err); });
+  load();
+  // Link state changes without log traffic (a peer goes away): poll.
+  const iv = setInterval(load, 5000);
+  return () => clearInterval(iv);
+}
+
+// PEER_QUIET is how long after its last message a peer without a link
+// signal of its own still counts as up.
+const PEER_QUIET_MS = 5 * 60 * 1000;
+
+// linkState judges the link to a peer from its NATS connection, the
+// relay's publish failures and its last contact, worst first.
+function linkState(p, l) {
+  l = l || {};
+  if (l.connected === false) return { state: "down", text: "disconnected", detail: l.lastError || "the NATS connection to this peer is down" };
+  if (l.failing > 0) return { state: "failing", text: `${l.failing} failing`, detail: `${l.lastError || "publish failed"} (${rel(l.lastErrorAt)})` };
+  if (l.connected === true) return { state: "up", text: "connected" };
+  const age = p.lastContact ? Date.now() - new Date(p.lastContact).getTime() : Infinity;
+  if (age < PEER_QUIET_MS) return { state: "up", text: "heard from recently" };
+  return { state: "quiet", text: p.lastContact ? "no recent contact" : "never heard from" };
 }
 
 // ---------- start ----------

@@ -45,7 +45,7 @@ function fmtTick(iso, bucketSeconds) {
 }
 
 function frame(svg, height) {
-  const width = Math.max(320, Math.floor(svg.parentElement.clientWidth || 600));
+  const width = Math.max(160, Math.floor(svg.parentElement.clientWidth || 600));
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   svg.setAttribute("width", width);
