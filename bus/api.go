@@ -388,6 +388,12 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
 			return a.PublicKey, nil
 		})
 		if err != nil {
+			var dup *wire.DuplicateKeyError
+			var fe *wire.FrameError
+			if errors.As(err, &dup) || errors.As(err, &fe) {
+				// Signed, but not a frame every reader reads alike.
+				return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame: %v", err)
+			}
 			return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "beam/2 frame does not verify: %v", err)
 		}
 		f.Signature = ""

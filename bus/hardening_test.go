@@ -59,6 +59,14 @@ func TestBusRefusesDuplicateKeys(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status, body)
 	require.Contains(t, body["error"], "duplicate JSON object key")
 
+	// The same inside a beam/2 JWS: the signature covers the bytes, but
+	// readers would still disagree.
+	tok, err := wire.SignJWS(wire.TypIntentJWS, []byte(dup), a.id, a.priv)
+	require.NoError(t, err)
+	status, body = tb.call(http.MethodPost, "/v1/beam/send", "", "", map[string]any{"frame": tok})
+	require.Equal(t, http.StatusBadRequest, status, body)
+	require.Contains(t, body["error"], "duplicate JSON object key")
+
 	status, body = tb.sendAs(a, b.id, "payment.send", json.RawMessage(`{"amount":1,"amount":1000}`), nil)
 	require.Equal(t, http.StatusBadRequest, status, body)
 	_, found, err := tb.log.Intent(t.Context(), f.Nonce)

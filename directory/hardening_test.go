@@ -142,6 +142,15 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	require.Equal(t, CodeInvalidIntent, code)
 	require.Contains(t, msg, "duplicate JSON object key")
 
+	tok, err := wire.SignJWS(wire.TypIntentJWS, dup, alice.id, alice.priv)
+	require.NoError(t, err)
+	resp, err := http.Post(b.srv.URL+"/intents/send", "application/jose", strings.NewReader(tok))
+	require.NoError(t, err)
+	jwsBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(jwsBody))
+	require.Contains(t, string(jwsBody), "duplicate JSON object key")
+
 	ac.write([]byte(`{"type":"intent","frame":` + string(dup) + `}`))
 	m := ac.next()
 	require.Contains(t, string(m.raw), `"errorCode":"INVALID_INTENT"`)

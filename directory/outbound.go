@@ -99,6 +99,13 @@ var nonPublic = func() []netip.Prefix {
 	return out
 }()
 
+// IPv6 prefixes that embed an IPv4 address.
+var (
+	nat64        = netip.MustParsePrefix("64:ff9b::/96")
+	v4Compatible = netip.MustParsePrefix("::/96")
+	sixToFour    = netip.MustParsePrefix("2002::/16")
+)
+
 // PublicAddr reports whether a is a public unicast address a direct-http
 // delivery may dial without --allow-private-endpoints. IPv4-mapped,
 // IPv4-compatible, NAT64 (64:ff9b::/96) and 6to4 (2002::/16) addresses are
@@ -111,9 +118,9 @@ func PublicAddr(a netip.Addr) bool {
 	if a.Is6() {
 		b := a.As16()
 		switch {
-		case netip.MustParsePrefix("64:ff9b::/96").Contains(a), netip.MustParsePrefix("::/96").Contains(a):
+		case nat64.Contains(a), v4Compatible.Contains(a):
 			return PublicAddr(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
-		case netip.MustParsePrefix("2002::/16").Contains(a):
+		case sixToFour.Contains(a):
 			return PublicAddr(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
 		}
 	}

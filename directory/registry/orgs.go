@@ -130,13 +130,6 @@ func (r *Registry) MemberStatus(beamID string) string {
 	return r.members[beamID]
 }
 
-// approvedMember reports whether beamID has same-org rights. r.mu is held
-// (read).
-func (r *Registry) approvedMember(beamID string) bool {
-	s := r.members[beamID]
-	return s == MemberOwner || s == MemberApproved
-}
-
 // SetForeignDomains installs the test for domains that another directory
 // serves (federation's pinned peers): nobody may register a Beam ID in such
 // a domain here, so nothing can shadow the peer's agents.

@@ -96,6 +96,10 @@ func TestDeletedIDInheritsNothing(t *testing.T) {
 	newcomer := newIdentity(t)
 	body := map[string]any{"beamId": alice.beamID, "displayName": "Not Alice", "publicKey": newcomer.pubB64}
 	requireErr(t, b.call("POST", "/agents/register", body), http.StatusConflict, "BEAM_ID_RETIRED")
+	// An ID derived from a display name skips the retired one.
+	gen := b.call("POST", "/agents/register", map[string]any{"displayName": "Alice", "org": "acme", "publicKey": newIdentity(t).pubB64})
+	require.Equal(t, http.StatusCreated, gen.status, string(gen.raw))
+	require.Equal(t, "alice-2@acme.beam.directory", gen.str("beamId"))
 	b.reopen()
 	requireErr(t, b.call("POST", "/agents/register", body), http.StatusConflict, "BEAM_ID_RETIRED")
 

@@ -394,7 +394,10 @@ func (r *Registry) generateBeamID(rr *registerRequest) (string, error) {
 		if _, err := wire.ParseBeamID(cand); err != nil {
 			return "", errf(http.StatusBadRequest, "INVALID_BEAM_ID", "cannot derive a Beam ID from displayName; send beamId")
 		}
-		if _, taken := r.Get(cand); !taken {
+		r.mu.RLock()
+		retired := r.tombstones[cand]
+		r.mu.RUnlock()
+		if _, taken := r.Get(cand); !taken && !retired {
 			return cand, nil
 		}
 	}
