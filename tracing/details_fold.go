@@ -122,6 +122,7 @@ const (
 	fkResponse
 	fkLegacyStage
 	fkLegacyStatus
+	fkMesh
 )
 
 func (p *foldParser) details(d *Details) error {
@@ -196,6 +197,9 @@ func (p *foldParser) details(d *Details) error {
 		case "legacyStatus":
 			bit = fkLegacyStatus
 			_, err = p.str()
+		case "mesh":
+			bit = fkMesh
+			d.Mesh, err = p.raw()
 		default:
 			if isDetailsKey(key) {
 				return errSlowPath // a known key in another case

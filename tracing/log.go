@@ -253,7 +253,7 @@ func (l *Log) createSchema(ctx context.Context) (bool, error) {
 		l.logger.Info("migrating the log schema; the projections will be rebuilt", "from", version, "to", schemaVersion)
 		qs = append(qs, migrateV1...)
 	}
-	qs = append(qs, createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages,
+	qs = append(qs, createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages, createMesh, indexMesh,
 		fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
 	for _, q := range qs {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
