@@ -238,7 +238,7 @@ func (m *MeshRow) Apply(ev Event) {
 		if st.Actor != "" {
 			m.Actor = st.Actor
 		}
-		if st.Attempt != 0 || st.Kind == MeshKindHop {
+		if st.Attempt != 0 || st.Kind == MeshKindHop || st.Kind == MeshKindWait {
 			m.Attempt = st.Attempt
 		}
 		if st.FirstAttemptAt != 0 || st.Kind == MeshKindHop {

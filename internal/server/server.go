@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/federation"
@@ -98,6 +99,11 @@ type Config struct {
 	BusMaxAttempts     int
 	BusDeliveryTimeout time.Duration
 	BusTickInterval    time.Duration
+	// MeshPolicies and MeshDefaultPolicy are the pipelines' per-actor retry
+	// policies (zero default: one attempt); MeshHopTimeout bounds one hop.
+	MeshPolicies      map[string]mesh.Policy
+	MeshDefaultPolicy mesh.Policy
+	MeshHopTimeout    time.Duration
 }
 
 // Server is a running directory.
@@ -107,6 +113,7 @@ type Server struct {
 	agents   *registry.Registry
 	dir      *directory.Directory
 	bus      *bus.Bus
+	mesh     *mesh.Engine
 	fed      *federation.Node
 	registry *prometheus.Registry
 	mux      *http.ServeMux
@@ -236,6 +243,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			if err := s.fed.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close federation: %w", err))
 			}
+		}
+		if s.mesh != nil {
+			_ = s.mesh.Close()
 		}
 		if err := s.bus.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close bus: %w", err))
@@ -398,6 +408,19 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return fmt.Errorf("message bus recovery: %w", err)
 	}
 
+	pipes, err := mesh.New(mesh.Config{
+		Log: s.log, Directory: dir, Registry: agents, Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry,
+		OperatorAuth: s.IsOperator, Policies: s.cfg.MeshPolicies, Default: s.cfg.MeshDefaultPolicy,
+		HopTimeout: s.cfg.MeshHopTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("open pipelines: %w", err)
+	}
+	closers = append(closers, func() { _ = pipes.Close() })
+	if _, err := pipes.Recover(ctx); err != nil {
+		return fmt.Errorf("pipeline recovery: %w", err)
+	}
+
 	var fedStatus func(context.Context) (any, error)
 	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" {
 		node, err := s.openFederation(ctx, agents, dir)
@@ -424,6 +447,8 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	agents.Routes(s.mux)
 	dir.Routes(s.mux)
 	b.Routes(s.mux)
+	pipes.Start(context.WithoutCancel(ctx))
+	pipes.Routes(s.mux)
 	if s.fed != nil {
 		s.fed.Routes(s.mux)
 	}
@@ -435,7 +460,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		}
 		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "not found")
 	})
-	s.agents, s.dir, s.bus = agents, dir, b
+	s.agents, s.dir, s.bus, s.mesh = agents, dir, b, pipes
 	return nil
 }
 
