@@ -518,7 +518,7 @@ func (l *Log) EachTransition(ctx context.Context, fn func(nonce string, state St
 }
 
 // ProjectionTables names the tables Rebuild derives from the log.
-var ProjectionTables = []string{"intent_log", "beam_messages"}
+var ProjectionTables = []string{"intent_log", "beam_messages", "beam_mesh"}
 
 // Snapshot reads every row of every projection table, keyed by table, then
 // by nonce, as a string of all its columns: two snapshots are equal exactly

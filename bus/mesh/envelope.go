@@ -371,3 +371,31 @@ func (p Policy) Retry(attempt int, retryable bool, first, now time.Time, u float
 	}
 	return d, ""
 }
+
+// PolicyFile is the JSON file of `beam serve --mesh-policies`: the default
+// policy and the policies of named actors.
+type PolicyFile struct {
+	Default *Policy           `json:"default,omitempty"`
+	Actors  map[string]Policy `json:"actors,omitempty"`
+}
+
+// ParsePolicyFile decodes and validates a policy file's contents.
+func ParsePolicyFile(b []byte) (PolicyFile, error) {
+	var f PolicyFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return PolicyFile{}, fmt.Errorf("mesh policies: %w", err)
+	}
+	if f.Default != nil {
+		if err := f.Default.Validate(); err != nil {
+			return PolicyFile{}, fmt.Errorf("mesh policies: default: %w", err)
+		}
+	}
+	for a, p := range f.Actors {
+		if err := p.Validate(); err != nil {
+			return PolicyFile{}, fmt.Errorf("mesh policies: %s: %w", a, err)
+		}
+	}
+	return f, nil
+}

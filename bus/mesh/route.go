@@ -430,6 +430,10 @@ func (e *Engine) failedAttempt(ctx context.Context, row tracing.MeshRow, env Env
 	if row.FirstAttemptAt == 0 {
 		first = now
 	}
+	msg = code + ": " + msg
+	if row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt {
+		return e.fail(ctx, row, env, pre, ReasonTimeout, "the envelope's deadline passed: "+msg, CodeTimeout)
+	}
 	delay, reason := pol.Retry(n, retryable, first, now, e.draw(row.ID, n))
 	if reason == "" {
 		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindRetry, Status: tracing.MeshRunning,
@@ -648,7 +652,7 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 	if !ok {
 		return row, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
 	}
-	if _, ok := tracing.AdvanceMeshStatus(row.Status, to, kind == tracing.MeshKindResume); !ok {
+	if _, ok := tracing.AdvanceMeshStatus(row.Status, to, kind == tracing.MeshKindResume); !ok || row.Status == to {
 		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
 	}
 	ev := e.event(row, row.State, tracing.MeshStep{Kind: kind, Status: to, Attempt: row.Attempt})

@@ -17,6 +17,7 @@ import (
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/demo"
+	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/internal/server"
 )
 
@@ -50,6 +51,9 @@ type serveFlags struct {
 	busMaxAttempts     int
 	busDeliveryTimeout time.Duration
 	busTickInterval    time.Duration
+
+	meshPolicies   string
+	meshHopTimeout time.Duration
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -77,6 +81,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.busMaxAttempts, "bus-max-attempts", 5, "message bus delivery attempts before a message is dead-lettered")
 	fs.DurationVar(&f.busDeliveryTimeout, "bus-delivery-timeout", 30*time.Second, "how long a bus delivery waits for the recipient's result")
 	fs.DurationVar(&f.busTickInterval, "bus-tick-interval", time.Second, "how often the bus retries due messages and expires poll leases")
+	fs.StringVar(&f.meshPolicies, "mesh-policies", "", "JSON file of pipeline retry policies: {\"default\": {...}, \"actors\": {\"<beam id>\": {...}}}")
+	fs.DurationVar(&f.meshHopTimeout, "mesh-hop-timeout", 30*time.Second, "how long one pipeline hop waits for its actor")
 	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
 }
 
@@ -127,6 +133,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		peers = append(peers, p)
 	}
+	var pols mesh.PolicyFile
+	if f.meshPolicies != "" {
+		b, err := os.ReadFile(f.meshPolicies)
+		if err != nil {
+			return fmt.Errorf("--mesh-policies: %w", err)
+		}
+		if pols, err = mesh.ParsePolicyFile(b); err != nil {
+			return fmt.Errorf("--mesh-policies: %w", err)
+		}
+	}
+	var meshDefault mesh.Policy
+	if pols.Default != nil {
+		meshDefault = *pols.Default
+	}
 	srv, err := server.New(ctx, server.Config{
 		IntentCatalog: catalog,
 		Domain:        f.domain,
@@ -152,6 +172,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		BusMaxAttempts:         f.busMaxAttempts,
 		BusDeliveryTimeout:     f.busDeliveryTimeout,
 		BusTickInterval:        f.busTickInterval,
+		MeshPolicies:           pols.Actors,
+		MeshDefaultPolicy:      meshDefault,
+		MeshHopTimeout:         f.meshHopTimeout,
 	})
 	if err != nil {
 		return err
