@@ -35,11 +35,11 @@ type meshStack struct {
 	creator *agents.Identity
 	actors  map[string]string // short name -> Beam ID
 
-	gates     sync.Map    // envelope id -> chan struct{} that releases the "gate" actor
-	gateIn    chan string // ids that reached the gate
-	flaky     sync.Map      // envelope id -> *atomic.Int32 attempts
-	attempts  sync.Map      // actor/envelope -> *atomic.Int32
-	afterGate atomic.Int32  // deliveries to the actor after the gate
+	gates     sync.Map     // envelope id -> chan struct{} that releases the "gate" actor
+	gateIn    chan string  // ids that reached the gate
+	flaky     sync.Map     // envelope id -> *atomic.Int32 attempts
+	attempts  sync.Map     // actor/envelope -> *atomic.Int32
+	afterGate atomic.Int32 // deliveries to the actor after the gate
 }
 
 func id(name string) string { return name + "@mesh.beam.directory" }

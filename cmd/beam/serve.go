@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/demo"
-	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/internal/server"
 )
 
