@@ -330,6 +330,10 @@ func loadCache(ctx context.Context, q queryer, limit int) (map[string]*entry, er
 	if err := mrows.Err(); err != nil {
 		return nil, fmt.Errorf("load message cache: %w", err)
 	}
+	mrows.Close()
+	if err := loadMeshCache(ctx, q, cache); err != nil {
+		return nil, err
+	}
 	return cache, nil
 }
 

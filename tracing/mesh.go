@@ -490,3 +490,26 @@ func (l *Log) MeshRows(ctx context.Context) ([]MeshRow, error) {
 	}
 	return out, rows.Err()
 }
+
+// loadMeshCache attaches the beam_mesh rows of cached open nonces, so that
+// the writer folds their next events into the projection.
+func loadMeshCache(ctx context.Context, q queryer, cache map[string]*entry) error {
+	rows, err := q.QueryContext(ctx, `SELECT `+meshCols+` FROM beam_mesh WHERE state NOT IN `+terminalList)
+	if err != nil {
+		return fmt.Errorf("load mesh cache: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		m := &MeshRow{}
+		if err := scanMesh(rows, m); err != nil {
+			return fmt.Errorf("load mesh cache: %w", err)
+		}
+		if e := cache[m.Nonce]; e != nil {
+			e.mesh = m
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load mesh cache: %w", err)
+	}
+	return nil
+}
