@@ -771,6 +771,38 @@ func TestMeshCatalog(t *testing.T) {
 		require.NotContains(t, string(out), `"total":0`)
 	})
 
+	t.Run("cli", func(t *testing.T) {
+		auth := []string{"--url", s.p.URL(), "--api-key", s.creator.APIKey}
+		mesh := func(args ...string) (string, error) {
+			full := append([]string{"mesh", args[0]}, auth...)
+			return beamtest.Run(t, s.ctx, append(full, args[1:]...)...)
+		}
+		out, err := mesh("create", "--route", id("loader")+","+id("recipe"), "--payload", `{"product_id":"cli"}`, "--header", "priority=high")
+		require.NoError(t, err, out)
+		var created struct {
+			ID string `json:"id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &created), out)
+		out, err = mesh("watch", created.ID)
+		require.NoError(t, err, out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.True(t, strings.HasPrefix(lines[len(lines)-1], "status "), out)
+		require.Contains(t, lines[len(lines)-1], `"status":"succeeded"`)
+		out, err = mesh("get", created.ID)
+		require.NoError(t, err, out)
+		require.Contains(t, out, `"recipe":"Cook ice-cream in tomato sauce for 3 hours"`)
+		require.Contains(t, out, `"priority":"high"`)
+		out, err = mesh("list", "--status", "succeeded", "--limit", "500")
+		require.NoError(t, err, out)
+		require.Contains(t, out, created.ID)
+		out, err = mesh("pause", created.ID)
+		require.Error(t, err)
+		require.Contains(t, out, "CONFLICT")
+		out, err = mesh("create", "--route", "x-sink")
+		require.Error(t, err)
+		require.Contains(t, out, "RESERVED_ACTOR")
+	})
+
 	// beam replay folds the same beam_mesh from the log.
 	s.p.Stop()
 	lg := openLog(t, s.p.DataDir)
