@@ -47,6 +47,9 @@ type InputError struct {
 
 func (e *InputError) Error() string { return e.Msg }
 
+// HTTPStatus returns the status and error code to answer with.
+func (e *InputError) HTTPStatus() (int, string) { return e.Status, e.Code }
+
 func inputErr(status int, code, format string, args ...any) *InputError {
 	return &InputError{Status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
 }

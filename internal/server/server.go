@@ -435,6 +435,10 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 
 	dash, err := web.New(web.Config{
 		Log: s.log, Registry: agents, Directory: dir, Requeue: b.Requeue, Federation: fedStatus,
+		MeshRequeue: func(ctx context.Context, id string) (string, error) {
+			row, err := pipes.Requeue(ctx, id)
+			return row.ID, err
+		},
 		AdminToken: s.adminToken, ViewerToken: s.viewerToken,
 		Clock: s.cfg.Clock, Logger: s.logger, SecureCookies: s.cfg.SecureCookies,
 	})

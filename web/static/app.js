@@ -1,5 +1,6 @@
 // beam dashboard: a hash-routed single page over /observability/*.
 import { stackedBars, latencyLines } from "./chart.js";
+import { renderPipelines, renderPipeline } from "./mesh.js";
 
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ROLE = document.querySelector('meta[name="beam-role"]').content;
@@ -235,6 +236,8 @@ const VIEWS = {
   "dead-letters": { title: "Dead letters", render: renderDeadLetters },
   agents: { title: "Agents", render: renderAgents },
   federation: { title: "Federation", render: renderFederation },
+  pipelines: { title: "Pipelines", render: renderPipelines },
+  pipeline: { title: "Envelope", nav: "pipelines", render: renderPipeline },
 };
 
 let cleanup = null;
@@ -248,6 +251,7 @@ function parseHash() {
   let view = parts[0] || "overview";
   let arg = parts.slice(1).join("/");
   if (view === "intents" && arg) view = "trace";
+  if (view === "pipelines" && arg) view = "pipeline";
   if (!VIEWS[view]) view = "overview";
   return { view, arg, params };
 }
