@@ -84,7 +84,6 @@ type Engine struct {
 	running map[string]bool // ids with an attempt being started
 	wg      sync.WaitGroup
 	stop    chan struct{}
-	kick    chan struct{}
 }
 
 // New checks cfg and builds an engine. Call Recover, then Start.
@@ -128,7 +127,7 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{
 		cfg: cfg, log: cfg.Log, dir: cfg.Directory, reg: cfg.Registry, lg: cfg.Logger.With("component", "mesh"),
 		m: m, hub: newHub(m), seed: maphash.MakeSeed(), running: map[string]bool{},
-		stop: make(chan struct{}), kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
 	}, nil
 }
 
@@ -153,7 +152,6 @@ func (e *Engine) Start(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-			case <-e.kick:
 			}
 			if err := e.Tick(ctx); err != nil && !e.isClosed() {
 				e.lg.Warn("mesh tick", "err", err)
@@ -204,14 +202,6 @@ func (e *Engine) Tick(ctx context.Context) error {
 		e.startAttempt(row.ID)
 	}
 	return nil
-}
-
-// wake asks the scheduler for an early tick.
-func (e *Engine) wake() {
-	select {
-	case e.kick <- struct{}{}:
-	default:
-	}
 }
 
 // startAttempt runs attempt for id in its own goroutine unless one is

@@ -37,7 +37,6 @@ type meshStack struct {
 
 	gates     sync.Map     // envelope id -> chan struct{} that releases the "gate" actor
 	gateIn    chan string  // ids that reached the gate
-	flaky     sync.Map     // envelope id -> *atomic.Int32 attempts
 	attempts  sync.Map     // actor/envelope -> *atomic.Int32
 	afterGate atomic.Int32 // deliveries to the actor after the gate
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync/atomic"
 )
 
 // ModeMesh creates pipeline envelopes (POST /api/v1/mesh) routed through
@@ -24,7 +23,6 @@ const DefaultHops = 3
 type meshDriver struct {
 	env  *Env
 	hops int
-	next atomic.Uint64
 }
 
 func newMeshDriver(ctx context.Context, env *Env) (Driver, error) {
