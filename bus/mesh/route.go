@@ -658,14 +658,29 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 	if _, ok := tracing.AdvanceMeshStatus(row.Status, to, kind == tracing.MeshKindResume); !ok || row.Status == to {
 		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
 	}
-	ev := e.event(row, row.State, tracing.MeshStep{Kind: kind, Status: to, Attempt: row.Attempt})
-	if row.State == tracing.Queued {
-		// A queued step resets nextAt; keep the scheduled time.
-		st := tracing.MeshStep{Kind: kind, Status: to, Attempt: row.Attempt, NextAt: row.NextAt}
-		ev.Details.Mesh = st.Encode()
-	}
-	if err := e.append(ctx, []string{id}, ev); err != nil {
-		return row, err
+	// The relay records delivered for a hop in flight without this lock,
+	// so the state read may be one step behind: read again and retry.
+	for try := 0; ; try++ {
+		ev := e.event(row, row.State, tracing.MeshStep{Kind: kind, Status: to, Attempt: row.Attempt})
+		if row.State == tracing.Queued {
+			// A queued step resets nextAt; keep the scheduled time.
+			st := tracing.MeshStep{Kind: kind, Status: to, Attempt: row.Attempt, NextAt: row.NextAt}
+			ev.Details.Mesh = st.Encode()
+		}
+		err := e.append(ctx, []string{id}, ev)
+		if err == nil {
+			break
+		}
+		var te *tracing.TransitionError
+		if !errors.As(err, &te) || try >= 4 {
+			return row, err
+		}
+		if row, _, err = e.log.MeshEnvelope(ctx, id); err != nil {
+			return row, err
+		}
+		if _, ok := tracing.AdvanceMeshStatus(row.Status, to, kind == tracing.MeshKindResume); !ok || row.Status == to {
+			return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
+		}
 	}
 	out, _, err := e.log.MeshEnvelope(ctx, id)
 	return out, err
