@@ -492,6 +492,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	events := pre
 	ids := []string{row.ID}
 	var starts []string
+	var eager *pendingHop
 	if len(reply.Outputs) == 0 {
 		final := env.clone()
 		final.Route = shifted
@@ -509,7 +510,12 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		if i == 0 {
 			events = append(events, e.nextEvents(row, ce, progress, reason)...)
 			if !ce.Route.Done() && hop < e.cfg.MaxHops {
-				starts = append(starts, ce.ID)
+				if p, ok := e.eagerDispatch(row, ce); ok {
+					events = append(events, p.ev)
+					eager = &p
+				} else {
+					starts = append(starts, ce.ID)
+				}
 			}
 			continue
 		}
@@ -542,10 +548,49 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	if err := e.append(ctx, ids, events...); err != nil {
 		return err
 	}
+	if eager != nil {
+		// Outside the envelope's lock, which the caller holds.
+		go e.deliver(row.ID, 1, eager.env, eager.actor, "", eager.key, directory.TransportWS, eager.now)
+	}
 	for _, id := range starts {
 		e.startAttempt(id)
 	}
 	return nil
+}
+
+// pendingHop is a next hop dispatched in the same append as the previous
+// hop's outcome, delivered once that append is committed.
+type pendingHop struct {
+	ev         tracing.Event
+	env        Envelope
+	actor, key string
+	now        time.Time
+}
+
+// eagerDispatch prepares the dispatch of env's next hop when it can start
+// at once (not paused, before the deadline, actor online), saving the
+// scheduler's separate append; otherwise the scheduler starts it.
+func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope) (pendingHop, bool) {
+	now := e.cfg.Clock()
+	if row.Status != tracing.MeshRunning || (row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt) {
+		return pendingHop{}, false
+	}
+	actor := env.Route.Curr
+	_, okA := e.reg.Get(actor)
+	creator, okC := e.reg.Get(env.Creator)
+	if !okA || !okC || !e.dir.Online(actor) {
+		return pendingHop{}, false
+	}
+	first := now.UnixMilli()
+	env = env.clone()
+	env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(first))
+	env.Status = Status{Phase: "processing", Actor: actor, Attempt: 1, MaxAttempts: e.policy(actor).MaxAttempts,
+		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: deadlineString(row)}
+	ev := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
+		Actor: actor, Attempt: 1, FirstAttemptAt: first})
+	ev.Transport = directory.TransportWS
+	ev.Details.TimeoutMs = e.hopTimeout(row, now).Milliseconds()
+	return pendingHop{ev: ev, env: env, actor: actor, key: creator.PublicKeyB64, now: now}, true
 }
 
 // nextEvents are the events that move envelope env (its row is row) after
