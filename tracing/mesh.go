@@ -317,16 +317,13 @@ func scanMesh(s scanner, m *MeshRow) error {
 		&m.Sink, &m.Sump, &m.Stale, &m.CreatedAt, &m.UpdatedAt, &m.CompletedAt, &m.LastSeq)
 }
 
-// meshTx reads and writes beam_mesh rows inside the writer's transaction.
-type meshTx interface {
-	QueryRow(query string, args ...any) *sql.Row
-	Exec(query string, args ...any) (sql.Result, error)
-}
+const selectMesh = `SELECT ` + meshCols + ` FROM beam_mesh WHERE nonce = ?`
 
-// readMesh returns the beam_mesh row of nonce, or nil when it has none.
-func readMesh(tx meshTx, nonce string) (*MeshRow, error) {
+// readMesh returns the beam_mesh row of nonce, or nil when it has none
+// (prepared statement of the writer's transaction).
+func readMesh(ts *txStmts, nonce string) (*MeshRow, error) {
 	m := &MeshRow{}
-	err := scanMesh(tx.QueryRow(`SELECT `+meshCols+` FROM beam_mesh WHERE nonce = ?`, nonce), m)
+	err := scanMesh(ts.get(stSelMesh).QueryRow(nonce), m)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -337,8 +334,8 @@ func readMesh(tx meshTx, nonce string) (*MeshRow, error) {
 }
 
 // writeMesh upserts m.
-func writeMesh(tx meshTx, m *MeshRow) error {
-	if _, err := tx.Exec(upsertMesh, meshArgs(m)...); err != nil {
+func writeMesh(ts *txStmts, m *MeshRow) error {
+	if _, err := ts.get(stUpsMesh).Exec(meshArgs(m)...); err != nil {
 		return fmt.Errorf("write beam_mesh %q: %w", m.Nonce, err)
 	}
 	return nil
@@ -411,7 +408,7 @@ func (l *Log) MeshEnvelopes(ctx context.Context, q MeshQuery) ([]MeshRow, int64,
 // MeshEnvelope returns the envelope with this id.
 func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error) {
 	var m MeshRow
-	err := scanMesh(l.rdb.QueryRowContext(ctx, `SELECT `+meshCols+` FROM beam_mesh WHERE id = ?`, id), &m)
+	err := scanMesh(l.reads.meshByID.QueryRowContext(ctx, id), &m)
 	if errors.Is(err, sql.ErrNoRows) {
 		return MeshRow{}, false, nil
 	}
@@ -425,6 +422,22 @@ func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error
 // recovery and the scheduler: due says only queued ones due at nowMs (and
 // not paused), otherwise every open one. limit 0 means no limit.
 func (l *Log) MeshOpen(ctx context.Context, due bool, nowMs int64, limit int) ([]MeshRow, error) {
+	if due && limit > 0 {
+		rows, err := l.reads.meshDue.QueryContext(ctx, nowMs, limit)
+		if err != nil {
+			return nil, fmt.Errorf("due envelopes: %w", err)
+		}
+		defer rows.Close()
+		var out []MeshRow
+		for rows.Next() {
+			var m MeshRow
+			if err := scanMesh(rows, &m); err != nil {
+				return nil, fmt.Errorf("scan envelope: %w", err)
+			}
+			out = append(out, m)
+		}
+		return out, rows.Err()
+	}
 	q := `SELECT ` + meshCols + ` FROM beam_mesh WHERE status IN ('pending','running','paused')`
 	var args []any
 	if due {
@@ -452,11 +465,18 @@ func (l *Log) MeshOpen(ctx context.Context, due bool, nowMs int64, limit int) ([
 	return out, rows.Err()
 }
 
+const (
+	selectMeshByID = `SELECT ` + meshCols + ` FROM beam_mesh WHERE id = ?`
+	selectMeshDue  = `SELECT ` + meshCols + ` FROM beam_mesh WHERE status IN ('pending','running','paused')
+	  AND state = 'queued' AND status != 'paused' AND next_at <= ? ORDER BY created_at LIMIT ?`
+	selectMeshExpired = `SELECT id FROM beam_mesh WHERE status IN ('pending','running','paused')
+	  AND deadline_at > 0 AND deadline_at <= ? ORDER BY deadline_at LIMIT ?`
+)
+
 // MeshExpired returns open envelopes whose deadline (unix ms) is at or
 // before nowMs.
 func (l *Log) MeshExpired(ctx context.Context, nowMs int64, limit int) ([]string, error) {
-	rows, err := l.rdb.QueryContext(ctx, `SELECT id FROM beam_mesh WHERE status IN ('pending','running','paused')
-	  AND deadline_at > 0 AND deadline_at <= ? ORDER BY deadline_at LIMIT ?`, nowMs, max(limit, 1))
+	rows, err := l.reads.meshExpired.QueryContext(ctx, nowMs, max(limit, 1))
 	if err != nil {
 		return nil, fmt.Errorf("expired envelopes: %w", err)
 	}

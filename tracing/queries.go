@@ -577,6 +577,7 @@ func snapshotRows(rows *sql.Rows) (map[string]string, error) {
 type readStmts struct {
 	messageState, hasNonce, firstDetails, lastDetails, waiting, messageNonce, messageByID *sql.Stmt
 	interrupted, expiredLeases, due, delivered                                            *sql.Stmt
+	meshByID, meshDue, meshExpired                                                        *sql.Stmt
 }
 
 func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
@@ -603,6 +604,9 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
 		{&r.due, `SELECT nonce FROM beam_messages WHERE status = 'queued'
 			AND next_retry_at IS NOT NULL AND next_retry_at <= ? ORDER BY priority DESC, created_at LIMIT ?`},
 		{&r.delivered, `SELECT nonce, COALESCE(delivered_at, updated_at) FROM beam_messages WHERE status = 'delivered'`},
+		{&r.meshByID, selectMeshByID},
+		{&r.meshDue, selectMeshDue},
+		{&r.meshExpired, selectMeshExpired},
 	} {
 		st, err := db.PrepareContext(ctx, s.query)
 		if err != nil {
@@ -616,7 +620,8 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
 
 func (r *readStmts) close() {
 	for _, st := range []*sql.Stmt{r.messageState, r.hasNonce, r.firstDetails, r.lastDetails, r.waiting,
-		r.messageNonce, r.messageByID, r.interrupted, r.expiredLeases, r.due, r.delivered} {
+		r.messageNonce, r.messageByID, r.interrupted, r.expiredLeases, r.due, r.delivered,
+		r.meshByID, r.meshDue, r.meshExpired} {
 		if st != nil {
 			_ = st.Close()
 		}

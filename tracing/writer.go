@@ -209,7 +209,7 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 		return nil, fmt.Errorf("read beam_messages %q: %w", nonce, err)
 	}
 	if e.row.Owner == OwnerMesh {
-		if e.mesh, err = readMesh(ts.tx, nonce); err != nil {
+		if e.mesh, err = readMesh(ts, nonce); err != nil {
 			return nil, err
 		}
 	}
@@ -276,7 +276,7 @@ func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
 	}
 	for _, n := range found {
 		if e := w.work[n.(string)]; e != nil && e.row.Owner == OwnerMesh && e.mesh == nil {
-			if e.mesh, err = readMesh(ts.tx, n.(string)); err != nil {
+			if e.mesh, err = readMesh(ts, n.(string)); err != nil {
 				return err
 			}
 		}
@@ -334,7 +334,7 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 		}
 	}
 	if e.mesh != nil {
-		if err := writeMesh(ts.tx, e.mesh); err != nil {
+		if err := writeMesh(ts, e.mesh); err != nil {
 			return err
 		}
 	}
@@ -386,7 +386,7 @@ func (w *writerState) flush(ts *txStmts) error {
 			}
 		}
 		if e.mesh != nil {
-			if err := writeMesh(ts.tx, e.mesh); err != nil {
+			if err := writeMesh(ts, e.mesh); err != nil {
 				return err
 			}
 		}
