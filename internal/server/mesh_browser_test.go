@@ -107,7 +107,11 @@ func TestBrowserPipelineView(t *testing.T) {
 	shots.Shot(bctx, "01-list")
 
 	// The detail: two hops, each with its payload; the fan-out child in the tree.
-	browsertest.Run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#mesh-table tr[data-id=%q] td:nth-child(2)`, ok))))
+	// The list re-renders on every log event: click the row as it is now.
+	clickRow := func(id string) {
+		browsertest.WaitJS(t, bctx, 10*time.Second, fmt.Sprintf(`(() => { const r = document.querySelector('#mesh-table tr[data-id=%q]'); if (r) r.click(); return location.hash.includes(%q); })()`, id, id))
+	}
+	clickRow(ok)
 	browsertest.WaitJS(t, bctx, 10*time.Second, `document.querySelector("#mesh-status") && document.querySelector("#mesh-status").dataset.status === "succeeded"`)
 	hops := browsertest.Eval[[]string](t, bctx, `[...document.querySelectorAll("#mesh-hops li")].map(li => li.dataset.actor + ":" + li.dataset.outcome)`)
 	require.Equal(t, []string{actor("fan") + ":done", actor("enrich") + ":done"}, hops)
@@ -130,7 +134,7 @@ func TestBrowserPipelineView(t *testing.T) {
 	healthy.Store(true)
 	browsertest.Run(t, bctx, 10*time.Second, chromedp.Navigate(l.url+"/dashboard/#/pipelines?dead=1"))
 	browsertest.WaitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector('#mesh-table tr[data-id=%q]')`, dead))
-	browsertest.Run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#mesh-table tr[data-id=%q] td:nth-child(2)`, dead))))
+	clickRow(dead)
 	browsertest.WaitJS(t, bctx, 10*time.Second, `document.querySelector("#mesh-requeue")`)
 	require.Contains(t, browsertest.Eval[string](t, bctx, `document.querySelector("#mesh-sinks").textContent`), "sump")
 	shots.Shot(bctx, "05-dead")
