@@ -124,6 +124,7 @@ const (
 	fkLegacyStage
 	fkLegacyStatus
 	fkJob
+	fkMesh
 )
 
 func (p *foldParser) details(d *Details) error {
@@ -209,6 +210,9 @@ func (p *foldParser) details(d *Details) error {
 		case "legacyStatus":
 			bit = fkLegacyStatus
 			_, err = p.str()
+		case "mesh":
+			bit = fkMesh
+			d.Mesh, err = p.raw()
 		default:
 			if isDetailsKey(key) {
 				return errSlowPath // a known key in another case

@@ -18,7 +18,7 @@ import (
 var detailsKeys = []string{
 	"owner", "frame", "clientTimestamp", "timeoutMs", "errorCode", "error",
 	"retryable", "latencyMs", "result", "bus", "nextRetryAt", "retryCount",
-	"leaseOwner", "leaseExpiresAt", "response", "legacyStage", "legacyStatus", "job",
+	"leaseOwner", "leaseExpiresAt", "response", "legacyStage", "legacyStatus", "job", "mesh",
 }
 
 func isDetailsKey(k string) bool {
@@ -96,6 +96,9 @@ func (d *Details) normalize() error {
 		return err
 	}
 	if d.Response, err = normRaw("response", d.Response); err != nil {
+		return err
+	}
+	if d.Mesh, err = normRaw("mesh", d.Mesh); err != nil {
 		return err
 	}
 	if d.Bus != nil {
@@ -260,6 +263,7 @@ func (d *Details) appendJSON(b []byte, normalized bool) ([]byte, error) {
 	w.raw("response", d.Response)
 	w.str("legacyStage", d.LegacyStage)
 	w.str("legacyStatus", d.LegacyStatus)
+	w.raw("mesh", d.Mesh)
 	if len(d.Extra) > 0 {
 		keys := make([]string, 0, len(d.Extra))
 		for k := range d.Extra {

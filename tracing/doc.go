@@ -1,7 +1,7 @@
 // Package tracing owns the event log: the append-only table
 // intent_trace_events, the lifecycle states and their transition table, the
 // single-writer group-commit appender, the projections derived from the log
-// (intent_log, beam_messages), their rebuild, legacy normalization, trace
+// (intent_log, beam_messages, beam_mesh), their rebuild, legacy normalization, trace
 // queries and live subscriptions from a sequence cursor.
 //
 // Every state change of an intent is an Event. Events are validated against

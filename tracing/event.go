@@ -86,6 +86,9 @@ type Details struct {
 	LeaseExpiresAt int64  `json:"leaseExpiresAt,omitempty"`
 	// Response is the consumer's response recorded by a bus ack.
 	Response json.RawMessage `json:"response,omitempty"`
+	// Mesh is the step of a pipeline envelope (see MeshStep); the
+	// beam_mesh projection folds it.
+	Mesh json.RawMessage `json:"mesh,omitempty"`
 	// LegacyStage and LegacyStatus keep the original labels of imported or
 	// normalized legacy rows.
 	LegacyStage  string `json:"legacyStage,omitempty"`

@@ -309,7 +309,7 @@ func (l *Log) createSchema(ctx context.Context) (bool, error) {
 		l.logger.Info("migrating the log schema; the projections will be rebuilt", "from", version, "to", schemaVersion)
 		qs = append(qs, migrateV1...)
 	}
-	qs = append(qs, createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages,
+	qs = append(qs, createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages, createMesh, indexMesh,
 		fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
 	for _, q := range qs {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -385,6 +385,10 @@ func loadCache(ctx context.Context, q queryer, limit int) (map[string]*entry, er
 	}
 	if err := mrows.Err(); err != nil {
 		return nil, fmt.Errorf("load message cache: %w", err)
+	}
+	mrows.Close()
+	if err := loadMeshCache(ctx, q, cache); err != nil {
+		return nil, err
 	}
 	return cache, nil
 }

@@ -508,7 +508,7 @@ func (l *Log) EachTransition(ctx context.Context, fn func(nonce string, state St
 }
 
 // ProjectionTables names the tables Rebuild derives from the log.
-var ProjectionTables = []string{"intent_log", "beam_messages"}
+var ProjectionTables = []string{"intent_log", "beam_messages", "beam_mesh"}
 
 // Snapshot reads every row of every projection table, keyed by table, then
 // by nonce, as a string of all its columns: two snapshots are equal exactly
@@ -567,6 +567,7 @@ func snapshotRows(rows *sql.Rows) (map[string]string, error) {
 type readStmts struct {
 	messageState, hasNonce, firstDetails, lastDetails, waiting, messageNonce, messageByID *sql.Stmt
 	interrupted, expiredLeases, due, delivered                                            *sql.Stmt
+	meshByID, meshDue, meshExpired                                                        *sql.Stmt
 }
 
 func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
@@ -593,6 +594,9 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
 		{&r.due, `SELECT nonce FROM beam_messages WHERE status = 'queued'
 			AND next_retry_at IS NOT NULL AND next_retry_at <= ? ORDER BY priority DESC, created_at LIMIT ?`},
 		{&r.delivered, `SELECT nonce, COALESCE(delivered_at, updated_at) FROM beam_messages WHERE status = 'delivered'`},
+		{&r.meshByID, selectMeshByID},
+		{&r.meshDue, selectMeshDue},
+		{&r.meshExpired, selectMeshExpired},
 	} {
 		st, err := db.PrepareContext(ctx, s.query)
 		if err != nil {
@@ -609,7 +613,8 @@ func (r *readStmts) close() {
 		return
 	}
 	for _, st := range []*sql.Stmt{r.messageState, r.hasNonce, r.firstDetails, r.lastDetails, r.waiting,
-		r.messageNonce, r.messageByID, r.interrupted, r.expiredLeases, r.due, r.delivered} {
+		r.messageNonce, r.messageByID, r.interrupted, r.expiredLeases, r.due, r.delivered,
+		r.meshByID, r.meshDue, r.meshExpired} {
 		if st != nil {
 			_ = st.Close()
 		}

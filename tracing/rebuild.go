@@ -211,7 +211,7 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	for _, q := range []string{`DROP TABLE IF EXISTS intent_log`, `DROP TABLE IF EXISTS beam_messages`,
-		createIntentLog, createMessages} {
+		`DROP TABLE IF EXISTS beam_mesh`, createIntentLog, createMessages, createMesh} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return st, fmt.Errorf("recreate projection tables: %w", err)
 		}
@@ -250,6 +250,9 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 					e.msg = &MessageRow{}
 					st.Messages++
 				}
+				if ev.Details.Owner == OwnerMesh {
+					e.mesh = &MeshRow{}
+				}
 				st.Intents++
 				w.work[ev.Nonce] = e
 				w.seen[maphash.String(w.seenSeed, ev.Nonce)] = ev.Seq
@@ -257,6 +260,9 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 			e.row.Apply(*ev)
 			if e.msg != nil {
 				e.msg.Apply(*ev)
+			}
+			if e.mesh != nil {
+				e.mesh.Apply(*ev)
 			}
 			e.dirty = true
 			if c.firsts[i] != e.row.FirstSeq {
@@ -293,7 +299,7 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 			}
 		}
 	}
-	for _, q := range []string{indexIntentLog, indexMessages} {
+	for _, q := range []string{indexIntentLog, indexMessages, indexMesh} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return st, fmt.Errorf("index projection tables: %w", err)
 		}

@@ -21,6 +21,8 @@ const (
 	stSelMessageID
 	stUpdIntent
 	stUpdMessage
+	stSelMesh
+	stUpsMesh
 	stSingles
 )
 
@@ -57,6 +59,10 @@ func singleSQL(id stmtID) string {
 		return selectMessageID
 	case stUpdIntent:
 		return updateIntent
+	case stSelMesh:
+		return selectMesh
+	case stUpsMesh:
+		return upsertMesh
 	default:
 		return updateMessage
 	}

@@ -57,6 +57,7 @@ func (r *request) detailsOf(i int) string {
 type entry struct {
 	row   IntentRow
 	msg   *MessageRow // nil unless the nonce is a bus message
+	mesh  *MeshRow    // nil unless the nonce is a pipeline envelope
 	orig  State       // status before the current batch ("" for a new nonce)
 	dirty bool        // rows changed since they were last written
 	// stored says the rows exist in the database (in the current
@@ -69,6 +70,10 @@ func (e *entry) clone() *entry {
 	if e.msg != nil {
 		m := *e.msg
 		c.msg = &m
+	}
+	if e.mesh != nil {
+		m := *e.mesh
+		c.mesh = &m
 	}
 	return &c
 }
@@ -203,6 +208,11 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, fmt.Errorf("read beam_messages %q: %w", nonce, err)
 	}
+	if e.row.Owner == OwnerMesh {
+		if e.mesh, err = readMesh(ts, nonce); err != nil {
+			return nil, err
+		}
+	}
 	e.orig = e.row.Status
 	w.work[nonce] = e
 	return e, nil
@@ -264,6 +274,13 @@ func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
 	if err != nil {
 		return fmt.Errorf("read beam_messages rows: %w", err)
 	}
+	for _, n := range found {
+		if e := w.work[n.(string)]; e != nil && e.row.Owner == OwnerMesh && e.mesh == nil {
+			if e.mesh, err = readMesh(ts, n.(string)); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -316,6 +333,11 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 			}
 		}
 	}
+	if e.mesh != nil {
+		if err := writeMesh(ts, e.mesh); err != nil {
+			return err
+		}
+	}
 	e.dirty = false
 	e.stored = true
 	return nil
@@ -361,6 +383,11 @@ func (w *writerState) flush(ts *txStmts) error {
 				}
 			} else {
 				msg = messageNV(msg, e.msg)
+			}
+		}
+		if e.mesh != nil {
+			if err := writeMesh(ts, e.mesh); err != nil {
+				return err
 			}
 		}
 		e.dirty = false
@@ -569,7 +596,7 @@ func checkEvent(i int, ev *Event) error {
 		return bad("attempt", "negative")
 	}
 	switch ev.Details.Owner {
-	case "", OwnerDirectory, OwnerBus, OwnerJobs:
+	case "", OwnerDirectory, OwnerBus, OwnerJobs, OwnerMesh:
 	default:
 		return bad("details.owner", fmt.Sprintf("unknown owner %q", string(ev.Details.Owner)))
 	}
@@ -935,11 +962,17 @@ func (w *writerState) applyEvents(r *request, clock func() time.Time) {
 			if ev.Details.Bus != nil {
 				e.msg = &MessageRow{}
 			}
+			if ev.Details.Owner == OwnerMesh {
+				e.mesh = &MeshRow{}
+			}
 			w.work[ev.Nonce] = e
 		}
 		e.row.Apply(*ev)
 		if e.msg != nil {
 			e.msg.Apply(*ev)
+		}
+		if e.mesh != nil {
+			e.mesh.Apply(*ev)
 		}
 		e.dirty = true
 		w.addEvent(ev, r.detailsOf(i), e.row.FirstSeq)

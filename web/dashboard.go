@@ -69,6 +69,9 @@ type Config struct {
 	// provided by the message bus; nil means requeue is unavailable and the
 	// UI says so.
 	Requeue func(ctx context.Context, messageID string) error
+	// MeshRequeue sends a dead pipeline envelope again and returns the new
+	// envelope's id; nil means pipelines are not running.
+	MeshRequeue func(ctx context.Context, id string) (string, error)
 	// Federation returns the federation status (peers, outbox) to show; nil
 	// means federation is not configured.
 	Federation func(ctx context.Context) (any, error)
@@ -198,6 +201,7 @@ func (d *Dashboard) Routes(mux *http.ServeMux) {
 	obs("POST /observability/jobs/{id}/retry", true, d.handleJobAction("retry"))
 	obs("POST /observability/jobs/{id}/cancel", true, d.handleJobAction("cancel"))
 	obs("GET /observability/stream", false, d.handleStream)
+	d.meshRoutes(obs)
 	obs("/observability/", false, d.handleNotFound)
 }
 

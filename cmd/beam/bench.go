@@ -49,6 +49,7 @@ type benchFlags struct {
 	domain        string
 	peerDomain    string
 	peerServerPID int
+	hops          int
 
 	chaos         bool
 	chaosDuration time.Duration
@@ -63,7 +64,8 @@ type benchFlags struct {
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts `beam serve` on a temporary data directory")
-	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus or federation; jobs runs Intent Protocol publishers and workers")
+	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus, federation or mesh (pipeline envelopes); jobs runs Intent Protocol publishers and workers")
+	fs.IntVar(&f.hops, "hops", 3, "--mode mesh: actors in each envelope's route")
 	fs.IntVar(&f.count, "count", 10000, "intents of a burn-down run")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "intents in flight at most")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
@@ -151,6 +153,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RegisterParallel: f.registerParallel, PayloadBytes: f.payloadBytes, Timeout: f.timeout,
 		ServerPID: f.serverPID, Logger: logger,
 		PeerURL: f.peerURL, Domain: f.domain, PeerDomain: f.peerDomain, PeerServerPID: f.peerServerPID,
+		Hops: f.hops,
 	}
 	if f.url == "" && federated {
 		if f.serverPID != 0 || f.peerServerPID != 0 || f.peerURL != "" {

@@ -42,6 +42,19 @@ func TestBenchBusMode(t *testing.T) {
 	require.NotNil(t, sum["server_rss_mb"])
 }
 
+// A small mesh run: every envelope crosses its three hops and succeeds,
+// and the summary reports hops/s and server CPU per hop.
+func TestBenchMeshMode(t *testing.T) {
+	t.Parallel()
+	sum := benchJSON(t, "--mode", "mesh", "--hops", "3", "--count", "40", "--concurrency", "4", "--senders", "2", "--recipients", "3")
+	require.Equal(t, "mesh", sum["mode"])
+	require.EqualValues(t, 40, sum["ok"], sum)
+	require.EqualValues(t, 0, sum["errors"], sum)
+	require.EqualValues(t, 3, sum["hops"], sum)
+	require.InDelta(t, sum["intents_per_second"].(float64)*3, sum["hops_per_second"], 0.5)
+	require.NotNil(t, sum["server_cpu_ms_per_hop"])
+}
+
 // A small federation run: two federated processes, senders on one,
 // recipients on the other; every intent crosses and is answered.
 func TestBenchFederationMode(t *testing.T) {

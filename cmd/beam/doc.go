@@ -7,6 +7,7 @@
 //	beam listen [--echo]           connect an agent and answer its intents
 //	beam poll, beam ack ID         read an agent's bus inbox and record outcomes
 //	beam dead-letters, requeue ID  operator: list and requeue dead-lettered bus messages
+//	beam mesh create|get|list|watch|cancel|pause|resume|trace|dead-letters|requeue   pipelines
 //	beam peer show-self|add|list|remove|nats-user   federation peers
 //	beam trace NONCE               print the events of one intent
 //	beam replay                    rebuild the projections from the event log

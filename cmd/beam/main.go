@@ -30,6 +30,7 @@ func commands() []command {
 		{"ack", "record the outcome of a bus message: beam ack MESSAGE_ID", runAck},
 		{"dead-letters", "list dead-lettered bus messages (operator)", runDeadLetters},
 		{"requeue", "requeue a dead-lettered bus message (operator): beam requeue MESSAGE_ID", runRequeue},
+		{"mesh", "pipelines of envelopes through agents: beam mesh create|get|list|watch|cancel|pause|resume|trace|dead-letters|requeue", runMesh},
 		{"listen", "connect an agent and answer its intents until interrupted", runListen},
 		{"peer", "manage federation peers: beam peer show-self|add|list|remove", runPeer},
 		{"replay", "rebuild the projections from the event log", runReplay},

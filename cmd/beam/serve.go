@@ -15,6 +15,7 @@ import (
 
 	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/bus/jobs"
+	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/demo"
@@ -54,8 +55,10 @@ type serveFlags struct {
 	busDeliveryTimeout time.Duration
 	busTickInterval    time.Duration
 
-	limits       limitFlags
-	intentListen string
+	limits         limitFlags
+	intentListen   string
+	meshPolicies   string
+	meshHopTimeout time.Duration
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -87,6 +90,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.busTickInterval, "bus-tick-interval", time.Second, "how often the bus retries due messages and expires poll leases")
 	f.limits.register(fs)
 	fs.StringVar(&f.intentListen, "intent-listen", "127.0.0.1:3200", "listen address of the Intent Protocol v2.1 job bus (BUS_* variables configure it); empty disables it")
+	fs.StringVar(&f.meshPolicies, "mesh-policies", "", "JSON file of pipeline retry policies: {\"default\": {...}, \"actors\": {\"<beam id>\": {...}}}")
+	fs.DurationVar(&f.meshHopTimeout, "mesh-hop-timeout", 30*time.Second, "how long one pipeline hop waits for its actor")
 	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
 }
 
@@ -145,6 +150,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		intentCfg = &c
 	}
+	var pols mesh.PolicyFile
+	if f.meshPolicies != "" {
+		b, err := os.ReadFile(f.meshPolicies)
+		if err != nil {
+			return fmt.Errorf("--mesh-policies: %w", err)
+		}
+		if pols, err = mesh.ParsePolicyFile(b); err != nil {
+			return fmt.Errorf("--mesh-policies: %w", err)
+		}
+	}
+	var meshDefault mesh.Policy
+	if pols.Default != nil {
+		meshDefault = *pols.Default
+	}
 	srv, err := server.New(ctx, server.Config{
 		IntentBus:     intentCfg,
 		IntentCatalog: catalog,
@@ -174,6 +193,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		BusDeliveryTimeout:     f.busDeliveryTimeout,
 		BusTickInterval:        f.busTickInterval,
 		Limits:                 f.limits.config(),
+		MeshPolicies:           pols.Actors,
+		MeshDefaultPolicy:      meshDefault,
+		MeshHopTimeout:         f.meshHopTimeout,
 	})
 	if err != nil {
 		return err

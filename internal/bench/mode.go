@@ -27,7 +27,7 @@ const (
 )
 
 // Modes lists every mode name beam bench accepts, available or not.
-var Modes = []Mode{ModeWS, ModeHTTP, ModeBus, ModeFederation}
+var Modes = []Mode{ModeWS, ModeHTTP, ModeBus, ModeFederation, ModeMesh}
 
 // ErrModeUnavailable is wrapped by Run for a mode that is accepted but not
 // implemented yet.
@@ -92,6 +92,7 @@ func init() {
 	RegisterMode(ModeWS, newWSDriver)
 	RegisterMode(ModeHTTP, newHTTPDriver)
 	RegisterMode(ModeBus, newBusDriver)
+	RegisterMode(ModeMesh, newMeshDriver)
 	// Federation sends over the senders' sessions on the first directory
 	// to recipients connected to the second; Run places the agents.
 	RegisterMode(ModeFederation, newWSDriver)

@@ -73,6 +73,8 @@ type Config struct {
 	// ServerPID, when positive, is the server's process, read from /proc
 	// for CPU per intent and RSS.
 	ServerPID int
+	// Hops is the route length of a mesh run (DefaultHops).
+	Hops int
 	// PeerURL is the second directory of a federation run: senders
 	// register with URL, recipients with PeerURL.
 	PeerURL string
@@ -388,6 +390,18 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return sum, fmt.Errorf("bench interrupted: %w", err)
+	}
+	if cfg.Mode == ModeMesh {
+		sum.Hops = cfg.Hops
+		if sum.Hops <= 0 {
+			sum.Hops = DefaultHops
+		}
+		v := math.Round(sum.IntentsPerSecond*float64(sum.Hops)*10) / 10
+		sum.HopsPerSecond = &v
+		if sum.ServerCPUmsPerIntent != nil {
+			c := math.Round(*sum.ServerCPUmsPerIntent/float64(sum.Hops)*1000) / 1000
+			sum.ServerCPUmsPerHop = &c
+		}
 	}
 	return sum, nil
 }

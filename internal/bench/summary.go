@@ -49,6 +49,12 @@ type Summary struct {
 	Accepted      *int64   `json:"accepted,omitempty"`
 	SentPerSecond *float64 `json:"sent_per_second,omitempty"`
 
+	// Hops, HopsPerSecond and ServerCPUmsPerHop (mesh mode): an intent is
+	// one envelope of Hops hops; latency is create → succeeded.
+	Hops              int      `json:"hops,omitempty"`
+	HopsPerSecond     *float64 `json:"hops_per_second,omitempty"`
+	ServerCPUmsPerHop *float64 `json:"server_cpu_ms_per_hop,omitempty"`
+
 	// PeerServer fields describe the second directory of a federation run.
 	PeerServerPID            *int     `json:"peer_server_pid,omitempty"`
 	PeerServerCPUmsPerIntent *float64 `json:"peer_server_cpu_ms_per_intent,omitempty"`
@@ -147,6 +153,10 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	extra = append(extra, fmt.Sprintf("%d senders, %d recipients, %.1fs measured, %.1fs setup", s.Senders, s.Recipients, s.ElapsedS, s.SetupS))
 	if s.SentPerSecond != nil && s.Accepted != nil {
 		extra = append(extra, fmt.Sprintf("bus accepted %d messages (%.0f/s sent); intents/s counts messages acked, latency is send → acked", *s.Accepted, *s.SentPerSecond))
+	}
+	if s.HopsPerSecond != nil {
+		extra = append(extra, fmt.Sprintf("mesh: %d hops per envelope, %.0f hops/s, server cpu %s ms/hop; intents/s counts envelopes, latency is create → succeeded",
+			s.Hops, *s.HopsPerSecond, opt(s.ServerCPUmsPerHop, "")))
 	}
 	if s.PeerServerRSSMB != nil {
 		extra = append(extra, fmt.Sprintf("peer directory: cpu %s ms/intent, peak rss %s MB", opt(s.PeerServerCPUmsPerIntent, ""), opt(s.PeerServerRSSMB, "")))

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/attest"
 	"github.com/beamdir/beam/directory/registry"
@@ -117,6 +118,11 @@ type Config struct {
 	// one generated once and kept in DataDir/intent.secret). Serve it with
 	// ServeIntent.
 	IntentBus *jobs.Config
+	// MeshPolicies and MeshDefaultPolicy are the pipelines' per-actor retry
+	// policies (zero default: one attempt); MeshHopTimeout bounds one hop.
+	MeshPolicies      map[string]mesh.Policy
+	MeshDefaultPolicy mesh.Policy
+	MeshHopTimeout    time.Duration
 }
 
 // Server is a running directory.
@@ -126,6 +132,7 @@ type Server struct {
 	agents   *registry.Registry
 	dir      *directory.Directory
 	bus      *bus.Bus
+	mesh     *mesh.Engine
 	fed      *federation.Node
 	registry *prometheus.Registry
 	mux      *http.ServeMux
@@ -284,6 +291,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			if err := s.fed.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close federation: %w", err))
 			}
+		}
+		if s.mesh != nil {
+			_ = s.mesh.Close()
 		}
 		if err := s.bus.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close bus: %w", err))
@@ -463,6 +473,19 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return fmt.Errorf("message bus recovery: %w", err)
 	}
 
+	pipes, err := mesh.New(mesh.Config{
+		Log: s.log, Directory: dir, Registry: agents, Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry,
+		OperatorAuth: s.IsOperator, Policies: s.cfg.MeshPolicies, Default: s.cfg.MeshDefaultPolicy,
+		HopTimeout: s.cfg.MeshHopTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("open pipelines: %w", err)
+	}
+	closers = append(closers, func() { _ = pipes.Close() })
+	if _, err := pipes.Recover(ctx); err != nil {
+		return fmt.Errorf("pipeline recovery: %w", err)
+	}
+
 	var fedStatus func(context.Context) (any, error)
 	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" {
 		node, err := s.openFederation(ctx, agents, dir)
@@ -477,6 +500,10 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 
 	dash, err := web.New(web.Config{
 		Log: s.log, Registry: agents, Directory: dir, Requeue: b.Requeue, Federation: fedStatus,
+		MeshRequeue: func(ctx context.Context, id string) (string, error) {
+			row, err := pipes.Requeue(ctx, id)
+			return row.ID, err
+		},
 		AdminToken: s.adminToken, ViewerToken: s.viewerToken,
 		Clock: s.cfg.Clock, Logger: s.logger, SecureCookies: s.cfg.SecureCookies,
 	})
@@ -489,6 +516,8 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	agents.Routes(s.mux)
 	dir.Routes(s.mux)
 	b.Routes(s.mux)
+	pipes.Start(context.WithoutCancel(ctx))
+	pipes.Routes(s.mux)
 	if s.fed != nil {
 		s.fed.Routes(s.mux)
 	}
@@ -500,7 +529,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		}
 		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "not found")
 	})
-	s.agents, s.dir, s.bus, s.dash = agents, dir, b, dash
+	s.agents, s.dir, s.bus, s.dash, s.mesh = agents, dir, b, dash, pipes
 	return nil
 }
 

@@ -2,6 +2,7 @@
 import { stackedBars, latencyLines } from "./chart.js";
 import { waterfall, retryFailure } from "./trace.js";
 import { pager, PAGE } from "./pager.js";
+import { renderPipelines, renderPipeline } from "./mesh.js";
 
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ROLE = document.querySelector('meta[name="beam-role"]').content;
@@ -243,6 +244,8 @@ const VIEWS = {
   agents: { title: "Agents", render: renderAgents },
   federation: { title: "Federation", render: renderFederation },
   jobs: { title: "Jobs", render: renderJobs },
+  pipelines: { title: "Pipelines", render: renderPipelines },
+  pipeline: { title: "Envelope", nav: "pipelines", render: renderPipeline },
 };
 
 let cleanup = null;
@@ -256,6 +259,7 @@ function parseHash() {
   let view = parts[0] || "overview";
   let arg = parts.slice(1).join("/");
   if (view === "intents" && arg) view = "trace";
+  if (view === "pipelines" && arg) view = "pipeline";
   if (!VIEWS[view]) view = "overview";
   return { view, arg, params };
 }

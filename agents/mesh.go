@@ -1,0 +1,172 @@
+package agents
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+)
+
+// MeshIntent is the intent type of a pipeline hop: the directory delivers
+// the whole envelope as the payload.
+const MeshIntent = "mesh.envelope"
+
+// Error codes of mesh handler failures: the gateway retries MeshRetryable
+// (and any other code) by the actor's policy and never retries
+// MeshPermanentCode.
+const (
+	MeshRetryableCode = "MESH_ERROR"
+	MeshPermanentCode = "MESH_PERMANENT"
+)
+
+// MeshRoute is an envelope's route: prev and curr are read-only, next is
+// the current actor's to rewrite (MeshHop.SetNext).
+type MeshRoute struct {
+	Prev []string `json:"prev"`
+	Curr string   `json:"curr"`
+	Next []string `json:"next"`
+}
+
+// MeshEnvelope is the envelope of one hop as delivered.
+type MeshEnvelope struct {
+	ID          string            `json:"id"`
+	ParentID    string            `json:"parent_id,omitempty"`
+	Route       MeshRoute         `json:"route"`
+	Headers     map[string]string `json:"headers"`
+	Status      json.RawMessage   `json:"status"`
+	Payload     json.RawMessage   `json:"payload"`
+	Hop         int               `json:"hop"`
+	FanoutIndex int               `json:"fanout_index,omitempty"`
+	Creator     string            `json:"creator"`
+}
+
+// MeshHop is one delivery of an envelope to this actor. Handlers read the
+// envelope, yield outputs, rewrite next, change headers and stream FLY
+// events through it.
+type MeshHop struct {
+	// Envelope is the envelope as delivered (payload included).
+	Envelope MeshEnvelope
+	// Attempt is the delivery attempt of this hop, from 1.
+	Attempt int
+
+	c       *Client
+	outputs []json.RawMessage
+	next    *[]string
+	headers map[string]string
+}
+
+// Bind decodes the envelope's payload into v.
+func (h *MeshHop) Bind(v any) error {
+	if err := json.Unmarshal(h.Envelope.Payload, v); err != nil {
+		return fmt.Errorf("mesh envelope %s payload: %w", h.Envelope.ID, err)
+	}
+	return nil
+}
+
+// Yield adds an output. The first output keeps the envelope's id; every
+// further one becomes a fan-out child with its own id and parent_id set.
+func (h *MeshHop) Yield(payload any) error {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("mesh yield: %w", err)
+	}
+	h.outputs = append(h.outputs, raw)
+	return nil
+}
+
+// SetNext replaces the actors after this one.
+func (h *MeshHop) SetNext(actors ...string) {
+	next := append([]string{}, actors...)
+	h.next = &next
+}
+
+// SetHeader sets (or, with "", deletes) a header for the following hops.
+// Headers the gateway manages (traceparent, tracestate,
+// x-asya-first-attempt) are kept whatever the handler sets.
+func (h *MeshHop) SetHeader(key, value string) {
+	if h.headers == nil {
+		h.headers = map[string]string{}
+	}
+	h.headers[key] = value
+}
+
+// Fly streams an ephemeral event to the envelope's live subscribers
+// (POST /api/v1/mesh/{id}/fly with this agent's API key). It is never
+// stored.
+func (h *MeshHop) Fly(ctx context.Context, data any) error {
+	raw, err := json.Marshal(map[string]any{"data": data})
+	if err != nil {
+		return fmt.Errorf("mesh fly: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
+		h.c.base+"/api/v1/mesh/"+url.PathEscape(h.Envelope.ID)+"/fly", bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Errorf("mesh fly: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Api-Key", h.c.apiKeyValue())
+	resp, err := h.c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("mesh fly: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("mesh fly: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// MeshHandler processes one hop. Its outputs are the payloads it yielded
+// plus the returned payload when that is not nil; no output at all ends the
+// route (x-sink). An error fails the attempt: retried by the actor's
+// policy unless it is MeshPermanent.
+type MeshHandler func(ctx context.Context, hop *MeshHop) (any, error)
+
+// meshPermanent marks an error no retry can fix.
+type meshPermanent struct{ err error }
+
+func (p meshPermanent) Error() string { return p.err.Error() }
+func (p meshPermanent) Unwrap() error { return p.err }
+
+// MeshPermanent wraps err so that the gateway does not retry the hop.
+func MeshPermanent(err error) error { return meshPermanent{err: err} }
+
+// HandleMesh registers h for pipeline hops (intent mesh.envelope).
+func (c *Client) HandleMesh(h MeshHandler) {
+	c.Handle(MeshIntent, func(ctx context.Context, in *Intent) Reply {
+		hop := &MeshHop{c: c}
+		if err := json.Unmarshal(in.Payload, &hop.Envelope); err != nil {
+			return Failure(MeshPermanentCode, "not a mesh envelope: "+err.Error())
+		}
+		if in.Durable != nil {
+			hop.Attempt = in.Durable.Attempt
+		}
+		out, err := h(ctx, hop)
+		if err != nil {
+			var p meshPermanent
+			if errors.As(err, &p) {
+				return Failure(MeshPermanentCode, err.Error())
+			}
+			return Failure(MeshRetryableCode, err.Error())
+		}
+		if out != nil {
+			if err := hop.Yield(out); err != nil {
+				return Failure(MeshPermanentCode, err.Error())
+			}
+		}
+		outputs := hop.outputs
+		if outputs == nil {
+			outputs = []json.RawMessage{}
+		}
+		return Success(map[string]any{"mesh": struct {
+			Outputs []json.RawMessage `json:"outputs"`
+			Next    *[]string         `json:"next,omitempty"`
+			Headers map[string]string `json:"headers,omitempty"`
+		}{outputs, hop.next, hop.headers}})
+	})
+}

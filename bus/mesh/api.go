@@ -1,0 +1,549 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/beamdir/beam/internal/httpjson"
+	"github.com/beamdir/beam/tracing"
+)
+
+// KeepaliveInterval is how often an idle event stream gets a comment.
+var KeepaliveInterval = 15 * time.Second
+
+// Routes mounts the gateway under /api/v1/mesh.
+func (e *Engine) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /api/v1/mesh", e.api(e.handleCreate))
+	mux.HandleFunc("POST /api/v1/mesh/{$}", e.api(e.handleCreate))
+	mux.HandleFunc("GET /api/v1/mesh", e.api(e.handleList))
+	mux.HandleFunc("GET /api/v1/mesh/{$}", e.api(e.handleList))
+	mux.HandleFunc("GET /api/v1/mesh/dead-letters", e.api(e.handleDead))
+	mux.HandleFunc("GET /api/v1/mesh/{id}", e.api(e.handleGet))
+	mux.HandleFunc("GET /api/v1/mesh/{id}/trace", e.api(e.handleTrace))
+	mux.HandleFunc("DELETE /api/v1/mesh/{id}", e.api(e.handleCancel))
+	mux.HandleFunc("POST /api/v1/mesh/{id}/cancel", e.api(e.handleCancel))
+	mux.HandleFunc("POST /api/v1/mesh/{id}/pause", e.api(e.handlePause))
+	mux.HandleFunc("POST /api/v1/mesh/{id}/resume", e.api(e.handleResume))
+	mux.HandleFunc("POST /api/v1/mesh/{id}/requeue", e.api(e.handleRequeue))
+	mux.HandleFunc("POST /api/v1/mesh/{id}/fly", e.api(e.handleFly))
+	mux.HandleFunc("GET /api/v1/mesh/{id}/events", e.handleEvents)
+}
+
+// api adapts a handler that returns an error: *InputError is answered in
+// the Beam error shape, anything else as 500.
+func (e *Engine) api(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			e.writeErr(w, err)
+		}
+	}
+}
+
+func (e *Engine) writeErr(w http.ResponseWriter, err error) {
+	var ie *InputError
+	if errors.As(err, &ie) {
+		httpjson.Error(w, ie.Status, ie.Code, ie.Msg)
+		return
+	}
+	e.lg.Error("mesh api", "err", err)
+	httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "internal error")
+}
+
+// principal is who a request acts as: an agent (by its API key) or the
+// operator.
+type principal struct {
+	agent    string
+	operator bool
+}
+
+// authenticate reads the operator token or an agent's API key (x-api-key,
+// or Authorization: Bearer bk_…).
+func (e *Engine) authenticate(r *http.Request) (principal, error) {
+	if e.cfg.OperatorAuth != nil && e.cfg.OperatorAuth(r) {
+		return principal{operator: true}, nil
+	}
+	key, ok := httpjson.APIKey(r)
+	if !ok {
+		if tok, ok := httpjson.Bearer(r); ok && strings.HasPrefix(tok, "bk_") {
+			key = tok
+		}
+	}
+	if key != "" {
+		if a, ok := e.reg.AuthenticateAPIKey(key); ok {
+			return principal{agent: a.BeamID}, nil
+		}
+		return principal{}, inputErr(http.StatusUnauthorized, CodeUnauthorized, "invalid API key")
+	}
+	if _, ok := httpjson.Bearer(r); ok {
+		return principal{}, inputErr(http.StatusUnauthorized, CodeUnauthorized, "invalid token")
+	}
+	return principal{}, inputErr(http.StatusUnauthorized, CodeUnauthorized, "send the creating agent's API key (x-api-key) or the operator token")
+}
+
+// visible returns envelope id if p may see it; others' envelopes are "not
+// found", so that an agent never learns whether they exist.
+func (e *Engine) visible(ctx context.Context, p principal, id string) (tracing.MeshRow, error) {
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	if !ok || (!p.operator && row.Creator != p.agent) {
+		return tracing.MeshRow{}, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+	}
+	return row, nil
+}
+
+// envelopeView is the JSON of an envelope for clients.
+type envelopeView struct {
+	tracing.MeshRow
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+func view(row tracing.MeshRow) envelopeView {
+	env := json.RawMessage(row.Envelope)
+	if e, err := envelopeOf(row); err == nil {
+		env = e.Encode()
+	}
+	return envelopeView{MeshRow: row, Envelope: env}
+}
+
+// createBody is the body of POST /api/v1/mesh.
+type createBody struct {
+	Route   json.RawMessage   `json:"route"`
+	Payload json.RawMessage   `json:"payload"`
+	Headers map[string]string `json:"headers"`
+	Timeout json.RawMessage   `json:"timeout"`
+	Creator string            `json:"creator"`
+}
+
+func (e *Engine) readJSON(w http.ResponseWriter, r *http.Request, v any, limit int) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return inputErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", limit)
+		}
+		return inputErr(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return inputErr(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object: %v", err)
+	}
+	return nil
+}
+
+// parseRoute reads a route as a list of actors, or as {curr, next}.
+func parseRoute(raw json.RawMessage, actor string) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		if actor != "" {
+			return []string{actor}, nil
+		}
+		return nil, inputErr(http.StatusBadRequest, CodeEmptyRoute, "route is required")
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err == nil {
+		return list, nil
+	}
+	var obj struct {
+		Curr string   `json:"curr"`
+		Next []string `json:"next"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, inputErr(http.StatusBadRequest, CodeInvalidField, "route must be a list of actors or {curr, next}")
+	}
+	var out []string
+	if obj.Curr != "" {
+		out = append(out, obj.Curr)
+	}
+	return append(out, obj.Next...), nil
+}
+
+// parseTimeout reads seconds (a number) or a Go duration string.
+func parseTimeout(raw json.RawMessage) (time.Duration, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return 0, inputErr(http.StatusBadRequest, CodeInvalidField, "timeout %q: want a positive duration (\"30s\") or seconds", s)
+		}
+		return d, nil
+	}
+	var secs float64
+	if err := json.Unmarshal(raw, &secs); err != nil || secs <= 0 || secs > 1e7 {
+		return 0, inputErr(http.StatusBadRequest, CodeInvalidField, "timeout: want a positive number of seconds or a duration string")
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+func (e *Engine) handleCreate(w http.ResponseWriter, r *http.Request) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	var b createBody
+	if err := e.readJSON(w, r, &b, e.cfg.MaxPayloadBytes+64<<10); err != nil {
+		return err
+	}
+	route, err := parseRoute(b.Route, r.URL.Query().Get("actor"))
+	if err != nil {
+		return err
+	}
+	timeout, err := parseTimeout(b.Timeout)
+	if err != nil {
+		return err
+	}
+	creator := p.agent
+	if p.operator {
+		if b.Creator == "" {
+			return inputErr(http.StatusBadRequest, CodeInvalidField, "an operator creates an envelope on behalf of an agent: set creator")
+		}
+		creator = b.Creator
+	} else if b.Creator != "" && b.Creator != p.agent {
+		return inputErr(http.StatusForbidden, CodeForbidden, "an agent creates envelopes only as itself")
+	}
+	row, err := e.Create(r.Context(), CreateRequest{Creator: creator, Route: route, Payload: b.Payload, Headers: b.Headers, Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/api/v1/mesh/"+row.ID)
+	httpjson.Write(w, http.StatusCreated, map[string]any{"id": row.ID, "status": row.Status})
+	return nil
+}
+
+func (e *Engine) listQuery(r *http.Request, p principal) (tracing.MeshQuery, error) {
+	q := tracing.MeshQuery{Creator: p.agent, ParentID: r.URL.Query().Get("parent")}
+	if p.operator {
+		q.Creator = r.URL.Query().Get("creator")
+	}
+	if s := r.URL.Query().Get("status"); s != "" {
+		for _, part := range strings.Split(s, ",") {
+			st := tracing.MeshStatus(strings.TrimSpace(part))
+			if st.Order() < 0 {
+				return q, inputErr(http.StatusBadRequest, CodeInvalidField, "unknown status %q", part)
+			}
+			q.Statuses = append(q.Statuses, st)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int
+		max  int
+	}{{"limit", &q.Limit, 500}, {"offset", &q.Offset, 1 << 30}} {
+		if v := r.URL.Query().Get(f.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > f.max {
+				return q, inputErr(http.StatusBadRequest, CodeInvalidField, "%s must be an integer from 0 to %d", f.name, f.max)
+			}
+			*f.dst = n
+		}
+	}
+	return q, nil
+}
+
+func (e *Engine) writeList(w http.ResponseWriter, r *http.Request, q tracing.MeshQuery) error {
+	rows, total, err := e.log.MeshEnvelopes(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	out := make([]envelopeView, len(rows))
+	for i, row := range rows {
+		out[i] = view(row)
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": out, "total": total})
+	return nil
+}
+
+func (e *Engine) handleList(w http.ResponseWriter, r *http.Request) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	q, err := e.listQuery(r, p)
+	if err != nil {
+		return err
+	}
+	return e.writeList(w, r, q)
+}
+
+func (e *Engine) handleDead(w http.ResponseWriter, r *http.Request) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	q, err := e.listQuery(r, p)
+	if err != nil {
+		return err
+	}
+	q.Sump = true
+	return e.writeList(w, r, q)
+}
+
+func (e *Engine) handleGet(w http.ResponseWriter, r *http.Request) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	row, err := e.visible(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, view(row))
+	return nil
+}
+
+func (e *Engine) handleTrace(w http.ResponseWriter, r *http.Request) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	row, err := e.visible(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	events, err := e.log.Trace(r.Context(), row.Nonce)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"id": row.ID, "events": events})
+	return nil
+}
+
+func (e *Engine) handleCancel(w http.ResponseWriter, r *http.Request) error {
+	return e.control(w, r, e.Cancel)
+}
+
+func (e *Engine) handlePause(w http.ResponseWriter, r *http.Request) error {
+	return e.control(w, r, e.Pause)
+}
+
+func (e *Engine) handleResume(w http.ResponseWriter, r *http.Request) error {
+	return e.control(w, r, e.Resume)
+}
+
+// control runs a creator's (or the operator's) action on an envelope.
+func (e *Engine) control(w http.ResponseWriter, r *http.Request, fn func(context.Context, string) (tracing.MeshRow, error)) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	row, err := e.visible(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	out, err := fn(r.Context(), row.ID)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, view(out))
+	return nil
+}
+
+func (e *Engine) handleRequeue(w http.ResponseWriter, r *http.Request) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	if !p.operator {
+		if _, err := e.visible(r.Context(), p, r.PathValue("id")); err != nil {
+			return err
+		}
+		return inputErr(http.StatusForbidden, CodeForbidden, "requeue needs the operator token")
+	}
+	row, err := e.Requeue(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusCreated, map[string]any{"id": row.ID, "parentId": row.ParentID, "status": row.Status})
+	return nil
+}
+
+// handleFly takes an ephemeral FLY event from the envelope's current actor
+// (or its creator, or the operator) and streams it to subscribers. It is
+// never stored.
+func (e *Engine) handleFly(w http.ResponseWriter, r *http.Request) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	row, ok, err := e.log.MeshEnvelope(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if !ok || !(p.operator || p.agent == row.Creator || p.agent == row.Actor) {
+		return inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", r.PathValue("id"))
+	}
+	var b struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := e.readJSON(w, r, &b, 64<<10); err != nil {
+		return err
+	}
+	if len(b.Data) == 0 {
+		return inputErr(http.StatusBadRequest, CodeInvalidField, "data is required")
+	}
+	if row.Status.Terminal() {
+		return inputErr(http.StatusConflict, CodeConflict, "envelope %s already %s", row.ID, row.Status)
+	}
+	n := e.hub.fly(row.ID, b.Data)
+	httpjson.Write(w, http.StatusAccepted, map[string]any{"subscribers": n})
+	return nil
+}
+
+// statusOff reports whether the envelope suppresses live status reporting.
+func statusOff(row tracing.MeshRow) bool {
+	env, err := DecodeEnvelope(row.Envelope)
+	return err == nil && strings.EqualFold(env.Headers[HeaderMeshStatus], "off")
+}
+
+// handleEvents streams an envelope's events as SSE: the current state
+// first (or, with Last-Event-ID, every status change after that event,
+// replayed from the log), then live status, progress and fly events; a
+// keepalive comment every KeepaliveInterval; closed on a terminal status.
+// Event ids are log sequence numbers; FLY events carry none.
+func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
+	p, err := e.authenticate(r)
+	if err != nil {
+		e.writeErr(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if _, err := e.visible(r.Context(), p, id); err != nil {
+		e.writeErr(w, err)
+		return
+	}
+	var after int64 = -1
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			httpjson.Error(w, http.StatusBadRequest, CodeInvalidField, "Last-Event-ID must be a non-negative integer")
+			return
+		}
+		after = n
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "streaming unsupported")
+		return
+	}
+	sub := e.hub.subscribe(id)
+	defer e.hub.unsubscribe(id, sub)
+	row, _, err := e.log.MeshEnvelope(r.Context(), id)
+	if err != nil {
+		e.writeErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	s := &sseWriter{w: w, lastSeq: -1}
+	if after >= 0 {
+		events, err := e.log.Trace(r.Context(), row.Nonce)
+		if err != nil {
+			return
+		}
+		var folded tracing.MeshRow
+		for _, ev := range events {
+			folded.Apply(ev)
+			if ev.Seq > after {
+				s.status(folded)
+			}
+		}
+		s.lastSeq = max(s.lastSeq, after)
+	} else {
+		s.status(row)
+	}
+	flusher.Flush()
+	if row.Status.Terminal() || s.err != nil {
+		return
+	}
+	off := statusOff(row)
+	keep := time.NewTicker(KeepaliveInterval)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-sub.done:
+			// Closed: the server stops, or this stream fell behind and
+			// resumes from Last-Event-ID.
+			return
+		case <-keep.C:
+			_, s.err = io.WriteString(w, ": keepalive\n\n")
+		case ev := <-sub.ch:
+			if ev.fly != nil {
+				s.event("fly", "", ev.fly)
+			} else if ev.row.LastSeq > s.lastSeq && (!off || ev.row.Status.Terminal()) {
+				s.status(*ev.row)
+			}
+			if ev.row != nil && ev.row.Status.Terminal() && ev.row.LastSeq >= s.lastSeq {
+				flusher.Flush()
+				return
+			}
+		}
+		if s.err != nil {
+			return
+		}
+		flusher.Flush()
+	}
+}
+
+// sseWriter writes SSE events.
+type sseWriter struct {
+	w        io.Writer
+	lastSeq  int64
+	progress float64
+	err      error
+}
+
+func (s *sseWriter) event(name, id string, data []byte) {
+	if s.err != nil {
+		return
+	}
+	var b bytes.Buffer
+	b.WriteString("event: ")
+	b.WriteString(name)
+	b.WriteByte('\n')
+	if id != "" {
+		b.WriteString("id: ")
+		b.WriteString(id)
+		b.WriteByte('\n')
+	}
+	b.WriteString("data: ")
+	b.Write(bytes.ReplaceAll(data, []byte("\n"), []byte("\ndata: ")))
+	b.WriteString("\n\n")
+	_, s.err = s.w.Write(b.Bytes())
+}
+
+// status writes a status event (and a progress event when progress grew).
+func (s *sseWriter) status(row tracing.MeshRow) {
+	id := strconv.FormatInt(row.LastSeq, 10)
+	data, err := json.Marshal(view(row))
+	if err != nil {
+		s.err = fmt.Errorf("encode status: %w", err)
+		return
+	}
+	if row.Progress > s.progress {
+		s.progress = row.Progress
+		p, _ := json.Marshal(map[string]any{"id": row.ID, "progress": row.Progress, "hop": row.Hop, "actor": row.Actor})
+		s.event("progress", id, p)
+	}
+	s.event("status", id, data)
+	s.lastSeq = row.LastSeq
+}

@@ -1,0 +1,318 @@
+package mesh
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/tracing"
+)
+
+// IntentEnvelope is the intent type of a hop delivered to an actor; the
+// frame's payload is the whole envelope.
+const IntentEnvelope = "mesh.envelope"
+
+// Defaults of Config.
+const (
+	DefaultMaxPayloadBytes = 48 << 10
+	DefaultTimeout         = 5 * time.Minute
+	DefaultMaxTimeout      = 24 * time.Hour
+	DefaultHopTimeout      = 30 * time.Second
+	DefaultTickInterval    = 100 * time.Millisecond
+	// offlineWait is how long an envelope whose actor is offline waits
+	// before the next look (no attempt is counted).
+	offlineWait = time.Second
+)
+
+// Config configures New.
+type Config struct {
+	Log       *tracing.Log
+	Directory *directory.Directory
+	Registry  *registry.Registry
+	// Clock is the time source of deadlines, retries and timestamps.
+	Clock func() time.Time
+	// Logger receives diagnostics; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil means none.
+	Registerer prometheus.Registerer
+	// OperatorAuth recognises operator requests; may be nil.
+	OperatorAuth func(*http.Request) bool
+	// Policies are the per-actor retry policies; Default applies to the
+	// others (DefaultPolicy when zero).
+	Policies map[string]Policy
+	Default  Policy
+	// MaxHops bounds the hops of an envelope (DefaultMaxHops).
+	MaxHops int
+	// MaxPayloadBytes bounds a payload (DefaultMaxPayloadBytes), so that
+	// an envelope fits one WebSocket message either way.
+	MaxPayloadBytes int
+	// DefaultTimeout is the deadline of an envelope created without one;
+	// MaxTimeout the longest accepted.
+	DefaultTimeout, MaxTimeout time.Duration
+	// HopTimeout is how long one hop attempt waits for the actor.
+	HopTimeout time.Duration
+	// TickInterval is how often due retries and deadlines are checked.
+	TickInterval time.Duration
+}
+
+// Engine routes envelopes through actors. It is safe for concurrent use.
+type Engine struct {
+	cfg  Config
+	log  *tracing.Log
+	dir  *directory.Directory
+	reg  *registry.Registry
+	lg   *slog.Logger
+	m    *metrics
+	hub  *hub
+	seed maphash.Seed
+
+	locks [64]sync.Mutex
+
+	mu      sync.Mutex
+	closed  bool
+	running map[string]bool // ids with an attempt being started
+	wg      sync.WaitGroup
+	stop    chan struct{}
+}
+
+// New checks cfg and builds an engine. Call Recover, then Start.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Log == nil || cfg.Directory == nil || cfg.Registry == nil {
+		return nil, errors.New("mesh: new: log, directory and registry are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Default.MaxAttempts == 0 {
+		cfg.Default = DefaultPolicy
+	}
+	if err := cfg.Default.Validate(); err != nil {
+		return nil, fmt.Errorf("mesh: default policy: %w", err)
+	}
+	for a, p := range cfg.Policies {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("mesh: policy of %s: %w", a, err)
+		}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.DefaultTimeout, DefaultTimeout)
+	def(&cfg.MaxTimeout, DefaultMaxTimeout)
+	def(&cfg.HopTimeout, DefaultHopTimeout)
+	def(&cfg.TickInterval, DefaultTickInterval)
+	if cfg.MaxHops <= 0 {
+		cfg.MaxHops = DefaultMaxHops
+	}
+	if cfg.MaxPayloadBytes <= 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	m := newMetrics(cfg.Registerer)
+	return &Engine{
+		cfg: cfg, log: cfg.Log, dir: cfg.Directory, reg: cfg.Registry, lg: cfg.Logger.With("component", "mesh"),
+		m: m, hub: newHub(m), seed: maphash.MakeSeed(), running: map[string]bool{},
+		stop: make(chan struct{}),
+	}, nil
+}
+
+// lock serializes the steps of one envelope.
+func (e *Engine) lock(id string) func() {
+	mu := &e.locks[maphash.String(e.seed, id)%uint64(len(e.locks))]
+	mu.Lock()
+	return mu.Unlock
+}
+
+// Start runs the scheduler until Close.
+func (e *Engine) Start(ctx context.Context) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTicker(e.cfg.TickInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-e.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := e.Tick(ctx); err != nil && !e.isClosed() {
+				e.lg.Warn("mesh tick", "err", err)
+			}
+		}
+	}()
+}
+
+// Close stops the scheduler and waits for it; attempts in flight keep their
+// state in the log and Recover resumes them after a restart.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.stop)
+	e.mu.Unlock()
+	e.hub.closeAll()
+	e.wg.Wait()
+	return nil
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Tick fails envelopes past their deadline and starts the due hops.
+func (e *Engine) Tick(ctx context.Context) error {
+	now := e.cfg.Clock()
+	expired, err := e.log.MeshExpired(ctx, now.UnixMilli(), 256)
+	if err != nil {
+		return err
+	}
+	for _, id := range expired {
+		if err := e.expire(ctx, id); err != nil {
+			e.lg.Warn("mesh deadline", "id", id, "err", err)
+		}
+	}
+	due, err := e.log.MeshOpen(ctx, true, now.UnixMilli(), 512)
+	if err != nil {
+		return err
+	}
+	for _, row := range due {
+		e.startAttempt(row.ID)
+	}
+	return nil
+}
+
+// startAttempt runs attempt for id in its own goroutine unless one is
+// already starting.
+func (e *Engine) startAttempt(id string) {
+	e.mu.Lock()
+	if e.closed || e.running[id] {
+		e.mu.Unlock()
+		return
+	}
+	e.running[id] = true
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			e.mu.Lock()
+			delete(e.running, id)
+			e.mu.Unlock()
+		}()
+		if err := e.attempt(context.Background(), id); err != nil && !e.isClosed() {
+			e.lg.Warn("mesh attempt", "id", id, "err", err)
+		}
+	}()
+}
+
+// Recover resumes every envelope a previous process left in flight: a hop
+// that was dispatched or delivered without an outcome is queued again (the
+// actor may see it twice; the envelope still finishes once). Run it before
+// Start.
+func (e *Engine) Recover(ctx context.Context) (int, error) {
+	rows, err := e.log.MeshOpen(ctx, false, 0, 0)
+	if err != nil {
+		return 0, fmt.Errorf("mesh recover: %w", err)
+	}
+	n := 0
+	for _, row := range rows {
+		if row.State != tracing.Dispatched && row.State != tracing.Delivered {
+			continue
+		}
+		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Attempt: max(row.Attempt-1, 0),
+			Reason: "interrupted by a restart"})
+		ev.Transport = "recovery"
+		if _, err := e.log.Append(ctx, ev); err != nil {
+			return n, fmt.Errorf("mesh recover %s: %w", row.ID, err)
+		}
+		n++
+	}
+	if n > 0 {
+		e.lg.Info("mesh recovery", "requeued", n)
+	}
+	return n, nil
+}
+
+// event builds an event of row's nonce carrying step.
+func (e *Engine) event(row tracing.MeshRow, state tracing.State, step tracing.MeshStep) tracing.Event {
+	return tracing.Event{Nonce: row.Nonce, State: state, Transport: "mesh", Attempt: step.Attempt,
+		Details: tracing.Details{Mesh: step.Encode()}}
+}
+
+// append writes events atomically and notifies subscribers of ids.
+func (e *Engine) append(ctx context.Context, ids []string, events ...tracing.Event) error {
+	if _, err := e.log.Append(ctx, events...); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		e.notify(id)
+	}
+	return nil
+}
+
+// notify publishes the current row of id to its subscribers.
+func (e *Engine) notify(id string) {
+	if !e.hub.has(id) {
+		return
+	}
+	row, ok, err := e.log.MeshEnvelope(context.Background(), id)
+	if err != nil || !ok {
+		return
+	}
+	e.hub.status(row)
+}
+
+// newUUID4 returns a random (version 4) UUID.
+func newUUID4() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("read random: %v", err))
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// draw returns a deterministic jitter draw in [0,1) for an attempt.
+func (e *Engine) draw(id string, attempt int) float64 {
+	var h maphash.Hash
+	h.SetSeed(e.seed)
+	h.WriteString(id)
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(attempt))
+	h.Write(b[:])
+	return float64(h.Sum64()>>11) / float64(1<<53)
+}
+
+// policy returns the retry policy of actor.
+func (e *Engine) policy(actor string) Policy {
+	if p, ok := e.cfg.Policies[actor]; ok {
+		return p
+	}
+	return e.cfg.Default
+}
+
+func nonceOf(id string) string { return "mesh:" + id }

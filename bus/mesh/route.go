@@ -1,0 +1,762 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Error codes of the gateway and of failed envelopes.
+const (
+	CodeInvalidJSON     = "INVALID_JSON"
+	CodeEmptyRoute      = "EMPTY_ROUTE"
+	CodeReservedActor   = "RESERVED_ACTOR"
+	CodeUnknownActor    = "UNKNOWN_ACTOR"
+	CodeHopLimit        = "HOP_LIMIT"
+	CodePayloadTooLarge = "PAYLOAD_TOO_LARGE"
+	CodeInvalidField    = "INVALID_FIELD"
+	CodeUnauthorized    = "UNAUTHORIZED"
+	CodeForbidden       = "FORBIDDEN"
+	CodeNotFound        = "NOT_FOUND"
+	CodeConflict        = "CONFLICT"
+	CodeCanceled        = "CANCELED"
+	CodeTimeout         = "TIMEOUT"
+	// CodePermanent is the error code an actor answers with for a failure
+	// no retry can fix; every other failure is retried by the policy.
+	CodePermanent = "MESH_PERMANENT"
+)
+
+// nonRetryable are actor error codes that are never retried.
+var nonRetryable = map[string]bool{CodePermanent: true, "UNSUPPORTED_INTENT": true, "INVALID_INTENT": true}
+
+// InputError is a client mistake: an HTTP status, an error code and a
+// message.
+type InputError struct {
+	Status int
+	Code   string
+	Msg    string
+}
+
+func (e *InputError) Error() string { return e.Msg }
+
+// HTTPStatus returns the status and error code to answer with.
+func (e *InputError) HTTPStatus() (int, string) { return e.Status, e.Code }
+
+func inputErr(status int, code, format string, args ...any) *InputError {
+	return &InputError{Status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CreateRequest is a validated request for a new envelope.
+type CreateRequest struct {
+	Creator string
+	Route   []string
+	Payload json.RawMessage
+	Headers map[string]string
+	Timeout time.Duration
+	// ParentID is set by an operator requeue.
+	ParentID string
+}
+
+// routeErr maps a route rule error to an InputError.
+func routeErr(err error) *InputError {
+	switch {
+	case errors.Is(err, ErrEmptyRoute):
+		return inputErr(http.StatusBadRequest, CodeEmptyRoute, "%v", err)
+	case errors.Is(err, ErrReservedActor):
+		return inputErr(http.StatusBadRequest, CodeReservedActor, "%v", err)
+	case errors.Is(err, ErrHopLimit):
+		return inputErr(http.StatusBadRequest, CodeHopLimit, "%v", err)
+	default:
+		return inputErr(http.StatusBadRequest, CodeInvalidField, "route: %v", err)
+	}
+}
+
+// Create records a new envelope and starts its first hop. Errors are
+// *InputError for client mistakes.
+func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow, error) {
+	route, err := NewRoute(req.Route, e.cfg.MaxHops)
+	if err != nil {
+		return tracing.MeshRow{}, routeErr(err)
+	}
+	for _, a := range req.Route {
+		if _, ok := e.reg.Get(a); !ok {
+			return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeUnknownActor, "actor %q is not a registered agent", a)
+		}
+	}
+	if _, ok := e.reg.Get(req.Creator); !ok {
+		return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeUnknownActor, "creator %q is not a registered agent", req.Creator)
+	}
+	payload := bytes.TrimSpace(req.Payload)
+	if len(payload) == 0 {
+		payload = []byte("{}")
+	}
+	if !json.Valid(payload) {
+		return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeInvalidJSON, "payload is not valid JSON")
+	}
+	if len(payload) > e.cfg.MaxPayloadBytes {
+		return tracing.MeshRow{}, inputErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+			"payload is %d bytes, at most %d", len(payload), e.cfg.MaxPayloadBytes)
+	}
+	timeout := req.Timeout
+	if timeout == 0 {
+		timeout = e.cfg.DefaultTimeout
+	}
+	if timeout < 0 || timeout > e.cfg.MaxTimeout {
+		return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeInvalidField, "timeout must be between 0 and %s", e.cfg.MaxTimeout)
+	}
+	headers := map[string]string{}
+	for k, v := range req.Headers {
+		if k == HeaderFirstAttempt {
+			continue
+		}
+		if len(k) > 256 || len(v) > 4096 || len(headers) >= 64 {
+			return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeInvalidField, "headers: at most 64, names up to 256 and values up to 4096 bytes")
+		}
+		headers[k] = v
+	}
+	now := e.cfg.Clock().UTC()
+	deadline := now.Add(timeout)
+	env := Envelope{
+		ID: newUUID4(), ParentID: req.ParentID, Route: route, Headers: headers, Payload: payload, Creator: req.Creator,
+		Status: Status{Phase: string(tracing.MeshPending), Actor: route.Curr, CreatedAt: rfc3339(now), UpdatedAt: rfc3339(now),
+			DeadlineAt: rfc3339(deadline)},
+	}
+	row := tracing.MeshRow{ID: env.ID, Nonce: nonceOf(env.ID)}
+	created := tracing.Event{Nonce: row.Nonce, State: tracing.Received, From: req.Creator, To: route.Curr,
+		IntentType: IntentEnvelope, Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh,
+			Mesh: tracing.MeshStep{Kind: tracing.MeshKindCreated, ID: env.ID, ParentID: req.ParentID, Creator: req.Creator,
+				DeadlineAt: deadline.UnixMilli(), Status: tracing.MeshPending, Envelope: env.Encode(), Actor: route.Curr}.Encode()}}
+	queued := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait})
+	if err := e.append(ctx, nil, created, queued); err != nil {
+		return tracing.MeshRow{}, fmt.Errorf("record envelope: %w", err)
+	}
+	e.m.created.Inc()
+	out, _, err := e.log.MeshEnvelope(ctx, env.ID)
+	if err != nil {
+		return tracing.MeshRow{}, err
+	}
+	e.startAttempt(env.ID)
+	return out, nil
+}
+
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// envelopeOf decodes row's envelope and refreshes its status member.
+func envelopeOf(row tracing.MeshRow) (Envelope, error) {
+	env, err := DecodeEnvelope(row.Envelope)
+	if err != nil {
+		return Envelope{}, err
+	}
+	env.Status.Phase = string(row.Status)
+	env.Status.Attempt = row.Attempt
+	if row.Actor != "" {
+		env.Status.Actor = row.Actor
+	}
+	env.Status.Reason = row.Reason
+	env.Status.UpdatedAt = rfc3339(time.UnixMicro(row.UpdatedAt))
+	return env, nil
+}
+
+// attempt starts the next delivery of envelope id when it is queued, due,
+// not paused and not finished.
+func (e *Engine) attempt(ctx context.Context, id string) error {
+	unlock := e.lock(id)
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	now := e.cfg.Clock()
+	if err != nil || !ok || row.Status.Terminal() || row.Status == tracing.MeshPaused || row.State != tracing.Queued ||
+		row.NextAt > now.UnixMilli() {
+		unlock()
+		return err
+	}
+	env, err := envelopeOf(row)
+	if err != nil {
+		err = e.fail(ctx, row, Envelope{ID: id, Payload: json.RawMessage("{}")}, nil, ReasonBadReply, "stored envelope: "+err.Error(), CodePermanent)
+		unlock()
+		return err
+	}
+	if row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt {
+		err := e.fail(ctx, row, env, nil, ReasonTimeout, "the envelope's deadline passed before the hop", CodeTimeout)
+		unlock()
+		return err
+	}
+	actor := env.Route.Curr
+	agent, okA := e.reg.Get(actor)
+	creator, okC := e.reg.Get(env.Creator)
+	if !okA || !okC {
+		err := e.fail(ctx, row, env, nil, ReasonNonRetryable, fmt.Sprintf("actor %q or creator %q is no longer registered", actor, env.Creator), CodeUnknownActor)
+		unlock()
+		return err
+	}
+	transport := directory.TransportWS
+	if !e.dir.Online(actor) {
+		if agent.HTTPEndpoint == "" {
+			// Offline: wait without counting an attempt.
+			ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Attempt: row.Attempt,
+				FirstAttemptAt: row.FirstAttemptAt, NextAt: now.Add(offlineWait).UnixMilli(), Reason: "actor offline"})
+			err := e.append(ctx, []string{id}, ev)
+			unlock()
+			return err
+		}
+		transport = directory.TransportDirectHTTP
+	}
+	n := row.Attempt + 1
+	first := row.FirstAttemptAt
+	if first == 0 {
+		first = now.UnixMilli()
+	}
+	pol := e.policy(actor)
+	env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(first))
+	env.Status = Status{Phase: "processing", Actor: actor, Attempt: n, MaxAttempts: pol.MaxAttempts,
+		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: deadlineString(row)}
+	disp := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
+		Actor: actor, Attempt: n, FirstAttemptAt: first})
+	disp.Transport = transport
+	disp.Details.TimeoutMs = e.hopTimeout(row, now).Milliseconds()
+	if err := e.append(ctx, []string{id}, disp); err != nil {
+		unlock()
+		return err
+	}
+	unlock()
+	e.deliver(id, n, env, actor, agent.HTTPEndpoint, creator.PublicKeyB64, transport, now)
+	return nil
+}
+
+func deadlineString(row tracing.MeshRow) string {
+	if row.DeadlineAt == 0 {
+		return ""
+	}
+	return rfc3339(time.UnixMilli(row.DeadlineAt))
+}
+
+// hopTimeout is the effective timeout of one attempt: HopTimeout, or less
+// when the envelope's deadline is nearer.
+func (e *Engine) hopTimeout(row tracing.MeshRow, now time.Time) time.Duration {
+	t := e.cfg.HopTimeout
+	if row.DeadlineAt > 0 {
+		left := time.UnixMilli(row.DeadlineAt).Sub(now)
+		t = min(t, max(left, time.Millisecond))
+	}
+	return t
+}
+
+// hopFrame is the frame that carries a hop to its actor, and how its
+// creator was authenticated. The creator did not sign it, so the
+// directory's delivery (DeliverBus, DeliverDirect) attests it with auth
+// "api_key", as it does for the bus's API-key sends (docs/SECURITY.md,
+// "Attestation").
+func hopFrame(env Envelope, actor, nonce string, now time.Time) (*wire.IntentFrame, string) {
+	f := wire.NewIntentFrame(env.Creator, actor, IntentEnvelope, env.Encode(), now)
+	f.Nonce = nonce
+	return f, directory.BusAuthAPIKey
+}
+
+// deliver hands attempt n of the hop to the actor and arranges for its
+// outcome.
+func (e *Engine) deliver(id string, n int, env Envelope, actor, endpoint, senderKey, transport string, now time.Time) {
+	frame, auth := hopFrame(env, actor, nonceOf(id), now)
+	row := tracing.MeshRow{DeadlineAt: 0}
+	timeout := e.cfg.HopTimeout
+	if dl, err := time.Parse(time.RFC3339Nano, env.Status.DeadlineAt); err == nil {
+		row.DeadlineAt = dl.UnixMilli()
+		timeout = e.hopTimeout(row, now)
+	}
+	e.m.hops.Inc()
+	if transport == directory.TransportDirectHTTP {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			rf, err := e.dir.DeliverDirect(frame, auth, endpoint)
+			if err != nil {
+				e.outcome(id, n, transport, nil, directory.CodeDeliveryFailed, err.Error())
+				return
+			}
+			e.outcome(id, n, transport, rf, "", "")
+		}()
+		return
+	}
+	err := e.dir.DeliverBus(directory.BusDelivery{
+		Frame: frame, SenderKey: senderKey, MessageID: env.ID, Attempt: n, Auth: auth, Timeout: timeout,
+		OnOutcome: func(o directory.BusOutcome) {
+			go e.outcome(id, n, transport, o.Result, o.ErrorCode, o.Error)
+		},
+	})
+	if err != nil {
+		e.interrupted(id, n, err)
+	}
+}
+
+// interrupted puts back an attempt the directory could not start (the
+// actor left between the check and the hand-off): no attempt is counted.
+func (e *Engine) interrupted(id string, n int, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	unlock := e.lock(id)
+	defer unlock()
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	if err != nil || !ok || row.State != tracing.Dispatched || row.Attempt != n {
+		return
+	}
+	ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Attempt: n - 1,
+		FirstAttemptAt: row.FirstAttemptAt, NextAt: e.cfg.Clock().Add(offlineWait / 4).UnixMilli(), Reason: cause.Error()})
+	if err := e.append(ctx, []string{id}, ev); err != nil {
+		e.lg.Warn("mesh requeue after hand-off failure", "id", id, "err", err)
+	}
+}
+
+// Reply is what an actor answers a hop with, in the result payload's
+// "mesh" member. A result payload without it is one output: the payload
+// itself. No payload at all, or no outputs, ends the route (x-sink).
+type Reply struct {
+	// Outputs are the payloads to route on: index 0 keeps the envelope's
+	// id, the others become fan-out children.
+	Outputs []json.RawMessage `json:"outputs"`
+	// Next, when present, replaces route.next (the current actor's right).
+	Next *[]string `json:"next,omitempty"`
+	// Headers are header changes ("" deletes); gateway-managed headers are
+	// kept.
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// maxOutputs bounds a fan-out.
+const maxOutputs = 256
+
+// DecodeReply reads a result payload as a Reply.
+func DecodeReply(payload json.RawMessage, maxPayload int) (Reply, error) {
+	p := bytes.TrimSpace(payload)
+	if len(p) == 0 || string(p) == "null" {
+		return Reply{}, nil
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(p, &probe); err != nil || probe == nil {
+		if !json.Valid(p) {
+			return Reply{}, errors.New("reply payload is not JSON")
+		}
+		return Reply{Outputs: []json.RawMessage{p}}, checkOutputs([]json.RawMessage{p}, maxPayload)
+	}
+	inner, ok := probe["mesh"]
+	if !ok {
+		return Reply{Outputs: []json.RawMessage{p}}, checkOutputs([]json.RawMessage{p}, maxPayload)
+	}
+	var r Reply
+	if err := json.Unmarshal(inner, &r); err != nil {
+		return Reply{}, fmt.Errorf("reply mesh member: %w", err)
+	}
+	if len(r.Outputs) > maxOutputs {
+		return Reply{}, fmt.Errorf("reply has %d outputs, at most %d", len(r.Outputs), maxOutputs)
+	}
+	return r, checkOutputs(r.Outputs, maxPayload)
+}
+
+func checkOutputs(outs []json.RawMessage, maxPayload int) error {
+	for i, o := range outs {
+		if len(o) == 0 || !json.Valid(o) {
+			return fmt.Errorf("output %d is not JSON", i)
+		}
+		if len(o) > maxPayload {
+			return fmt.Errorf("output %d is %d bytes, at most %d", i, len(o), maxPayload)
+		}
+	}
+	return nil
+}
+
+// outcome records how attempt n of envelope id ended: rf is the actor's
+// result, or nil with code and msg saying why there is none.
+func (e *Engine) outcome(id string, n int, transport string, rf *wire.ResultFrame, code, msg string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	unlock := e.lock(id)
+	defer unlock()
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	if err != nil || !ok {
+		return
+	}
+	if row.Status.Terminal() || (row.State != tracing.Dispatched && row.State != tracing.Delivered) || row.Attempt != n {
+		e.m.stale.Inc()
+		e.lg.Info("mesh outcome for a settled attempt dropped", "id", id, "attempt", n, "status", row.Status)
+		return
+	}
+	env, err := envelopeOf(row)
+	if err != nil {
+		e.record(e.fail(ctx, row, Envelope{ID: id, Payload: json.RawMessage("{}")}, nil, ReasonBadReply, err.Error(), CodePermanent), id)
+		return
+	}
+	if row.FirstAttemptAt > 0 {
+		env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(row.FirstAttemptAt))
+	}
+	var pre []tracing.Event
+	if row.State == tracing.Dispatched {
+		pre = append(pre, tracing.Event{Nonce: row.Nonce, State: tracing.Delivered, Transport: transport, Attempt: n})
+	}
+	switch {
+	case rf == nil:
+		e.record(e.failedAttempt(ctx, row, env, n, pre, code, msg, true), id)
+	case !rf.Success:
+		c := rf.ErrorCode
+		if c == "" {
+			c = directory.CodeResultError
+		}
+		m := rf.Error
+		if m == "" {
+			m = "the actor answered with a failure"
+		}
+		e.record(e.failedAttempt(ctx, row, env, n, pre, c, m, !nonRetryable[c]), id)
+	default:
+		reply, err := DecodeReply(rf.Payload, e.cfg.MaxPayloadBytes)
+		if err != nil {
+			e.record(e.fail(ctx, row, env, pre, ReasonBadReply, err.Error(), CodePermanent), id)
+			return
+		}
+		e.record(e.advance(ctx, row, env, reply, pre, ""), id)
+	}
+}
+
+func (e *Engine) record(err error, id string) {
+	if err != nil {
+		e.lg.Warn("mesh record", "id", id, "err", err)
+	}
+}
+
+// failedAttempt applies the actor's policy to failed attempt n: retry
+// later, reroute to onExhausted, or fail the envelope.
+func (e *Engine) failedAttempt(ctx context.Context, row tracing.MeshRow, env Envelope, n int, pre []tracing.Event, code, msg string, retryable bool) error {
+	now := e.cfg.Clock()
+	actor := env.Route.Curr
+	pol := e.policy(actor)
+	first := time.UnixMilli(row.FirstAttemptAt)
+	if row.FirstAttemptAt == 0 {
+		first = now
+	}
+	msg = code + ": " + msg
+	if row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt {
+		return e.fail(ctx, row, env, pre, ReasonTimeout, "the envelope's deadline passed: "+msg, CodeTimeout)
+	}
+	delay, reason := pol.Retry(n, retryable, first, now, e.draw(row.ID, n))
+	if reason == "" {
+		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindRetry, Status: tracing.MeshRunning,
+			Actor: actor, Attempt: n, FirstAttemptAt: row.FirstAttemptAt, NextAt: now.Add(delay).UnixMilli(), Error: msg, Reason: code})
+		ev.Details.ErrorCode, ev.Details.Error, ev.Details.Retryable = code, msg, true
+		e.m.retries.Inc()
+		return e.append(ctx, []string{row.ID}, append(pre, ev)...)
+	}
+	if len(pol.OnExhausted) > 0 {
+		env.Route = Route{Prev: env.Route.Prev, Curr: env.Route.Curr, Next: append([]string{}, pol.OnExhausted...)}
+		env.Status.Reason = ReasonPolicyRouted
+		return e.advance(ctx, row, env, Reply{Outputs: []json.RawMessage{env.Payload}}, pre, ReasonPolicyRouted)
+	}
+	return e.fail(ctx, row, env, pre, reason, msg, code)
+}
+
+// fail ends the envelope as failed: recorded in x-sink and x-sump.
+func (e *Engine) fail(ctx context.Context, row tracing.MeshRow, env Envelope, pre []tracing.Event, reason, msg, code string) error {
+	env.Status.Phase = string(tracing.MeshFailed)
+	env.Status.Reason = reason
+	ev := e.event(row, tracing.DeadLetter, tracing.MeshStep{Kind: tracing.MeshKindFailed, Status: tracing.MeshFailed,
+		Reason: reason, Error: msg, Sink: true, Sump: true, Envelope: env.Encode(), Attempt: row.Attempt})
+	ev.Details.ErrorCode, ev.Details.Error = code, msg
+	if err := e.append(ctx, []string{row.ID}, append(pre, ev)...); err != nil {
+		return err
+	}
+	e.m.finished.WithLabelValues(string(tracing.MeshFailed)).Inc()
+	return nil
+}
+
+// advance routes the outputs of a successful hop on: index 0 keeps the
+// envelope, the others become children; an exhausted route or no outputs
+// ends in x-sink.
+func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope, reply Reply, pre []tracing.Event, reason string) error {
+	actor := env.Route.Curr
+	route := env.Route
+	if reply.Next != nil {
+		r, err := route.RewriteNext(actor, *reply.Next, env.Hop, e.cfg.MaxHops)
+		if err != nil {
+			return e.fail(ctx, row, env, pre, ReasonBadReply, err.Error(), CodePermanent)
+		}
+		for _, a := range r.Next {
+			if _, ok := e.reg.Get(a); !ok {
+				return e.fail(ctx, row, env, pre, ReasonBadReply, fmt.Sprintf("rewritten next names unknown actor %q", a), CodeUnknownActor)
+			}
+		}
+		route = r
+	}
+	headers := mergeHeaders(env.Headers, reply.Headers)
+	progress := Progress(row.Progress, route)
+	shifted := route.Shift()
+	hop := env.Hop + 1
+	events := pre
+	ids := []string{row.ID}
+	var starts []string
+	var eager *pendingHop
+	if len(reply.Outputs) == 0 {
+		final := env.clone()
+		final.Route = shifted
+		final.Headers = headers
+		final.Hop = hop
+		final.Status.Phase = string(tracing.MeshSucceeded)
+		events = append(events, e.sinkEvent(row, final, reason))
+	}
+	for i, out := range reply.Outputs {
+		ce := env.clone()
+		ce.Route = Route{Prev: append([]string{}, shifted.Prev...), Curr: shifted.Curr, Next: append([]string{}, shifted.Next...)}
+		ce.Headers = mergeHeaders(headers, nil)
+		ce.Payload = out
+		ce.Hop = hop
+		if i == 0 {
+			events = append(events, e.nextEvents(row, ce, progress, reason)...)
+			if !ce.Route.Done() && hop < e.cfg.MaxHops {
+				if p, ok := e.eagerDispatch(row, ce); ok {
+					events = append(events, p.ev)
+					eager = &p
+				} else {
+					starts = append(starts, ce.ID)
+				}
+			}
+			continue
+		}
+		ce.ID = newUUID4()
+		ce.ParentID = env.ID
+		ce.FanoutIndex = i
+		ce.Status.CreatedAt = rfc3339(e.cfg.Clock())
+		child := tracing.MeshRow{ID: ce.ID, Nonce: nonceOf(ce.ID), DeadlineAt: row.DeadlineAt, Creator: row.Creator}
+		to := ce.Route.Curr
+		if to == "" {
+			to = Sink
+		}
+		created := tracing.Event{Nonce: child.Nonce, State: tracing.Received, From: env.Creator, To: to, IntentType: IntentEnvelope,
+			Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh, Mesh: tracing.MeshStep{Kind: tracing.MeshKindCreated,
+				ID: ce.ID, ParentID: env.ID, Creator: env.Creator, DeadlineAt: row.DeadlineAt, Status: tracing.MeshPending,
+				Envelope: ce.Encode(), Hop: hop, Actor: ce.Route.Curr, Progress: progress}.Encode()}}
+		events = append(events, created)
+		if ce.Route.Done() {
+			// Straight to x-sink: a delivery to the system actor.
+			events = append(events,
+				e.event(child, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning, Actor: Sink}),
+				tracing.Event{Nonce: child.Nonce, State: tracing.Delivered, Transport: "mesh"})
+		}
+		events = append(events, e.nextEvents(child, ce, progress, reason)...)
+		ids = append(ids, ce.ID)
+		if !ce.Route.Done() && hop < e.cfg.MaxHops {
+			starts = append(starts, ce.ID)
+		}
+	}
+	if err := e.append(ctx, ids, events...); err != nil {
+		return err
+	}
+	if eager != nil {
+		// Outside the envelope's lock, which the caller holds.
+		go e.deliver(row.ID, 1, eager.env, eager.actor, "", eager.key, directory.TransportWS, eager.now)
+	}
+	for _, id := range starts {
+		e.startAttempt(id)
+	}
+	return nil
+}
+
+// pendingHop is a next hop dispatched in the same append as the previous
+// hop's outcome, delivered once that append is committed.
+type pendingHop struct {
+	ev         tracing.Event
+	env        Envelope
+	actor, key string
+	now        time.Time
+}
+
+// eagerDispatch prepares the dispatch of env's next hop when it can start
+// at once (not paused, before the deadline, actor online), saving the
+// scheduler's separate append; otherwise the scheduler starts it.
+func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope) (pendingHop, bool) {
+	now := e.cfg.Clock()
+	if row.Status != tracing.MeshRunning || (row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt) {
+		return pendingHop{}, false
+	}
+	actor := env.Route.Curr
+	_, okA := e.reg.Get(actor)
+	creator, okC := e.reg.Get(env.Creator)
+	if !okA || !okC || !e.dir.Online(actor) {
+		return pendingHop{}, false
+	}
+	first := now.UnixMilli()
+	env = env.clone()
+	env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(first))
+	env.Status = Status{Phase: "processing", Actor: actor, Attempt: 1, MaxAttempts: e.policy(actor).MaxAttempts,
+		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: deadlineString(row)}
+	ev := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
+		Actor: actor, Attempt: 1, FirstAttemptAt: first})
+	ev.Transport = directory.TransportWS
+	ev.Details.TimeoutMs = e.hopTimeout(row, now).Milliseconds()
+	return pendingHop{ev: ev, env: env, actor: actor, key: creator.PublicKeyB64, now: now}, true
+}
+
+// nextEvents are the events that move envelope env (its row is row) after
+// a completed hop: x-sink at the end of the route, x-sump past the hop
+// limit, otherwise queued for the next actor.
+func (e *Engine) nextEvents(row tracing.MeshRow, env Envelope, progress float64, reason string) []tracing.Event {
+	if env.Route.Done() {
+		env.Status.Phase = string(tracing.MeshSucceeded)
+		return []tracing.Event{e.sinkEvent(row, env, reason)}
+	}
+	if env.Hop >= e.cfg.MaxHops {
+		env.Status.Phase = string(tracing.MeshFailed)
+		env.Status.Reason = ReasonHopLimit
+		msg := fmt.Sprintf("the envelope made %d hops, the limit", env.Hop)
+		ev := e.event(row, tracing.DeadLetter, tracing.MeshStep{Kind: tracing.MeshKindFailed, Status: tracing.MeshFailed,
+			Reason: ReasonHopLimit, Error: msg, Sink: true, Sump: true, Envelope: env.Encode(), Hop: env.Hop, Progress: progress})
+		ev.Details.ErrorCode, ev.Details.Error = CodeHopLimit, msg
+		e.m.finished.WithLabelValues(string(tracing.MeshFailed)).Inc()
+		return []tracing.Event{ev}
+	}
+	env.Status.Phase = string(tracing.MeshPending)
+	env.Status.Actor = env.Route.Curr
+	env.Status.Attempt = 0
+	return []tracing.Event{e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindHop, Status: tracing.MeshRunning,
+		Envelope: env.Encode(), Hop: env.Hop, Actor: env.Route.Curr, Progress: progress, Reason: reason})}
+}
+
+// sinkEvent records env in x-sink as succeeded.
+func (e *Engine) sinkEvent(row tracing.MeshRow, env Envelope, reason string) tracing.Event {
+	e.m.finished.WithLabelValues(string(tracing.MeshSucceeded)).Inc()
+	return e.event(row, tracing.Acked, tracing.MeshStep{Kind: tracing.MeshKindSink, Status: tracing.MeshSucceeded,
+		Envelope: env.Encode(), Hop: env.Hop, Progress: 100, Sink: true, Reason: reason})
+}
+
+// expire fails envelope id whose deadline passed (the server's backstop
+// for envelopes that stall).
+func (e *Engine) expire(ctx context.Context, id string) error {
+	unlock := e.lock(id)
+	defer unlock()
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	if err != nil || !ok || row.Status.Terminal() {
+		return err
+	}
+	env, err := envelopeOf(row)
+	if err != nil {
+		env = Envelope{ID: id, Payload: json.RawMessage("{}")}
+	}
+	return e.fail(ctx, row, env, nil, ReasonTimeout, "the envelope's deadline passed", CodeTimeout)
+}
+
+// Cancel ends envelope id as canceled (idempotent for a canceled one). A
+// hop in flight may still run at its actor; its answer is dropped.
+func (e *Engine) Cancel(ctx context.Context, id string) (tracing.MeshRow, error) {
+	unlock := e.lock(id)
+	defer unlock()
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	if !ok {
+		return row, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+	}
+	if row.Status == tracing.MeshCanceled {
+		return row, nil
+	}
+	if row.Status.Terminal() {
+		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s already %s", id, row.Status)
+	}
+	env, err := envelopeOf(row)
+	if err != nil {
+		env = Envelope{ID: id, Payload: json.RawMessage("{}")}
+	}
+	env.Status.Phase = string(tracing.MeshCanceled)
+	ev := e.event(row, tracing.Failed, tracing.MeshStep{Kind: tracing.MeshKindCancel, Status: tracing.MeshCanceled,
+		Reason: ReasonCanceled, Sink: true, Envelope: env.Encode(), Attempt: row.Attempt})
+	ev.Details.ErrorCode, ev.Details.Error = CodeCanceled, "canceled by the client"
+	if err := e.append(ctx, []string{id}, ev); err != nil {
+		return row, err
+	}
+	e.m.finished.WithLabelValues(string(tracing.MeshCanceled)).Inc()
+	out, _, err := e.log.MeshEnvelope(ctx, id)
+	return out, err
+}
+
+// Pause stops envelope id before its next hop (a hop in flight finishes).
+func (e *Engine) Pause(ctx context.Context, id string) (tracing.MeshRow, error) {
+	return e.annotate(ctx, id, tracing.MeshKindPause, tracing.MeshPaused)
+}
+
+// Resume lets a paused envelope go on.
+func (e *Engine) Resume(ctx context.Context, id string) (tracing.MeshRow, error) {
+	row, err := e.annotate(ctx, id, tracing.MeshKindResume, tracing.MeshRunning)
+	if err == nil {
+		e.startAttempt(id)
+	}
+	return row, err
+}
+
+// annotate records a pause or resume on the envelope's current state.
+func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshStatus) (tracing.MeshRow, error) {
+	unlock := e.lock(id)
+	defer unlock()
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	if !ok {
+		return row, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+	}
+	if _, ok := tracing.AdvanceMeshStatus(row.Status, to, kind == tracing.MeshKindResume); !ok || row.Status == to {
+		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
+	}
+	// The relay records delivered for a hop in flight without this lock,
+	// so the state read may be one step behind: read again and retry.
+	for try := 0; ; try++ {
+		ev := e.event(row, row.State, tracing.MeshStep{Kind: kind, Status: to, Attempt: row.Attempt})
+		if row.State == tracing.Queued {
+			// A queued step resets nextAt; keep the scheduled time.
+			st := tracing.MeshStep{Kind: kind, Status: to, Attempt: row.Attempt, NextAt: row.NextAt}
+			ev.Details.Mesh = st.Encode()
+		}
+		err := e.append(ctx, []string{id}, ev)
+		if err == nil {
+			break
+		}
+		var te *tracing.TransitionError
+		if !errors.As(err, &te) || try >= 4 {
+			return row, err
+		}
+		if row, _, err = e.log.MeshEnvelope(ctx, id); err != nil {
+			return row, err
+		}
+		if _, ok := tracing.AdvanceMeshStatus(row.Status, to, kind == tracing.MeshKindResume); !ok || row.Status == to {
+			return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
+		}
+	}
+	out, _, err := e.log.MeshEnvelope(ctx, id)
+	return out, err
+}
+
+// Requeue sends a dead envelope again: a new envelope (parent_id = the dead
+// one) with its last payload and the rest of its route from the actor it
+// failed at. The dead envelope stays finished.
+func (e *Engine) Requeue(ctx context.Context, id string) (tracing.MeshRow, error) {
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	if !ok {
+		return row, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+	}
+	if !row.Sump {
+		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is not a dead letter", id)
+	}
+	env, err := envelopeOf(row)
+	if err != nil {
+		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s cannot be read: %v", id, err)
+	}
+	var actors []string
+	if env.Route.Curr != "" {
+		actors = append(actors, env.Route.Curr)
+	}
+	actors = append(actors, env.Route.Next...)
+	if len(actors) == 0 {
+		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s has no hop left to run", id)
+	}
+	return e.Create(ctx, CreateRequest{Creator: row.Creator, Route: actors, Payload: env.Payload, Headers: env.Headers, ParentID: id})
+}

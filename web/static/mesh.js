@@ -1,0 +1,180 @@
+// beam dashboard: the pipeline view (envelopes routed through agents).
+// Each envelope's route is a timeline of hops with status, attempts,
+// progress and the payload each hop produced; fan-out children form a
+// tree; dead envelopes can be requeued by an admin. Views reload when the
+// log moves (the dashboard's own event stream).
+
+const CSRF = document.querySelector('meta[name="csrf-token"]')?.content || "";
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(e.dataset, v);
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const k of kids.flat()) if (k !== null && k !== undefined && k !== false) e.append(k.nodeType ? k : String(k));
+  return e;
+}
+
+async function call(path, method = "GET") {
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") headers["X-CSRF-Token"] = CSRF;
+  const res = await fetch(path, { method, headers, credentials: "same-origin" });
+  if (res.status === 401) { location.assign("/dashboard/login"); throw new Error("signed out"); }
+  let body = null;
+  try { body = await res.json(); } catch { /* empty */ }
+  if (!res.ok) throw new Error((body && body.error) || `${res.status} ${res.statusText}`);
+  return body;
+}
+
+const STATUS_CLASS = { succeeded: "s-acked", failed: "s-failed", canceled: "s-dead_letter", running: "s-delivered", paused: "s-queued", pending: "s-received" };
+
+function statusChip(s, id) {
+  return el("span", { class: `chip ${STATUS_CLASS[s] || ""}`, id, dataset: { status: s } }, s);
+}
+
+function bar(p) {
+  const pct = Math.max(0, Math.min(100, p || 0));
+  const fill = el("span");
+  fill.style.width = `${pct}%`; // CSSOM, allowed by the style-src CSP
+  return el("span", { class: "mesh-bar", role: "progressbar", "aria-valuenow": pct.toFixed(0), "aria-valuemin": "0", "aria-valuemax": "100", title: `${pct.toFixed(0)}%` }, fill);
+}
+
+function pre(raw) {
+  let text = "";
+  try { text = JSON.stringify(raw, null, 2); } catch { text = String(raw); }
+  return el("pre", { class: "json" }, text);
+}
+
+function shortID(id) { return id.length > 13 ? id.slice(0, 13) + "…" : id; }
+
+function liveReload(load) {
+  let timer = null;
+  let es = null;
+  let closed = false;
+  const connect = () => {
+    if (closed) return;
+    es = new EventSource("/observability/stream");
+    es.addEventListener("intent", () => {
+      if (timer) return;
+      timer = setTimeout(() => { timer = null; load(); }, 300);
+    });
+  };
+  connect();
+  return () => { closed = true; clearTimeout(timer); if (es) es.close(); };
+}
+
+// renderPipelines lists envelopes (#/pipelines?status=S&dead=1).
+export function renderPipelines(root, { params, isCurrent }) {
+  const status = params.get("status") || "";
+  const dead = params.get("dead") === "1";
+  const filters = el("div", { class: "segmented", role: "group", "aria-label": "Status filter" },
+    ...[["", "All"], ["running", "Running"], ["paused", "Paused"], ["succeeded", "Succeeded"], ["failed", "Failed"], ["canceled", "Canceled"]].map(([v, t]) =>
+      el("button", { type: "button", "aria-pressed": String(v === status && !dead), onclick: () => { location.hash = v ? `#/pipelines?status=${v}` : "#/pipelines"; } }, t)),
+    el("button", { type: "button", id: "mesh-dead-filter", "aria-pressed": String(dead), onclick: () => { location.hash = "#/pipelines?dead=1"; } }, "Dead letters"));
+  root.append(el("div", { class: "page-head" },
+    el("div", null, el("h1", null, "Pipelines"), el("p", null, "Envelopes routed hop by hop through agents; x-sink holds every finished one, x-sump the dead.")),
+    el("div", { class: "actions" }, filters)));
+  const tbody = el("tbody");
+  const table = el("table", { class: "data", id: "mesh-table" }, el("thead", null, el("tr", null,
+    ...["Envelope", "Status", "Progress", "Hop", "Actor", "Parent", "Reason"].map((t) => el("th", { scope: "col" }, t)))), tbody);
+  const total = el("p", { class: "muted", id: "mesh-total" });
+  root.append(el("section", { class: "card", "aria-label": "Envelopes" }, el("div", { class: "table-wrap" }, table), total));
+
+  async function load() {
+    try {
+      const q = new URLSearchParams({ limit: "200" });
+      if (status) q.set("status", status);
+      if (dead) q.set("dead", "1");
+      const d = await call(`/observability/mesh?${q}`);
+      if (!isCurrent()) return;
+      tbody.replaceChildren(...d.envelopes.map((e) => el("tr", {
+        class: "row-link", tabindex: "0", dataset: { id: e.id, status: e.status },
+        onclick: () => { location.hash = `#/pipelines/${encodeURIComponent(e.id)}`; },
+        onkeydown: (ev) => { if (ev.key === "Enter") location.hash = `#/pipelines/${encodeURIComponent(e.id)}`; },
+      },
+      el("td", { class: "mono", title: e.id }, shortID(e.id)),
+      el("td", null, statusChip(e.status)),
+      el("td", null, bar(e.progress), ` ${Math.round(e.progress)}%`),
+      el("td", { class: "num" }, e.hop),
+      el("td", { class: "mono" }, e.actor || "—"),
+      el("td", { class: "mono" }, e.parentId ? shortID(e.parentId) : "—"),
+      el("td", null, e.reason || "—"))));
+      total.textContent = `${d.total} envelope${d.total === 1 ? "" : "s"}`;
+    } catch (err) {
+      if (isCurrent()) total.textContent = `Could not load envelopes: ${err.message}`;
+    }
+  }
+  load();
+  return liveReload(load);
+}
+
+// renderPipeline shows one envelope (#/pipelines/ID).
+export function renderPipeline(root, { arg, isCurrent }) {
+  const body = el("div", { id: "mesh-detail" });
+  root.append(el("div", { class: "page-head" }, el("div", null, el("h1", null, "Envelope"), el("p", { class: "mono" }, arg))), body);
+
+  async function childTree(id, depth) {
+    const d = await call(`/observability/mesh?parent=${encodeURIComponent(id)}&limit=200`);
+    const items = [];
+    for (const c of d.envelopes) {
+      const li = el("li", { dataset: { id: c.id, status: c.status } },
+        el("a", { href: `#/pipelines/${encodeURIComponent(c.id)}`, class: "mono" }, shortID(c.id)), " ", statusChip(c.status), " ", `${Math.round(c.progress)}%`);
+      if (depth < 3) {
+        const sub = await childTree(c.id, depth + 1);
+        if (sub) li.append(sub);
+      }
+      items.push(li);
+    }
+    return items.length ? el("ul", { class: "mesh-tree" }, ...items) : null;
+  }
+
+  async function load() {
+    try {
+      const d = await call(`/observability/mesh/${encodeURIComponent(arg)}`);
+      if (!isCurrent()) return;
+      const e = d.envelope;
+      const env = e.envelope || {};
+      const hops = el("ol", { class: "mesh-timeline", id: "mesh-hops" }, ...d.hops.map((h, i) => el("li", { class: `hop hop-${h.outcome}`, dataset: { actor: h.actor, outcome: h.outcome } },
+        el("div", { class: "hop-head" }, el("strong", null, `${i + 1}. `), el("span", { class: "mono" }, h.actor), " ", statusChip(h.outcome === "done" ? "succeeded" : h.outcome),
+          el("span", { class: "muted" }, ` attempts ${h.attempts} · ${Math.round(h.progress)}%`)),
+        h.error ? el("p", { class: "reason" }, h.error) : null,
+        h.payload ? pre(h.payload) : null)));
+      let requeue = null;
+      if (d.requeue.allowed) {
+        requeue = el("button", { class: "btn small", type: "button", id: "mesh-requeue", onclick: async () => {
+          requeue.disabled = true;
+          try {
+            const r = await call(`/observability/mesh/${encodeURIComponent(e.id)}/requeue`, "POST");
+            location.hash = `#/pipelines/${encodeURIComponent(r.id)}`;
+          } catch (err) { requeue.disabled = false; requeue.textContent = `Requeue failed: ${err.message}`; }
+        } }, "Requeue");
+      }
+      const children = await childTree(e.id, 0);
+      if (!isCurrent()) return;
+      body.replaceChildren(
+        el("section", { class: "card" },
+          el("div", { class: "detail-head" }, statusChip(e.status, "mesh-status"), " ", bar(e.progress),
+            el("span", { id: "mesh-progress" }, ` ${Math.round(e.progress)}%`), requeue),
+          el("dl", { class: "kv" },
+            el("dt", null, "Creator"), el("dd", { class: "mono" }, e.creator),
+            el("dt", null, "Hop"), el("dd", null, e.hop),
+            el("dt", null, "Attempt"), el("dd", null, e.attempt),
+            el("dt", null, "Parent"), el("dd", { class: "mono" }, e.parentId ? el("a", { href: `#/pipelines/${encodeURIComponent(e.parentId)}` }, e.parentId) : "—"),
+            el("dt", null, "x-sink / x-sump"), el("dd", { id: "mesh-sinks" }, `${e.sink ? "sink" : "—"} / ${e.sump ? "sump" : "—"}`),
+            el("dt", null, "Reason"), el("dd", null, e.reason || "—"),
+            el("dt", null, "Error"), el("dd", null, e.error || "—"),
+            el("dt", null, "Route"), el("dd", { class: "mono", id: "mesh-route" },
+              [...(env.route?.prev || []), env.route?.curr ? `[${env.route.curr}]` : null, ...(env.route?.next || [])].filter(Boolean).join(" → ") || "—"))),
+        el("section", { class: "card", "aria-label": "Hops" }, el("h2", null, "Hops"), d.hops.length ? hops : el("p", { class: "muted" }, "No hop yet.")),
+        el("section", { class: "card", "aria-label": "Fan-out children", id: "mesh-children" }, el("h2", null, "Fan-out children"), children || el("p", { class: "muted" }, "None.")),
+        el("section", { class: "card", "aria-label": "Payload" }, el("h2", null, "Current payload"), pre(env.payload)));
+    } catch (err) {
+      if (isCurrent()) body.replaceChildren(el("p", { class: "reason" }, `Could not load envelope: ${err.message}`));
+    }
+  }
+  load();
+  return liveReload(load);
+}
