@@ -43,39 +43,9 @@ type DurableReceipt struct {
 	Deduped bool `json:"deduped,omitempty"`
 }
 
-// DurableMessage is a bus message as poll, history and lookups return it.
-// Times are epoch seconds.
-type DurableMessage struct {
-	ID             string          `json:"id"`
-	Nonce          string          `json:"nonce"`
-	Sender         string          `json:"sender"`
-	Recipient      string          `json:"recipient"`
-	Intent         string          `json:"intent"`
-	Payload        json.RawMessage `json:"payload"`
-	Status         string          `json:"status"`
-	Priority       int             `json:"priority"`
-	RetryCount     int             `json:"retry_count"`
-	MaxRetries     int             `json:"max_retries"`
-	NextRetryAt    *float64        `json:"next_retry_at"`
-	CreatedAt      float64         `json:"created_at"`
-	DeliveredAt    *float64        `json:"delivered_at"`
-	AckedAt        *float64        `json:"acked_at"`
-	FailedAt       *float64        `json:"failed_at"`
-	Error          *string         `json:"error"`
-	Response       json.RawMessage `json:"response"`
-	TraceID        *string         `json:"trace_id"`
-	LeaseID        string          `json:"lease_id,omitempty"`
-	LeaseExpiresAt *float64        `json:"lease_expires_at,omitempty"`
-}
-
-// LeaseExpiry returns when the message's poll lease runs out (zero when it
-// has none).
-func (m *DurableMessage) LeaseExpiry() time.Time {
-	if m.LeaseExpiresAt == nil {
-		return time.Time{}
-	}
-	return time.UnixMicro(int64(*m.LeaseExpiresAt * 1e6))
-}
+// DurableMessage is a bus message as poll, history and lookups return it
+// (times in epoch seconds); LeaseExpiry tells when its poll lease runs out.
+type DurableMessage = wire.BusMessage
 
 // PollOptions select what Poll returns.
 type PollOptions struct {

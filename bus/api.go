@@ -519,31 +519,8 @@ func (b *Bus) sendResponse(ctx context.Context, row tracing.MessageRow, deduped 
 }
 
 // messageView is a beam_messages row as the API shows it (epoch seconds,
-// snake_case, JSON fields parsed).
-type messageView struct {
-	ID             string          `json:"id"`
-	Nonce          string          `json:"nonce"`
-	Sender         string          `json:"sender"`
-	Recipient      string          `json:"recipient"`
-	Intent         string          `json:"intent"`
-	Payload        json.RawMessage `json:"payload"`
-	Status         tracing.State   `json:"status"`
-	Priority       int             `json:"priority"`
-	RetryCount     int             `json:"retry_count"`
-	MaxRetries     int             `json:"max_retries"`
-	NextRetryAt    *float64        `json:"next_retry_at"`
-	CreatedAt      float64         `json:"created_at"`
-	DeliveredAt    *float64        `json:"delivered_at"`
-	AckedAt        *float64        `json:"acked_at"`
-	FailedAt       *float64        `json:"failed_at"`
-	Error          *string         `json:"error"`
-	Response       json.RawMessage `json:"response"`
-	TraceID        *string         `json:"trace_id"`
-	Metadata       json.RawMessage `json:"metadata"`
-	LeaseExpiresAt *float64        `json:"lease_expires_at,omitempty"`
-	LeaseID        string          `json:"lease_id,omitempty"`
-	UpdatedAt      float64         `json:"updated_at"`
-}
+// snake_case, JSON fields parsed): the wire type the Go SDK reads.
+type messageView = wire.BusMessage
 
 func rawOrNull(r tracing.RawJSON) json.RawMessage {
 	if len(r) == 0 {
@@ -562,7 +539,7 @@ func strOrNil(s string) *string {
 func view(m tracing.MessageRow, withLease bool) messageView {
 	v := messageView{
 		ID: m.ID, Nonce: m.Nonce, Sender: m.Sender, Recipient: m.Recipient, Intent: m.Intent,
-		Payload: rawOrNull(m.Payload), Status: m.Status, Priority: m.Priority, RetryCount: m.RetryCount,
+		Payload: rawOrNull(m.Payload), Status: string(m.Status), Priority: m.Priority, RetryCount: m.RetryCount,
 		MaxRetries: m.MaxRetries, NextRetryAt: m.NextRetryAt, CreatedAt: m.CreatedAt, DeliveredAt: m.DeliveredAt,
 		AckedAt: m.AckedAt, FailedAt: m.FailedAt, Error: strOrNil(m.Error), Response: rawOrNull(m.Response),
 		TraceID: strOrNil(m.TraceID), Metadata: rawOrNull(m.Metadata), LeaseExpiresAt: m.LeaseExpiresAt,
