@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -488,5 +487,3 @@ func (s *Service) metricsAuth(r *http.Request) bool {
 	}
 	return s.admin(r)
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
