@@ -33,7 +33,7 @@ func commands() []command {
 		{"listen", "connect an agent and answer its intents until interrupted", runListen},
 		{"peer", "manage federation peers: beam peer show-self|add|list|remove", runPeer},
 		{"replay", "rebuild the projections from the event log", runReplay},
-		{"trace", "print the events of one intent: beam trace NONCE", runTrace},
+		{"trace", "print the events of one intent or job, in order with time deltas: beam trace [--data-dir DIR | --url URL] NONCE", runTrace},
 		{"import", "append the intents of a Beam TypeScript database: beam import PATH", runImport},
 		{"bench", "load-test a directory: beam bench [--url URL] [--mode ws|http] [--count N] [--concurrency C] [--json]", runBench},
 		{"version", "print the version", runVersion},
@@ -47,6 +47,13 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "help" {
+		// beam help CMD is beam CMD --help.
+		args = []string{args[1], "--help"}
+	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-v") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {
