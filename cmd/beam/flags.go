@@ -25,6 +25,11 @@ var sharedEnvFlags = map[string]bool{
 func envName(cmdName, flagName string) string {
 	up := func(s string) string { return strings.ToUpper(strings.NewReplacer("-", "_", " ", "_").Replace(s)) }
 	cmd := strings.TrimSpace(strings.TrimPrefix(cmdName, "beam"))
+	if cmd == "trace" && flagName == "url" {
+		// trace reads --data-dir unless --url is given: BEAM_URL, set for
+		// the agent commands, must not turn it into a remote trace.
+		return "BEAM_TRACE_URL"
+	}
 	if sharedEnvFlags[flagName] || cmd == "" || cmd == "serve" {
 		return "BEAM_" + up(flagName)
 	}

@@ -129,7 +129,7 @@ func traceRemote(ctx context.Context, of *operatorFlags, nonce string, stdout, s
 		Intent struct {
 			From   string `json:"from"`
 			To     string `json:"to"`
-			Intent string `json:"intent"`
+			Intent string `json:"intentType"`
 		} `json:"intent"`
 		Stages []struct {
 			Seq       int64           `json:"seq"`

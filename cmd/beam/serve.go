@@ -204,7 +204,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if node := srv.Federation(); node != nil {
 		fmt.Fprintf(stdout, "federation: %s\n", node.Self().Line())
 	}
-	fmt.Fprintf(stdout, "beam serving on http://%s (dashboard: http://%s/dashboard/)\n", ln.Addr(), ln.Addr())
+	fmt.Fprintf(stdout, "dashboard: http://%s/dashboard/ (API index: http://%s/)\n", ln.Addr(), ln.Addr())
+	fmt.Fprintf(stdout, "beam serving on http://%s\n", ln.Addr())
 	logger.Info("beam serving", "addr", ln.Addr().String(), "dataDir", f.dataDir)
 
 	errc := make(chan error, 2)
