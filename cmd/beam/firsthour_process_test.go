@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -183,4 +184,33 @@ func TestOperatorCommandsAuthenticateOneWay(t *testing.T) {
 	// Nothing listens here.
 	out = r.fail("peer", "list", "--url", "http://127.0.0.1:1")
 	require.Contains(t, out, "cannot reach the directory at http://127.0.0.1:1 (is beam serve running there?")
+}
+
+func TestACLCommands(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{})
+	r := newCLIRunner(t, p)
+	bob := r.agent("bob", "bob@acme.beam.directory")
+	mallory := r.agent("mallory", "mallory@evil.beam.directory")
+	send := []string{"send", "--identity", mallory, "bob@acme.beam.directory", "conversation.message", `{"message":"hi"}`}
+
+	require.Contains(t, r.fail(send...), "FORBIDDEN")
+	r.ok("acl", "add", "--identity", bob, "--intent", "conversation.message", "mallory@evil.beam.directory")
+	out := r.ok("acl", "list", "--identity", bob)
+	var rule struct {
+		ID          int64  `json:"id"`
+		AllowedFrom string `json:"allowed_from"`
+		IntentType  string `json:"intent_type"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &rule), out)
+	require.Equal(t, "mallory@evil.beam.directory", rule.AllowedFrom)
+	require.Equal(t, "conversation.message", rule.IntentType)
+	// The rule lets mallory through the policy: bob is merely offline now.
+	require.Contains(t, r.fail(send...), "OFFLINE")
+
+	r.ok("acl", "remove", "--identity", bob, strconv.FormatInt(rule.ID, 10))
+	require.Contains(t, r.fail(send...), "FORBIDDEN")
+
+	out = r.fail("acl", "remove", "--identity", bob, "first")
+	require.Contains(t, out, `rule id "first" is not a number: beam acl list prints the ids`)
 }

@@ -26,6 +26,7 @@ func commands() []command {
 		{"register", "register an agent with a directory", runRegister},
 		{"send", "send an intent and print the result: beam send TO INTENT [JSON]", runSend},
 		{"approve", "approve a member of your org (org owner): beam approve MEMBER_ID", runApprove},
+		{"acl", "let senders reach your agent: beam acl add|list|remove", runACL},
 		{"poll", "print the agent's bus messages (--claim for a lease): beam poll", runPoll},
 		{"ack", "record the outcome of a bus message: beam ack MESSAGE_ID", runAck},
 		{"dead-letters", "list dead-lettered bus messages (operator)", runDeadLetters},
