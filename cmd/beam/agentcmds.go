@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -71,6 +72,9 @@ func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("check %s: %w", out, err)
 		}
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		return fmt.Errorf("create the directory of %s: %w", out, err)
 	}
 	id, err := agents.GenerateIdentity(beamID)
 	if err != nil {
