@@ -136,3 +136,68 @@ func TestReadmeFederationRunsAsWritten(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, ".beam-agents", "a.json"))
 	require.NoError(t, err)
 }
+
+// TestReadmeThreeTerminalsRunsAsWritten runs the README's three-terminal
+// walk-through block as written with bash and the real binary: the
+// directory on random ports (BEAM_URL points the agent commands at it),
+// the listener in the background, and <nonce> replaced by the nonce of the
+// last send.
+func TestReadmeThreeTerminalsRunsAsWritten(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not installed")
+	}
+	blocks := readmeSection(t, "## Try it from three terminals", "\n## ")
+	require.Len(t, blocks, 1)
+	port, intentPort := freePort(t), freePort(t)
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	sends := 0
+	for _, line := range strings.Split(blocks[0], "\n") {
+		if c := strings.Index(line, "   # "); c >= 0 {
+			line = line[:c]
+		}
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "go build"):
+			// The test has built the binary already.
+		case line == "beam serve":
+			fmt.Fprintf(&script, "beam serve --listen 127.0.0.1:%s --intent-listen 127.0.0.1:%s > serve.log 2>&1 &\n", port, intentPort)
+			fmt.Fprintf(&script, "for i in $(seq 300); do curl -sf http://127.0.0.1:%s/health >/dev/null && break; sleep 0.1; done\n", port)
+		case strings.HasPrefix(line, "beam listen"):
+			fmt.Fprintf(&script, "%s > listen.log 2>&1 &\n", line)
+			script.WriteString("for i in $(seq 300); do grep -q listening listen.log && break; sleep 0.1; done\n")
+		case strings.HasPrefix(line, "beam send"):
+			sends++
+			fmt.Fprintf(&script, "out=$(%s)\necho \"$out\"\nNONCE=$(echo \"$out\" | sed -n 's/.*\"nonce\":\"\\([^\"]*\\)\".*/\\1/p')\n", line)
+		default:
+			script.WriteString(strings.ReplaceAll(line, "<nonce>", "\"$NONCE\"") + "\n")
+		}
+	}
+	require.Equal(t, 2, sends, script.String())
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(beamtest.Binary(t))+":"+os.Getenv("PATH"),
+		"BEAM_URL=http://127.0.0.1:"+port)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	t.Cleanup(func() {
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	out, err := cmd.Output()
+	serveLog, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
+	require.NoError(t, err, "script:\n%s\noutput:\n%s\nserve:\n%s", script.String(), out, serveLog)
+	require.Contains(t, string(out), `"payload":{"message":"Echo: hello bob"}`)
+	require.Contains(t, string(out), `"payload":{"message":"Echo: hi",`)
+	// The trace of the last send, from the default data directory.
+	require.Regexp(t, `(?m)^nonce \S+  alice@acme.beam.directory -> echo@beam.directory  intent conversation.message$`, string(out))
+	require.Contains(t, string(out), "acked")
+	_, err = os.Stat(filepath.Join(dir, ".beam-agents", "alice.json"))
+	require.NoError(t, err)
+}
