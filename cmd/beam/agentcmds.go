@@ -158,7 +158,7 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if *durable {
-		return sendDurable(ctx, c, to, intent, payload, stdout)
+		return sendDurable(ctx, c, to, intent, payload, stdout, stderr)
 	}
 	res, err := c.Send(ctx, to, intent, payload)
 	if res != nil {

@@ -19,12 +19,17 @@ import (
 
 // sendDurable is `beam send --durable`: it hands the signed intent to the
 // bus and prints the receipt ({message_id, nonce, status, …}).
-func sendDurable(ctx context.Context, c *agents.Client, to, intent string, payload json.RawMessage, stdout io.Writer) error {
+func sendDurable(ctx context.Context, c *agents.Client, to, intent string, payload json.RawMessage, stdout, stderr io.Writer) error {
 	rec, err := c.SendDurable(ctx, to, intent, payload, nil)
 	if err != nil {
 		return err
 	}
-	return printJSON(stdout, rec)
+	if err := printJSON(stdout, rec); err != nil {
+		return err
+	}
+	// The receipt says the message is stored, not that it arrived.
+	fmt.Fprintf(stderr, "stored (%s); the outcome comes later: beam trace %s (--data-dir of the directory, or --url) shows it, beam dead-letters lists it if every retry fails\n", rec.Status, rec.Nonce)
+	return nil
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -123,8 +123,9 @@ func TestBusCommandsSayWhatToDoNext(t *testing.T) {
 		Nonce  string `json:"nonce"`
 		Status string `json:"status"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &rec), out)
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rec), out)
 	require.Equal(t, "queued", rec.Status)
+	require.Contains(t, out, "stored (queued); the outcome comes later: beam trace "+rec.Nonce+" (--data-dir of the directory, or --url) shows it, beam dead-letters lists it if every retry fails")
 
 	out = r.ok("poll", "--identity", bob)
 	require.Equal(t, "no delivered messages to ack; 1 queued (beam poll --status queued lists them, beam poll --claim takes them under a lease)\n", out)
