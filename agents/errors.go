@@ -17,6 +17,8 @@ type Error struct {
 	// Status is the HTTP status of the response, or 0 when the failure came
 	// over the WebSocket or inside a result frame.
 	Status int
+	// Nonce is the nonce of the intent that failed, when Send knows it.
+	Nonce string
 }
 
 // Error implements error.

@@ -123,13 +123,17 @@ func (c *Client) Send(ctx context.Context, to, intent string, payload any) (*wir
 func (c *Client) sendOutcome(f *wire.IntentFrame, res *wire.ResultFrame, err error) (*wire.ResultFrame, error) {
 	intent, to := f.Intent, f.To
 	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Nonce == "" {
+			e.Nonce = f.Nonce
+		}
 		return nil, fmt.Errorf("send %s to %s: %w", intent, to, err)
 	}
 	if res.Nonce != f.Nonce {
 		return nil, fmt.Errorf("send %s to %s: result is for nonce %q, sent %q", intent, to, res.Nonce, f.Nonce)
 	}
 	if !res.Success {
-		e := &Error{Code: res.ErrorCode, Message: res.Error}
+		e := &Error{Code: res.ErrorCode, Message: res.Error, Nonce: f.Nonce}
 		if e.Code == "" {
 			e.Code = "RESULT_ERROR"
 		}

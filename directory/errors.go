@@ -48,6 +48,9 @@ const (
 	CodeRateLimited = "RATE_LIMITED"
 	// CodeRelayError: an internal error (the log could not be written).
 	CodeRelayError = "RELAY_ERROR"
+	// CodeUnknownAgent: the recipient is neither registered here nor served
+	// by a pinned peer (404; retryable, as it may register later).
+	CodeUnknownAgent = "UNKNOWN_AGENT"
 )
 
 // RetryableCode reports whether a failure with code may be retried with the
@@ -55,7 +58,7 @@ const (
 // failure.
 func RetryableCode(code string) bool {
 	switch code {
-	case CodeOffline, CodeTimeout, CodeDeliveryFailed, CodeDirectHTTPFailed:
+	case CodeOffline, CodeTimeout, CodeDeliveryFailed, CodeDirectHTTPFailed, CodeUnknownAgent:
 		return true
 	}
 	return false
@@ -97,6 +100,8 @@ func httpStatus(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case CodeOffline:
 		return http.StatusServiceUnavailable
+	case CodeUnknownAgent:
+		return http.StatusNotFound
 	case CodeRateLimited:
 		return http.StatusTooManyRequests
 	case CodeTimeout:

@@ -387,16 +387,16 @@ func TestPolicyDenyIsRecorded(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status)
 }
 
-func TestUnknownRecipientIsOffline(t *testing.T) {
+func TestUnknownRecipientIsUnknownAgent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	alice := b.register("alice")
 	f := b.frame(alice, "nobody@elsewhere.beam.directory", "task.delegate", `{}`)
 	status, body := b.send(f)
-	require.Equal(t, http.StatusServiceUnavailable, status)
-	_, msg := errBody(t, body)
-	require.Equal(t, "agent_offline", msg)
-	require.Contains(t, string(body), "not available locally or through federation")
+	require.Equal(t, http.StatusNotFound, status)
+	code, _ := errBody(t, body)
+	require.Equal(t, CodeUnknownAgent, code)
+	require.Contains(t, string(body), "not registered here and no pinned peer serves its domain")
 }
 
 func TestBadFramesOverHTTP(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -63,7 +64,7 @@ func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if beamID == "" {
-		return fs.usageError()
+		return fs.missing("beam-id")
 	}
 	if !force {
 		if _, err := os.Stat(out); err == nil {
@@ -71,6 +72,9 @@ func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("check %s: %w", out, err)
 		}
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		return fmt.Errorf("create the directory of %s: %w", out, err)
 	}
 	id, err := agents.GenerateIdentity(beamID)
 	if err != nil {
@@ -95,7 +99,7 @@ func runRegister(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if name == "" {
-		return fs.usageError()
+		return fs.missing("name")
 	}
 	c, id, err := af.client(quietLogger(stderr))
 	if err != nil {
@@ -154,11 +158,30 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if *durable {
-		return sendDurable(ctx, c, to, intent, payload, stdout)
+		return sendDurable(ctx, c, to, intent, payload, stdout, stderr)
 	}
 	res, err := c.Send(ctx, to, intent, payload)
 	if res != nil {
 		fmt.Fprintln(stdout, string(res.Raw))
+	}
+	return explainSendError(err, to)
+}
+
+// explainSendError adds what to do next to the failures of beam send:
+// the nonce of an OFFLINE or TIMEOUT intent (retrying it is a new attempt,
+// beam trace shows what happened) and a hint for an unknown recipient.
+func explainSendError(err error, to string) error {
+	var e *agents.Error
+	if err == nil || !errors.As(err, &e) {
+		return err
+	}
+	switch e.Code {
+	case "OFFLINE", "TIMEOUT":
+		if e.Nonce != "" {
+			return fmt.Errorf("%w\nnonce %s: beam trace %s shows its events; send again (or use --durable to queue it until %s connects)", err, e.Nonce, e.Nonce, to)
+		}
+	case "UNKNOWN_AGENT":
+		return fmt.Errorf("%w\n%s is not registered with this directory: check the Beam ID (beam register creates agents)", err, to)
 	}
 	return err
 }

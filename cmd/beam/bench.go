@@ -63,7 +63,7 @@ type benchFlags struct {
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts `beam serve` on a temporary data directory")
+	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts a beam serve process on a temporary data directory")
 	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus, federation or mesh (pipeline envelopes); jobs runs Intent Protocol publishers and workers")
 	fs.IntVar(&f.hops, "hops", 3, "--mode mesh: actors in each envelope's route")
 	fs.IntVar(&f.count, "count", 10000, "intents of a burn-down run")
@@ -89,7 +89,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.domain, "domain", "alpha.beam.directory", "--mode federation: federation domain of the senders' directory")
 	fs.StringVar(&f.peerDomain, "peer-domain", "beta.beam.directory", "--mode federation: federation domain of the recipients' directory")
 	fs.IntVar(&f.peerServerPID, "peer-server-pid", 0, "with --peer-url: process id of the second directory, read for CPU and RSS")
-	fs.BoolVar(&f.chaos, "chaos", false, "instead of a load run: a mixed durable load while `beam serve` is SIGKILLed and restarted, then check the log's invariants (exit status 1 on a violation)")
+	fs.BoolVar(&f.chaos, "chaos", false, "instead of a load run: a mixed durable load while the beam serve process is SIGKILLed and restarted, then check the log's invariants (exit status 1 on a violation)")
 	fs.DurationVar(&f.chaosDuration, "chaos-duration", 5*time.Minute, "with --chaos: length of the load")
 	fs.IntVar(&f.chaosKills, "chaos-kills", 3, "with --chaos: how many times the server is SIGKILLed")
 	fs.Uint64Var(&f.chaosSeed, "chaos-seed", 0, "with --chaos: seed of the kill schedule and the load (0: random, printed)")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,12 +19,17 @@ import (
 
 // sendDurable is `beam send --durable`: it hands the signed intent to the
 // bus and prints the receipt ({message_id, nonce, status, …}).
-func sendDurable(ctx context.Context, c *agents.Client, to, intent string, payload json.RawMessage, stdout io.Writer) error {
+func sendDurable(ctx context.Context, c *agents.Client, to, intent string, payload json.RawMessage, stdout, stderr io.Writer) error {
 	rec, err := c.SendDurable(ctx, to, intent, payload, nil)
 	if err != nil {
 		return err
 	}
-	return printJSON(stdout, rec)
+	if err := printJSON(stdout, rec); err != nil {
+		return err
+	}
+	// The receipt says the message is stored, not that it arrived.
+	fmt.Fprintf(stderr, "stored (%s); the outcome comes later: beam trace %s (--data-dir of the directory, or --url) shows it, beam dead-letters lists it if every retry fails\n", rec.Status, rec.Nonce)
+	return nil
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -44,7 +48,8 @@ func runPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var limit int
 	var status string
 	fs.BoolVar(&claim, "claim", false, "claim queued messages under a lease (ack each before it runs out)")
-	fs.DurationVar(&lease, "lease", 60*time.Second, "lease length with --claim")
+	lease = 60 * time.Second
+	fs.Var(leaseFlag{&lease}, "lease", "lease length with --claim: seconds (60) or a duration (90s, 2m)")
 	fs.IntVar(&limit, "limit", 10, "most messages to return (at most 100)")
 	fs.StringVar(&status, "status", "", "list messages in this state instead of delivered (not with --claim)")
 	if err := fs.parse(args, 0, 0); err != nil {
@@ -62,6 +67,13 @@ func runPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, m := range msgs {
 		if err := printJSON(stdout, m); err != nil {
 			return err
+		}
+	}
+	if len(msgs) == 0 && !claim && status == "" {
+		// Nothing delivered and unacked: say where queued messages are.
+		queued, err := c.Poll(ctx, agents.PollOptions{Limit: 100, Status: "queued"})
+		if err == nil && len(queued) > 0 {
+			fmt.Fprintf(stderr, "no delivered messages to ack; %d queued (beam poll --status queued lists them, beam poll --claim takes them under a lease)\n", len(queued))
 		}
 	}
 	return nil
@@ -92,61 +104,16 @@ func runAck(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer c.Close()
 	res, err := c.Ack(ctx, &agents.DurableMessage{ID: fs.Arg(0), LeaseID: leaseID}, agents.AckStatus(status), resp)
 	if err != nil {
+		if leaseID == "" && strings.Contains(err.Error(), "poll lease") {
+			return fmt.Errorf("%w\nthe message was claimed with beam poll --claim: pass --lease-id with the lease_id that beam poll --claim printed for it", err)
+		}
 		return err
 	}
 	return printJSON(stdout, res)
 }
 
-// operatorFlags are the flags of the operator bus commands.
-type operatorFlags struct {
-	url string
-	key string
-}
-
-// newOperatorFlags registers the operator flags in fs.
-func newOperatorFlags(fs *flag.FlagSet) *operatorFlags {
-	f := &operatorFlags{}
-	fs.StringVar(&f.url, "url", defaultDirectoryURL, "base URL of the directory")
-	fs.StringVar(&f.key, "bus-api-key", "", "the bus key or the operator token")
-	return f
-}
-
-// call performs one operator request and returns the body of a 2xx answer.
-func (f *operatorFlags) call(ctx context.Context, method, path string, query url.Values) ([]byte, error) {
-	if f.key == "" {
-		return nil, fmt.Errorf("--bus-api-key (or BEAM_BUS_API_KEY) is required")
-	}
-	u := strings.TrimRight(f.url, "/") + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+f.key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read answer: %w", err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error     string `json:"error"`
-			ErrorCode string `json:"errorCode"`
-		}
-		_ = json.Unmarshal(body, &e)
-		return nil, fmt.Errorf("%s (HTTP %d): %s", e.ErrorCode, resp.StatusCode, e.Error)
-	}
-	return body, nil
-}
-
 func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("beam dead-letters", "beam dead-letters [--url URL] --bus-api-key KEY [--sender S] [--recipient R] [--intent I] [--limit N]", stderr,
+	fs := newCmdFlags("beam dead-letters", "beam dead-letters [--url URL] [--admin-token T | --data-dir DIR] [--sender S] [--recipient R] [--intent I] [--limit N]", stderr,
 		"Lists dead-lettered bus messages, newest first, one JSON object per line.")
 	of := newOperatorFlags(fs.FlagSet)
 	var sender, recipient, intent string
@@ -164,7 +131,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 			q.Set(k, v)
 		}
 	}
-	body, err := of.call(ctx, http.MethodGet, "/v1/beam/dead-letter", q)
+	body, _, err := of.call(ctx, http.MethodGet, "/v1/beam/dead-letter", q, nil)
 	if err != nil {
 		return err
 	}
@@ -185,17 +152,54 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func runRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("beam requeue", "beam requeue [--url URL] --bus-api-key KEY MESSAGE_ID", stderr,
+	fs := newCmdFlags("beam requeue", "beam requeue [--url URL] [--admin-token T | --data-dir DIR] MESSAGE_ID|NONCE", stderr,
 		"Moves a dead-lettered (or failed) bus message back to the queue, same nonce, and",
-		"delivers it at once when its recipient is online.")
+		"delivers it at once when its recipient is online. The message is named by its id",
+		"or by its nonce (as beam dead-letters prints them).")
 	of := newOperatorFlags(fs.FlagSet)
 	if err := fs.parse(args, 1, 1); err != nil {
 		return err
 	}
-	body, err := of.call(ctx, http.MethodPost, "/v1/beam/dead-letter/"+url.PathEscape(fs.Arg(0))+"/requeue", nil)
+	ref := fs.Arg(0)
+	body, status, err := of.call(ctx, http.MethodPost, "/v1/beam/dead-letter/"+url.PathEscape(ref)+"/requeue", nil, nil)
+	if status == http.StatusNotFound {
+		// Not a message id: look for a dead letter with this nonce.
+		id, ferr := findDeadLetterByNonce(ctx, of, ref)
+		if ferr != nil {
+			return ferr
+		}
+		if id == "" {
+			return fmt.Errorf("no dead-lettered or failed message has the id or nonce %q; beam dead-letters lists them with their id and nonce", ref)
+		}
+		body, _, err = of.call(ctx, http.MethodPost, "/v1/beam/dead-letter/"+url.PathEscape(id)+"/requeue", nil, nil)
+	}
 	if err != nil {
 		return err
 	}
 	_, err = stdout.Write(body)
 	return err
+}
+
+// findDeadLetterByNonce returns the id of the dead letter whose nonce is
+// nonce, or "" when there is none.
+func findDeadLetterByNonce(ctx context.Context, of *operatorFlags, nonce string) (string, error) {
+	body, _, err := of.call(ctx, http.MethodGet, "/v1/beam/dead-letter", url.Values{"limit": {"500"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Messages []struct {
+			ID    string `json:"id"`
+			Nonce string `json:"nonce"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return "", fmt.Errorf("decode dead letters: %w", err)
+	}
+	for _, m := range out.Messages {
+		if m.Nonce == nonce {
+			return m.ID, nil
+		}
+	}
+	return "", nil
 }

@@ -1,16 +1,39 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 )
 
-// envName is the environment variable that sets the flag name.
-func envName(flagName string) string {
-	return "BEAM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+// sharedEnvFlags are the flags that mean the same thing in every command
+// that has them, so one variable (BEAM_URL, BEAM_DATA_DIR, …) sets them all.
+var sharedEnvFlags = map[string]bool{
+	"url": true, "identity": true, "data-dir": true, "admin-token": true,
+	"log-level": true, "log-format": true,
+}
+
+// envName is the environment variable that sets the flag flagName of the
+// command cmdName ("beam poll"). Shared flags and every flag of beam serve
+// use BEAM_<FLAG>; the other flags are named after their command
+// (BEAM_POLL_STATUS, BEAM_KEYGEN_OUT), so that no variable means two things.
+func envName(cmdName, flagName string) string {
+	up := func(s string) string { return strings.ToUpper(strings.NewReplacer("-", "_", " ", "_").Replace(s)) }
+	cmd := strings.TrimSpace(strings.TrimPrefix(cmdName, "beam"))
+	if cmd == "trace" && flagName == "url" {
+		// trace reads --data-dir unless --url is given: BEAM_URL, set for
+		// the agent commands, must not turn it into a remote trace.
+		return "BEAM_TRACE_URL"
+	}
+	if sharedEnvFlags[flagName] || cmd == "" || cmd == "serve" {
+		return "BEAM_" + up(flagName)
+	}
+	return "BEAM_" + up(cmd) + "_" + up(flagName)
 }
 
 // parseFlags applies BEAM_* environment values to every flag of fs that the
@@ -18,20 +41,46 @@ func envName(flagName string) string {
 // Each flag's usage names its variable.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.VisitAll(func(f *flag.Flag) {
-		f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, envName(f.Name))
+		f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, envName(fs.Name(), f.Name))
 	})
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok && envErr == nil {
+		if v, ok := os.LookupEnv(envName(fs.Name(), f.Name)); ok && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
+				envErr = fmt.Errorf("%s=%q: %w", envName(fs.Name(), f.Name), v, err)
 			}
 		}
 	})
 	if envErr != nil {
 		return envErr
 	}
-	return fs.Parse(args)
+	return parseInterleaved(fs, args)
+}
+
+// parseInterleaved parses args like fs.Parse but also accepts flags after
+// positional arguments (beam send TO INTENT --durable); everything after
+// "--" is positional. The positional arguments end up in fs.Args().
+func parseInterleaved(fs *flag.FlagSet, args []string) error {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		// fs.Parse stops at the first non-flag or after "--".
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	// Leave the positional arguments in fs.Args().
+	return fs.Parse(append([]string{"--"}, positional...))
 }
 
 // stringList is a repeatable string flag.
@@ -112,7 +161,7 @@ func newFlagSet(name string, stderr io.Writer) *cmdFlags {
 // between minArgs and maxArgs positional arguments remain (maxArgs anyArgs:
 // no upper bound). A wrong count prints the usage and returns errUsage.
 func (c *cmdFlags) parse(args []string, minArgs, maxArgs int) error {
-	if err := parseFlags(c.FlagSet, args); err != nil {
+	if err := c.parseArgs(args); err != nil {
 		return err
 	}
 	if c.NArg() < minArgs || (maxArgs != anyArgs && c.NArg() > maxArgs) {
@@ -125,7 +174,7 @@ func (c *cmdFlags) parse(args []string, minArgs, maxArgs int) error {
 // whose usage is long: an argument is reported on one line, without the
 // usage.
 func (c *cmdFlags) parseNoArgs(args []string) error {
-	if err := parseFlags(c.FlagSet, args); err != nil {
+	if err := c.parseArgs(args); err != nil {
 		return err
 	}
 	if c.NArg() > 0 {
@@ -144,4 +193,62 @@ func (c *cmdFlags) usageError() error {
 		c.Usage()
 	}
 	return errUsage
+}
+
+// parseArgs is parseFlags for the command. A bad flag has already been
+// reported by the flag package (its error line, then the usage), so it
+// returns errUsage rather than the error, which would be printed a second
+// time below the usage.
+func (c *cmdFlags) parseArgs(args []string) error {
+	err := parseFlags(c.FlagSet, args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	if strings.HasPrefix(err.Error(), "BEAM_") {
+		// An environment value: the flag package has printed nothing.
+		return err
+	}
+	return errUsage
+}
+
+// missing reports a required flag the command line lacks: one error line
+// naming it, then the usage.
+func (c *cmdFlags) missing(flagName string) error {
+	fmt.Fprintf(c.Output(), "%s: --%s is required\n", c.Name(), flagName)
+	return c.usageError()
+}
+
+// leaseFlag is a duration flag that also takes plain seconds ("60" is 60s).
+type leaseFlag struct{ d *time.Duration }
+
+func (l leaseFlag) String() string {
+	if l.d == nil {
+		return ""
+	}
+	return l.d.String()
+}
+
+func (l leaseFlag) Set(v string) error {
+	d, err := parseSecondsOrDuration(v)
+	if err != nil {
+		return err
+	}
+	*l.d = d
+	return nil
+}
+
+// parseSecondsOrDuration parses "60" as 60 seconds and "90s", "2m" as Go
+// durations.
+func parseSecondsOrDuration(v string) (time.Duration, error) {
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		if n < 0 {
+			return 0, fmt.Errorf("negative duration %q", v)
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is neither seconds (60) nor a duration (60s, 2m)", v)
+	}
+	return d, nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -74,14 +76,25 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var dataDir string
+	var dataDir, base, token string
 	var asJSON bool
-	fs := logCmdFlags("beam trace", "beam trace [--data-dir DIR] [--json] NONCE|JOB-ID", stderr, &dataDir)
+	fs := logCmdFlags("beam trace", "beam trace [--data-dir DIR | --url URL [--admin-token T]] [--json] NONCE|JOB-ID", stderr, &dataDir,
+		"Prints the events of one intent (or Intent Protocol job), in order, with the time since",
+		"the previous event and each event's details. It reads the log in --data-dir (alongside a",
+		"running server), or with --url asks a running directory (operator token: --admin-token,",
+		"BEAM_ADMIN_TOKEN or the admin.token of --data-dir).")
 	fs.BoolVar(&asJSON, "json", false, "print the events as JSON lines")
+	fs.StringVar(&base, "url", "", "base URL of a running directory to ask instead of reading --data-dir")
+	fs.StringVar(&token, "admin-token", "", "operator token for --url (default: the admin.token of --data-dir)")
 	if err := fs.parse(args, 1, 1); err != nil {
 		return err
 	}
 	nonce := fs.Arg(0)
+	if base != "" {
+		of := &operatorFlags{url: base, token: token, dataDir: dataDir}
+		return traceRemote(ctx, of, nonce, stdout, stderr, asJSON)
+	}
+	fmt.Fprintf(stderr, "reading the log in data directory %s\n", dataDir)
 	lg, err := openLogForRead(ctx, dataDir)
 	if err != nil {
 		return err
@@ -96,9 +109,55 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if len(events) == 0 {
-		return fmt.Errorf("no events for nonce %q", nonce)
+		return fmt.Errorf("no events for nonce %q in data directory %s (is that the directory's --data-dir? beam trace --url URL asks a running server)", nonce, dataDir)
 	}
 	return printTrace(stdout, events, asJSON)
+}
+
+// traceRemote prints the trace of nonce as a running directory's dashboard
+// endpoint (GET /observability/intents/{nonce}) returns it.
+func traceRemote(ctx context.Context, of *operatorFlags, nonce string, stdout, stderr io.Writer, asJSON bool) error {
+	fmt.Fprintf(stderr, "asking the directory at %s\n", of.url)
+	body, status, err := of.call(ctx, http.MethodGet, "/observability/intents/"+url.PathEscape(nonce), nil, nil)
+	if status == http.StatusNotFound {
+		return fmt.Errorf("the directory at %s has no intent with nonce %q", of.url, nonce)
+	}
+	if err != nil {
+		return err
+	}
+	var tr struct {
+		Intent struct {
+			From   string `json:"from"`
+			To     string `json:"to"`
+			Intent string `json:"intentType"`
+		} `json:"intent"`
+		Stages []struct {
+			Seq       int64           `json:"seq"`
+			State     string          `json:"state"`
+			At        string          `json:"at"`
+			DeltaMs   float64         `json:"deltaMs"`
+			Transport string          `json:"transport"`
+			Attempt   int             `json:"attempt"`
+			Details   json.RawMessage `json:"details"`
+		} `json:"stages"`
+	}
+	if err := json.Unmarshal(body, &tr); err != nil {
+		return fmt.Errorf("decode trace: %w", err)
+	}
+	if asJSON {
+		for _, st := range tr.Stages {
+			if err := printJSON(stdout, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	fmt.Fprintf(stdout, "nonce %s  %s -> %s  intent %s\n", nonce, tr.Intent.From, tr.Intent.To, tr.Intent.Intent)
+	for _, st := range tr.Stages {
+		delta := time.Duration(st.DeltaMs * float64(time.Millisecond)).Round(time.Microsecond)
+		fmt.Fprintf(stdout, "%6d  %s  %+8s  %-11s %-12s attempt=%d  %s\n", st.Seq, st.At, delta, st.State, st.Transport, st.Attempt, st.Details)
+	}
+	return nil
 }
 
 // printTrace writes events as a readable timeline or as JSON lines.

@@ -26,6 +26,7 @@ func commands() []command {
 		{"register", "register an agent with a directory", runRegister},
 		{"send", "send an intent and print the result: beam send TO INTENT [JSON]", runSend},
 		{"approve", "approve a member of your org (org owner): beam approve MEMBER_ID", runApprove},
+		{"acl", "let senders reach your agent: beam acl add|list|remove", runACL},
 		{"poll", "print the agent's bus messages (--claim for a lease): beam poll", runPoll},
 		{"ack", "record the outcome of a bus message: beam ack MESSAGE_ID", runAck},
 		{"dead-letters", "list dead-lettered bus messages (operator)", runDeadLetters},
@@ -34,7 +35,7 @@ func commands() []command {
 		{"listen", "connect an agent and answer its intents until interrupted", runListen},
 		{"peer", "manage federation peers: beam peer show-self|add|list|remove", runPeer},
 		{"replay", "rebuild the projections from the event log", runReplay},
-		{"trace", "print the events of one intent: beam trace NONCE", runTrace},
+		{"trace", "print the events of one intent or job, in order with time deltas: beam trace [--data-dir DIR | --url URL] NONCE", runTrace},
 		{"import", "append the intents of a Beam TypeScript database: beam import PATH", runImport},
 		{"bench", "load-test a directory: beam bench [--url URL] [--mode ws|http] [--count N] [--concurrency C] [--json]", runBench},
 		{"version", "print the version", runVersion},
@@ -48,6 +49,13 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "help" {
+		// beam help CMD is beam CMD --help.
+		args = []string{args[1], "--help"}
+	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-v") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {

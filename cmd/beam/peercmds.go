@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -11,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,8 +61,11 @@ func runPeerShowSelf(args []string, stdout, stderr io.Writer) error {
 	if err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
-	if domain == "" || natsListen == "" {
-		return fs.usageError()
+	if domain == "" {
+		return fs.missing("domain")
+	}
+	if natsListen == "" {
+		return fs.missing("nats-listen")
 	}
 	if err := federation.ValidDomain(domain); err != nil {
 		return err
@@ -94,7 +94,7 @@ func runPeerNATSUser(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if domain == "" {
-		return fs.usageError()
+		return fs.missing("domain")
 	}
 	if err := federation.ValidDomain(domain); err != nil {
 		return err
@@ -118,11 +118,8 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 		"remove": "beam peer remove [--url URL] [--admin-token T] DOMAIN",
 	}[sub]
 	fs := newPlainCmdFlags("beam peer "+sub, stderr, synopsis)
-	var base, token, dataDir string
+	of := newOperatorFlags(fs.FlagSet)
 	var asJSON bool
-	fs.StringVar(&base, "url", defaultDirectoryURL, "base URL of the running directory")
-	fs.StringVar(&token, "admin-token", "", "operator token (default: read from --data-dir/admin.token)")
-	fs.StringVar(&dataDir, "data-dir", "./beam-data", "data directory whose admin.token is used when --admin-token is empty")
 	if sub == "list" {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 	}
@@ -130,23 +127,15 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 	if err := fs.parse(args, want, want); err != nil {
 		return err
 	}
-	if token == "" {
-		b, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
-		if err != nil {
-			return fmt.Errorf("no --admin-token and no readable %s: %w", filepath.Join(dataDir, "admin.token"), err)
-		}
-		token = strings.TrimSpace(string(b))
-	}
-	base = strings.TrimRight(base, "/")
 	var method, path string
-	var body []byte
+	var body any
 	switch sub {
 	case "add":
 		if _, err := federation.ParsePeerLine(fs.Arg(0)); err != nil {
 			return err
 		}
 		method, path = http.MethodPost, "/federation/peers"
-		body, _ = json.Marshal(map[string]string{"line": fs.Arg(0)})
+		body = map[string]string{"line": fs.Arg(0)}
 	case "remove":
 		method, path = http.MethodDelete, "/federation/peers/"+url.PathEscape(fs.Arg(0))
 	default:
@@ -154,30 +143,16 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("read response: %w", err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error     string `json:"error"`
-			ErrorCode string `json:"errorCode"`
+	data, status, err := of.call(ctx, method, path, nil, body)
+	if status == http.StatusNotFound {
+		var he *httpError
+		if errors.As(err, &he) && he.Code == "" {
+			// The mux's own 404: the federation routes are not mounted.
+			return fmt.Errorf("federation is off on the directory at %s: start beam serve with --domain DOMAIN and --nats-listen HOST:PORT (or --nats-url URL) to turn it on", of.url)
 		}
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s: %s (HTTP %d)", e.ErrorCode, e.Error, resp.StatusCode)
-		}
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	if err != nil {
+		return err
 	}
 	switch sub {
 	case "add":

@@ -217,15 +217,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintf(stdout, "intent bus serving on http://%s\n", iln.Addr())
 	}
-	if tok, generated := srv.AdminToken(); generated {
-		fmt.Fprintf(stdout, "operator token (stored in %s/admin.token, shown once): %s\n", f.dataDir, tok)
-	}
+	tokenPath := filepath.Join(f.dataDir, "admin.token")
+	tokenHint := operatorTokenLine(srv, tokenPath)
+	fmt.Fprintln(stdout, tokenHint)
 	if tok, generated := srv.ViewerToken(); generated {
 		fmt.Fprintf(stdout, "read-only viewer token (stored in %s/viewer.token, shown once): %s\n", f.dataDir, tok)
 	}
 	if node := srv.Federation(); node != nil {
 		fmt.Fprintf(stdout, "federation: %s\n", node.Self().Line())
 	}
+	fmt.Fprintf(stdout, "dashboard: http://%s/dashboard/ (API index: http://%s/)\n", ln.Addr(), ln.Addr())
 	fmt.Fprintf(stdout, "beam serving on http://%s\n", ln.Addr())
 	logger.Info("beam serving", "addr", ln.Addr().String(), "dataDir", f.dataDir)
 
@@ -251,7 +252,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				logger.Error("demo agents stopped", "err", err)
 			}
 		}()
-		fmt.Fprintf(stdout, "demo agents running; open http://%s/dashboard/ and sign in with the operator token\n", ln.Addr())
+		fmt.Fprintf(stdout, "demo agents running; open http://%s/dashboard/ and sign in with the operator token (%s)\n", ln.Addr(), tokenSource(tokenPath))
 	}
 	select {
 	case err := <-errc:
@@ -268,4 +269,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	<-errc
 	logger.Info("stopped")
 	return nil
+}
+
+// operatorTokenLine is the startup line about the operator token: the token
+// itself when this start generated it, otherwise where it is.
+func operatorTokenLine(srv *server.Server, path string) string {
+	if tok, generated := srv.AdminToken(); generated {
+		return fmt.Sprintf("operator token (stored in %s, shown once): %s", path, tok)
+	}
+	return "operator token: " + tokenSource(path)
+}
+
+// tokenSource says where the operator token of this start comes from.
+func tokenSource(path string) string {
+	if os.Getenv("BEAM_ADMIN_TOKEN") != "" {
+		return "from BEAM_ADMIN_TOKEN"
+	}
+	return "in " + path + " (cat it; operator commands read it with --data-dir)"
 }

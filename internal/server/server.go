@@ -527,7 +527,19 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 			http.Redirect(w, r, "/dashboard/", http.StatusFound)
 			return
 		}
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "not found")
+		// Non-HTML clients get an index of where to go next.
+		httpjson.Write(w, http.StatusOK, map[string]any{
+			"name":     "beam",
+			"protocol": "beam/1",
+			"links": map[string]string{
+				"health":    "/health",
+				"dashboard": "/dashboard/",
+				"agents":    "/agents/search",
+				"send":      "/intents/send",
+				"bus":       "/v1/beam/send",
+				"docs":      "https://github.com/beamdir/beam#readme",
+			},
+		})
 	})
 	s.agents, s.dir, s.bus, s.dash, s.mesh = agents, dir, b, dash, pipes
 	return nil

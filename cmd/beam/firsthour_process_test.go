@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/internal/beamtest"
+)
+
+// cliRunner runs beam commands against one directory process from a
+// working directory of their own.
+type cliRunner struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+	env []string
+}
+
+func newCLIRunner(t *testing.T, p *beamtest.Process) *cliRunner {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &cliRunner{t: t, ctx: ctx, dir: t.TempDir(), env: append(os.Environ(), "BEAM_URL="+p.URL())}
+}
+
+// try runs beam args and returns its combined output and whether it exited 0.
+func (r *cliRunner) try(args ...string) (string, bool) {
+	r.t.Helper()
+	cmd := exec.CommandContext(r.ctx, beamtest.Binary(r.t), args...)
+	cmd.Dir, cmd.Env = r.dir, r.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err == nil
+}
+
+// ok runs beam args and fails the test when it exits non-zero.
+func (r *cliRunner) ok(args ...string) string {
+	r.t.Helper()
+	out, ok := r.try(args...)
+	require.True(r.t, ok, "beam %s:\n%s", strings.Join(args, " "), out)
+	return out
+}
+
+// fail runs beam args and fails the test when it exits 0.
+func (r *cliRunner) fail(args ...string) string {
+	r.t.Helper()
+	out, ok := r.try(args...)
+	require.False(r.t, ok, "beam %s succeeded:\n%s", strings.Join(args, " "), out)
+	return out
+}
+
+// agent creates and registers an identity file name.json for id.
+func (r *cliRunner) agent(name, id string) string {
+	r.t.Helper()
+	file := name + ".json"
+	r.ok("keygen", "--beam-id", id, "--out", file)
+	r.ok("register", "--identity", file, "--name", name)
+	return file
+}
+
+func TestServePrintsWhereTheOperatorTokenIs(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--demo"}})
+	path := filepath.Join(p.DataDir, "admin.token")
+	tok, err := os.ReadFile(path)
+	require.NoError(t, err)
+	first := p.Output()
+	require.Contains(t, first, "operator token (stored in "+path+", shown once): "+strings.TrimSpace(string(tok)))
+	require.Contains(t, first, "dashboard: "+p.URL()+"/dashboard/")
+
+	// "/" is an index for non-HTML clients.
+	var idx struct {
+		Links map[string]string `json:"links"`
+	}
+	status, err := httpGetJSON(p.URL()+"/", &idx)
+	require.NoError(t, err)
+	require.Equal(t, 200, status)
+	require.Equal(t, "/health", idx.Links["health"])
+	require.Equal(t, "/dashboard/", idx.Links["dashboard"])
+
+	p.Restart()
+	require.Eventually(t, func() bool { return strings.Count(p.Output(), "beam serving on") == 2 }, 30*time.Second, 20*time.Millisecond)
+	second := p.Output()[len(first):]
+	require.NotContains(t, second, strings.TrimSpace(string(tok)))
+	require.Contains(t, second, "operator token: in "+path+" (cat it; operator commands read it with --data-dir)")
+	require.Contains(t, second, "sign in with the operator token (in "+path)
+}
+
+func TestSendToUnknownAndOfflineAgents(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--open-orgs"}})
+	r := newCLIRunner(t, p)
+	r.agent("bob", "bob@acme.beam.directory")
+	alice := r.agent("alice", "alice@acme.beam.directory")
+
+	out := r.fail("send", "--identity", alice, "nobody@acme.beam.directory", "conversation.message", `{"message":"hi"}`)
+	require.Contains(t, out, "UNKNOWN_AGENT (HTTP 404)")
+	require.Contains(t, out, "nobody@acme.beam.directory is not registered with this directory")
+	out = r.fail("send", "--identity", alice, "--durable", "nobody@acme.beam.directory", "conversation.message", `{"message":"hi"}`)
+	require.Contains(t, out, "UNKNOWN_AGENT")
+
+	// bob is registered but not connected.
+	out = r.fail("send", "--identity", alice, "bob@acme.beam.directory", "conversation.message", `{"message":"hi"}`)
+	require.Contains(t, out, "OFFLINE (HTTP 503)")
+	require.Regexp(t, `\nnonce \S+: beam trace \S+ shows its events`, out)
+}
+
+func TestBusCommandsSayWhatToDoNext(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--open-orgs"}})
+	r := newCLIRunner(t, p)
+	bob := r.agent("bob", "bob@acme.beam.directory")
+	alice := r.agent("alice", "alice@acme.beam.directory")
+	out := r.ok("send", "--identity", alice, "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`, "--durable")
+	var rec struct {
+		Nonce  string `json:"nonce"`
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rec), out)
+	require.Equal(t, "queued", rec.Status)
+	require.Contains(t, out, "stored (queued); the outcome comes later: beam trace "+rec.Nonce+" (--data-dir of the directory, or --url) shows it, beam dead-letters lists it if every retry fails")
+
+	out = r.ok("poll", "--identity", bob)
+	require.Equal(t, "no delivered messages to ack; 1 queued (beam poll --status queued lists them, beam poll --claim takes them under a lease)\n", out)
+
+	// --lease in plain seconds, as the README writes it; flags after nothing positional.
+	out = r.ok("poll", "--identity", bob, "--claim", "--lease", "60")
+	var msg struct {
+		ID      string `json:"id"`
+		LeaseID string `json:"lease_id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &msg), out)
+	require.NotEmpty(t, msg.LeaseID)
+
+	out = r.fail("ack", "--identity", bob, msg.ID)
+	require.Contains(t, out, "pass --lease-id with the lease_id that beam poll --claim printed for it")
+	r.ok("ack", "--identity", bob, msg.ID, "--lease-id", msg.LeaseID)
+}
+
+func TestOperatorCommandsAuthenticateOneWay(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{})
+	r := newCLIRunner(t, p)
+	tok, err := os.ReadFile(filepath.Join(p.DataDir, "admin.token"))
+	require.NoError(t, err)
+	token := strings.TrimSpace(string(tok))
+
+	out := r.fail("dead-letters", "--data-dir", r.dir)
+	require.Contains(t, out, "no operator token: pass --admin-token TOKEN, set BEAM_ADMIN_TOKEN, or point --data-dir at the directory's data directory")
+	r.ok("dead-letters", "--data-dir", p.DataDir)
+	r.ok("dead-letters", "--admin-token", token)
+	r.env = append(r.env, "BEAM_ADMIN_TOKEN="+token)
+	r.ok("dead-letters")
+
+	out = r.fail("requeue", "no-such-nonce")
+	require.Contains(t, out, `no dead-lettered or failed message has the id or nonce "no-such-nonce"; beam dead-letters lists them with their id and nonce`)
+
+	out = r.fail("peer", "list")
+	require.Contains(t, out, "federation is off on the directory at "+p.URL()+": start beam serve with --domain DOMAIN and --nats-listen HOST:PORT")
+
+	// trace says where it looked, and can ask the running server.
+	alice := r.agent("alice", "alice@acme.beam.directory")
+	out = r.ok("send", "--identity", alice, "echo@beam.directory", "conversation.message", `{"message":"hi"}`)
+	var res struct {
+		Nonce string `json:"nonce"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &res), out)
+	out = r.ok("trace", "--data-dir", p.DataDir, res.Nonce)
+	require.Contains(t, out, "reading the log in data directory "+p.DataDir)
+	require.Contains(t, out, "acked")
+	out = r.ok("trace", "--url", p.URL(), res.Nonce)
+	require.Contains(t, out, "asking the directory at "+p.URL())
+	require.Contains(t, out, "nonce "+res.Nonce+"  alice@acme.beam.directory -> echo@beam.directory  intent conversation.message")
+	require.Contains(t, out, "acked")
+	out = r.fail("trace", "--data-dir", r.dir, res.Nonce)
+	require.Contains(t, out, "in data directory "+r.dir)
+
+	// Nothing listens here.
+	out = r.fail("peer", "list", "--url", "http://127.0.0.1:1")
+	require.Contains(t, out, "cannot reach the directory at http://127.0.0.1:1 (is beam serve running there?")
+}
+
+func TestACLCommands(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{})
+	r := newCLIRunner(t, p)
+	bob := r.agent("bob", "bob@acme.beam.directory")
+	mallory := r.agent("mallory", "mallory@evil.beam.directory")
+	send := []string{"send", "--identity", mallory, "bob@acme.beam.directory", "conversation.message", `{"message":"hi"}`}
+
+	require.Contains(t, r.fail(send...), "FORBIDDEN")
+	r.ok("acl", "add", "--identity", bob, "--intent", "conversation.message", "mallory@evil.beam.directory")
+	out := r.ok("acl", "list", "--identity", bob)
+	var rule struct {
+		ID          int64  `json:"id"`
+		AllowedFrom string `json:"allowed_from"`
+		IntentType  string `json:"intent_type"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &rule), out)
+	require.Equal(t, "mallory@evil.beam.directory", rule.AllowedFrom)
+	require.Equal(t, "conversation.message", rule.IntentType)
+	// The rule lets mallory through the policy: bob is merely offline now.
+	require.Contains(t, r.fail(send...), "OFFLINE")
+
+	r.ok("acl", "remove", "--identity", bob, strconv.FormatInt(rule.ID, 10))
+	require.Contains(t, r.fail(send...), "FORBIDDEN")
+
+	out = r.fail("acl", "remove", "--identity", bob, "first")
+	require.Contains(t, out, `rule id "first" is not a number: beam acl list prints the ids`)
+}
