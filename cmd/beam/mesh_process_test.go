@@ -61,7 +61,7 @@ func startMeshStack(t *testing.T) *meshStack {
 	polPath := filepath.Join(dir, "policies.json")
 	require.NoError(t, os.WriteFile(polPath, raw, 0o600))
 	p := beamtest.Start(t, beamtest.Options{
-		Args: []string{"--mesh-policies", polPath, "--mesh-hop-timeout", "1s", "--allow-insecure-endpoints"},
+		Args: []string{"--mesh-policies", polPath, "--mesh-hop-timeout", "1s", "--allow-insecure-endpoints", "--allow-private-endpoints"},
 		Env:  []string{"BEAM_ADMIN_TOKEN=" + meshOperatorToken},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -182,11 +182,9 @@ type wsEnvelope struct {
 	Nonce           string          `json:"nonce,omitempty"`
 	ErrorCode       string          `json:"errorCode,omitempty"`
 	Message         string          `json:"message,omitempty"`
-	// Bus marks a frame the directory vouches for (a bus or pipeline
-	// delivery that its sender did not sign).
-	Bus *struct {
-		Auth string `json:"auth"`
-	} `json:"bus,omitempty"`
+	// Attestation marks a frame its sender did not sign (a bus or pipeline
+	// delivery), signed by the directory's attestation key instead.
+	Attestation *wire.Attestation `json:"attestation,omitempty"`
 }
 
 // wsURL turns the directory's base URL into its WebSocket URL for a.
@@ -257,6 +255,9 @@ type Fleet struct {
 	base string
 	hc   *http.Client
 	keys map[string]ed25519.PublicKey
+	// attestKeys are the recipients' directory's published attestation
+	// keys by key id (GET /.well-known/beam-attestation).
+	attestKeys map[string]ed25519.PublicKey
 
 	mu    sync.Mutex
 	conns []*websocket.Conn
@@ -338,18 +339,27 @@ func (f *Fleet) answer(ctx context.Context, conn *websocket.Conn, a *Agent, env 
 	if err != nil {
 		return err
 	}
-	pub, ok := f.keys[fr.From]
-	if !ok {
-		// Not one of ours: fall back to the key the directory vouches for.
-		if pub, err = wire.ParsePublicKey(env.SenderPublicKey); err != nil {
-			return err
-		}
-	}
 	if fr.To != a.BeamID {
 		return fmt.Errorf("intent for %s delivered to %s", fr.To, a.BeamID)
 	}
-	vouched := fr.Signature == "" && env.Bus != nil && (env.Bus.Auth == "api_key" || env.Bus.Auth == "bus_key")
-	if !vouched {
+	if at := env.Attestation; at != nil {
+		// Sent without the sender's signature (e.g. a pipeline hop): the
+		// directory's published attestation key must have signed it.
+		pub, ok := f.attestKeys[at.KeyID]
+		if !ok {
+			return fmt.Errorf("intent %s attested by unknown key %q", fr.Nonce, at.KeyID)
+		}
+		if err := wire.VerifyAttested(fr, pub); err != nil {
+			return err
+		}
+	} else {
+		pub, ok := f.keys[fr.From]
+		if !ok {
+			// Not one of ours: the key the directory delivered with it.
+			if pub, err = wire.ParsePublicKey(env.SenderPublicKey); err != nil {
+				return err
+			}
+		}
 		if err := fr.Verify(pub); err != nil {
 			return err
 		}
@@ -362,4 +372,26 @@ func (f *Fleet) answer(ctx context.Context, conn *websocket.Conn, a *Agent, env 
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return writeEnvelope(wctx, conn, "result", res)
+}
+
+// attestationKeys reads a directory's published attestation keys.
+func attestationKeys(ctx context.Context, hc *http.Client, base string) (map[string]ed25519.PublicKey, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/.well-known/beam-attestation", nil)
+	if err != nil {
+		return nil, fmt.Errorf("attestation keys: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("attestation keys: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("attestation keys: HTTP %d: %v", resp.StatusCode, err)
+	}
+	_, keys, err := wire.DecodeAttestationKeys(body)
+	if err != nil {
+		return nil, fmt.Errorf("attestation keys: %w", err)
+	}
+	return keys, nil
 }

@@ -266,6 +266,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	for _, a := range append(append([]*Agent(nil), fleet.Senders...), fleet.Recipients...) {
 		fleet.keys[a.BeamID] = a.Public
 	}
+	if fleet.attestKeys, err = attestationKeys(ctx, hc, pl.recvURL); err != nil {
+		return nil, err
+	}
 	for _, a := range fleet.Recipients {
 		conn, err := dial(ctx, hc, pl.recvURL, a)
 		if err != nil {
