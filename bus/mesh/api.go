@@ -88,6 +88,16 @@ func (e *Engine) authenticate(r *http.Request) (principal, error) {
 	return principal{}, inputErr(http.StatusUnauthorized, CodeUnauthorized, "send the creating agent's API key (x-api-key) or the operator token")
 }
 
+// requested authenticates r and returns the envelope its {id} names, if
+// the caller may see it.
+func (e *Engine) requested(r *http.Request) (tracing.MeshRow, error) {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return tracing.MeshRow{}, err
+	}
+	return e.visible(r.Context(), p, r.PathValue("id"))
+}
+
 // visible returns envelope id if p may see it; others' envelopes are "not
 // found", so that an agent never learns whether they exist.
 func (e *Engine) visible(ctx context.Context, p principal, id string) (tracing.MeshRow, error) {
@@ -294,11 +304,7 @@ func (e *Engine) handleDead(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (e *Engine) handleGet(w http.ResponseWriter, r *http.Request) error {
-	p, err := e.authenticate(r)
-	if err != nil {
-		return err
-	}
-	row, err := e.visible(r.Context(), p, r.PathValue("id"))
+	row, err := e.requested(r)
 	if err != nil {
 		return err
 	}
@@ -307,11 +313,7 @@ func (e *Engine) handleGet(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (e *Engine) handleTrace(w http.ResponseWriter, r *http.Request) error {
-	p, err := e.authenticate(r)
-	if err != nil {
-		return err
-	}
-	row, err := e.visible(r.Context(), p, r.PathValue("id"))
+	row, err := e.requested(r)
 	if err != nil {
 		return err
 	}
@@ -337,11 +339,7 @@ func (e *Engine) handleResume(w http.ResponseWriter, r *http.Request) error {
 
 // control runs a creator's (or the operator's) action on an envelope.
 func (e *Engine) control(w http.ResponseWriter, r *http.Request, fn func(context.Context, string) (tracing.MeshRow, error)) error {
-	p, err := e.authenticate(r)
-	if err != nil {
-		return err
-	}
-	row, err := e.visible(r.Context(), p, r.PathValue("id"))
+	row, err := e.requested(r)
 	if err != nil {
 		return err
 	}

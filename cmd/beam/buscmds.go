@@ -135,6 +135,12 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	return printMessages(stdout, body)
+}
+
+// printMessages prints each member of an answer's "messages" array as one
+// line of compact JSON.
+func printMessages(w io.Writer, body []byte) error {
 	var out struct {
 		Messages []json.RawMessage `json:"messages"`
 	}
@@ -146,7 +152,7 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 		if err := json.Compact(&buf, m); err != nil {
 			return fmt.Errorf("decode answer: %w", err)
 		}
-		fmt.Fprintln(stdout, buf.String())
+		fmt.Fprintln(w, buf.String())
 	}
 	return nil
 }

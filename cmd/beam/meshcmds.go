@@ -168,20 +168,7 @@ func runMesh(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		var out struct {
-			Messages []json.RawMessage `json:"messages"`
-		}
-		if err := json.Unmarshal(data, &out); err != nil {
-			return fmt.Errorf("decode answer: %w", err)
-		}
-		for _, m := range out.Messages {
-			var buf bytes.Buffer
-			if err := json.Compact(&buf, m); err != nil {
-				return fmt.Errorf("decode answer: %w", err)
-			}
-			fmt.Fprintln(stdout, buf.String())
-		}
-		return nil
+		return printMessages(stdout, data)
 	case "get", "cancel", "pause", "resume", "trace", "requeue":
 		fs := newCmdFlags(name, "beam mesh "+sub+" ID", stderr, meshActions[sub])
 		mf := newMeshFlags(fs)
