@@ -387,22 +387,8 @@ func (l *Log) MeshEnvelopes(ctx context.Context, q MeshQuery) ([]MeshRow, int64,
 	}
 	rows, err := l.rdb.QueryContext(ctx, `SELECT `+meshCols+` FROM beam_mesh`+where+
 		` ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`, append(args, limit, max(q.Offset, 0))...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("list envelopes: %w", err)
-	}
-	defer rows.Close()
-	var out []MeshRow
-	for rows.Next() {
-		var m MeshRow
-		if err := scanMesh(rows, &m); err != nil {
-			return nil, 0, fmt.Errorf("scan envelope: %w", err)
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("list envelopes: %w", err)
-	}
-	return out, total, nil
+	out, err := collectRows(rows, err, "list envelopes", scanMesh)
+	return out, total, err
 }
 
 // MeshEnvelope returns the envelope with this id.
@@ -424,19 +410,7 @@ func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error
 func (l *Log) MeshOpen(ctx context.Context, due bool, nowMs int64, limit int) ([]MeshRow, error) {
 	if due && limit > 0 {
 		rows, err := l.reads.meshDue.QueryContext(ctx, nowMs, limit)
-		if err != nil {
-			return nil, fmt.Errorf("due envelopes: %w", err)
-		}
-		defer rows.Close()
-		var out []MeshRow
-		for rows.Next() {
-			var m MeshRow
-			if err := scanMesh(rows, &m); err != nil {
-				return nil, fmt.Errorf("scan envelope: %w", err)
-			}
-			out = append(out, m)
-		}
-		return out, rows.Err()
+		return collectRows(rows, err, "due envelopes", scanMesh)
 	}
 	q := `SELECT ` + meshCols + ` FROM beam_mesh WHERE status IN ('pending','running','paused')`
 	var args []any
@@ -450,19 +424,7 @@ func (l *Log) MeshOpen(ctx context.Context, due bool, nowMs int64, limit int) ([
 		args = append(args, limit)
 	}
 	rows, err := l.rdb.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("open envelopes: %w", err)
-	}
-	defer rows.Close()
-	var out []MeshRow
-	for rows.Next() {
-		var m MeshRow
-		if err := scanMesh(rows, &m); err != nil {
-			return nil, fmt.Errorf("scan envelope: %w", err)
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return collectRows(rows, err, "open envelopes", scanMesh)
 }
 
 const (

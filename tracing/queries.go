@@ -117,6 +117,28 @@ func (l *Log) eachIntent(ctx context.Context, query string, args []any, fn func(
 	return eachRow(ctx, l.rdb.DB, "read intents", query, args, scanIntent, fn)
 }
 
+// collectRows scans every row of rows (the result of a query that failed
+// with qerr, or succeeded) into a slice, closing rows; errors are wrapped
+// with what.
+func collectRows[T any](rows *sql.Rows, qerr error, what string, scan func(scanner, *T) error) ([]T, error) {
+	if qerr != nil {
+		return nil, fmt.Errorf("%s: %w", what, qerr)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
 // eachRow runs query and calls fn with each row scanned into a T (reused
 // between calls), stopping at fn's first error, which it returns as is;
 // database errors are wrapped with what.
