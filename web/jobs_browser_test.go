@@ -57,7 +57,7 @@ func TestBrowserJobsPage(t *testing.T) {
 	reason := browsertest.Eval[string](t, ctx, fmt.Sprintf(`document.querySelector('#jobs-dead-list tr[data-id=%q]').textContent`, dead))
 	require.Contains(t, reason, "carrier down")
 
-	browsertest.Run(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[data-op="retry"][data-job=%q]`, dead))))
+	browsertest.ClickJS(t, ctx, fmt.Sprintf(`button[data-op="retry"][data-job=%q]`, dead))
 	browsertest.WaitJS(t, ctx, 10*time.Second, fmt.Sprintf(`!document.querySelector('#jobs-dead-list tr[data-id=%q]')`, dead))
 	require.Eventually(t, func() bool { return svc.Counts()["shop"][tracing.JobOpen] == 2 }, 5*time.Second, 20*time.Millisecond)
 }

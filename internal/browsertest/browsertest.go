@@ -2,6 +2,7 @@ package browsertest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,7 +102,31 @@ func WaitJS(t testing.TB, ctx context.Context, d time.Duration, expr string) {
 	c, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	_, err := chromedp.Run(c, chromedp.Poll[bool]("!!("+expr+")", chromedp.WithPollingInterval(25*time.Millisecond), chromedp.WithPollingTimeout(d)))
-	require.NoError(t, err, "condition never held: %s", expr)
+	if err != nil {
+		require.NoError(t, err, "condition never held: %s\nthe page then:\n%s", expr, pageState(ctx))
+	}
+}
+
+// ClickJS clicks the element matching the CSS selector from inside the
+// page, in one task of its event loop: unlike a synthesized mouse press and
+// release, the click cannot be split across a re-render that replaces the
+// element in between. It fails when no element matches.
+func ClickJS(t testing.TB, ctx context.Context, selector string) {
+	t.Helper()
+	expr := fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true; })()`, selector)
+	require.True(t, Eval[bool](t, ctx, expr), "no element matches %s; the page:\n%s", selector, pageState(ctx))
+}
+
+// pageState describes the page for a failure message: its address and the
+// start of its visible text.
+func pageState(ctx context.Context) string {
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	state, err := chromedp.Run(c, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText.slice(0, 3000) : "(no body)")`))
+	if err != nil {
+		return fmt.Sprintf("(the page could not be read: %v)", err)
+	}
+	return state
 }
 
 // Shooter writes full-page screenshots into $BEAM_SCREENSHOT_DIR/<sub> (a

@@ -179,7 +179,7 @@ func TestBrowserRequeueDeadLetter(t *testing.T) {
 	browsertest.WaitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector(%q)`, btn))
 	require.False(t, browsertest.Eval[bool](t, bctx, fmt.Sprintf(`document.querySelector(%q).disabled`, btn)), "an admin may requeue")
 	shots.Shot(bctx, "03-dead-letters-admin")
-	browsertest.Run(t, bctx, 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] td:nth-child(3)`, id))))
+	browsertest.ClickJS(t, bctx, fmt.Sprintf(`tr[data-id=%q] td:nth-child(3)`, id))
 	browsertest.WaitJS(t, bctx, 10*time.Second, `document.querySelector("#dl-status") && document.querySelector("#dl-status").dataset.status === "dead_letter"`)
 	panelBtn := "#dl-detail " + btn
 	browsertest.WaitJS(t, bctx, 10*time.Second, fmt.Sprintf(`document.querySelector(%q)`, panelBtn))

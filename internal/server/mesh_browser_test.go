@@ -138,7 +138,7 @@ func TestBrowserPipelineView(t *testing.T) {
 	browsertest.WaitJS(t, bctx, 10*time.Second, `document.querySelector("#mesh-requeue")`)
 	require.Contains(t, browsertest.Eval[string](t, bctx, `document.querySelector("#mesh-sinks").textContent`), "sump")
 	shots.Shot(bctx, "05-dead")
-	browsertest.Run(t, bctx, 10*time.Second, chromedp.Click(chromedp.ID("mesh-requeue")))
+	browsertest.ClickJS(t, bctx, "#mesh-requeue")
 	browsertest.WaitJS(t, bctx, 15*time.Second, fmt.Sprintf(`location.hash.startsWith("#/pipelines/") && !location.hash.endsWith(%q) &&
 		document.querySelector("#mesh-status") && document.querySelector("#mesh-status").dataset.status === "succeeded"`, dead))
 	shots.Shot(bctx, "06-requeued")
