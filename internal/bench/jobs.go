@@ -75,7 +75,11 @@ type JobsSummary struct {
 	ServerCPUmsPerJob     *float64 `json:"server_cpu_ms_per_job"`
 	ServerCPUCoresDrain   *float64 `json:"server_cpu_cores_drain,omitempty"`
 	ServerRSSMB           *float64 `json:"server_rss_mb"`
-	Notes                 []string `json:"notes,omitempty"`
+	// Ed25519VerifyMs is the run's own floor (see Summary); jobs are
+	// HMAC-signed, so it only puts the per-job cost on the same scale.
+	Ed25519VerifyMs   *float64 `json:"ed25519_verify_ms"`
+	ServerCPUVerifies *float64 `json:"server_cpu_verifies_per_job,omitempty"`
+	Notes             []string `json:"notes,omitempty"`
 }
 
 type jobsClient struct {
@@ -293,6 +297,7 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 		rss := mb(p2.HWM)
 		sum.ServerRSSMB = &rss
 	}
+	sum.Ed25519VerifyMs, sum.ServerCPUVerifies = floorFields(VerifyFloor(), sum.ServerCPUmsPerJob)
 	if sum.Fulfilled != sum.Published {
 		return sum, fmt.Errorf("jobs bench: %d published but %d fulfilled", sum.Published, sum.Fulfilled)
 	}

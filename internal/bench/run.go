@@ -388,6 +388,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	} else if cfg.ServerPID <= 0 {
 		sum.Notes = append(sum.Notes, "server CPU and RSS not measured: the server's process is unknown (run without --url, or pass --server-pid)")
 	}
+	sum.Ed25519VerifyMs, sum.ServerCPUVerifies = floorFields(VerifyFloor(), sum.ServerCPUmsPerIntent)
 	if n := fleet.RecipientErrors(); n > 0 {
 		sum.RecipientErrors = n
 	}

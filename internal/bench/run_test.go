@@ -82,9 +82,13 @@ func TestBurnDown(t *testing.T) {
 			require.NoError(t, sum.WriteJSON(&out))
 			var m map[string]any
 			require.NoError(t, json.Unmarshal(out.Bytes(), &m))
-			for _, k := range []string{"intents_per_second", "p50_ms", "p90_ms", "p99_ms", "errors", "server_cpu_ms_per_intent", "server_rss_mb"} {
+			for _, k := range []string{"intents_per_second", "p50_ms", "p90_ms", "p99_ms", "errors", "server_cpu_ms_per_intent", "server_rss_mb", "ed25519_verify_ms"} {
 				require.Contains(t, m, k)
 			}
+			// The floor is measured in the run, and the server's cost per
+			// intent is stated as a multiple of it.
+			require.Greater(t, m["ed25519_verify_ms"], 0.0)
+			require.InDelta(t, *sum.ServerCPUmsPerIntent / *sum.Ed25519VerifyMs, m["server_cpu_verifies_per_intent"], 0.01**sum.ServerCPUmsPerIntent / *sum.Ed25519VerifyMs + 0.01)
 			out.Reset()
 			require.NoError(t, sum.WriteTable(&out))
 			require.Contains(t, out.String(), "intents/s")

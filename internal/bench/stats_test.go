@@ -113,3 +113,17 @@ func TestSummaryFill(t *testing.T) {
 	require.InDelta(t, 80.0, *s.ServerRSSMB, 1e-9)
 	require.InDelta(t, 50.0, *s.ServerRSSEndMB, 1e-9)
 }
+
+// TestVerifyFloor: the floor is a positive duration and the ratio the
+// summary states is the server's cost divided by it.
+func TestVerifyFloor(t *testing.T) {
+	d := VerifyFloor()
+	require.Greater(t, d, time.Duration(0))
+	perOp := 0.5
+	ms, ratio := floorFields(d, &perOp)
+	require.NotNil(t, ms)
+	require.NotNil(t, ratio)
+	require.InDelta(t, perOp / *ms, *ratio, 0.01*perOp / *ms + 0.01)
+	_, none := floorFields(d, nil)
+	require.Nil(t, none)
+}

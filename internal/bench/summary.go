@@ -44,6 +44,12 @@ type Summary struct {
 	ServerRSSEndMB       *float64 `json:"server_rss_end_mb,omitempty"`
 	ServerThreads        *int     `json:"server_threads,omitempty"`
 
+	// Ed25519VerifyMs is the median cost of one Ed25519 verification
+	// measured by the bench in the same run (VerifyFloor); ServerCPUVerifies
+	// is server_cpu_ms_per_intent as a multiple of it.
+	Ed25519VerifyMs   *float64 `json:"ed25519_verify_ms"`
+	ServerCPUVerifies *float64 `json:"server_cpu_verifies_per_intent,omitempty"`
+
 	// Accepted and SentPerSecond (bus mode) count the sends the bus
 	// accepted; IntentsPerSecond counts the messages acked.
 	Accepted      *int64   `json:"accepted,omitempty"`
@@ -163,6 +169,9 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	}
 	if s.ServerCPUUtil != nil {
 		extra = append(extra, fmt.Sprintf("server used %.2f cores", *s.ServerCPUUtil))
+	}
+	if s.Ed25519VerifyMs != nil {
+		extra = append(extra, fmt.Sprintf("one ed25519 verification here costs %.4f ms; the server spent %s of them per intent", *s.Ed25519VerifyMs, opt(s.ServerCPUVerifies, "")))
 	}
 	if s.ClientCPUmsPerIntent != nil {
 		extra = append(extra, fmt.Sprintf("load generator used %.3f ms CPU per intent", *s.ClientCPUmsPerIntent))
