@@ -99,6 +99,11 @@ type Log struct {
 	subCount atomic.Int64
 	subsDone bool
 	subWG    sync.WaitGroup
+
+	// countMu guards tc and the order of updates to the state gauges
+	// (counts.go).
+	countMu sync.Mutex
+	tc      terminalCounts
 }
 
 var bindOnce sync.Once
@@ -218,7 +223,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		}
 		l.logger.Info("rebuilt log projections", "events", st.Events, "intents", st.Intents, "messages", st.Messages)
 	}
-	if err := l.loadState(ctx); err != nil {
+	if err := l.loadState(ctx, migrated); err != nil {
 		l.w.closeStmts()
 		return fail(err)
 	}
@@ -228,8 +233,13 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return fail(err)
 	}
 	l.m = m
-	for _, s := range States {
-		l.m.intents.WithLabelValues(string(s)).Set(float64(l.w.counts[s]))
+	if migrated {
+		l.setGauges(l.w.counts)
+	} else {
+		for i, s := range States {
+			l.m.gauges[i].Set(float64(l.w.counts[s]))
+		}
+		l.startTerminalCount()
 	}
 	go l.runCheckpointer()
 	go l.run()
@@ -325,7 +335,7 @@ func (l *Log) createSchema(ctx context.Context) (bool, error) {
 // loadState reads what the writer keeps in memory: the next seq, the
 // non-terminal intent rows (and their bus messages) and the state counts.
 // It runs on the write connection before the writer starts.
-func (l *Log) loadState(ctx context.Context) error {
+func (l *Log) loadState(ctx context.Context, allStates bool) error {
 	var maxSeq sql.NullInt64
 	if err := l.wdb.GetContext(ctx, &maxSeq, `SELECT MAX(seq) FROM intent_trace_events`); err != nil {
 		return fmt.Errorf("read last seq: %w", err)
@@ -339,7 +349,11 @@ func (l *Log) loadState(ctx context.Context) error {
 	}
 	l.w.cache = cache
 	l.w.maxCache = l.cfg.MaxCachedIntents
-	counts, err := countStates(ctx, l.wdb)
+	count := countOpenStates
+	if allStates {
+		count = countStates
+	}
+	counts, err := count(ctx, l.wdb)
 	if err != nil {
 		return err
 	}
@@ -353,7 +367,7 @@ type queryer interface {
 
 func loadCache(ctx context.Context, q queryer, limit int) (map[string]*entry, error) {
 	cache := make(map[string]*entry)
-	rows, err := q.QueryContext(ctx, `SELECT `+intentCols+` FROM intent_log WHERE status NOT IN `+terminalList+` LIMIT ?`, limit)
+	rows, err := q.QueryContext(ctx, `SELECT `+intentCols+` FROM intent_log WHERE status IN `+openList+` LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("load intent cache: %w", err)
 	}
@@ -369,7 +383,7 @@ func loadCache(ctx context.Context, q queryer, limit int) (map[string]*entry, er
 		return nil, fmt.Errorf("load intent cache: %w", err)
 	}
 	rows.Close()
-	mrows, err := q.QueryContext(ctx, `SELECT `+messageCols+` FROM beam_messages WHERE status NOT IN `+terminalList)
+	mrows, err := q.QueryContext(ctx, `SELECT `+messageCols+` FROM beam_messages WHERE status IN `+openList)
 	if err != nil {
 		return nil, fmt.Errorf("load message cache: %w", err)
 	}
@@ -393,8 +407,14 @@ func loadCache(ctx context.Context, q queryer, limit int) (map[string]*entry, er
 	return cache, nil
 }
 
+// countStates counts the intents in every state; it reads every row.
 func countStates(ctx context.Context, q queryer) (map[State]int64, error) {
-	rows, err := q.QueryContext(ctx, `SELECT status, COUNT(*) FROM intent_log GROUP BY status`)
+	return groupStates(ctx, q, `SELECT status, COUNT(*) FROM intent_log GROUP BY status`)
+}
+
+// groupStates runs a "SELECT status, COUNT(*) … GROUP BY status" query.
+func groupStates(ctx context.Context, q queryer, query string) (map[State]int64, error) {
+	rows, err := q.QueryContext(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("count states: %w", err)
 	}
@@ -420,6 +440,7 @@ func countStates(ctx context.Context, q queryer) (map[State]int64, error) {
 // later calls return the first call's result.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
+		l.stopTerminalCount()
 		l.qmu.Lock()
 		l.closed = true
 		l.qcond.Signal()
@@ -510,7 +531,7 @@ func (l *Log) Message(ctx context.Context, nonce string) (MessageRow, bool, erro
 // failed or dead_letter, oldest request first. Startup recovery uses it.
 func (l *Log) NonTerminal(ctx context.Context) ([]IntentRow, error) {
 	var out []IntentRow
-	err := eachRow(ctx, l.rdb.DB, "read non-terminal intents", `SELECT `+intentCols+` FROM intent_log WHERE status NOT IN `+terminalList+
+	err := eachRow(ctx, l.rdb.DB, "read non-terminal intents", `SELECT `+intentCols+` FROM intent_log WHERE status IN `+openList+
 		` ORDER BY requested_at, nonce`, nil, scanIntent, func(r *IntentRow) error {
 		out = append(out, *r)
 		return nil

@@ -60,9 +60,7 @@ func (l *Log) runRebuild(r *request) {
 		reject(r, fmt.Errorf("rebuild projections: %w", err), rejectError)
 		return
 	}
-	for i, s := range States {
-		l.m.gauges[i].Set(float64(w.counts[s]))
-	}
+	l.setGauges(w.counts)
 	stats.Duration = time.Since(start)
 	r.stats = stats
 	l.logger.Info("rebuilt log projections", "events", stats.Events, "intents", stats.Intents,

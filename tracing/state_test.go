@@ -95,3 +95,26 @@ func TestTransitionErrorMessage(t *testing.T) {
 	e := &TransitionError{Nonce: "n1", From: "", To: Acked}
 	require.Contains(t, e.Error(), "(new) -> acked")
 }
+
+// TestOpenAndTerminalListsPartitionStates: the SQL lists the queries use
+// name every state exactly once, the open ones in openList.
+func TestOpenAndTerminalListsPartitionStates(t *testing.T) {
+	parse := func(list string) []string {
+		var out []string
+		for _, f := range strings.Split(strings.Trim(list, "()"), ",") {
+			out = append(out, strings.Trim(f, "'"))
+		}
+		return out
+	}
+	open, terminal := parse(openList), parse(terminalList)
+	var wantOpen, wantTerminal []string
+	for _, s := range States {
+		if s.Terminal() {
+			wantTerminal = append(wantTerminal, string(s))
+		} else {
+			wantOpen = append(wantOpen, string(s))
+		}
+	}
+	require.ElementsMatch(t, wantOpen, open)
+	require.ElementsMatch(t, wantTerminal, terminal)
+}

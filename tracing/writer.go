@@ -762,12 +762,7 @@ func (l *Log) commitBatch(batch []*request) {
 	w.gatherFor = max(w.gatherFor, took)
 
 	w.merge()
-	for i, d := range w.deltas {
-		if d != 0 {
-			l.m.gauges[i].Add(float64(d))
-			w.deltas[i] = 0
-		}
-	}
+	l.addGaugeDeltas(&w.deltas, w.nextSeq-1)
 	n := w.nextSeq - seq0
 	if n > 0 {
 		l.writeErr.Store(nil) // events were written: the log takes writes again
