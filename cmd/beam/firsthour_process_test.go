@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,4 +215,45 @@ func TestACLCommands(t *testing.T) {
 
 	out = r.fail("acl", "remove", "--identity", bob, "first")
 	require.Contains(t, out, `rule id "first" is not a number: beam acl list prints the ids`)
+}
+
+// A start that fails after the data directory exists leaves no secret that
+// was never printed: the next start generates the operator token and
+// prints it.
+func TestFailedStartLeavesNoUnprintedToken(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	addr := busy.Addr().String()
+	requireNoSecrets := func() {
+		t.Helper()
+		for _, name := range []string{"admin.token", "viewer.token", "intent.secret"} {
+			_, err := os.Stat(filepath.Join(dir, name))
+			require.ErrorIs(t, err, os.ErrNotExist, name)
+		}
+	}
+	ctx := context.Background()
+
+	out, err := beamtest.Run(t, ctx, "serve", "--data-dir", dir, "--listen", addr, "--intent-listen", "127.0.0.1:0")
+	require.Error(t, err)
+	require.Contains(t, out, "beam serve: listen: listen tcp "+addr+": bind: address already in use (is another beam serve running there? --listen sets the address)\n")
+	require.NotContains(t, out, "operator token")
+	requireNoSecrets()
+
+	out, err = beamtest.Run(t, ctx, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--intent-listen", addr)
+	require.Error(t, err)
+	require.Contains(t, out, "beam serve: intent listen: listen tcp "+addr+": bind: address already in use (--intent-listen sets the address; empty turns the job bus off)\n")
+	requireNoSecrets()
+
+	out, err = beamtest.Run(t, ctx, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--default-policy", "maybe")
+	require.Error(t, err)
+	require.Contains(t, out, `beam serve: default policy "maybe": want same-org, allow or deny`)
+	requireNoSecrets()
+
+	p := beamtest.Start(t, beamtest.Options{DataDir: dir})
+	tok, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	require.NoError(t, err)
+	require.Contains(t, p.Output(), "operator token (stored in "+filepath.Join(dir, "admin.token")+", shown once): "+strings.TrimSpace(string(tok))+"\n")
 }

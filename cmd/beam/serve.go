@@ -200,17 +200,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// A start that fails before it serves removes the secrets it generated
+	// (Abandon): they were never printed, and the next start prints new ones.
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		_ = srv.Shutdown(context.Background())
-		return fmt.Errorf("listen: %w", err)
+		_ = srv.Abandon(context.Background())
+		return fmt.Errorf("listen: %w (is another beam serve running there? --listen sets the address)", err)
 	}
 	var iln net.Listener
 	if f.intentListen != "" {
 		if iln, err = net.Listen("tcp", f.intentListen); err != nil {
 			_ = ln.Close()
-			_ = srv.Shutdown(context.Background())
-			return fmt.Errorf("intent listen: %w", err)
+			_ = srv.Abandon(context.Background())
+			return fmt.Errorf("intent listen: %w (--intent-listen sets the address; empty turns the job bus off)", err)
 		}
 		if secret, generated := srv.IntentSecret(); generated {
 			fmt.Fprintf(stdout, "intent bus BUS_SECRET (stored in %s/intent.secret, shown once): %s\n", f.dataDir, secret)
