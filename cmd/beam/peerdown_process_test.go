@@ -14,14 +14,8 @@ import (
 // list and by a send to one of its agents.
 func TestPeerDownIsNamedWithWhatToDo(t *testing.T) {
 	t.Parallel()
-	alphaDir, betaDir := t.TempDir(), t.TempDir()
-	alphaNATS, betaNATS := freeAddr(t), freeAddr(t)
-	alphaLine := showSelf(t, alphaDir, "alpha.beam.directory", alphaNATS)
-	betaLine := showSelf(t, betaDir, "beta.beam.directory", betaNATS)
-	alpha := beamtest.Start(t, beamtest.Options{DataDir: alphaDir, Args: []string{"--domain", "alpha.beam.directory",
-		"--nats-listen", alphaNATS, "--peer", betaLine, "--default-policy", "allow", "--http-timeout", "3s"}})
-	beta := beamtest.Start(t, beamtest.Options{DataDir: betaDir, Args: []string{"--domain", "beta.beam.directory",
-		"--nats-listen", betaNATS, "--peer", alphaLine, "--default-policy", "allow"}})
+	fp := startFedPair(t, true, []string{"--default-policy", "allow", "--http-timeout", "3s"}, []string{"--default-policy", "allow"})
+	alpha, beta, alphaDir, betaNATS := fp.alpha, fp.beta, fp.alpha.DataDir, fp.betaNATS
 	r := newCLIRunner(t, alpha)
 	a := r.agent("a", "a@alpha.beam.directory")
 	r.ok("keygen", "--beam-id", "b@beta.beam.directory", "--out", "b.json")
@@ -48,4 +42,31 @@ func TestPeerDownIsNamedWithWhatToDo(t *testing.T) {
 		"or send with --durable to have it delivered when beta.beam.directory is back\n", out)
 	require.NotContains(t, out, "context deadline exceeded")
 	require.Regexp(t, `\nnonce \S+: beam trace \S+ shows its events`, out)
+}
+
+// fedPair is two federated beam serve processes, alpha.beam.directory and
+// beta.beam.directory, on embedded NATS servers.
+type fedPair struct {
+	alpha, beta         *beamtest.Process
+	alphaLine, betaLine string // their peer lines
+	alphaNATS, betaNATS string // their NATS addresses
+}
+
+// startFedPair starts alpha pinning beta and beta, pinning alpha when
+// betaPinsAlpha (otherwise beam peer add pins it later), each with its
+// extra flags.
+func startFedPair(t *testing.T, betaPinsAlpha bool, alphaArgs, betaArgs []string) fedPair {
+	t.Helper()
+	alphaDir, betaDir := t.TempDir(), t.TempDir()
+	fp := fedPair{alphaNATS: freeAddr(t), betaNATS: freeAddr(t)}
+	fp.alphaLine = showSelf(t, alphaDir, "alpha.beam.directory", fp.alphaNATS)
+	fp.betaLine = showSelf(t, betaDir, "beta.beam.directory", fp.betaNATS)
+	fp.alpha = beamtest.Start(t, beamtest.Options{DataDir: alphaDir, Args: append([]string{"--domain", "alpha.beam.directory",
+		"--nats-listen", fp.alphaNATS, "--peer", fp.betaLine}, alphaArgs...)})
+	args := []string{"--domain", "beta.beam.directory", "--nats-listen", fp.betaNATS}
+	if betaPinsAlpha {
+		args = append(args, "--peer", fp.alphaLine)
+	}
+	fp.beta = beamtest.Start(t, beamtest.Options{DataDir: betaDir, Args: append(args, betaArgs...)})
+	return fp
 }
