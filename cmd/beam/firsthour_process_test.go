@@ -155,13 +155,13 @@ func TestOperatorCommandsAuthenticateOneWay(t *testing.T) {
 
 	out := r.fail("dead-letters", "--data-dir", r.dir)
 	require.Contains(t, out, "no operator token: pass --admin-token TOKEN, set BEAM_ADMIN_TOKEN, or point --data-dir at the directory's data directory")
-	r.ok("dead-letters", "--data-dir", p.DataDir)
+	require.Equal(t, "no dead-lettered messages\n", r.ok("dead-letters", "--data-dir", p.DataDir))
 	r.ok("dead-letters", "--admin-token", token)
 	r.env = append(r.env, "BEAM_ADMIN_TOKEN="+token)
 	r.ok("dead-letters")
 
 	out = r.fail("requeue", "no-such-nonce")
-	require.Contains(t, out, `no dead-lettered or failed message has the id or nonce "no-such-nonce"; beam dead-letters lists them with their id and nonce`)
+	require.Contains(t, out, `no bus message has the id or nonce "no-such-nonce"; beam dead-letters lists dead-lettered messages with their id and nonce`)
 
 	out = r.fail("peer", "list")
 	require.Contains(t, out, "federation is off on the directory at "+p.URL()+": start beam serve with --domain DOMAIN and --nats-listen HOST:PORT")
@@ -256,4 +256,42 @@ func TestFailedStartLeavesNoUnprintedToken(t *testing.T) {
 	tok, err := os.ReadFile(filepath.Join(dir, "admin.token"))
 	require.NoError(t, err)
 	require.Contains(t, p.Output(), "operator token (stored in "+filepath.Join(dir, "admin.token")+", shown once): "+strings.TrimSpace(string(tok))+"\n")
+}
+
+// beam requeue takes the nonce that beam send printed as well as the
+// message id, of a dead-lettered or a failed message.
+func TestRequeueByNonceOrID(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--open-orgs"}})
+	r := newCLIRunner(t, p)
+	bob := r.agent("bob", "bob@acme.beam.directory")
+	alice := r.agent("alice", "alice@acme.beam.directory")
+	// failed sends a durable message that bob fails.
+	failed := func() (id, nonce string) {
+		out := r.ok("send", "--identity", alice, "--durable", "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`)
+		var rec struct {
+			Nonce string `json:"nonce"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rec), out)
+		out = r.ok("poll", "--identity", bob, "--claim")
+		var msg struct {
+			ID      string `json:"id"`
+			LeaseID string `json:"lease_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &msg), out)
+		require.Contains(t, r.ok("ack", "--identity", bob, msg.ID, "--lease-id", msg.LeaseID, "--status", "failed"), `"status":"failed"`)
+		return msg.ID, rec.Nonce
+	}
+
+	_, nonce := failed()
+	out := r.ok("requeue", "--data-dir", p.DataDir, nonce)
+	require.Contains(t, out, `"nonce":"`+nonce+`","requeued":true,"retry_count":0,"status":"queued"`)
+
+	id, nonce := failed()
+	out = r.ok("requeue", id, "--data-dir", p.DataDir)
+	require.Contains(t, out, `"nonce":"`+nonce+`","requeued":true,"retry_count":0,"status":"queued"`)
+
+	// Queued again: nothing to requeue.
+	out = r.fail("requeue", nonce, "--data-dir", p.DataDir)
+	require.Contains(t, out, "(HTTP 409)")
 }
