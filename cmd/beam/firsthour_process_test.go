@@ -66,6 +66,38 @@ func (r *cliRunner) agent(name, id string) string {
 	return file
 }
 
+// durableReceipt is the first line beam send --durable prints.
+type durableReceipt struct {
+	Nonce  string `json:"nonce"`
+	Status string `json:"status"`
+}
+
+// sendDurable runs beam send args --durable (the flag after the
+// positional arguments) and returns its receipt and output.
+func (r *cliRunner) sendDurable(args ...string) (durableReceipt, string) {
+	r.t.Helper()
+	out := r.ok(append(append([]string{"send"}, args...), "--durable")...)
+	var rec durableReceipt
+	require.NoError(r.t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rec), out)
+	return rec, out
+}
+
+// claimedMessage is a message beam poll --claim handed out.
+type claimedMessage struct {
+	ID      string `json:"id"`
+	LeaseID string `json:"lease_id"`
+}
+
+// claim runs beam poll --claim args and returns the last message.
+func (r *cliRunner) claim(args ...string) claimedMessage {
+	r.t.Helper()
+	out := r.ok(append([]string{"poll", "--claim"}, args...)...)
+	var msg claimedMessage
+	require.NoError(r.t, json.Unmarshal([]byte(lastLine(out)), &msg), out)
+	require.NotEmpty(r.t, msg.LeaseID, out)
+	return msg
+}
+
 func TestServePrintsWhereTheOperatorTokenIs(t *testing.T) {
 	t.Parallel()
 	p := beamtest.Start(t, beamtest.Options{Args: []string{"--demo"}})
@@ -119,12 +151,7 @@ func TestBusCommandsSayWhatToDoNext(t *testing.T) {
 	r := newCLIRunner(t, p)
 	bob := r.agent("bob", "bob@acme.beam.directory")
 	alice := r.agent("alice", "alice@acme.beam.directory")
-	out := r.ok("send", "--identity", alice, "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`, "--durable")
-	var rec struct {
-		Nonce  string `json:"nonce"`
-		Status string `json:"status"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rec), out)
+	rec, out := r.sendDurable("--identity", alice, "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`)
 	require.Equal(t, "queued", rec.Status)
 	require.Contains(t, out, "stored (queued); the outcome comes later: beam trace "+rec.Nonce+" (--data-dir of the directory, or --url) shows it, beam dead-letters lists it if every retry fails")
 
@@ -132,13 +159,7 @@ func TestBusCommandsSayWhatToDoNext(t *testing.T) {
 	require.Equal(t, "no delivered messages to ack; 1 queued (beam poll --status queued lists them, beam poll --claim takes them under a lease)\n", out)
 
 	// --lease in plain seconds, as the README writes it; flags after nothing positional.
-	out = r.ok("poll", "--identity", bob, "--claim", "--lease", "60")
-	var msg struct {
-		ID      string `json:"id"`
-		LeaseID string `json:"lease_id"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &msg), out)
-	require.NotEmpty(t, msg.LeaseID)
+	msg := r.claim("--identity", bob, "--lease", "60")
 
 	out = r.fail("ack", "--identity", bob, msg.ID)
 	require.Contains(t, out, "pass --lease-id with the lease_id that beam poll --claim printed for it")
@@ -268,17 +289,8 @@ func TestRequeueByNonceOrID(t *testing.T) {
 	alice := r.agent("alice", "alice@acme.beam.directory")
 	// failed sends a durable message that bob fails.
 	failed := func() (id, nonce string) {
-		out := r.ok("send", "--identity", alice, "--durable", "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`)
-		var rec struct {
-			Nonce string `json:"nonce"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rec), out)
-		out = r.ok("poll", "--identity", bob, "--claim")
-		var msg struct {
-			ID      string `json:"id"`
-			LeaseID string `json:"lease_id"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &msg), out)
+		rec, _ := r.sendDurable("--identity", alice, "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`)
+		msg := r.claim("--identity", bob)
 		require.Contains(t, r.ok("ack", "--identity", bob, msg.ID, "--lease-id", msg.LeaseID, "--status", "failed"), `"status":"failed"`)
 		return msg.ID, rec.Nonce
 	}
