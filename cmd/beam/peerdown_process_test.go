@@ -42,6 +42,10 @@ func TestPeerDownIsNamedWithWhatToDo(t *testing.T) {
 		"or send with --durable to have it delivered when beta.beam.directory is back\n", out)
 	require.NotContains(t, out, "context deadline exceeded")
 	require.Regexp(t, `\nnonce \S+: beam trace \S+ shows its events`, out)
+
+	// A durable send is stored and says where its outcome will be.
+	rec, out := r.sendDurable("--identity", a, "b@beta.beam.directory", "conversation.message", `{"message":"later"}`)
+	require.Contains(t, out, "; the outcome comes later: beam trace "+rec.Nonce+" (--data-dir of the directory, or --url) shows it, beam dead-letters lists it if every retry fails")
 }
 
 // fedPair is two federated beam serve processes, alpha.beam.directory and
