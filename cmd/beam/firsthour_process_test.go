@@ -277,6 +277,9 @@ func TestFailedStartLeavesNoUnprintedToken(t *testing.T) {
 	tok, err := os.ReadFile(filepath.Join(dir, "admin.token"))
 	require.NoError(t, err)
 	require.Contains(t, p.Output(), "operator token (stored in "+filepath.Join(dir, "admin.token")+", shown once): "+strings.TrimSpace(string(tok))+"\n")
+	viewer, err := os.ReadFile(filepath.Join(dir, "viewer.token"))
+	require.NoError(t, err)
+	require.Contains(t, p.Output(), "read-only viewer token (stored in "+filepath.Join(dir, "viewer.token")+", shown once): "+strings.TrimSpace(string(viewer))+"\n")
 }
 
 // beam requeue takes the nonce that beam send printed as well as the
