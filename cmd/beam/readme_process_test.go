@@ -115,13 +115,13 @@ func readmeRules() []readmeRule {
 	return []readmeRule{
 		// make run is beam serve on the defaults; the test runs the binary
 		// it built, with BEAM_LISTEN and BEAM_INTENT_LISTEN on free ports.
-		{match: regexp.MustCompile(`^make run$`), want: `(?m)^go run \./cmd/beam serve\s*\n(.|\n)*\{"status":"ok","protocol":"beam/1"`,
+		{match: regexp.MustCompile(`^make run$`), want: `(?m)\bgo run \./cmd/beam serve\s*\n(.|\n)*\{"status":"ok","protocol":"beam/1"`,
 			script: func(string) string {
 				return "make -s -C \"$REPO\" -n run\n" + serve("beam serve") + "curl -s \"$BEAM_URL/health\"\necho\n"
 			}},
 		// make test cannot run the tests from inside them: its recipe is
 		// checked instead.
-		{match: regexp.MustCompile(`^make test$`), want: `go test -race -count=1 `,
+		{match: regexp.MustCompile(`^make test$`), want: `\bgo test -race -count=1 `,
 			script: func(string) string { return "make -s -C \"$REPO\" -n test\n" }},
 		{match: regexp.MustCompile(`^go build -o bin/beam \./cmd/beam && export PATH=\$PWD/bin:\$PATH$`), script: built},
 		// beam bench on a small count.
