@@ -88,6 +88,7 @@ type inflight struct {
 	origin                      string
 	attempt                     int
 	timeout                     time.Duration
+	peer                        string    // the peer directory of a forwarded intent
 	start                       time.Time // d.clock() at receipt
 	t0                          time.Time // time.Now() at receipt (metrics)
 	done                        func([]byte, *RelayError)
@@ -634,6 +635,11 @@ func (d *Directory) expire(inf *inflight) {
 		return
 	}
 	msg := fmt.Sprintf("No result from %s within %s", inf.to, inf.timeout)
+	if peer := inf.peer; peer != "" && d.peerLinkDown(peer) {
+		msg += fmt.Sprintf(": its directory %s is unreachable from this one (no connection to it). "+
+			"Check that it is running (beam peer list on this directory shows the link), then send again, "+
+			"or send with --durable to have it delivered when %s is back", peer, peer)
+	}
 	d.fail(inf, nil, CodeTimeout, msg, true, nil)
 }
 

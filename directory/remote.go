@@ -55,6 +55,17 @@ type ForwardRequest struct {
 	Admitted time.Time
 }
 
+// linkReporter is a Remote that knows whether its link to a peer is down.
+type linkReporter interface {
+	LinkDown(peer string) bool
+}
+
+// peerLinkDown reports whether the Remote knows its link to peer is down.
+func (d *Directory) peerLinkDown(peer string) bool {
+	lr, ok := d.remoteRouter().(linkReporter)
+	return ok && lr.LinkDown(peer)
+}
+
 // SetRemote installs the federation router. Call it before serving.
 func (d *Directory) SetRemote(r Remote) {
 	d.mu.Lock()
@@ -96,6 +107,7 @@ func (d *Directory) routeRemote(inf *inflight, f *wire.IntentFrame, pre []tracin
 	// before Forward returns.
 	d.mu.Lock()
 	inf.transport = TransportFederation
+	inf.peer = peer
 	inf.waiting = true
 	inf.timer = time.AfterFunc(inf.timeout, func() { d.expire(inf) })
 	d.mu.Unlock()

@@ -67,3 +67,17 @@ func (o *Outbox) failing(ctx context.Context) (map[string]LinkState, error) {
 	}
 	return out, rows.Err()
 }
+
+// LinkDown reports whether this directory has no NATS connection to the
+// pinned peer right now (embedded mode), so that a sender waiting for one of
+// its agents can be told why. It is false when the link is up, when the
+// peer is not pinned, and with a shared NATS deployment.
+func (n *Node) LinkDown(peer string) bool {
+	if n.cfg.NATSURL != "" {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ps, ok := n.peers[peer]
+	return ok && (ps.conn == nil || !ps.conn.IsConnected())
+}

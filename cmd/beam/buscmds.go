@@ -135,6 +135,14 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	var list struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if json.Unmarshal(body, &list) == nil && len(list.Messages) == 0 {
+		// On stderr: stdout stays one JSON object per line.
+		fmt.Fprintln(stderr, "no dead-lettered messages")
+		return nil
+	}
 	return printMessages(stdout, body)
 }
 
@@ -169,13 +177,13 @@ func runRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ref := fs.Arg(0)
 	body, status, err := of.call(ctx, http.MethodPost, "/v1/beam/dead-letter/"+url.PathEscape(ref)+"/requeue", nil, nil)
 	if status == http.StatusNotFound {
-		// Not a message id: look for a dead letter with this nonce.
-		id, ferr := findDeadLetterByNonce(ctx, of, ref)
+		// Not a message id: look for the message with this nonce.
+		id, ferr := findMessageByNonce(ctx, of, ref)
 		if ferr != nil {
 			return ferr
 		}
 		if id == "" {
-			return fmt.Errorf("no dead-lettered or failed message has the id or nonce %q; beam dead-letters lists them with their id and nonce", ref)
+			return fmt.Errorf("no bus message has the id or nonce %q; beam dead-letters lists dead-lettered messages with their id and nonce", ref)
 		}
 		body, _, err = of.call(ctx, http.MethodPost, "/v1/beam/dead-letter/"+url.PathEscape(id)+"/requeue", nil, nil)
 	}
@@ -186,26 +194,22 @@ func runRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return err
 }
 
-// findDeadLetterByNonce returns the id of the dead letter whose nonce is
-// nonce, or "" when there is none.
-func findDeadLetterByNonce(ctx context.Context, of *operatorFlags, nonce string) (string, error) {
-	body, _, err := of.call(ctx, http.MethodGet, "/v1/beam/dead-letter", url.Values{"limit": {"500"}}, nil)
+// findMessageByNonce returns the id of the bus message whose nonce is
+// nonce (dead-lettered, failed or in any other state), or "" when there is
+// none.
+func findMessageByNonce(ctx context.Context, of *operatorFlags, nonce string) (string, error) {
+	body, status, err := of.call(ctx, http.MethodGet, "/v1/beam/messages/"+url.PathEscape(nonce), nil, nil)
+	if status == http.StatusNotFound {
+		return "", nil
+	}
 	if err != nil {
 		return "", err
 	}
-	var out struct {
-		Messages []struct {
-			ID    string `json:"id"`
-			Nonce string `json:"nonce"`
-		} `json:"messages"`
+	var m struct {
+		ID string `json:"id"`
 	}
-	if err := json.Unmarshal(body, &out); err != nil {
-		return "", fmt.Errorf("decode dead letters: %w", err)
+	if err := json.Unmarshal(body, &m); err != nil {
+		return "", fmt.Errorf("decode message: %w", err)
 	}
-	for _, m := range out.Messages {
-		if m.Nonce == nonce {
-			return m.ID, nil
-		}
-	}
-	return "", nil
+	return m.ID, nil
 }

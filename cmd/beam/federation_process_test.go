@@ -58,18 +58,14 @@ func TestPeerShowSelf(t *testing.T) {
 
 // Two beam serve processes: the target directory is stopped, 100 intents
 // are sent, the target comes back, and every intent is acked at the origin
-// and delivered once to the agent.
+// and delivered once to the agent. The target pins the origin only once
+// its agent is connected again (beam peer add at run time): until then the
+// origin's relay cannot reach it, so no retry finds the agent offline.
 func TestFederationProcessesPeerDown(t *testing.T) {
 	t.Parallel()
-	alphaDir, betaDir := t.TempDir(), t.TempDir()
-	alphaNATS, betaNATS := freeAddr(t), freeAddr(t)
-	alphaLine := showSelf(t, alphaDir, "alpha.beam.directory", alphaNATS)
-	betaLine := showSelf(t, betaDir, "beta.beam.directory", betaNATS)
 	common := []string{"--default-policy", "allow", "--http-timeout", "120s"}
-	alpha := beamtest.Start(t, beamtest.Options{DataDir: alphaDir, Args: append([]string{"--domain", "alpha.beam.directory",
-		"--nats-listen", alphaNATS, "--peer", betaLine}, common...)})
-	beta := beamtest.Start(t, beamtest.Options{DataDir: betaDir, Args: append([]string{"--domain", "beta.beam.directory",
-		"--nats-listen", betaNATS, "--peer", alphaLine}, common...)})
+	fp := startFedPair(t, false, common, common)
+	alpha, beta := fp.alpha, fp.beta
 
 	pub, priv, err := wire.GenerateKey()
 	require.NoError(t, err)
@@ -101,6 +97,7 @@ func TestFederationProcessesPeerDown(t *testing.T) {
 	b1 := connectB(beta.URL())
 	bID.APIKey = b1.APIKey()
 
+	_ = b1.Close()
 	beta.Stop()
 	const n = 100
 	nonces := make([]string, n)
@@ -122,8 +119,9 @@ func TestFederationProcessesPeerDown(t *testing.T) {
 		}()
 	}
 	beta.Restart()
-	_ = b1.Close()
 	connectB(beta.URL())
+	out, err := beamtest.Run(t, context.Background(), "peer", "add", "--url", beta.URL(), "--data-dir", beta.DataDir, fp.alphaLine)
+	require.NoError(t, err, out)
 	for range n {
 		select {
 		case st := <-results:

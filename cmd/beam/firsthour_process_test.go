@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,38 @@ func (r *cliRunner) agent(name, id string) string {
 	return file
 }
 
+// durableReceipt is the first line beam send --durable prints.
+type durableReceipt struct {
+	Nonce  string `json:"nonce"`
+	Status string `json:"status"`
+}
+
+// sendDurable runs beam send args --durable (the flag after the
+// positional arguments) and returns its receipt and output.
+func (r *cliRunner) sendDurable(args ...string) (durableReceipt, string) {
+	r.t.Helper()
+	out := r.ok(append(append([]string{"send"}, args...), "--durable")...)
+	var rec durableReceipt
+	require.NoError(r.t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rec), out)
+	return rec, out
+}
+
+// claimedMessage is a message beam poll --claim handed out.
+type claimedMessage struct {
+	ID      string `json:"id"`
+	LeaseID string `json:"lease_id"`
+}
+
+// claim runs beam poll --claim args and returns the last message.
+func (r *cliRunner) claim(args ...string) claimedMessage {
+	r.t.Helper()
+	out := r.ok(append([]string{"poll", "--claim"}, args...)...)
+	var msg claimedMessage
+	require.NoError(r.t, json.Unmarshal([]byte(lastLine(out)), &msg), out)
+	require.NotEmpty(r.t, msg.LeaseID, out)
+	return msg
+}
+
 func TestServePrintsWhereTheOperatorTokenIs(t *testing.T) {
 	t.Parallel()
 	p := beamtest.Start(t, beamtest.Options{Args: []string{"--demo"}})
@@ -118,12 +151,7 @@ func TestBusCommandsSayWhatToDoNext(t *testing.T) {
 	r := newCLIRunner(t, p)
 	bob := r.agent("bob", "bob@acme.beam.directory")
 	alice := r.agent("alice", "alice@acme.beam.directory")
-	out := r.ok("send", "--identity", alice, "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`, "--durable")
-	var rec struct {
-		Nonce  string `json:"nonce"`
-		Status string `json:"status"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rec), out)
+	rec, out := r.sendDurable("--identity", alice, "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`)
 	require.Equal(t, "queued", rec.Status)
 	require.Contains(t, out, "stored (queued); the outcome comes later: beam trace "+rec.Nonce+" (--data-dir of the directory, or --url) shows it, beam dead-letters lists it if every retry fails")
 
@@ -131,13 +159,7 @@ func TestBusCommandsSayWhatToDoNext(t *testing.T) {
 	require.Equal(t, "no delivered messages to ack; 1 queued (beam poll --status queued lists them, beam poll --claim takes them under a lease)\n", out)
 
 	// --lease in plain seconds, as the README writes it; flags after nothing positional.
-	out = r.ok("poll", "--identity", bob, "--claim", "--lease", "60")
-	var msg struct {
-		ID      string `json:"id"`
-		LeaseID string `json:"lease_id"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(lastLine(out)), &msg), out)
-	require.NotEmpty(t, msg.LeaseID)
+	msg := r.claim("--identity", bob, "--lease", "60")
 
 	out = r.fail("ack", "--identity", bob, msg.ID)
 	require.Contains(t, out, "pass --lease-id with the lease_id that beam poll --claim printed for it")
@@ -154,13 +176,13 @@ func TestOperatorCommandsAuthenticateOneWay(t *testing.T) {
 
 	out := r.fail("dead-letters", "--data-dir", r.dir)
 	require.Contains(t, out, "no operator token: pass --admin-token TOKEN, set BEAM_ADMIN_TOKEN, or point --data-dir at the directory's data directory")
-	r.ok("dead-letters", "--data-dir", p.DataDir)
+	require.Equal(t, "no dead-lettered messages\n", r.ok("dead-letters", "--data-dir", p.DataDir))
 	r.ok("dead-letters", "--admin-token", token)
 	r.env = append(r.env, "BEAM_ADMIN_TOKEN="+token)
 	r.ok("dead-letters")
 
 	out = r.fail("requeue", "no-such-nonce")
-	require.Contains(t, out, `no dead-lettered or failed message has the id or nonce "no-such-nonce"; beam dead-letters lists them with their id and nonce`)
+	require.Contains(t, out, `no bus message has the id or nonce "no-such-nonce"; beam dead-letters lists dead-lettered messages with their id and nonce`)
 
 	out = r.fail("peer", "list")
 	require.Contains(t, out, "federation is off on the directory at "+p.URL()+": start beam serve with --domain DOMAIN and --nats-listen HOST:PORT")
@@ -214,4 +236,77 @@ func TestACLCommands(t *testing.T) {
 
 	out = r.fail("acl", "remove", "--identity", bob, "first")
 	require.Contains(t, out, `rule id "first" is not a number: beam acl list prints the ids`)
+}
+
+// A start that fails after the data directory exists leaves no secret that
+// was never printed: the next start generates the operator token and
+// prints it.
+func TestFailedStartLeavesNoUnprintedToken(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	addr := busy.Addr().String()
+	requireNoSecrets := func() {
+		t.Helper()
+		for _, name := range []string{"admin.token", "viewer.token", "intent.secret"} {
+			_, err := os.Stat(filepath.Join(dir, name))
+			require.ErrorIs(t, err, os.ErrNotExist, name)
+		}
+	}
+	ctx := context.Background()
+
+	out, err := beamtest.Run(t, ctx, "serve", "--data-dir", dir, "--listen", addr, "--intent-listen", "127.0.0.1:0")
+	require.Error(t, err)
+	require.Contains(t, out, "beam serve: listen: listen tcp "+addr+": bind: address already in use (is another beam serve running there? --listen sets the address)\n")
+	require.NotContains(t, out, "operator token")
+	requireNoSecrets()
+
+	out, err = beamtest.Run(t, ctx, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--intent-listen", addr)
+	require.Error(t, err)
+	require.Contains(t, out, "beam serve: intent listen: listen tcp "+addr+": bind: address already in use (--intent-listen sets the address; empty turns the job bus off)\n")
+	requireNoSecrets()
+
+	out, err = beamtest.Run(t, ctx, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--default-policy", "maybe")
+	require.Error(t, err)
+	require.Contains(t, out, `beam serve: default policy "maybe": want same-org, allow or deny`)
+	requireNoSecrets()
+
+	p := beamtest.Start(t, beamtest.Options{DataDir: dir})
+	tok, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	require.NoError(t, err)
+	require.Contains(t, p.Output(), "operator token (stored in "+filepath.Join(dir, "admin.token")+", shown once): "+strings.TrimSpace(string(tok))+"\n")
+	viewer, err := os.ReadFile(filepath.Join(dir, "viewer.token"))
+	require.NoError(t, err)
+	require.Contains(t, p.Output(), "read-only viewer token (stored in "+filepath.Join(dir, "viewer.token")+", shown once): "+strings.TrimSpace(string(viewer))+"\n")
+}
+
+// beam requeue takes the nonce that beam send printed as well as the
+// message id, of a dead-lettered or a failed message.
+func TestRequeueByNonceOrID(t *testing.T) {
+	t.Parallel()
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--open-orgs"}})
+	r := newCLIRunner(t, p)
+	bob := r.agent("bob", "bob@acme.beam.directory")
+	alice := r.agent("alice", "alice@acme.beam.directory")
+	// failed sends a durable message that bob fails.
+	failed := func() (id, nonce string) {
+		rec, _ := r.sendDurable("--identity", alice, "bob@acme.beam.directory", "conversation.message", `{"message":"later"}`)
+		msg := r.claim("--identity", bob)
+		require.Contains(t, r.ok("ack", "--identity", bob, msg.ID, "--lease-id", msg.LeaseID, "--status", "failed"), `"status":"failed"`)
+		return msg.ID, rec.Nonce
+	}
+
+	_, nonce := failed()
+	out := r.ok("requeue", "--data-dir", p.DataDir, nonce)
+	require.Contains(t, out, `"nonce":"`+nonce+`","requeued":true,"retry_count":0,"status":"queued"`)
+
+	id, nonce := failed()
+	out = r.ok("requeue", id, "--data-dir", p.DataDir)
+	require.Contains(t, out, `"nonce":"`+nonce+`","requeued":true,"retry_count":0,"status":"queued"`)
+
+	// Queued again: nothing to requeue.
+	out = r.fail("requeue", nonce, "--data-dir", p.DataDir)
+	require.Contains(t, out, "(HTTP 409)")
 }

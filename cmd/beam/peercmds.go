@@ -170,16 +170,61 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 		if err := json.Unmarshal(data, &out); err != nil {
 			return errors.New("unexpected response from the directory")
 		}
+		links := peerLinks(ctx, of)
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "DOMAIN\tURL\tLAST CONTACT\tKEY")
+		fmt.Fprintln(tw, "DOMAIN\tURL\tLINK\tLAST CONTACT\tKEY")
+		var down []federation.PeerView
 		for _, p := range out.Peers {
 			last := "never"
 			if !p.LastContact.IsZero() {
 				last = p.LastContact.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Domain, p.URL, last, p.PublicKey)
+			link := "unknown"
+			if l, ok := links[p.Domain]; ok {
+				switch {
+				case l.Connected != nil && !*l.Connected:
+					link = "down"
+					down = append(down, p)
+				case l.Connected != nil:
+					link = "up"
+				default:
+					link = "shared NATS"
+				}
+				if l.Failing > 0 {
+					link += fmt.Sprintf(" (%d sends retrying)", l.Failing)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Domain, p.URL, link, last, p.PublicKey)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, p := range down {
+			fmt.Fprintf(stdout, "%s is unreachable: no connection to %s. Check that its directory is running and that this host reaches that address; "+
+				"sends to its agents wait in the outbox meanwhile (plain sends until their timeout, durable ones until it is back).\n", p.Domain, p.URL)
+		}
 	}
 	return nil
+}
+
+// peerLinks returns the live link state of each peer by domain, or nil when
+// the directory does not say (the column then reads "unknown").
+func peerLinks(ctx context.Context, of *operatorFlags) map[string]federation.LinkState {
+	data, _, err := of.call(ctx, http.MethodGet, "/observability/federation", nil, nil)
+	if err != nil {
+		return nil
+	}
+	var card struct {
+		Status struct {
+			Links []federation.LinkState `json:"links"`
+		} `json:"status"`
+	}
+	if json.Unmarshal(data, &card) != nil {
+		return nil
+	}
+	out := make(map[string]federation.LinkState, len(card.Status.Links))
+	for _, l := range card.Status.Links {
+		out[l.Peer] = l
+	}
+	return out
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,32 +19,53 @@ import (
 	"github.com/beamdir/beam/internal/beamtest"
 )
 
-// readmeSection returns the ```sh blocks of README.md between the heading
-// start and the next line starting with end.
-func readmeSection(t *testing.T, start, end string) []string {
+// readmeBlock is one fenced shell block of README.md with the heading of
+// the section it is in.
+type readmeBlock struct {
+	section string
+	lines   []string
+}
+
+// readmeShellBlocks returns every fenced shell block (```sh, ```bash,
+// ```shell) of README.md in order. A fence in a language the test does not
+// know fails the test, so a new kind of block cannot slip past it.
+func readmeShellBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
-	s := string(b)
-	i := strings.Index(s, start)
-	require.NotEqual(t, -1, i, "README has no %q", start)
-	s = s[i:]
-	if j := strings.Index(s, end); j > 0 {
-		s = s[:j]
-	}
-	var blocks []string
-	for {
-		k := strings.Index(s, "```sh\n")
-		if k < 0 {
-			return blocks
+	var (
+		blocks  []readmeBlock
+		section string
+		cur     *readmeBlock
+		inFence bool
+	)
+	for n, line := range strings.Split(string(b), "\n") {
+		fence, isFence := strings.CutPrefix(line, "```")
+		switch {
+		case isFence && inFence:
+			inFence = false
+			if cur != nil {
+				blocks = append(blocks, *cur)
+				cur = nil
+			}
+		case isFence:
+			inFence = true
+			switch strings.TrimSpace(fence) {
+			case "sh", "bash", "shell":
+				cur = &readmeBlock{section: section}
+			case "go", "":
+				// Go source and configuration text, not commands.
+			default:
+				t.Fatalf("README.md line %d: a ```%s block; the README process test knows sh, bash, go and plain blocks", n+1, fence)
+			}
+		case inFence && cur != nil:
+			cur.lines = append(cur.lines, line)
+		case strings.HasPrefix(line, "#"):
+			section = line
 		}
-		s = s[k+len("```sh\n"):]
-		e := strings.Index(s, "```")
-		require.NotEqual(t, -1, e)
-		blocks = append(blocks, s[:e])
-		s = s[e:]
-		s = s[3:]
 	}
+	require.False(t, inFence, "README.md ends inside a fenced block")
+	return blocks
 }
 
 func freePort(t *testing.T) string {
@@ -53,69 +76,164 @@ func freePort(t *testing.T) string {
 	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
 }
 
-// TestReadmeFederationRunsAsWritten runs the shell blocks of the README's
-// federation section, in order, with bash and the real binary, on random
-// ports: servers and listeners go to the background, the directories must
-// become healthy, and the final send must come back echoed.
-func TestReadmeFederationRunsAsWritten(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("bash not installed")
+// readmeRule says how the README test runs the README lines it matches
+// and what their output must show.
+type readmeRule struct {
+	match *regexp.Regexp
+	// script turns the line (ports already replaced) into bash; nil runs it
+	// as written.
+	script func(line string) string
+	// want must match the output of the line ("" checks the exit status
+	// only).
+	want string
+}
+
+// waitFor is bash that waits until file contains text, then fails the
+// script (set -e) if it never did.
+func waitFor(file, text string) string {
+	return fmt.Sprintf("for i in $(seq 600); do grep -q %q %s && break; sleep 0.1; done\ngrep -q %q %s\n", text, file, text, file)
+}
+
+// readmeRules are the commands the README may use, first match wins. A
+// README line that none matches fails the test.
+func readmeRules() []readmeRule {
+	background := 0
+	// inBackground runs line in the background until it prints ready.
+	inBackground := func(line, ready string) string {
+		background++
+		log := fmt.Sprintf("background%d.log", background)
+		return fmt.Sprintf("%s > %s 2>&1 &\n%s", line, log, waitFor(log, ready))
 	}
-	blocks := readmeSection(t, "## Federation", "**An existing NATS deployment**")
-	require.Len(t, blocks, 2)
+	serve := func(line string) string { return inBackground(line, "beam serving on") }
+	built := func(line string) string {
+		// The test built the binary already: bin/beam is a link to it.
+		return "mkdir -p bin && ln -sf \"$BEAM_BIN\" bin/beam" + strings.TrimPrefix(line, "go build -o bin/beam ./cmd/beam") + "\n"
+	}
+	send := func(line string) string {
+		return fmt.Sprintf("out=$(%s)\necho \"$out\"\nNONCE=$(echo \"$out\" | sed -n 's/.*\"nonce\":\"\\([^\"]*\\)\".*/\\1/p' | tail -n 1)\n", line)
+	}
+	return []readmeRule{
+		// make run is beam serve on the defaults; the test runs the binary
+		// it built, with BEAM_LISTEN and BEAM_INTENT_LISTEN on free ports.
+		{match: regexp.MustCompile(`^make run$`), want: `(?m)\bgo run \./cmd/beam serve\s*\n(.|\n)*\{"status":"ok","protocol":"beam/1"`,
+			script: func(string) string {
+				return "make -s -C \"$REPO\" -n run\n" + serve("beam serve") + "curl -s \"$BEAM_URL/health\"\necho\n"
+			}},
+		// make test cannot run the tests from inside them: its recipe is
+		// checked instead.
+		{match: regexp.MustCompile(`^make test$`), want: `\bgo test -race -count=1 `,
+			script: func(string) string { return "make -s -C \"$REPO\" -n test\n" }},
+		{match: regexp.MustCompile(`^go build -o bin/beam \./cmd/beam && export PATH=\$PWD/bin:\$PATH$`), script: built},
+		// beam bench on a small count.
+		{match: regexp.MustCompile(`^go build -o bin/beam \./cmd/beam && bin/beam bench --mode ws --count \d+ --concurrency \d+$`),
+			want: `(?m)^ws +200 +8 +\d+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +0 `,
+			script: func(line string) string {
+				line = regexp.MustCompile(`--count \d+ --concurrency \d+`).ReplaceAllString(line, "--count 200 --concurrency 8")
+				// A reader's shell has no BEAM_URL: bench starts its own directory.
+				return "(unset BEAM_URL; " + strings.TrimSuffix(built(line), "\n") + ")\n"
+			}},
+		{match: regexp.MustCompile(`^([A-Z_]+=\S+ )*beam serve( |$)`), script: serve},
+		{match: regexp.MustCompile(`^beam listen .*--echo$`), script: func(line string) string { return inBackground(line, "listening as") }},
+		{match: regexp.MustCompile(`^[AB]=\$\(beam peer show-self --data-dir \S+ +--domain \S+ +--nats-listen \S+\)$`),
+			want:   `^[ab][a-z]+\.beam\.directory=nats://127\.0\.0\.1:\d+#[A-Za-z0-9_-]{43}\n$`,
+			script: func(line string) string { return line + "\necho \"$" + line[:1] + "\"\n" }},
+		{match: regexp.MustCompile(`^beam keygen --beam-id \S+ --out \.beam-agents/\w+\.json$`), want: `(?m)^written to: \.beam-agents/\w+\.json$`},
+		{match: regexp.MustCompile(`^beam register (--url \S+ )?--identity \S+ --name \w+$`), want: `(?m)^api key stored in \.beam-agents/\w+\.json$`},
+		{match: regexp.MustCompile(`^beam approve --identity \S+ \S+$`), want: `^\{"beamId":"alice@acme\.beam\.directory","status":"member"\}\n$`},
+		{match: regexp.MustCompile(`^beam acl add (--url \S+ )?--identity \S+ \S+$`), want: `"allowed_from":"a@alpha.beam.directory"`},
+		{match: regexp.MustCompile(`^beam send .* bob@acme\.beam\.directory conversation\.message '\{"message":"hello bob"\}'$`),
+			want: `"success":true,.*"payload":\{"message":"Echo: hello bob"\}`, script: send},
+		{match: regexp.MustCompile(`^beam send .* echo@beam\.directory conversation\.message '\{"message":"hi"\}'$`),
+			want: `"success":true,.*"payload":\{"message":"Echo: hi",`, script: send},
+		{match: regexp.MustCompile(`^beam send .* b@beta\.beam\.directory conversation\.message '\{"message":"hi b"\}'$`),
+			want: `"success":true,.*"payload":\{"message":"Echo: hi b"\}`, script: send},
+		// The trace of the last send, from the default data directory.
+		{match: regexp.MustCompile(`^beam trace --data-dir \./beam-data <nonce>$`),
+			want:   `(?m)^nonce \S+  alice@acme\.beam\.directory -> echo@beam\.directory  intent conversation\.message$(.|\n)*acked`,
+			script: func(line string) string { return strings.ReplaceAll(line, "<nonce>", "\"$NONCE\"") + "\n" }},
+		{match: regexp.MustCompile(`^curl -s -XPOST localhost:\d+/intent -H 'X-API-KEY: change-me' -d '\{"goal":"send","payload":\{"to":"x"\}\}'$`),
+			want: `^\{"id":"[^"]+"`},
+		{match: regexp.MustCompile(`^curl -s -XPOST 'localhost:\d+/claim\?namespace=default' -H 'X-API-KEY: change-me'$`),
+			want: `"goal":"send"(.|\n)*"payload":\{"to":"x"\}`},
+	}
+}
+
+// TestReadmeRunsAsWritten runs every shell block of README.md in order with
+// bash and the real binary, one line after another as a reader would: the
+// directories, listeners and demo of a section run in the background until
+// the next section starts, the ports the README names are replaced by free
+// ones, and each line's exit status and output are checked. A README line
+// the test has no rule for fails it.
+func TestReadmeRunsAsWritten(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"bash", "curl", "make"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
 	ports := map[string]string{}
 	for _, p := range []string{"3100", "3101", "3200", "3201", "4222", "4223"} {
 		ports[p] = freePort(t)
 	}
-	var script strings.Builder
-	script.WriteString("set -e\n")
-	waitHealthy := func(port string) {
-		fmt.Fprintf(&script, "for i in $(seq 300); do curl -sf http://127.0.0.1:%s/health >/dev/null && break; sleep 0.1; done\n", port)
-	}
-	n := 0
-	for _, block := range blocks {
-		for _, line := range strings.Split(block, "\n") {
+	rules := readmeRules()
+	var (
+		script  strings.Builder
+		lines   []string // README line of each marker
+		wants   []string
+		section string
+	)
+	// Output is cut per line at the markers; a section's background
+	// processes stop (SIGTERM, as Ctrl-C) before the next section starts.
+	script.WriteString("set -e\nexec 2>&1\nstop() { for p in $(jobs -p); do kill $p 2>/dev/null || true; done; wait; }\n")
+	for _, block := range readmeShellBlocks(t) {
+		if block.section != section {
+			script.WriteString("stop\n")
+			section = block.section
+		}
+		for _, line := range block.lines {
 			if c := strings.Index(line, "   # "); c >= 0 {
 				line = line[:c]
 			}
 			line = strings.TrimSpace(line)
-			if line == "" {
+			if line == "" || strings.HasPrefix(line, "#") {
 				continue
 			}
 			for from, to := range ports {
 				line = strings.ReplaceAll(line, "127.0.0.1:"+from, "127.0.0.1:"+to)
+				line = strings.ReplaceAll(line, "localhost:"+from, "localhost:"+to)
 			}
-			switch {
-			case strings.HasPrefix(line, "beam serve"):
-				n++
-				fmt.Fprintf(&script, "%s > serve%d.log 2>&1 &\n", line, n)
-			case strings.HasPrefix(line, "beam listen"):
-				fmt.Fprintf(&script, "%s > listen.log 2>&1 &\n", line)
-				script.WriteString("for i in $(seq 300); do grep -q listening listen.log && break; sleep 0.1; done\n")
-			default:
-				if strings.HasPrefix(line, "beam register") || strings.HasPrefix(line, "beam keygen") {
-					if n == 2 {
-						waitHealthy(ports["3100"])
-						waitHealthy(ports["3101"])
-						n = 3
-					}
+			var rule *readmeRule
+			for i := range rules {
+				if rules[i].match.MatchString(line) {
+					rule = &rules[i]
+					break
 				}
+			}
+			require.NotNil(t, rule, "README line %q (in %q) has no rule in TestReadmeRunsAsWritten: add one that runs it and checks its outcome", line, section)
+			fmt.Fprintf(&script, "echo '@@@ %d'\n", len(lines))
+			lines, wants = append(lines, line), append(wants, rule.want)
+			if rule.script == nil {
 				script.WriteString(line + "\n")
+			} else {
+				script.WriteString(rule.script(line))
 			}
 		}
 	}
-	require.Equal(t, 3, n, "the section starts two directories:\n%s", script.String())
+	fmt.Fprintf(&script, "echo '@@@ %d'\nstop\n", len(lines))
 
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(beamtest.Binary(t))+":"+os.Getenv("PATH"))
+	bin := beamtest.Binary(t)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "BEAM_BIN="+bin, "REPO="+repo,
+		"BEAM_URL=http://127.0.0.1:"+ports["3100"], "BEAM_LISTEN=127.0.0.1:"+ports["3100"], "BEAM_INTENT_LISTEN=127.0.0.1:"+ports["3200"])
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// The background servers and listener are in the script's process
-	// group: stop them all when the test ends.
+	// The background processes are in the script's process group: stop
+	// them all when the test ends.
 	t.Cleanup(func() {
 		if cmd.Process != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -124,80 +242,42 @@ func TestReadmeFederationRunsAsWritten(t *testing.T) {
 	out, err := cmd.Output()
 	logs := func() string {
 		var b strings.Builder
-		for _, f := range []string{"serve1.log", "serve2.log", "listen.log"} {
-			data, _ := os.ReadFile(filepath.Join(dir, f))
-			fmt.Fprintf(&b, "--- %s\n%s", f, data)
+		files, _ := filepath.Glob(filepath.Join(dir, "background*.log"))
+		for _, f := range files {
+			data, _ := os.ReadFile(f)
+			fmt.Fprintf(&b, "--- %s\n%s", filepath.Base(f), data)
 		}
 		return b.String()
 	}
-	require.NoError(t, err, "script:\n%s\noutput:\n%s\n%s", script.String(), out, logs())
-	require.Contains(t, string(out), `"payload":{"message":"Echo: hi b"}`, logs())
-	require.Contains(t, string(out), `"allowed_from":"a@alpha.beam.directory"`)
-	_, err = os.Stat(filepath.Join(dir, ".beam-agents", "a.json"))
-	require.NoError(t, err)
-}
-
-// TestReadmeThreeTerminalsRunsAsWritten runs the README's three-terminal
-// walk-through block as written with bash and the real binary: the
-// directory on random ports (BEAM_URL points the agent commands at it),
-// the listener in the background, and <nonce> replaced by the nonce of the
-// last send.
-func TestReadmeThreeTerminalsRunsAsWritten(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("bash not installed")
-	}
-	blocks := readmeSection(t, "## Try it from three terminals", "\n## ")
-	require.Len(t, blocks, 1)
-	port, intentPort := freePort(t), freePort(t)
-	var script strings.Builder
-	script.WriteString("set -e\n")
-	sends := 0
-	for _, line := range strings.Split(blocks[0], "\n") {
-		if c := strings.Index(line, "   # "); c >= 0 {
-			line = line[:c]
+	// Each line's output, by the markers.
+	outputs := make([]string, len(lines)+1)
+	last := -1
+	for _, l := range strings.SplitAfter(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(l, "@@@ "); ok {
+			last, _ = strconv.Atoi(strings.TrimSpace(rest))
+			continue
 		}
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-		case strings.HasPrefix(line, "go build"):
-			// The test has built the binary already.
-		case line == "beam serve":
-			fmt.Fprintf(&script, "beam serve --listen 127.0.0.1:%s --intent-listen 127.0.0.1:%s > serve.log 2>&1 &\n", port, intentPort)
-			fmt.Fprintf(&script, "for i in $(seq 300); do curl -sf http://127.0.0.1:%s/health >/dev/null && break; sleep 0.1; done\n", port)
-		case strings.HasPrefix(line, "beam listen"):
-			fmt.Fprintf(&script, "%s > listen.log 2>&1 &\n", line)
-			script.WriteString("for i in $(seq 300); do grep -q listening listen.log && break; sleep 0.1; done\n")
-		case strings.HasPrefix(line, "beam send"):
-			sends++
-			fmt.Fprintf(&script, "out=$(%s)\necho \"$out\"\nNONCE=$(echo \"$out\" | sed -n 's/.*\"nonce\":\"\\([^\"]*\\)\".*/\\1/p')\n", line)
-		default:
-			script.WriteString(strings.ReplaceAll(line, "<nonce>", "\"$NONCE\"") + "\n")
+		if last >= 0 {
+			outputs[last] += l
 		}
 	}
-	require.Equal(t, 2, sends, script.String())
-
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(beamtest.Binary(t))+":"+os.Getenv("PATH"),
-		"BEAM_URL=http://127.0.0.1:"+port)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	t.Cleanup(func() {
-		if cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if err != nil {
+		failed := "(before the first line)"
+		if last >= 0 && last < len(lines) {
+			failed = lines[last]
 		}
-	})
-	out, err := cmd.Output()
-	serveLog, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
-	require.NoError(t, err, "script:\n%s\noutput:\n%s\nserve:\n%s", script.String(), out, serveLog)
-	require.Contains(t, string(out), `"payload":{"message":"Echo: hello bob"}`)
-	require.Contains(t, string(out), `"payload":{"message":"Echo: hi",`)
-	// The trace of the last send, from the default data directory.
-	require.Regexp(t, `(?m)^nonce \S+  alice@acme.beam.directory -> echo@beam.directory  intent conversation.message$`, string(out))
-	require.Contains(t, string(out), "acked")
+		require.NoError(t, err, "README line failed: %s\noutput:\n%s\nscript:\n%s\nall output:\n%s\n%s", failed, outputs[max(last, 0)], script.String(), out, logs())
+	}
+	require.Equal(t, len(lines), last, "the script ran to its end:\n%s", out)
+	for i, line := range lines {
+		if wants[i] != "" {
+			require.Regexp(t, wants[i], outputs[i], "output of README line %s", line)
+		}
+	}
+	// The walk-through's identity files hold private keys: git ignores them.
 	_, err = os.Stat(filepath.Join(dir, ".beam-agents", "alice.json"))
 	require.NoError(t, err)
+	ignore, err := os.ReadFile(filepath.Join(repo, ".gitignore"))
+	require.NoError(t, err)
+	require.Contains(t, strings.Split(string(ignore), "\n"), "/.beam-agents/")
 }

@@ -200,20 +200,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// A start that fails before it serves removes the secrets it generated
+	// (Abandon): they were never printed, and the next start prints new ones.
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		_ = srv.Shutdown(context.Background())
-		return fmt.Errorf("listen: %w", err)
+		_ = srv.Abandon(context.Background())
+		return fmt.Errorf("listen: %w (is another beam serve running there? --listen sets the address)", err)
 	}
 	var iln net.Listener
 	if f.intentListen != "" {
 		if iln, err = net.Listen("tcp", f.intentListen); err != nil {
 			_ = ln.Close()
-			_ = srv.Shutdown(context.Background())
-			return fmt.Errorf("intent listen: %w", err)
+			_ = srv.Abandon(context.Background())
+			return fmt.Errorf("intent listen: %w (--intent-listen sets the address; empty turns the job bus off)", err)
 		}
 		if secret, generated := srv.IntentSecret(); generated {
-			fmt.Fprintf(stdout, "intent bus BUS_SECRET (stored in %s/intent.secret, shown once): %s\n", f.dataDir, secret)
+			fmt.Fprintf(stdout, "intent bus BUS_SECRET (stored in %s, shown once): %s\n", filepath.Join(f.dataDir, "intent.secret"), secret)
 		}
 		fmt.Fprintf(stdout, "intent bus serving on http://%s\n", iln.Addr())
 	}
@@ -221,7 +223,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tokenHint := operatorTokenLine(srv, tokenPath)
 	fmt.Fprintln(stdout, tokenHint)
 	if tok, generated := srv.ViewerToken(); generated {
-		fmt.Fprintf(stdout, "read-only viewer token (stored in %s/viewer.token, shown once): %s\n", f.dataDir, tok)
+		fmt.Fprintf(stdout, "read-only viewer token (stored in %s, shown once): %s\n", filepath.Join(f.dataDir, "viewer.token"), tok)
 	}
 	if node := srv.Federation(); node != nil {
 		fmt.Fprintf(stdout, "federation: %s\n", node.Self().Line())

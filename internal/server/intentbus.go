@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/beamdir/beam/bus/jobs"
@@ -38,6 +40,10 @@ func (s *Server) openIntentBus(ctx context.Context) error {
 	}
 	svc, err := jobs.Open(ctx, cfg)
 	if err != nil {
+		if isNew {
+			// Never printed: the next start generates and prints one.
+			_ = os.Remove(filepath.Join(s.cfg.DataDir, "intent.secret"))
+		}
 		return fmt.Errorf("open intent bus: %w", err)
 	}
 	if s.dash != nil {

@@ -184,6 +184,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	ok := false
 	defer func() {
 		if !ok {
+			s.removeGenerated()
 			_ = lock.Release()
 		}
 	}()
@@ -227,11 +228,36 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// Metrics name peers, outbox states and error codes: operators only.
 	s.mux.Handle("GET /metrics", s.operatorOnly(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}).ServeHTTP))
 	if err := s.openIntentBus(ctx); err != nil {
-		_ = s.Shutdown(ctx)
+		_ = s.Abandon(ctx)
 		return nil, err
 	}
 	ok = true
 	return s, nil
+}
+
+// Abandon stops a server that never served, as Shutdown does, and first
+// removes the operator token, viewer token and intent secret files this
+// start generated: nobody has seen them, and the next start generates new
+// ones and prints them.
+func (s *Server) Abandon(ctx context.Context) error {
+	s.removeGenerated()
+	return s.Shutdown(ctx)
+}
+
+// removeGenerated removes the secret files this start generated. The data
+// directory lock is still held.
+func (s *Server) removeGenerated() {
+	for name, generated := range map[string]bool{
+		"admin.token":   s.adminTokenIsNew,
+		"viewer.token":  s.viewerTokenIsNew,
+		"intent.secret": s.intent != nil && s.intent.secretIsNew,
+	} {
+		if generated {
+			if err := os.Remove(filepath.Join(s.cfg.DataDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.logger.Warn("remove a secret of a failed start", "file", name, "err", err)
+			}
+		}
+	}
 }
 
 // Log returns the event log of the server.
