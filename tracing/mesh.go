@@ -393,6 +393,9 @@ func (l *Log) MeshEnvelopes(ctx context.Context, q MeshQuery) ([]MeshRow, int64,
 
 // MeshEnvelope returns the envelope with this id.
 func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error) {
+	if m, ok := l.meshLive.get(id); ok {
+		return m, true, nil
+	}
 	var m MeshRow
 	err := scanMesh(l.reads.meshByID.QueryRowContext(ctx, id), &m)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -761,6 +761,7 @@ func (l *Log) commitBatch(batch []*request) {
 	w.gatherWant = max(w.gatherWant, queued) + len(batch)
 	w.gatherFor = max(w.gatherFor, took)
 
+	l.meshLive.update(w.work)
 	w.merge()
 	for i, d := range w.deltas {
 		if d != 0 {
