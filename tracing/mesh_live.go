@@ -6,14 +6,20 @@ import "sync"
 // from SQLite.
 const meshLiveMax = 8192
 
-// meshLive holds the committed beam_mesh rows of open envelopes by id, so
-// that MeshEnvelope answers the pipeline's hot path (one read per step)
-// without SQL. The writer updates it after each commit and before the
-// appenders of that commit return, so a reader sees at least what its own
-// appends wrote; a terminal envelope leaves it (and is read from SQLite).
+// meshDoneMax is how many envelopes meshLive keeps after they finish (their
+// last status is still read: by the final notification, the client that
+// waits for it); older finished ones are read from SQLite.
+const meshDoneMax = 1024
+
+// meshLive holds the committed beam_mesh rows of open (and of the most
+// recently finished) envelopes by id, so that MeshEnvelope answers the
+// pipeline's hot path (several reads per step) without SQL. The writer
+// updates it after each commit and before the appenders of that commit
+// return, so a reader sees at least what its own appends wrote.
 type meshLive struct {
 	mu   sync.RWMutex
 	rows map[string]MeshRow
+	done []string // finished ids in rows, oldest first
 }
 
 // update stores the mesh rows of a committed batch's working entries.
@@ -30,9 +36,18 @@ func (c *meshLive) update(work map[string]*entry) {
 				c.rows = make(map[string]MeshRow)
 			}
 		}
-		if e.mesh.Status.Terminal() {
-			delete(c.rows, e.mesh.ID)
-		} else if _, ok := c.rows[e.mesh.ID]; ok || len(c.rows) < meshLiveMax {
+		prev, ok := c.rows[e.mesh.ID]
+		switch {
+		case ok && prev.Status.Terminal():
+			c.rows[e.mesh.ID] = *e.mesh // a late annotation of a finished one
+		case e.mesh.Status.Terminal():
+			c.rows[e.mesh.ID] = *e.mesh
+			c.done = append(c.done, e.mesh.ID)
+			if len(c.done) > meshDoneMax {
+				delete(c.rows, c.done[0])
+				c.done = append(c.done[:0], c.done[1:]...)
+			}
+		case ok || len(c.rows) < meshLiveMax:
 			c.rows[e.mesh.ID] = *e.mesh
 		}
 	}
@@ -52,5 +67,6 @@ func (c *meshLive) get(id string) (MeshRow, bool) {
 func (c *meshLive) reset() {
 	c.mu.Lock()
 	clear(c.rows)
+	c.done = c.done[:0]
 	c.mu.Unlock()
 }

@@ -459,7 +459,7 @@ func (e *Engine) handleFly(w http.ResponseWriter, r *http.Request) error {
 
 // statusOff reports whether the envelope suppresses live status reporting.
 func statusOff(row tracing.MeshRow) bool {
-	env, err := DecodeEnvelope(row.Envelope)
+	env, err := envelopes.decode(row.Envelope)
 	return err == nil && strings.EqualFold(env.Headers[HeaderMeshStatus], "off")
 }
 

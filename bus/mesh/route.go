@@ -152,7 +152,7 @@ func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // envelopeOf decodes row's envelope and refreshes its status member.
 func envelopeOf(row tracing.MeshRow) (Envelope, error) {
-	env, err := DecodeEnvelope(row.Envelope)
+	env, err := envelopes.decode(row.Envelope)
 	if err != nil {
 		return Envelope{}, err
 	}
