@@ -29,9 +29,12 @@ func enrich(key string, value any) agents.MeshHandler {
 	}
 }
 
-// statuses opens envelope id's SSE stream and returns a channel that gets
-// the statuses it streamed, closed when the server ends the stream.
-func (s *stack) statuses(id string, auth func(*http.Request, []byte)) <-chan tracing.MeshStatus {
+// sse is one event of an envelope's SSE stream.
+type sse struct{ name, data string }
+
+// events opens envelope id's SSE stream and returns a channel that gets its
+// events, closed when the server ends the stream.
+func (s *stack) events(id string, auth func(*http.Request, []byte)) <-chan sse {
 	s.t.Helper()
 	req, err := http.NewRequest(http.MethodGet, s.url+"/api/v1/mesh/"+id+"/events", nil)
 	require.NoError(s.t, err)
@@ -39,23 +42,42 @@ func (s *stack) statuses(id string, auth func(*http.Request, []byte)) <-chan tra
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(s.t, err)
 	require.Equal(s.t, http.StatusOK, resp.StatusCode)
-	out := make(chan tracing.MeshStatus, 64)
+	out := make(chan sse, 64)
 	go func() {
 		defer close(out)
 		defer resp.Body.Close()
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		event := ""
+		var ev sse
 		for sc.Scan() {
 			line := sc.Text()
 			switch {
-			case strings.HasPrefix(line, "event: "):
-				event = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: ") && event == "status":
-				var row tracing.MeshRow
-				if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &row) == nil {
-					out <- row.Status
+			case line == "":
+				if ev.name != "" {
+					out <- ev
 				}
+				ev = sse{}
+			case strings.HasPrefix(line, "event: "):
+				ev.name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				ev.data += strings.TrimPrefix(line, "data: ")
+			}
+		}
+	}()
+	return out
+}
+
+// statuses is the statuses of envelope id's SSE stream.
+func (s *stack) statuses(id string, auth func(*http.Request, []byte)) <-chan tracing.MeshStatus {
+	s.t.Helper()
+	in := s.events(id, auth)
+	out := make(chan tracing.MeshStatus, 64)
+	go func() {
+		defer close(out)
+		for ev := range in {
+			var row tracing.MeshRow
+			if ev.name == "status" && json.Unmarshal([]byte(ev.data), &row) == nil {
+				out <- row.Status
 			}
 		}
 	}()

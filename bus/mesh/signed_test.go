@@ -110,3 +110,43 @@ func TestGatewaySignedRequests(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, string(out))
 	require.Contains(t, string(out), `"total":0`)
 }
+
+// TestFlySignedWithoutAPIKey: an actor whose client holds no API key
+// streams FLY events by signing the request with its key; the creator's
+// stream gets them.
+func TestFlySignedWithoutAPIKey(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, server.Config{})
+	creator, _ := s.agent("creator@alpha.beam.directory")
+	ident, reg := s.agent("streamer@alpha.beam.directory")
+	require.NoError(t, reg.Close())
+	keyless := *ident
+	keyless.APIKey = ""
+	c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: s.url, Identity: &keyless})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	flyErr := make(chan error, 1)
+	c.HandleMesh(func(ctx context.Context, h *agents.MeshHop) (any, error) {
+		flyErr <- h.Fly(ctx, map[string]any{"token": "signed"})
+		return h.Envelope.Payload, nil
+	})
+
+	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
+	status, out := s.call(http.MethodPost, "/api/v1/mesh", []byte(`{"route":["streamer@alpha.beam.directory"],"payload":{}}`), auth)
+	require.Equal(t, http.StatusCreated, status, string(out))
+	var created struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal(out, &created))
+	events := s.events(created.ID, auth)
+	require.NoError(t, c.Connect(context.Background())) // the actor comes online: the hop runs
+	require.NoError(t, <-flyErr)
+	var fly []string
+	for ev := range events {
+		if ev.name == "fly" {
+			fly = append(fly, ev.data)
+		}
+	}
+	require.Equal(t, []string{`{"token":"signed"}`}, fly)
+	require.Equal(t, tracing.MeshSucceeded, s.wait(created.ID, auth).Status)
+}
