@@ -3,12 +3,17 @@ package agents
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"time"
+
+	"github.com/beamdir/beam/agents/wire"
 )
 
 // MeshIntent is the intent type of a pipeline hop: the directory delivers
@@ -108,7 +113,11 @@ func (h *MeshHop) Fly(ctx context.Context, data any) error {
 		return fmt.Errorf("mesh fly: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Api-Key", h.c.apiKeyValue())
+	if key := h.c.apiKeyValue(); key != "" {
+		req.Header.Set("X-Api-Key", key)
+	} else if err := SignMeshRequest(req, raw, h.c.id, h.c.clock()); err != nil {
+		return fmt.Errorf("mesh fly: %w", err)
+	}
 	resp, err := h.c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("mesh fly: %w", err)
@@ -118,6 +127,36 @@ func (h *MeshHop) Fly(ctx context.Context, data any) error {
 	if resp.StatusCode != http.StatusAccepted {
 		return fmt.Errorf("mesh fly: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
 	}
+	return nil
+}
+
+// SignMeshRequest authenticates a request to the pipeline gateway
+// (/api/v1/mesh…) by id's signature instead of an API key: it sets
+// X-Beam-Id, X-Beam-Timestamp, X-Beam-Nonce (fresh) and X-Beam-Signature,
+// an Ed25519 signature over the canonical JSON of
+//
+//	{"action":"mesh.request","beamId","method","path","bodySha256","timestamp","nonce"}
+//
+// where path is the request URI (path and query) and bodySha256 the hex
+// SHA-256 of body, which must be exactly the request's body (nil for
+// none). A signed request is accepted once, within five minutes of now.
+func SignMeshRequest(req *http.Request, body []byte, id *Identity, now time.Time) error {
+	if id == nil || len(id.Private) == 0 {
+		return errors.New("sign mesh request: no identity with a private key")
+	}
+	sum := sha256.Sum256(body)
+	ts, nonce := wire.FormatTimestamp(now), wire.NewNonce()
+	sig, err := wire.SignCanonical(map[string]any{
+		"action": "mesh.request", "beamId": id.BeamID, "method": req.Method, "path": req.URL.RequestURI(),
+		"bodySha256": hex.EncodeToString(sum[:]), "timestamp": ts, "nonce": nonce,
+	}, id.Private)
+	if err != nil {
+		return fmt.Errorf("sign mesh request: %w", err)
+	}
+	req.Header.Set("X-Beam-Id", id.BeamID)
+	req.Header.Set("X-Beam-Timestamp", ts)
+	req.Header.Set("X-Beam-Nonce", nonce)
+	req.Header.Set("X-Beam-Signature", sig)
 	return nil
 }
 

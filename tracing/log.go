@@ -88,6 +88,8 @@ type Log struct {
 
 	// Owned by the writer goroutine (and by Open before it starts).
 	w writerState
+	// meshLive holds the open envelopes' beam_mesh rows (mesh_live.go).
+	meshLive meshLive
 
 	lastSeq atomic.Int64
 	// writeErr is the error of the writer's last failed batch, cleared by

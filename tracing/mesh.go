@@ -303,7 +303,17 @@ CREATE INDEX IF NOT EXISTS beam_mesh_parent ON beam_mesh(parent_id);
 const meshCols = `id, nonce, parent_id, creator, state, status, reason, error, progress, hop, actor, attempt,
   envelope, deadline_at, first_attempt_at, next_at, sink, sump, stale, created_at, updated_at, completed_at, last_seq`
 
-const upsertMesh = `INSERT OR REPLACE INTO beam_mesh(` + meshCols + `) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+// upsertMesh inserts a row or, for an existing envelope, rewrites only the
+// columns the fold changes after the first event (id, nonce, parent_id,
+// creator, deadline_at and created_at never change), so SQLite leaves the
+// creator and parent indexes alone; REPLACE deleted and reinserted the row
+// and every index entry at each step.
+const upsertMesh = `INSERT INTO beam_mesh(` + meshCols + `) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+  ON CONFLICT(id) DO UPDATE SET state=excluded.state, status=excluded.status, reason=excluded.reason,
+  error=excluded.error, progress=excluded.progress, hop=excluded.hop, actor=excluded.actor, attempt=excluded.attempt,
+  envelope=excluded.envelope, first_attempt_at=excluded.first_attempt_at, next_at=excluded.next_at,
+  sink=excluded.sink, sump=excluded.sump, stale=excluded.stale, updated_at=excluded.updated_at,
+  completed_at=excluded.completed_at, last_seq=excluded.last_seq`
 
 func meshArgs(m *MeshRow) []any {
 	return []any{m.ID, m.Nonce, m.ParentID, m.Creator, string(m.State), string(m.Status), m.Reason, m.Error,
@@ -393,6 +403,9 @@ func (l *Log) MeshEnvelopes(ctx context.Context, q MeshQuery) ([]MeshRow, int64,
 
 // MeshEnvelope returns the envelope with this id.
 func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error) {
+	if m, ok := l.meshLive.get(id); ok {
+		return m, true, nil
+	}
 	var m MeshRow
 	err := scanMesh(l.reads.meshByID.QueryRowContext(ctx, id), &m)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -53,6 +53,7 @@ func (l *Log) runRebuild(r *request) {
 	w.counts = make(map[State]int64, len(States))
 	stats, err := l.rebuildTx(r.ctx)
 	w.discard()
+	l.meshLive.reset()
 	w.deltas = [8]int64{}
 	if err != nil {
 		w.cache, w.counts = oldCache, oldCounts

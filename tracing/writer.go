@@ -761,6 +761,7 @@ func (l *Log) commitBatch(batch []*request) {
 	w.gatherWant = max(w.gatherWant, queued) + len(batch)
 	w.gatherFor = max(w.gatherFor, took)
 
+	l.meshLive.update(w.work)
 	w.merge()
 	l.addGaugeDeltas(&w.deltas, w.nextSeq-1)
 	n := w.nextSeq - seq0

@@ -13,6 +13,7 @@
 //
 // It must not write SQL (the log's tables are read through tracing's query
 // methods), must not keep state that is not rebuilt from the log (apart from
-// ephemeral FLY events and subscriptions), and must not invent a transport:
+// ephemeral FLY events, subscriptions and a memo of decoded envelopes keyed by
+// their bytes), and must not invent a transport:
 // frames go through the directory.
 package mesh

@@ -87,8 +87,9 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 		return tracing.MeshRow{}, routeErr(err)
 	}
 	for _, a := range req.Route {
-		if _, ok := e.reg.Get(a); !ok {
-			return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeUnknownActor, "actor %q is not a registered agent", a)
+		if !e.known(a) {
+			return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeUnknownActor,
+				"actor %q is neither a registered agent nor served by a pinned peer directory", a)
 		}
 	}
 	if _, ok := e.reg.Get(req.Creator); !ok {
@@ -151,7 +152,7 @@ func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // envelopeOf decodes row's envelope and refreshes its status member.
 func envelopeOf(row tracing.MeshRow) (Envelope, error) {
-	env, err := DecodeEnvelope(row.Envelope)
+	env, err := envelopes.decode(row.Envelope)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -190,13 +191,19 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 	actor := env.Route.Curr
 	agent, okA := e.reg.Get(actor)
 	creator, okC := e.reg.Get(env.Creator)
-	if !okA || !okC {
+	peer, remote := e.dir.PeerFor(actor)
+	if (!okA && !remote) || !okC {
 		err := e.fail(ctx, row, env, nil, ReasonNonRetryable, fmt.Sprintf("actor %q or creator %q is no longer registered", actor, env.Creator), CodeUnknownActor)
 		unlock()
 		return err
 	}
 	transport := directory.TransportWS
-	if !e.dir.Online(actor) {
+	var peerNonce string
+	switch {
+	case remote:
+		transport = directory.TransportFederation
+		peerNonce = wire.NewNonce()
+	case !e.dir.Online(actor):
 		if agent.HTTPEndpoint == "" {
 			// Offline: wait without counting an attempt.
 			ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Attempt: row.Attempt,
@@ -220,12 +227,18 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 		Actor: actor, Attempt: n, FirstAttemptAt: first})
 	disp.Transport = transport
 	disp.Details.TimeoutMs = e.hopTimeout(row, now).Milliseconds()
+	if remote {
+		// The hop is an intent of its own nonce across federation; its
+		// trace here and at the peer is linked from this event.
+		disp.Details.Extra = map[string]any{"peer": peer, "peerNonce": peerNonce}
+	}
 	if err := e.append(ctx, []string{id}, disp); err != nil {
 		unlock()
 		return err
 	}
 	unlock()
-	e.deliver(id, n, env, actor, agent.HTTPEndpoint, creator.PublicKeyB64, transport, now)
+	target := hopTarget{actor: actor, endpoint: agent.HTTPEndpoint, senderKey: creator.PublicKeyB64, transport: transport, peerNonce: peerNonce}
+	e.deliver(id, n, env, target, now)
 	return nil
 }
 
@@ -258,10 +271,19 @@ func hopFrame(env Envelope, actor, nonce string, now time.Time) (*wire.IntentFra
 	return f, directory.BusAuthAPIKey
 }
 
+// hopTarget is where one hop attempt goes.
+type hopTarget struct {
+	actor     string
+	endpoint  string // the actor's HTTP endpoint (direct HTTP)
+	senderKey string // the creator's public key (WebSocket)
+	transport string // ws, direct_http or federation
+	peerNonce string // the nonce of the intent that carries the hop to a peer directory
+}
+
 // deliver hands attempt n of the hop to the actor and arranges for its
 // outcome.
-func (e *Engine) deliver(id string, n int, env Envelope, actor, endpoint, senderKey, transport string, now time.Time) {
-	frame, auth := hopFrame(env, actor, nonceOf(id), now)
+func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.Time) {
+	frame, auth := hopFrame(env, to.actor, nonceOf(id), now)
 	row := tracing.MeshRow{DeadlineAt: 0}
 	timeout := e.cfg.HopTimeout
 	if dl, err := time.Parse(time.RFC3339Nano, env.Status.DeadlineAt); err == nil {
@@ -269,23 +291,49 @@ func (e *Engine) deliver(id string, n int, env Envelope, actor, endpoint, sender
 		timeout = e.hopTimeout(row, now)
 	}
 	e.m.hops.Inc()
-	if transport == directory.TransportDirectHTTP {
+	switch to.transport {
+	case directory.TransportDirectHTTP:
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			rf, err := e.dir.DeliverDirect(frame, auth, endpoint)
+			rf, err := e.dir.DeliverDirect(frame, auth, to.endpoint)
 			if err != nil {
-				e.outcome(id, n, transport, nil, directory.CodeDeliveryFailed, err.Error())
+				e.outcome(id, n, to.transport, nil, directory.CodeDeliveryFailed, err.Error())
 				return
 			}
-			e.outcome(id, n, transport, rf, "", "")
+			e.outcome(id, n, to.transport, rf, "", "")
+		}()
+		return
+	case directory.TransportFederation:
+		frame.Nonce = to.peerNonce
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
+			defer cancel()
+			go func() {
+				select {
+				case <-e.stop:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			rf, rerr := e.dir.RelayToPeer(ctx, frame, timeout)
+			if e.isClosed() {
+				return // Recover queues the hop again after a restart.
+			}
+			if rerr != nil {
+				e.outcome(id, n, to.transport, nil, rerr.Code, rerr.Message)
+				return
+			}
+			e.outcome(id, n, to.transport, rf, "", "")
 		}()
 		return
 	}
 	err := e.dir.DeliverBus(directory.BusDelivery{
-		Frame: frame, SenderKey: senderKey, MessageID: env.ID, Attempt: n, Auth: auth, Timeout: timeout,
+		Frame: frame, SenderKey: to.senderKey, MessageID: env.ID, Attempt: n, Auth: auth, Timeout: timeout,
 		OnOutcome: func(o directory.BusOutcome) {
-			go e.outcome(id, n, transport, o.Result, o.ErrorCode, o.Error)
+			go e.outcome(id, n, to.transport, o.Result, o.ErrorCode, o.Error)
 		},
 	})
 	if err != nil {
@@ -480,7 +528,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 			return e.fail(ctx, row, env, pre, ReasonBadReply, err.Error(), CodePermanent)
 		}
 		for _, a := range r.Next {
-			if _, ok := e.reg.Get(a); !ok {
+			if !e.known(a) {
 				return e.fail(ctx, row, env, pre, ReasonBadReply, fmt.Sprintf("rewritten next names unknown actor %q", a), CodeUnknownActor)
 			}
 		}
@@ -551,12 +599,22 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	}
 	if eager != nil {
 		// Outside the envelope's lock, which the caller holds.
-		go e.deliver(row.ID, 1, eager.env, eager.actor, "", eager.key, directory.TransportWS, eager.now)
+		go e.deliver(row.ID, 1, eager.env, hopTarget{actor: eager.actor, senderKey: eager.key, transport: directory.TransportWS}, eager.now)
 	}
 	for _, id := range starts {
 		e.startAttempt(id)
 	}
 	return nil
+}
+
+// known reports whether actor is an agent of this directory or of a
+// pinned peer directory.
+func (e *Engine) known(actor string) bool {
+	if _, ok := e.reg.Get(actor); ok {
+		return true
+	}
+	_, ok := e.dir.PeerFor(actor)
+	return ok
 }
 
 // pendingHop is a next hop dispatched in the same append as the previous

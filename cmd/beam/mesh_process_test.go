@@ -393,6 +393,19 @@ func (s *meshStack) collect(ch <-chan sseEvent, done <-chan struct{}) (statuses 
 	return statuses, fly
 }
 
+// finish waits until envID is terminal while watching its SSE stream,
+// and checks the stream (status never backwards, progress never down,
+// ending terminal) and the envelope's trace (legal, one terminal event).
+func (s *meshStack) finish(envID string) meshView {
+	s.t.Helper()
+	ch, done := s.stream(envID, "")
+	v := s.wait(envID)
+	statuses, _ := s.collect(ch, done)
+	require.Equal(s.t, v.Status, statuses[len(statuses)-1], "the stream ends with the envelope's final status")
+	s.trace(envID)
+	return v
+}
+
 func payloadMap(t *testing.T, raw json.RawMessage) map[string]any {
 	t.Helper()
 	m := map[string]any{}
@@ -445,7 +458,7 @@ func TestMeshCatalog(t *testing.T) {
 
 	t.Run("fan-out", func(t *testing.T) {
 		envID := s.create([]string{id("fanout"), id("echo")}, map[string]any{"items": []string{"a", "b", "c"}}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshSucceeded, v.Status)
 		require.JSONEq(t, `{"item":"a"}`, string(v.Envelope.Payload), "index 0 keeps the id")
 		status, out := s.call(http.MethodGet, "/api/v1/mesh?parent="+envID, "")
@@ -471,7 +484,7 @@ func TestMeshCatalog(t *testing.T) {
 
 	t.Run("route rewrite", func(t *testing.T) {
 		envID := s.create([]string{id("router"), id("judge")}, map[string]any{"n": 1}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshSucceeded, v.Status)
 		require.Equal(t, []string{id("router"), id("reviewer"), id("echo")}, v.Envelope.Route.Prev, "judge was replaced")
 		require.Equal(t, true, payloadMap(t, v.Envelope.Payload)["reviewed"])
@@ -496,7 +509,7 @@ func TestMeshCatalog(t *testing.T) {
 	t.Run("deadline", func(t *testing.T) {
 		envID := s.create([]string{id("gate"), id("echo")}, map[string]any{"n": 1}, map[string]any{"timeout": "300ms"})
 		s.reached(envID)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshFailed, v.Status)
 		require.Equal(t, "Timeout", v.Reason, "the server fails a stalled envelope at its deadline")
 		require.True(t, v.Sump)
@@ -506,7 +519,7 @@ func TestMeshCatalog(t *testing.T) {
 
 	t.Run("error", func(t *testing.T) {
 		envID := s.create([]string{id("error")}, map[string]any{"n": 1}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshFailed, v.Status)
 		require.Equal(t, "MaxRetriesExhausted", v.Reason, "the default policy makes one attempt")
 		require.Contains(t, v.Error, "processing_error")
@@ -516,7 +529,7 @@ func TestMeshCatalog(t *testing.T) {
 
 	t.Run("retry then succeed", func(t *testing.T) {
 		envID := s.create([]string{id("flaky")}, map[string]any{"n": 1}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshSucceeded, v.Status)
 		require.Equal(t, "ok", payloadMap(t, v.Envelope.Payload)["flaky"])
 		require.EqualValues(t, 3, s.attemptsOf("flaky", envID))
@@ -526,7 +539,7 @@ func TestMeshCatalog(t *testing.T) {
 
 	t.Run("retry exhaustion", func(t *testing.T) {
 		envID := s.create([]string{id("exhaust"), id("echo")}, map[string]any{"n": 1}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshFailed, v.Status)
 		require.Equal(t, "MaxRetriesExhausted", v.Reason)
 		require.EqualValues(t, 3, s.attemptsOf("exhaust", envID))
@@ -553,7 +566,7 @@ func TestMeshCatalog(t *testing.T) {
 
 	t.Run("non-retryable", func(t *testing.T) {
 		envID := s.create([]string{id("permanent")}, map[string]any{"n": 1}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshFailed, v.Status)
 		require.Equal(t, "NonRetryableFailure", v.Reason)
 		require.EqualValues(t, 1, s.attemptsOf("permanent", envID), "a permanent error is not retried despite maxAttempts 5")
@@ -562,7 +575,7 @@ func TestMeshCatalog(t *testing.T) {
 
 	t.Run("on exhausted reroute", func(t *testing.T) {
 		envID := s.create([]string{id("rescue"), id("judge")}, map[string]any{"n": 1}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshSucceeded, v.Status)
 		require.Equal(t, true, payloadMap(t, v.Envelope.Payload)["rescued"])
 		require.Equal(t, []string{id("rescue"), id("medic")}, v.Envelope.Route.Prev)
@@ -571,7 +584,7 @@ func TestMeshCatalog(t *testing.T) {
 
 	t.Run("nothing goes to sink", func(t *testing.T) {
 		envID := s.create([]string{id("sinker"), id("judge")}, map[string]any{"keep": "me"}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshSucceeded, v.Status)
 		require.JSONEq(t, `{"keep":"me"}`, string(v.Envelope.Payload))
 		require.Equal(t, []string{id("sinker")}, v.Envelope.Route.Prev, "judge never ran")
@@ -580,7 +593,7 @@ func TestMeshCatalog(t *testing.T) {
 	t.Run("large payload", func(t *testing.T) {
 		big := strings.Repeat("x", 40<<10)
 		envID := s.create([]string{id("echo"), id("loader")}, map[string]any{"blob": big}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshSucceeded, v.Status)
 		require.Equal(t, big, payloadMap(t, v.Envelope.Payload)["blob"])
 	})
@@ -588,7 +601,7 @@ func TestMeshCatalog(t *testing.T) {
 	t.Run("unicode", func(t *testing.T) {
 		text := "Grüße, 世界! 🚀 مرحبا \u2028 \"quoted\" <tag> &amp;"
 		envID := s.create([]string{id("echo"), id("reviewer")}, map[string]any{"text": text}, map[string]any{"headers": map[string]string{"note": "ünïcode ✓"}})
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshSucceeded, v.Status)
 		require.Equal(t, text, payloadMap(t, v.Envelope.Payload)["text"])
 		require.Equal(t, "ünïcode ✓", v.Envelope.Headers["note"])
@@ -687,7 +700,7 @@ func TestMeshCatalog(t *testing.T) {
 		defer srv.Close()
 		apitest.Register(t, s.p.URL(), id("webhook"), "webhook", map[string]any{"httpEndpoint": srv.URL})
 		envID := s.create([]string{id("loader"), id("webhook"), id("judge")}, map[string]any{"product_id": "9"}, nil)
-		v := s.wait(envID)
+		v := s.finish(envID)
 		require.Equal(t, tracing.MeshSucceeded, v.Status, v.Error)
 		m := payloadMap(t, v.Envelope.Payload)
 		require.Equal(t, "http", m["via"])
@@ -703,6 +716,7 @@ func TestMeshCatalog(t *testing.T) {
 		require.Equal(t, tracing.MeshSucceeded, v.Status)
 		statuses, _ := s.collect(ch, done)
 		require.LessOrEqual(t, len(statuses), 2, "only the current state and the terminal one: %v", statuses)
+		s.trace(envID)
 	})
 
 	t.Run("bad input", func(t *testing.T) {
