@@ -487,9 +487,12 @@ func (l *Log) MeshRows(ctx context.Context) ([]MeshRow, error) {
 }
 
 // loadMeshCache attaches the beam_mesh rows of cached open nonces, so that
-// the writer folds their next events into the projection.
+// the writer folds their next events into the projection. The open nonces
+// come from intent_log's status index (beam_mesh.state, the same state,
+// has no index of its own), so a start does not read every envelope ever
+// finished.
 func loadMeshCache(ctx context.Context, q queryer, cache map[string]*entry) error {
-	rows, err := q.QueryContext(ctx, `SELECT `+meshCols+` FROM beam_mesh WHERE state NOT IN `+terminalList)
+	rows, err := q.QueryContext(ctx, `SELECT `+meshCols+` FROM beam_mesh WHERE nonce IN (SELECT nonce FROM intent_log WHERE status IN `+openList+`)`)
 	if err != nil {
 		return fmt.Errorf("load mesh cache: %w", err)
 	}
