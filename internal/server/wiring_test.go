@@ -177,7 +177,7 @@ func TestServerWiresRateLimits(t *testing.T) {
 func TestServerWiresConnectionCapAndTimeouts(t *testing.T) {
 	t.Parallel()
 	l := startLive(t, Config{Limits: Limits{MaxConnsPerAddr: 1, IdleTimeout: 200 * time.Millisecond,
-		WriteTimeout: 500 * time.Millisecond, ReadHeaderTimeout: 200 * time.Millisecond}})
+		WriteTimeout: 500 * time.Millisecond}})
 	addr := strings.TrimPrefix(l.url, "http://")
 
 	// The first connection asks /health and stays open (keep-alive).
@@ -209,6 +209,17 @@ func TestServerWiresConnectionCapAndTimeouts(t *testing.T) {
 	_, err = br.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the server closes an idle keep-alive connection")
 
+	// No route outlives the write timeout without asking (streams clear it,
+	// pprof extends it), so the configured value is read back.
+	require.Equal(t, 500*time.Millisecond, l.srv.httpSrv.WriteTimeout)
+}
+
+// TestServerWiresHeaderTimeout sends half a request's headers and sees the
+// connection closed by the header timeout.
+func TestServerWiresHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	l := startLive(t, Config{Limits: Limits{ReadHeaderTimeout: 200 * time.Millisecond}})
+	addr := strings.TrimPrefix(l.url, "http://")
 	// Headers sent too slowly: the connection is closed.
 	slow, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
@@ -217,10 +228,8 @@ func TestServerWiresConnectionCapAndTimeouts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, slow.SetReadDeadline(time.Now().Add(5*time.Second)))
 	_, err = bufio.NewReader(slow).ReadByte()
+	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the header timeout closes the connection: %v", err)
 	require.Error(t, err)
 
-	// No route outlives the write timeout without asking (streams clear it,
-	// pprof extends it), so the configured value is read back.
-	require.Equal(t, 500*time.Millisecond, l.srv.httpSrv.WriteTimeout)
 }
