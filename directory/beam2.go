@@ -114,9 +114,6 @@ func decodeJWSIntent(token string) (*wire.IntentFrame, *RelayError) {
 // to the frame's from, signed by the sender's current key, and its payload
 // byte for byte the frame being relayed.
 func (d *Directory) checkJWS(f *wire.IntentFrame, sender registry.Agent, o RelayOptions) *RelayError {
-	if o.SignatureVerified {
-		return nil
-	}
 	payload, _, err := wire.VerifyJWS(o.JWS, wire.TypIntentJWS, func(kid string) (ed25519.PublicKey, error) {
 		if kid != f.From {
 			return nil, fmt.Errorf("kid %q is not the intent's sender %q", kid, f.From)

@@ -1,6 +1,7 @@
 package directory
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -502,4 +503,42 @@ func TestStatsRoutes(t *testing.T) {
 	require.EqualValues(t, 0, a["verified_agents"])
 	require.EqualValues(t, 1, a["intents_processed"])
 	require.Contains(t, a, "avg_response_time_ms")
+}
+
+// TestRelayVerifiesUnlessVouched relays frames through Relay itself: an
+// unsigned frame is refused with zero options, a tampered signature is
+// refused even when a peer vouches, and only VouchedByPeer admits an
+// unsigned one.
+func TestRelayVerifiesUnlessVouched(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice, bob := b.register("alice"), b.register("bob")
+	ws := b.connect(bob)
+	ctx := context.Background()
+
+	unsigned := b.frame(alice, bob.id, "task", `{"n":1}`)
+	unsigned.Signature = ""
+	_, rerr := b.dir.Relay(ctx, unsigned, RelayOptions{})
+	require.NotNil(t, rerr)
+	require.Equal(t, CodeInvalidIntent, rerr.Code)
+	require.Contains(t, rerr.Message, "Signature required")
+
+	tampered := b.frame(alice, bob.id, "task", `{"n":2}`)
+	tampered.Signature = b.frame(alice, bob.id, "task", `{"n":3}`).Signature
+	_, rerr = b.dir.Relay(ctx, tampered, RelayOptions{}.VouchedByPeer("peer.beam.directory"))
+	require.NotNil(t, rerr)
+	require.Contains(t, rerr.Message, "Signature verification failed")
+
+	vouched := b.frame(alice, bob.id, "task", `{"n":4}`)
+	vouched.Signature = ""
+	done := make(chan *RelayError, 1)
+	go func() {
+		_, rerr := b.dir.Relay(ctx, vouched, RelayOptions{}.VouchedByPeer("peer.beam.directory"))
+		done <- rerr
+	}()
+	got, err := wire.DecodeIntentFrame(ws.nextOf("intent").Frame)
+	require.NoError(t, err)
+	require.Equal(t, vouched.Nonce, got.Nonce)
+	ws.respond(b.clock, got.Nonce, true, `{}`)
+	require.Nil(t, <-done)
 }

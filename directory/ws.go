@@ -687,7 +687,7 @@ func (d *Directory) handleWSIntent(s *session, env *wsEnvelope) {
 		s.sendOutcome(nonce, nil, rerr)
 		return
 	}
-	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, AllowUnsigned: s.auth == AuthAPIKey}
+	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, allowUnsigned: s.auth == AuthAPIKey}
 	nonce := f.Nonce
 	d.submit(s.ctx, f, opts, func(res []byte, rerr *RelayError) { s.sendOutcome(nonce, res, rerr) })
 }
