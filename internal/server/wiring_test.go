@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/beamdir/beam/bus/jobs"
 	"github.com/beamdir/beam/internal/limits"
+	"github.com/beamdir/beam/tracing"
 )
 
 // These tests pin the assembly in server.go: each route group, hook and
@@ -232,4 +234,28 @@ func TestServerWiresHeaderTimeout(t *testing.T) {
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the header timeout closes the connection: %v", err)
 	require.Error(t, err)
 
+}
+
+// TestServerRecoversOnRestart leaves a directory intent half-way in the log,
+// restarts the server on the same data directory and sees the startup
+// recovery settle it.
+func TestServerRecoversOnRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := Config{DataDir: t.TempDir(), Logger: quietLogger(), Synchronous: "NORMAL"}
+	s, err := New(ctx, cfg)
+	require.NoError(t, err)
+	_, err = s.Log().Append(ctx, tracing.Event{Nonce: "recover-1", State: tracing.Received,
+		From: "a@x.beam.directory", To: "b@x.beam.directory", IntentType: "t"})
+	require.NoError(t, err)
+	require.NoError(t, s.Shutdown(ctx))
+
+	s, err = New(ctx, cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Shutdown(ctx)) }()
+	row, ok, err := s.Log().Intent(ctx, "recover-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, tracing.Failed, row.Status)
+	require.Equal(t, "DELIVERY_FAILED", row.ErrorCode)
 }
