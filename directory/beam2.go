@@ -31,9 +31,9 @@ const (
 // announced only beam/1 (its SDK could not verify the frame). HTTP 400.
 const CodeUnsupportedProtocol = "UNSUPPORTED_PROTOCOL"
 
-// ContentTypeJOSE is the content type of a POST /intents/send body that is
+// contentTypeJOSE is the content type of a POST /intents/send body that is
 // a compact JWS.
-const ContentTypeJOSE = "application/jose"
+const contentTypeJOSE = "application/jose"
 
 // HeaderResultJWS carries the recipient's result JWS on a 200 answer to a
 // beam/2 POST /intents/send; absent when the result was not a JWS (the
@@ -240,7 +240,7 @@ func (d *Directory) handleResultJWS(s *session, token string) {
 // the whole body with Content-Type application/jose, or the "jws" member of
 // a JSON body {"jws": "…"}.
 func sendJWSToken(r *http.Request, body []byte) (string, bool) {
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mt == ContentTypeJOSE {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mt == contentTypeJOSE {
 		return string(bytes.TrimSpace(body)), true
 	}
 	if !bytes.Contains(body, []byte(`"jws"`)) {

@@ -42,7 +42,7 @@ func TestHTTPToWebSocketAcked(t *testing.T) {
 	require.Equal(t, tracing.Acked, row.Status)
 	require.Equal(t, string(res), string(row.ResultJSON))
 	require.Equal(t, "ws", row.Transport)
-	require.EqualValues(t, DefaultHTTPTimeout.Milliseconds(), row.TimeoutMs)
+	require.EqualValues(t, defaultHTTPTimeout.Milliseconds(), row.TimeoutMs)
 }
 
 func TestWebSocketToWebSocket(t *testing.T) {
@@ -58,7 +58,7 @@ func TestWebSocketToWebSocket(t *testing.T) {
 	m := ac.nextOf("result")
 	require.Equal(t, string(res), string(m.Frame))
 	require.Equal(t, fullPath, b.states(f.Nonce))
-	require.EqualValues(t, DefaultWSTimeout.Milliseconds(), b.row(f.Nonce).TimeoutMs)
+	require.EqualValues(t, defaultWSTimeout.Milliseconds(), b.row(f.Nonce).TimeoutMs)
 
 	// A recipient failure is the sender's result too, recorded failed.
 	f2 := b.frame(alice, bob.id, "task.delegate", `{"task":"fail"}`)
