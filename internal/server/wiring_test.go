@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,17 +237,26 @@ func TestServerWiresHeaderTimeout(t *testing.T) {
 
 }
 
-// TestServerRecoversOnRestart leaves a directory intent half-way in the log,
-// restarts the server on the same data directory and sees the startup
-// recovery settle it.
+// TestServerRecoversOnRestart leaves two directory intents half-way in the
+// log and restarts the server on the same data directory: the startup
+// recovery fails the one never delivered, and the recovery sweep the
+// server starts fails the delivered one once its deadline passes.
 func TestServerRecoversOnRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := Config{DataDir: t.TempDir(), Logger: quietLogger(), Synchronous: "NORMAL"}
+	var now atomic.Int64
+	now.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro())
+	cfg := Config{DataDir: t.TempDir(), Logger: quietLogger(), Synchronous: "NORMAL",
+		Clock: func() time.Time { return time.UnixMicro(now.Load()) }, RecoverySweepInterval: 10 * time.Millisecond}
 	s, err := New(ctx, cfg)
 	require.NoError(t, err)
-	_, err = s.Log().Append(ctx, tracing.Event{Nonce: "recover-1", State: tracing.Received,
-		From: "a@x.beam.directory", To: "b@x.beam.directory", IntentType: "t"})
+	ev := func(nonce string, st tracing.State) tracing.Event {
+		return tracing.Event{Nonce: nonce, State: st, From: "a@x.beam.directory", To: "b@x.beam.directory", IntentType: "t",
+			Details: tracing.Details{TimeoutMs: 60_000}}
+	}
+	_, err = s.Log().Append(ctx, ev("recover-1", tracing.Received))
+	require.NoError(t, err)
+	_, err = s.Log().Append(ctx, ev("recover-2", tracing.Received), ev("recover-2", tracing.Dispatched), ev("recover-2", tracing.Delivered))
 	require.NoError(t, err)
 	require.NoError(t, s.Shutdown(ctx))
 
@@ -258,4 +268,14 @@ func TestServerRecoversOnRestart(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, tracing.Failed, row.Status)
 	require.Equal(t, "DELIVERY_FAILED", row.ErrorCode)
+	row, _, err = s.Log().Intent(ctx, "recover-2")
+	require.NoError(t, err)
+	require.Equal(t, tracing.Delivered, row.Status, "its deadline has not passed")
+
+	now.Add((2 * time.Minute).Microseconds())
+	require.Eventually(t, func() bool {
+		row, _, err := s.Log().Intent(ctx, "recover-2")
+		require.NoError(t, err)
+		return row.Status == tracing.Failed && row.ErrorCode == "TIMEOUT"
+	}, 10*time.Second, 10*time.Millisecond)
 }
