@@ -58,6 +58,44 @@ func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *apiError {
 // frame as the whole body.
 func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendRequest, *apiError) {
 	req := &sendRequest{}
+	f, aerr := b.sendFrame(raw)
+	if aerr != nil {
+		return nil, aerr
+	}
+	req.frame = f
+	var p principal
+	if req.frame == nil {
+		if p, aerr = b.authenticate(r); aerr != nil {
+			return nil, aerr
+		}
+	}
+	if aerr := sendOptions(raw, req); aerr != nil {
+		return nil, aerr
+	}
+	if f := req.frame; f != nil {
+		fieldsFromFrame(req, f)
+	} else if aerr := fieldsFromBody(raw, req, p); aerr != nil {
+		return nil, aerr
+	}
+	if len(req.payload) == 0 {
+		req.payload = json.RawMessage("{}")
+	}
+	if req.nonce == "" {
+		req.nonce = wire.NewNonce()
+	}
+	if aerr := b.checkSendRoute(req); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := b.checkDeliverySize(req); aerr != nil {
+		return nil, aerr
+	}
+	return req, nil
+}
+
+// sendFrame is the sender-signed frame of a send, verified: the frame
+// member, or the whole body when it is itself a signed beam/1 frame; nil
+// when the send carries none.
+func (b *Bus) sendFrame(raw map[string]json.RawMessage) (*wire.IntentFrame, *apiError) {
 	var frameRaw json.RawMessage
 	if fr, ok := raw["frame"]; ok && string(fr) != "null" {
 		frameRaw = fr
@@ -67,121 +105,127 @@ func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendR
 			frameRaw = whole
 		}
 	}
-	if frameRaw != nil {
-		f, aerr := b.verifyFrame(frameRaw)
-		if aerr != nil {
-			return nil, aerr
-		}
-		req.frame = f
+	if frameRaw == nil {
+		return nil, nil
 	}
-	var p principal
-	if req.frame == nil {
-		var aerr *apiError
-		if p, aerr = b.authenticate(r); aerr != nil {
-			return nil, aerr
-		}
-	}
+	return b.verifyFrame(frameRaw)
+}
+
+// sendOptions reads trace_id and priority.
+func sendOptions(raw map[string]json.RawMessage, req *sendRequest) *apiError {
 	var aerr *apiError
 	if req.traceID, aerr = str(raw, "trace_id"); aerr != nil {
-		return nil, aerr
+		return aerr
 	}
 	if pr, ok := raw["priority"]; ok && string(pr) != "null" {
 		var v float64
 		if err := json.Unmarshal(pr, &v); err != nil || math.IsNaN(v) || math.Abs(v) > 1e6 {
-			return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "priority must be a number between -1e6 and 1e6")
+			return errf(http.StatusBadRequest, CodeInvalidPayload, "priority must be a number between -1e6 and 1e6")
 		}
 		req.priority = int(v)
 	}
-	if f := req.frame; f != nil {
-		req.from, req.to, req.intent, req.nonce = f.From, f.To, f.Intent, f.Nonce
-		req.payload = json.RawMessage(f.Payload)
-		if f.Signature != "" {
-			req.auth = directory.BusAuthSignature
-		} else {
-			req.auth = directory.BusAuthJWS
-		}
+	return nil
+}
+
+// fieldsFromFrame takes sender, recipient, intent, nonce and payload from a
+// verified frame.
+func fieldsFromFrame(req *sendRequest, f *wire.IntentFrame) {
+	req.from, req.to, req.intent, req.nonce = f.From, f.To, f.Intent, f.Nonce
+	req.payload = json.RawMessage(f.Payload)
+	if f.Signature != "" {
+		req.auth = directory.BusAuthSignature
 	} else {
-		if req.from, aerr = str(raw, "from"); aerr != nil {
-			return nil, aerr
-		}
-		if req.from == "" {
-			if req.from, aerr = str(raw, "sender"); aerr != nil {
-				return nil, aerr
-			}
-		}
-		if req.to, aerr = str(raw, "to"); aerr != nil {
-			return nil, aerr
-		}
-		if req.intent, aerr = str(raw, "intent"); aerr != nil {
-			return nil, aerr
-		}
-		if req.from == "" || req.to == "" || req.intent == "" {
-			return nil, errf(http.StatusBadRequest, CodeMissingFields, "from, to and intent are required")
-		}
-		if req.nonce, aerr = str(raw, "nonce"); aerr != nil {
-			return nil, aerr
-		}
-		if pl, ok := raw["payload"]; ok && string(pl) != "null" {
-			if objectOrNil(pl) == nil || !json.Valid(pl) {
-				return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "payload must be a JSON object")
-			}
-			req.payload = pl
-		}
-		if !p.canActAs(req.from) {
-			return nil, errf(http.StatusForbidden, CodeForbidden, "the API key of %s may not send as %s", p.agent, req.from)
-		}
-		req.auth = p.via
-		if p.via == "operator" {
-			req.auth = directory.BusAuthBusKey
+		req.auth = directory.BusAuthJWS
+	}
+}
+
+// fieldsFromBody takes them from the body of an unsigned send, which the
+// principal p must be allowed to make as its sender.
+func fieldsFromBody(raw map[string]json.RawMessage, req *sendRequest, p principal) *apiError {
+	var aerr *apiError
+	if req.from, aerr = str(raw, "from"); aerr != nil {
+		return aerr
+	}
+	if req.from == "" {
+		if req.from, aerr = str(raw, "sender"); aerr != nil {
+			return aerr
 		}
 	}
-	if len(req.payload) == 0 {
-		req.payload = json.RawMessage("{}")
+	if req.to, aerr = str(raw, "to"); aerr != nil {
+		return aerr
 	}
-	if req.nonce == "" {
-		req.nonce = wire.NewNonce()
+	if req.intent, aerr = str(raw, "intent"); aerr != nil {
+		return aerr
 	}
+	if req.from == "" || req.to == "" || req.intent == "" {
+		return errf(http.StatusBadRequest, CodeMissingFields, "from, to and intent are required")
+	}
+	if req.nonce, aerr = str(raw, "nonce"); aerr != nil {
+		return aerr
+	}
+	if pl, ok := raw["payload"]; ok && string(pl) != "null" {
+		if objectOrNil(pl) == nil || !json.Valid(pl) {
+			return errf(http.StatusBadRequest, CodeInvalidPayload, "payload must be a JSON object")
+		}
+		req.payload = pl
+	}
+	if !p.canActAs(req.from) {
+		return errf(http.StatusForbidden, CodeForbidden, "the API key of %s may not send as %s", p.agent, req.from)
+	}
+	req.auth = p.via
+	if p.via == "operator" {
+		req.auth = directory.BusAuthBusKey
+	}
+	return nil
+}
+
+// checkSendRoute checks that the sender is a local agent and that the
+// recipient is a local agent the sender may reach, or a peer's agent.
+func (b *Bus) checkSendRoute(req *sendRequest) *apiError {
 	if _, ok := b.reg.Get(req.from); !ok {
-		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
+		return errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
 	}
 	if !b.reg.Serves(req.from) {
-		return nil, errf(http.StatusForbidden, CodeForbidden, "sender %s is in a domain this directory does not serve", req.from)
+		return errf(http.StatusForbidden, CodeForbidden, "sender %s is in a domain this directory does not serve", req.from)
 	}
 	_, local := b.reg.Get(req.to)
 	local = local && b.reg.Serves(req.to)
 	if !local {
 		peer := b.remotePeer(req.to)
 		if peer == "" {
-			return nil, errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", req.to)
+			return errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", req.to)
 		}
 		// The peer applies its own policies to its agent.
-		if aerr := checkRemoteSend(req, peer); aerr != nil {
-			return nil, aerr
-		}
-	} else if ok, reason := b.reg.Allowed(req.from, req.to, req.intent); !ok {
+		return checkRemoteSend(req, peer)
+	}
+	if ok, reason := b.reg.Allowed(req.from, req.to, req.intent); !ok {
 		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", req.intent, req.from, req.to)
 		if reason != "" {
 			msg += " (" + reason + ")"
 		}
-		return nil, errf(http.StatusForbidden, CodeForbidden, "%s", msg)
-	} else if aerr := b.checkEndToEnd(req); aerr != nil {
-		return nil, aerr
+		return errf(http.StatusForbidden, CodeForbidden, "%s", msg)
 	}
+	return b.checkEndToEnd(req)
+}
+
+// checkDeliverySize refuses a send whose delivered frame would exceed what
+// recipients accept. An unsigned frame is delivered attested, with a
+// signature, so its size is measured signed.
+func (b *Bus) checkDeliverySize(req *sendRequest) *apiError {
 	probe := req.frame
 	if probe == nil || req.auth != directory.BusAuthSignature {
 		probe = wire.NewIntentFrame(req.from, req.to, req.intent, req.payload, b.clock())
 		probe.Nonce = req.nonce
 	}
-	// An unsigned frame is delivered attested, with a signature.
 	size, err := probe.SignedDeliverySize()
 	if err != nil {
-		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "payload cannot be delivered: %v", err)
+		return errf(http.StatusBadRequest, CodeInvalidPayload, "payload cannot be delivered: %v", err)
 	}
 	if size > b.dir.MaxFrameBytes() {
-		return nil, errf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		return errf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			"the delivered frame would be %d bytes; recipients accept at most %d", size, b.dir.MaxFrameBytes())
 	}
-	return req, nil
+	return nil
 }
 
 // verifyFrame checks a sender-signed frame: a beam/1 frame object whose
