@@ -15,7 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/bus/jobs"
+	"github.com/beamdir/beam/directory/attest"
 	"github.com/beamdir/beam/internal/limits"
 	"github.com/beamdir/beam/tracing"
 )
@@ -105,6 +107,14 @@ func TestServerWiresEveryRouteGroup(t *testing.T) {
 			require.Contains(t, ctype, "application/json", body)
 		})
 	}
+	t.Run("attestation key is the data directory's, named by the domain", func(t *testing.T) {
+		status, _, body := l.get(wire.AttestationKeysPath, "", "")
+		require.Equal(t, http.StatusOK, status, body)
+		require.Contains(t, body, `"wired.beam.directory"`)
+		key, err := attest.LoadOrCreate(l.srv.cfg.DataDir, "wired.beam.directory")
+		require.NoError(t, err)
+		require.Contains(t, body, key.KeyID())
+	})
 	t.Run("dashboard login page", func(t *testing.T) {
 		status, ctype, _ := l.get("/dashboard/login", "", "text/html")
 		require.Equal(t, http.StatusOK, status)
