@@ -17,6 +17,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/bus/jobs"
+	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/attest"
 	"github.com/beamdir/beam/internal/limits"
 	"github.com/beamdir/beam/tracing"
@@ -288,4 +289,16 @@ func TestServerRecoversOnRestart(t *testing.T) {
 		require.NoError(t, err)
 		return row.Status == tracing.Failed && row.ErrorCode == "TIMEOUT"
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestServerServesTheIntentCatalog gives the server a catalog and reads it
+// back from GET /intents/catalog.
+func TestServerServesTheIntentCatalog(t *testing.T) {
+	t.Parallel()
+	cat, err := directory.ParseCatalog([]byte(`{"intents":[{"id":"wired.check","description":"the wiring test's intent"}]}`))
+	require.NoError(t, err)
+	l := startLive(t, Config{IntentCatalog: cat})
+	status, _, body := l.get("/intents/catalog", "", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"wired.check"`)
 }
