@@ -69,7 +69,9 @@ func TestServerWiresEveryRouteGroup(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		require.Contains(t, body, "go_goroutines")
 		require.Contains(t, body, "process_start_time_seconds")
-		require.Contains(t, body, "beam_", "the components register their own metrics")
+		for _, prefix := range []string{"beam_log_", "beam_ws_sessions", "beam_bus_", "beam_mesh_", "beam_federation_"} {
+			require.Contains(t, body, "\n"+prefix, "the components register their own metrics")
+		}
 	})
 	t.Run("pprof is operator-only", func(t *testing.T) {
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/symbol",
