@@ -21,24 +21,24 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxAttempts     = 5
-	DefaultJitter          = 0.15
-	DefaultDeliveryTimeout = 30 * time.Second
-	DefaultTickInterval    = time.Second
+	defaultMaxAttempts     = 5
+	defaultJitter          = 0.15
+	defaultDeliveryTimeout = 30 * time.Second
+	defaultTickInterval    = time.Second
 	DefaultLease           = 60 * time.Second
-	DefaultMaxLease        = time.Hour
-	DefaultMaxBodyBytes    = 64 << 10
-	DefaultSendWait        = 2 * time.Second
-	DefaultBatch           = 100
-	// DefaultPerRecipient bounds the WebSocket attempts in flight to one
+	defaultMaxLease        = time.Hour
+	defaultMaxBodyBytes    = 64 << 10
+	defaultSendWait        = 2 * time.Second
+	defaultBatch           = 100
+	// defaultPerRecipient bounds the WebSocket attempts in flight to one
 	// recipient, so a backlog never overflows its session's send queue.
-	DefaultPerRecipient = 32
+	defaultPerRecipient = 32
 )
 
-// DefaultSchedule is the retry delay after the 1st, 2nd, 3rd and 4th failed
+// defaultSchedule is the retry delay after the 1st, 2nd, 3rd and 4th failed
 // attempt (the reference's 30/60/120/240 s); the last delay repeats when
 // MaxAttempts is larger.
-var DefaultSchedule = []time.Duration{30 * time.Second, 60 * time.Second, 120 * time.Second, 240 * time.Second}
+var defaultSchedule = []time.Duration{30 * time.Second, 60 * time.Second, 120 * time.Second, 240 * time.Second}
 
 // minDelay is the shortest retry delay the jitter may produce.
 const minDelay = 5 * time.Second
@@ -70,7 +70,7 @@ type Config struct {
 	// Retry-After of the duration.
 	AllowSender func(beamID string) (bool, time.Duration)
 
-	// Schedule is the delay after each failed attempt (DefaultSchedule);
+	// Schedule is the delay after each failed attempt (defaultSchedule);
 	// the last entry repeats.
 	Schedule []time.Duration
 	// MaxAttempts is how many delivery attempts a message gets before it is
@@ -148,7 +148,7 @@ func New(cfg Config) (*Bus, error) {
 		cfg.Logger = slog.Default()
 	}
 	if len(cfg.Schedule) == 0 {
-		cfg.Schedule = DefaultSchedule
+		cfg.Schedule = defaultSchedule
 	}
 	for _, d := range cfg.Schedule {
 		if d <= 0 {
@@ -156,10 +156,10 @@ func New(cfg Config) (*Bus, error) {
 		}
 	}
 	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
+		cfg.MaxAttempts = defaultMaxAttempts
 	}
 	if cfg.Jitter == 0 {
-		cfg.Jitter = DefaultJitter
+		cfg.Jitter = defaultJitter
 	}
 	if cfg.Jitter < 0 {
 		cfg.Jitter = 0
@@ -172,22 +172,22 @@ func New(cfg Config) (*Bus, error) {
 			*d = v
 		}
 	}
-	def(&cfg.DeliveryTimeout, DefaultDeliveryTimeout)
-	def(&cfg.TickInterval, DefaultTickInterval)
+	def(&cfg.DeliveryTimeout, defaultDeliveryTimeout)
+	def(&cfg.TickInterval, defaultTickInterval)
 	def(&cfg.DefaultLease, DefaultLease)
-	def(&cfg.MaxLease, DefaultMaxLease)
-	def(&cfg.SendWait, DefaultSendWait)
+	def(&cfg.MaxLease, defaultMaxLease)
+	def(&cfg.SendWait, defaultSendWait)
 	if cfg.MaxLease < cfg.DefaultLease {
 		cfg.MaxLease = cfg.DefaultLease
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+		cfg.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = DefaultBatch
+		cfg.Batch = defaultBatch
 	}
 	if cfg.PerRecipient <= 0 {
-		cfg.PerRecipient = DefaultPerRecipient
+		cfg.PerRecipient = defaultPerRecipient
 	}
 	b := &Bus{
 		cfg: cfg, log: cfg.Log, dir: cfg.Directory, reg: cfg.Registry, clock: cfg.Clock,

@@ -150,14 +150,14 @@ func TestFailingAgentRetriesOnScheduleThenDeadLetterThenRequeue(t *testing.T) {
 		done <- body
 	}()
 	var nonce string
-	for attempt := 1; attempt <= DefaultMaxAttempts; attempt++ {
+	for attempt := 1; attempt <= defaultMaxAttempts; attempt++ {
 		msg, f := bobWS.nextIntent()
 		require.Equal(t, attempt, msg.Bus.Attempt)
 		nonce = f.Nonce
 		tb.waitStatus(nonce, tracing.Delivered)
 		before := tb.clock.Now()
 		bobWS.respond(nonce, false, "", "BACKEND_DOWN")
-		if attempt == DefaultMaxAttempts {
+		if attempt == defaultMaxAttempts {
 			break
 		}
 		m := tb.waitStatus(nonce, tracing.Queued)
@@ -165,7 +165,7 @@ func TestFailingAgentRetriesOnScheduleThenDeadLetterThenRequeue(t *testing.T) {
 		want := before.Add(tb.bus.Delay(nonce, attempt))
 		require.NotNil(t, m.NextRetryAt)
 		require.InDelta(t, secs(want), *m.NextRetryAt, 0.002)
-		base := DefaultSchedule[attempt-1]
+		base := defaultSchedule[attempt-1]
 		d := tb.bus.Delay(nonce, attempt)
 		require.GreaterOrEqual(t, d, base*85/100)
 		require.LessOrEqual(t, d, base*115/100)
@@ -179,7 +179,7 @@ func TestFailingAgentRetriesOnScheduleThenDeadLetterThenRequeue(t *testing.T) {
 	}
 	<-done
 	m := tb.waitStatus(nonce, tracing.DeadLetter)
-	require.Equal(t, DefaultMaxAttempts, m.RetryCount)
+	require.Equal(t, defaultMaxAttempts, m.RetryCount)
 	ir, _, err := tb.log.Intent(context.Background(), nonce)
 	require.NoError(t, err)
 	require.Equal(t, "BACKEND_DOWN", ir.ErrorCode)
@@ -196,7 +196,7 @@ func TestFailingAgentRetriesOnScheduleThenDeadLetterThenRequeue(t *testing.T) {
 	}()
 	msg, f := bobWS.nextIntent()
 	require.Equal(t, nonce, f.Nonce)
-	require.Equal(t, DefaultMaxAttempts+1, msg.Bus.Attempt)
+	require.Equal(t, defaultMaxAttempts+1, msg.Bus.Attempt)
 	body := <-reqDone
 	require.Equal(t, true, body["requeued"])
 	require.Equal(t, "delivered", body["status"], body)
@@ -213,8 +213,8 @@ func TestFailingAgentRetriesOnScheduleThenDeadLetterThenRequeue(t *testing.T) {
 			attempts[ev.Attempt] = true
 		}
 	}
-	require.Len(t, attempts, DefaultMaxAttempts+1)
-	require.Equal(t, float64(DefaultMaxAttempts-1), counterValue(t, tb.bus.m.retries))
+	require.Len(t, attempts, defaultMaxAttempts+1)
+	require.Equal(t, float64(defaultMaxAttempts-1), counterValue(t, tb.bus.m.retries))
 	require.Equal(t, 1.0, counterValue(t, tb.bus.m.deadLetters))
 }
 
@@ -411,7 +411,7 @@ func TestRecoveredDeliveredTimesOutWithoutResult(t *testing.T) {
 
 	tb2 := setup(t, func(o *setupOpts) { o.path, o.clock = path, clock })
 	require.Equal(t, tracing.Delivered, tb2.message(f.Nonce).Status, "delivered is unchanged at restart")
-	clock.Advance(DefaultDeliveryTimeout + time.Second)
+	clock.Advance(defaultDeliveryTimeout + time.Second)
 	tb2.tick()
 	m := tb2.message(f.Nonce)
 	require.Equal(t, tracing.Queued, m.Status)
@@ -515,11 +515,11 @@ func TestBadInputGetsDocumentedErrors(t *testing.T) {
 func TestDelayScheduleAndJitter(t *testing.T) {
 	t.Parallel()
 	for n := 1; n <= 6; n++ {
-		base := DefaultSchedule[min(n-1, len(DefaultSchedule)-1)]
-		d := delay(DefaultSchedule, DefaultJitter, "nonce-x", n)
+		base := defaultSchedule[min(n-1, len(defaultSchedule)-1)]
+		d := delay(defaultSchedule, defaultJitter, "nonce-x", n)
 		require.GreaterOrEqual(t, d, base*85/100)
 		require.LessOrEqual(t, d, base*115/100)
-		require.Equal(t, d, delay(DefaultSchedule, DefaultJitter, "nonce-x", n), "deterministic")
+		require.Equal(t, d, delay(defaultSchedule, defaultJitter, "nonce-x", n), "deterministic")
 	}
 	require.Equal(t, time.Second, delay([]time.Duration{time.Second}, 0, "n", 3))
 	d := delay([]time.Duration{time.Second}, 0.15, "n", 3)

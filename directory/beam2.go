@@ -31,9 +31,9 @@ const (
 // announced only beam/1 (its SDK could not verify the frame). HTTP 400.
 const CodeUnsupportedProtocol = "UNSUPPORTED_PROTOCOL"
 
-// ContentTypeJOSE is the content type of a POST /intents/send body that is
+// contentTypeJOSE is the content type of a POST /intents/send body that is
 // a compact JWS.
-const ContentTypeJOSE = "application/jose"
+const contentTypeJOSE = "application/jose"
 
 // HeaderResultJWS carries the recipient's result JWS on a 200 answer to a
 // beam/2 POST /intents/send; absent when the result was not a JWS (the
@@ -114,9 +114,6 @@ func decodeJWSIntent(token string) (*wire.IntentFrame, *RelayError) {
 // to the frame's from, signed by the sender's current key, and its payload
 // byte for byte the frame being relayed.
 func (d *Directory) checkJWS(f *wire.IntentFrame, sender registry.Agent, o RelayOptions) *RelayError {
-	if o.SignatureVerified {
-		return nil
-	}
 	payload, _, err := wire.VerifyJWS(o.JWS, wire.TypIntentJWS, func(kid string) (ed25519.PublicKey, error) {
 		if kid != f.From {
 			return nil, fmt.Errorf("kid %q is not the intent's sender %q", kid, f.From)
@@ -243,7 +240,7 @@ func (d *Directory) handleResultJWS(s *session, token string) {
 // the whole body with Content-Type application/jose, or the "jws" member of
 // a JSON body {"jws": "…"}.
 func sendJWSToken(r *http.Request, body []byte) (string, bool) {
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mt == ContentTypeJOSE {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mt == contentTypeJOSE {
 		return string(bytes.TrimSpace(body)), true
 	}
 	if !bytes.Contains(body, []byte(`"jws"`)) {

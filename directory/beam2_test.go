@@ -37,7 +37,7 @@ func (b *testBundle) unsignedFrame(a *agent, to, intent, payload string) *wire.I
 // the result JWS header.
 func (b *testBundle) postJOSE(token string) (int, []byte, string) {
 	b.t.Helper()
-	resp, err := http.Post(b.srv.URL+"/intents/send", ContentTypeJOSE, bytes.NewReader([]byte(token)))
+	resp, err := http.Post(b.srv.URL+"/intents/send", contentTypeJOSE, bytes.NewReader([]byte(token)))
 	require.NoError(b.t, err)
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)

@@ -18,14 +18,14 @@ import (
 
 // Bounds of an intent catalog.
 const (
-	// MaxCatalogBytes bounds a catalog file.
-	MaxCatalogBytes = 1 << 20
-	// MaxCatalogIntents bounds the intents of a catalog.
-	MaxCatalogIntents = 1024
-	// MaxCatalogFields bounds the payload fields of one intent.
-	MaxCatalogFields = 256
-	// MaxCatalogEnum bounds the values of one enum.
-	MaxCatalogEnum = 256
+	// maxCatalogBytes bounds a catalog file.
+	maxCatalogBytes = 1 << 20
+	// maxCatalogIntents bounds the intents of a catalog.
+	maxCatalogIntents = 1024
+	// maxCatalogFields bounds the payload fields of one intent.
+	maxCatalogFields = 256
+	// maxCatalogEnum bounds the values of one enum.
+	maxCatalogEnum = 256
 	maxCatalogID   = 128
 )
 
@@ -93,7 +93,7 @@ func LoadCatalog(path string) (*Catalog, error) {
 		return nil, fmt.Errorf("load intent catalog: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxCatalogBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxCatalogBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("load intent catalog %s: %w", path, err)
 	}
@@ -107,8 +107,8 @@ func LoadCatalog(path string) (*Catalog, error) {
 // ParseCatalog checks and returns the catalog in data (the file format of
 // LoadCatalog).
 func ParseCatalog(data []byte) (*Catalog, error) {
-	if len(data) > MaxCatalogBytes {
-		return nil, fmt.Errorf("catalog is larger than %d bytes", MaxCatalogBytes)
+	if len(data) > maxCatalogBytes {
+		return nil, fmt.Errorf("catalog is larger than %d bytes", maxCatalogBytes)
 	}
 	var doc struct {
 		Intents []*CatalogIntent `json:"intents"`
@@ -124,8 +124,8 @@ func ParseCatalog(data []byte) (*Catalog, error) {
 	if doc.Intents == nil {
 		return nil, errors.New(`catalog is not valid: missing "intents" array`)
 	}
-	if len(doc.Intents) > MaxCatalogIntents {
-		return nil, fmt.Errorf("catalog has %d intents, limit %d", len(doc.Intents), MaxCatalogIntents)
+	if len(doc.Intents) > maxCatalogIntents {
+		return nil, fmt.Errorf("catalog has %d intents, limit %d", len(doc.Intents), maxCatalogIntents)
 	}
 	c := &Catalog{intents: make(map[string]*CatalogIntent, len(doc.Intents))}
 	for i, in := range doc.Intents {
@@ -138,8 +138,8 @@ func ParseCatalog(data []byte) (*Catalog, error) {
 		if _, dup := c.intents[in.ID]; dup {
 			return nil, fmt.Errorf("catalog intent %q is listed twice", in.ID)
 		}
-		if len(in.Payload) > MaxCatalogFields {
-			return nil, fmt.Errorf("catalog intent %q has %d fields, limit %d", in.ID, len(in.Payload), MaxCatalogFields)
+		if len(in.Payload) > maxCatalogFields {
+			return nil, fmt.Errorf("catalog intent %q has %d fields, limit %d", in.ID, len(in.Payload), maxCatalogFields)
 		}
 		for name, r := range in.Payload {
 			if err := r.check(); err != nil {
@@ -173,8 +173,8 @@ func (r *FieldRule) check() error {
 	if r.MaxLength > 0 && r.Type != "" && r.Type != "string" && r.Type != "array" {
 		return fmt.Errorf("maxLength applies to strings and arrays, not %s", r.Type)
 	}
-	if len(r.Enum) > MaxCatalogEnum {
-		return fmt.Errorf("enum has %d values, limit %d", len(r.Enum), MaxCatalogEnum)
+	if len(r.Enum) > maxCatalogEnum {
+		return fmt.Errorf("enum has %d values, limit %d", len(r.Enum), maxCatalogEnum)
 	}
 	for _, v := range r.Enum {
 		if r.Type != "" && jsonType(v) != r.Type && !(r.Type == "integer" && jsonType(v) == "number" && isIntegral(v)) {

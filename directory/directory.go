@@ -22,19 +22,19 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultWSTimeout             = 30 * time.Second
-	DefaultHTTPTimeout           = 60 * time.Second
-	DefaultDirectHTTPTimeout     = 30 * time.Second
-	DefaultRelayTimeout          = 30 * time.Second
-	DefaultRecoverySweepInterval = 5 * time.Second
-	DefaultMaxFrameBytes         = 4096
-	DefaultMaxMessageBytes       = 64 << 10
-	DefaultMaxBodyBytes          = 64 << 10
-	DefaultSendQueue             = 256
-	DefaultPingInterval          = 20 * time.Second
-	DefaultWriteTimeout          = 10 * time.Second
-	DefaultSessionWorkers        = 4
-	DefaultDeliveredDelay        = 5 * time.Millisecond
+	defaultWSTimeout             = 30 * time.Second
+	defaultHTTPTimeout           = 60 * time.Second
+	defaultDirectHTTPTimeout     = 30 * time.Second
+	defaultRelayTimeout          = 30 * time.Second
+	defaultRecoverySweepInterval = 5 * time.Second
+	defaultMaxFrameBytes         = 4096
+	defaultMaxMessageBytes       = 64 << 10
+	defaultMaxBodyBytes          = 64 << 10
+	defaultSendQueue             = 256
+	defaultPingInterval          = 20 * time.Second
+	defaultWriteTimeout          = 10 * time.Second
+	defaultSessionWorkers        = 4
+	defaultDeliveredDelay        = 5 * time.Millisecond
 	// ReplayWindow is how far a frame's timestamp may be from server time.
 	ReplayWindow = 5 * time.Minute
 )
@@ -177,24 +177,24 @@ func New(cfg Config) (*Directory, error) {
 			*d = v
 		}
 	}
-	def(&cfg.WSTimeout, DefaultWSTimeout)
-	def(&cfg.HTTPTimeout, DefaultHTTPTimeout)
-	def(&cfg.DirectHTTPTimeout, DefaultDirectHTTPTimeout)
-	def(&cfg.RelayTimeout, DefaultRelayTimeout)
-	def(&cfg.RecoverySweepInterval, DefaultRecoverySweepInterval)
-	def(&cfg.PingInterval, DefaultPingInterval)
-	def(&cfg.WriteTimeout, DefaultWriteTimeout)
-	def(&cfg.DeliveredDelay, DefaultDeliveredDelay)
+	def(&cfg.WSTimeout, defaultWSTimeout)
+	def(&cfg.HTTPTimeout, defaultHTTPTimeout)
+	def(&cfg.DirectHTTPTimeout, defaultDirectHTTPTimeout)
+	def(&cfg.RelayTimeout, defaultRelayTimeout)
+	def(&cfg.RecoverySweepInterval, defaultRecoverySweepInterval)
+	def(&cfg.PingInterval, defaultPingInterval)
+	def(&cfg.WriteTimeout, defaultWriteTimeout)
+	def(&cfg.DeliveredDelay, defaultDeliveredDelay)
 	defInt := func(d *int, v int) {
 		if *d <= 0 {
 			*d = v
 		}
 	}
-	defInt(&cfg.MaxFrameBytes, DefaultMaxFrameBytes)
-	defInt(&cfg.MaxMessageBytes, DefaultMaxMessageBytes)
-	defInt(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
-	defInt(&cfg.SendQueue, DefaultSendQueue)
-	defInt(&cfg.SessionWorkers, DefaultSessionWorkers)
+	defInt(&cfg.MaxFrameBytes, defaultMaxFrameBytes)
+	defInt(&cfg.MaxMessageBytes, defaultMaxMessageBytes)
+	defInt(&cfg.MaxBodyBytes, defaultMaxBodyBytes)
+	defInt(&cfg.SendQueue, defaultSendQueue)
+	defInt(&cfg.SessionWorkers, defaultSessionWorkers)
 	client := endpointClient(cfg.HTTPClient, cfg.DirectHTTPTimeout, cfg.AllowPrivateEndpoints)
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {

@@ -3,6 +3,8 @@ package directory
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/beamdir/beam/internal/jsonscan"
 )
 
 // This file splits a client WebSocket message {"type":…,"frame":…,"jws":…}
@@ -61,25 +63,26 @@ func scanWSMessage(data []byte) (wsEnvelope, error) {
 		env             wsEnvelope
 		typeRaw, jwsRaw []byte
 	)
-	i := skipSpace(d, 1)
+	i := jsonscan.SkipSpace(d, 1)
 	if i < len(d) && d[i] == '}' {
 		i++
 	} else {
 		for {
-			i = skipSpace(d, i)
+			i = jsonscan.SkipSpace(d, i)
 			if i >= len(d) || d[i] != '"' {
 				return wsEnvelope{}, errInvalidMessage
 			}
-			kend, plain, ok := scanString(d, i)
+			kend, escaped, nonASCII, ok := jsonscan.ScanString(d, i)
+			plain := !escaped && !nonASCII
 			if !ok {
 				return wsEnvelope{}, errInvalidMessage
 			}
 			member := matchMember(d[i:kend], plain)
-			i = skipSpace(d, kend)
+			i = jsonscan.SkipSpace(d, kend)
 			if i >= len(d) || d[i] != ':' {
 				return wsEnvelope{}, errInvalidMessage
 			}
-			i = skipSpace(d, i+1)
+			i = jsonscan.SkipSpace(d, i+1)
 			start := i
 			if member == memberFrame && i < len(d) && (d[i] == '{' || d[i] == '[') {
 				i, ok = skipComposite(d, i, 1)
@@ -103,7 +106,7 @@ func scanWSMessage(data []byte) (wsEnvelope, error) {
 				env.Frame = d[start:i]
 				env.frameSkipped = d[start] == '{' || d[start] == '['
 			}
-			i = skipSpace(d, i)
+			i = jsonscan.SkipSpace(d, i)
 			if i >= len(d) {
 				return wsEnvelope{}, errInvalidMessage
 			}
@@ -117,7 +120,7 @@ func scanWSMessage(data []byte) (wsEnvelope, error) {
 			i++
 		}
 	}
-	if skipSpace(d, i) != len(d) {
+	if jsonscan.SkipSpace(d, i) != len(d) {
 		return wsEnvelope{}, errInvalidMessage
 	}
 	if string(env.Frame) == "null" {
@@ -239,12 +242,10 @@ func stringValue(raw []byte) string {
 		return ""
 	}
 	inner := raw[1 : len(raw)-1]
-	for _, c := range inner {
-		if strSpecial[c] {
-			var s string
-			_ = json.Unmarshal(raw, &s)
-			return s
-		}
+	if _, escaped, nonASCII, _ := jsonscan.ScanString(raw, 0); escaped || nonASCII {
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		return s
 	}
 	switch string(inner) { // the common types without an allocation
 	case "intent":
@@ -253,75 +254,6 @@ func stringValue(raw []byte) string {
 		return "result"
 	}
 	return string(inner)
-}
-
-// strSpecial marks the bytes a string scan must stop at: the quote, the
-// backslash, control characters and non-ASCII bytes.
-var strSpecial = func() (t [256]bool) {
-	for c := range 256 {
-		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80
-	}
-	return t
-}()
-
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON whitespace.
-func skipSpace(d []byte, i int) int {
-	for i < len(d) {
-		switch d[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// scanString validates the string token starting at d[i] == '"' as
-// encoding/json does (no control characters, only JSON escapes; any other
-// byte, invalid UTF-8 included, is accepted). It returns the index after
-// the closing quote and whether the string is plain: ASCII without
-// escapes.
-func scanString(d []byte, i int) (end int, plain, ok bool) {
-	plain = true
-	for i++; i < len(d); {
-		c := d[i]
-		if !strSpecial[c] {
-			i++
-			continue
-		}
-		switch {
-		case c == '"':
-			return i + 1, plain, true
-		case c == '\\':
-			plain = false
-			if i+1 >= len(d) {
-				return 0, false, false
-			}
-			switch d[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(d) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) || !isHex(d[i+5]) {
-					return 0, false, false
-				}
-				i += 6
-			default:
-				return 0, false, false
-			}
-		case c < 0x20:
-			return 0, false, false
-		default: // non-ASCII
-			plain = false
-			i++
-		}
-	}
-	return 0, false, false
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
@@ -391,7 +323,7 @@ func validValue(d []byte, i, depth int) (int, bool) {
 			if depth+len(open)+1 > maxMessageDepth {
 				return 0, false
 			}
-			i = skipSpace(d, i+1)
+			i = jsonscan.SkipSpace(d, i+1)
 			if i < len(d) && d[i] == c+2 { // '{'+2 == '}', '['+2 == ']'
 				i++
 				break
@@ -404,7 +336,7 @@ func validValue(d []byte, i, depth int) (int, bool) {
 			}
 			continue
 		case c == '"':
-			if i, _, ok = scanString(d, i); !ok {
+			if i, _, _, ok = jsonscan.ScanString(d, i); !ok {
 				return 0, false
 			}
 		case c == 't':
@@ -429,7 +361,7 @@ func validValue(d []byte, i, depth int) (int, bool) {
 			if len(open) == 0 {
 				return i, true
 			}
-			i = skipSpace(d, i)
+			i = jsonscan.SkipSpace(d, i)
 			if i >= len(d) {
 				return 0, false
 			}
@@ -442,7 +374,7 @@ func validValue(d []byte, i, depth int) (int, bool) {
 			if d[i] != ',' {
 				return 0, false
 			}
-			i = skipSpace(d, i+1)
+			i = jsonscan.SkipSpace(d, i+1)
 			if top == '{' {
 				if i, ok = scanKey(d, i); !ok {
 					return 0, false
@@ -459,15 +391,15 @@ func scanKey(d []byte, i int) (int, bool) {
 	if i >= len(d) || d[i] != '"' {
 		return 0, false
 	}
-	i, _, ok := scanString(d, i)
+	i, _, _, ok := jsonscan.ScanString(d, i)
 	if !ok {
 		return 0, false
 	}
-	i = skipSpace(d, i)
+	i = jsonscan.SkipSpace(d, i)
 	if i >= len(d) || d[i] != ':' {
 		return 0, false
 	}
-	return skipSpace(d, i+1), true
+	return jsonscan.SkipSpace(d, i+1), true
 }
 
 // skipComposite skips the object or array starting at d[i], inside

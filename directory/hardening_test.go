@@ -26,7 +26,7 @@ import (
 func signedConnectQuery(t *testing.T, a *agent, ts time.Time, nonce string) string {
 	t.Helper()
 	stamp := wire.FormatTimestamp(ts)
-	sig, err := wire.SignCanonical(map[string]any{"action": ConnectAction, "beamId": a.id, "nonce": nonce, "timestamp": stamp}, a.priv)
+	sig, err := wire.SignCanonical(map[string]any{"action": connectAction, "beamId": a.id, "nonce": nonce, "timestamp": stamp}, a.priv)
 	require.NoError(t, err)
 	return "beamId=" + url.QueryEscape(a.id) + "&timestamp=" + url.QueryEscape(stamp) + "&nonce=" + url.QueryEscape(nonce) + "&signature=" + url.QueryEscape(sig)
 }

@@ -12,9 +12,9 @@ import (
 
 // Recovery actions recorded in details.recoveryAction.
 const (
-	RecoveryInterrupted         = "interrupted"
-	RecoveryTimeoutAfterRestart = "timeout_after_restart"
-	RecoveryTimeoutNoWaiter     = "timeout_without_waiter"
+	recoveryInterrupted         = "interrupted"
+	recoveryTimeoutAfterRestart = "timeout_after_restart"
+	recoveryTimeoutNoWaiter     = "timeout_without_waiter"
 )
 
 // recoveryChunk is the most events Recover writes in one append.
@@ -60,7 +60,7 @@ func (d *Directory) Recover(ctx context.Context) (RecoveryReport, error) {
 		switch row.Status {
 		case tracing.Received, tracing.Validated, tracing.Queued, tracing.Dispatched:
 			events = append(events, recoveryFailure(row, CodeDeliveryFailed,
-				"Delivery was interrupted by a directory restart", RecoveryInterrupted, now))
+				"Delivery was interrupted by a directory restart", recoveryInterrupted, now))
 			rep.FailedInterrupted++
 		case tracing.Delivered:
 			trace, err := d.log.Trace(ctx, row.Nonce)
@@ -77,7 +77,7 @@ func (d *Directory) Recover(ctx context.Context) (RecoveryReport, error) {
 				continue
 			}
 			events = append(events, recoveryFailure(row, CodeTimeout,
-				fmt.Sprintf("No result from %s before the directory restarted", row.To), RecoveryTimeoutAfterRestart, now))
+				fmt.Sprintf("No result from %s before the directory restarted", row.To), recoveryTimeoutAfterRestart, now))
 			rep.TimedOutAwaitingResult++
 		}
 	}
@@ -168,7 +168,7 @@ func (d *Directory) Sweep(ctx context.Context) (int, error) {
 		row, ok, err := d.log.Intent(ctx, inf.nonce)
 		if err == nil && ok && row.Status == tracing.Delivered {
 			ev := recoveryFailure(row, CodeTimeout, fmt.Sprintf("No result from %s before its deadline", row.To),
-				RecoveryTimeoutNoWaiter, now)
+				recoveryTimeoutNoWaiter, now)
 			if err = d.append(ev); err == nil {
 				n++
 			}

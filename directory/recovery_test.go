@@ -77,11 +77,11 @@ func TestRecoveryAfterRestart(t *testing.T) {
 		row := b2.row(f.Nonce)
 		require.Equal(t, tracing.Failed, row.Status)
 		require.Equal(t, CodeDeliveryFailed, row.ErrorCode)
-		require.Equal(t, RecoveryInterrupted, lastEvent(t, b2, f.Nonce).Details.Extra["recoveryAction"])
+		require.Equal(t, recoveryInterrupted, lastEvent(t, b2, f.Nonce).Details.Extra["recoveryAction"])
 		require.True(t, lastEvent(t, b2, f.Nonce).Details.Retryable)
 	}
 	require.Equal(t, CodeTimeout, b2.row(fOverdue.Nonce).ErrorCode)
-	require.Equal(t, RecoveryTimeoutAfterRestart, lastEvent(t, b2, fOverdue.Nonce).Details.Extra["recoveryAction"])
+	require.Equal(t, recoveryTimeoutAfterRestart, lastEvent(t, b2, fOverdue.Nonce).Details.Extra["recoveryAction"])
 	require.Equal(t, tracing.Delivered, b2.row(fDelivered.Nonce).Status)
 	require.Equal(t, tracing.Received, b2.row("bus-1").Status)
 
@@ -137,7 +137,7 @@ func TestRecoverySweepExpiresOverdue(t *testing.T) {
 	b2.clock.Advance(2 * time.Second)
 	require.Eventually(t, func() bool { return b2.row(f.Nonce).Status == tracing.Failed }, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, CodeTimeout, b2.row(f.Nonce).ErrorCode)
-	require.Equal(t, RecoveryTimeoutNoWaiter, lastEvent(t, b2, f.Nonce).Details.Extra["recoveryAction"])
+	require.Equal(t, recoveryTimeoutNoWaiter, lastEvent(t, b2, f.Nonce).Details.Extra["recoveryAction"])
 	// Without a stored timeout, RelayTimeout applies: still open.
 	require.Equal(t, tracing.Delivered, b2.row(g.Nonce).Status)
 	b2.clock.Advance(90 * time.Second)

@@ -42,18 +42,16 @@ type RelayOptions struct {
 	// frame arrived on; the frame's from must equal it. Empty for HTTP: from
 	// must then be a registered local agent.
 	SessionBeamID string
-	// AllowUnsigned accepts a frame without a signature because the caller
-	// authenticated the sender otherwise (a session opened with the agent's
-	// API key). A signature that is present is still verified.
-	AllowUnsigned bool
-	// VouchedBy names the peer directory that vouches for an unsigned
-	// frame (with AllowUnsigned); its delivery is attested with auth
-	// "peer". Empty for a session opened with the agent's API key.
-	VouchedBy string
-	// SignatureVerified says the caller already verified the frame's
-	// signature against the sender's current key; Relay does not verify it
-	// again.
-	SignatureVerified bool
+	// allowUnsigned accepts a frame without a signature because the
+	// sender was authenticated otherwise: a session opened with the agent's
+	// API key (ws.go), or a peer directory that vouches for the frame
+	// (VouchedByPeer). A signature that is present is still verified. It is
+	// unexported so that no importer can turn verification off by setting a
+	// field.
+	allowUnsigned bool
+	// vouchedBy names the peer directory that vouches for an unsigned
+	// frame; its delivery is attested with auth "peer".
+	vouchedBy string
 	// Timeout overrides the result timeout (default WSTimeout for
 	// OriginWS, HTTPTimeout otherwise).
 	Timeout time.Duration
@@ -72,11 +70,25 @@ type RelayOptions struct {
 	AdmittedAt time.Time
 	// JWS is the beam/2 compact JWS the frame arrived in (its payload is
 	// the frame's bytes). The frame then needs no beam/1 signature: the JWS
-	// is verified against the sender's key instead (unless
-	// SignatureVerified), recorded with the intent, and delivered verbatim.
+	// is verified against the sender's key instead, recorded with the
+	// intent, and delivered verbatim.
 	JWS string
 
 	resultJWS *jwsSink // receives the recipient's result JWS (beam2.go)
+}
+
+// VouchedByPeer returns o for a frame without a signature that the peer
+// directory peer forwarded and vouches for with its own signature on the
+// federation message: Relay accepts the frame unsigned and attests its
+// delivery with auth "peer". Only the federation inbound path, which has
+// verified the peer's message, may use it. A frame that carries a
+// signature still has it verified.
+func (o RelayOptions) VouchedByPeer(peer string) RelayOptions {
+	if peer == "" {
+		return o
+	}
+	o.allowUnsigned, o.vouchedBy = true, peer
+	return o
 }
 
 // inflight is what this process is doing with one nonce: it is the nonce's
@@ -204,7 +216,7 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 	inf := &inflight{
 		nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, hash: hash,
 		origin: o.Origin, attempt: 1, timeout: timeout,
-		start: d.clock(), t0: t0, done: finish, jws: o.JWS, resultJWS: o.resultJWS, vouchedBy: o.VouchedBy,
+		start: d.clock(), t0: t0, done: finish, jws: o.JWS, resultJWS: o.resultJWS, vouchedBy: o.vouchedBy,
 	}
 	lookup, rerr := d.claimNew(inf)
 	if rerr != nil {
@@ -254,7 +266,7 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 	}
 	code, msg := d.checkAdmission(f, at)
 	if code == "" {
-		code, msg = d.checkEndToEnd(f, o.JWS, o.VouchedBy)
+		code, msg = d.checkEndToEnd(f, o.JWS, o.vouchedBy)
 	}
 	if code != "" {
 		d.fail(inf, []tracing.Event{received}, code, msg, false, nil)
@@ -295,13 +307,10 @@ func (d *Directory) checkSignature(f *wire.IntentFrame, sender registry.Agent, o
 		return d.checkJWS(f, sender, o)
 	}
 	if f.Signature == "" {
-		if o.AllowUnsigned {
+		if o.allowUnsigned {
 			return nil
 		}
 		return relayErr(CodeInvalidIntent, f.Nonce, "Signature required")
-	}
-	if o.SignatureVerified {
-		return nil
 	}
 	if err := f.Verify(sender.PublicKey); err != nil {
 		return relayErr(CodeInvalidIntent, f.Nonce, "Signature verification failed")

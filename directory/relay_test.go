@@ -1,6 +1,7 @@
 package directory
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -41,7 +42,7 @@ func TestHTTPToWebSocketAcked(t *testing.T) {
 	require.Equal(t, tracing.Acked, row.Status)
 	require.Equal(t, string(res), string(row.ResultJSON))
 	require.Equal(t, "ws", row.Transport)
-	require.EqualValues(t, DefaultHTTPTimeout.Milliseconds(), row.TimeoutMs)
+	require.EqualValues(t, defaultHTTPTimeout.Milliseconds(), row.TimeoutMs)
 }
 
 func TestWebSocketToWebSocket(t *testing.T) {
@@ -57,7 +58,7 @@ func TestWebSocketToWebSocket(t *testing.T) {
 	m := ac.nextOf("result")
 	require.Equal(t, string(res), string(m.Frame))
 	require.Equal(t, fullPath, b.states(f.Nonce))
-	require.EqualValues(t, DefaultWSTimeout.Milliseconds(), b.row(f.Nonce).TimeoutMs)
+	require.EqualValues(t, defaultWSTimeout.Milliseconds(), b.row(f.Nonce).TimeoutMs)
 
 	// A recipient failure is the sender's result too, recorded failed.
 	f2 := b.frame(alice, bob.id, "task.delegate", `{"task":"fail"}`)
@@ -502,4 +503,42 @@ func TestStatsRoutes(t *testing.T) {
 	require.EqualValues(t, 0, a["verified_agents"])
 	require.EqualValues(t, 1, a["intents_processed"])
 	require.Contains(t, a, "avg_response_time_ms")
+}
+
+// TestRelayVerifiesUnlessVouched relays frames through Relay itself: an
+// unsigned frame is refused with zero options, a tampered signature is
+// refused even when a peer vouches, and only VouchedByPeer admits an
+// unsigned one.
+func TestRelayVerifiesUnlessVouched(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice, bob := b.register("alice"), b.register("bob")
+	ws := b.connect(bob)
+	ctx := context.Background()
+
+	unsigned := b.frame(alice, bob.id, "task", `{"n":1}`)
+	unsigned.Signature = ""
+	_, rerr := b.dir.Relay(ctx, unsigned, RelayOptions{})
+	require.NotNil(t, rerr)
+	require.Equal(t, CodeInvalidIntent, rerr.Code)
+	require.Contains(t, rerr.Message, "Signature required")
+
+	tampered := b.frame(alice, bob.id, "task", `{"n":2}`)
+	tampered.Signature = b.frame(alice, bob.id, "task", `{"n":3}`).Signature
+	_, rerr = b.dir.Relay(ctx, tampered, RelayOptions{}.VouchedByPeer("peer.beam.directory"))
+	require.NotNil(t, rerr)
+	require.Contains(t, rerr.Message, "Signature verification failed")
+
+	vouched := b.frame(alice, bob.id, "task", `{"n":4}`)
+	vouched.Signature = ""
+	done := make(chan *RelayError, 1)
+	go func() {
+		_, rerr := b.dir.Relay(ctx, vouched, RelayOptions{}.VouchedByPeer("peer.beam.directory"))
+		done <- rerr
+	}()
+	got, err := wire.DecodeIntentFrame(ws.nextOf("intent").Frame)
+	require.NoError(t, err)
+	require.Equal(t, vouched.Nonce, got.Nonce)
+	ws.respond(b.clock, got.Nonce, true, `{}`)
+	require.Nil(t, <-done)
 }

@@ -30,14 +30,14 @@ const (
 	AuthLegacy    = "legacy"
 )
 
-// ConnectAction is the action of a signed WebSocket connect token: the
+// connectAction is the action of a signed WebSocket connect token: the
 // signature query parameter is Ed25519 by the agent's key over
 // wire.CanonicalJSON of {"action":"ws.connect","beamId","nonce","timestamp"}.
-const ConnectAction = "ws.connect"
+const connectAction = "ws.connect"
 
-// TypConnectJWS is the JWS typ of a beam/2 connect token (token query
+// typConnectJWS is the JWS typ of a beam/2 connect token (token query
 // parameter); its payload is the same object as a signed connect token.
-const TypConnectJWS = "beam-connect+jws"
+const typConnectJWS = "beam-connect+jws"
 
 // maxConnectNoncesPerAgent bounds the remembered connect-token nonces of
 // one agent. Nonces are remembered only after the agent's signature
@@ -207,7 +207,7 @@ func (d *Directory) authenticate(r *http.Request, agent registry.Agent) (string,
 		return AuthAPIKey, nil
 	}
 	if tok := q.Get("token"); tok != "" {
-		payload, kid, err := wire.VerifyJWS(tok, TypConnectJWS, func(kid string) (ed25519.PublicKey, error) {
+		payload, kid, err := wire.VerifyJWS(tok, typConnectJWS, func(kid string) (ed25519.PublicKey, error) {
 			if kid != agent.BeamID {
 				return nil, fmt.Errorf("token signed by %s", kid)
 			}
@@ -222,7 +222,7 @@ func (d *Directory) authenticate(r *http.Request, agent registry.Agent) (string,
 			Nonce     string `json:"nonce"`
 			Timestamp string `json:"timestamp"`
 		}
-		if err := json.Unmarshal(payload, &c); err != nil || c.Action != ConnectAction || c.BeamID != agent.BeamID {
+		if err := json.Unmarshal(payload, &c); err != nil || c.Action != connectAction || c.BeamID != agent.BeamID {
 			return "", errors.New("invalid connect token")
 		}
 		if err := d.checkConnectFreshness(agent.BeamID, c.Nonce, c.Timestamp); err != nil {
@@ -235,7 +235,7 @@ func (d *Directory) authenticate(r *http.Request, agent registry.Agent) (string,
 		if nonce == "" || ts == "" {
 			return "", errors.New("signed connect needs timestamp, nonce and signature")
 		}
-		raw, err := json.Marshal(map[string]string{"action": ConnectAction, "beamId": agent.BeamID, "nonce": nonce, "timestamp": ts})
+		raw, err := json.Marshal(map[string]string{"action": connectAction, "beamId": agent.BeamID, "nonce": nonce, "timestamp": ts})
 		if err != nil {
 			return "", fmt.Errorf("encode connect token: %w", err)
 		}
@@ -687,7 +687,7 @@ func (d *Directory) handleWSIntent(s *session, env *wsEnvelope) {
 		s.sendOutcome(nonce, nil, rerr)
 		return
 	}
-	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, AllowUnsigned: s.auth == AuthAPIKey}
+	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, allowUnsigned: s.auth == AuthAPIKey}
 	nonce := f.Nonce
 	d.submit(s.ctx, f, opts, func(res []byte, rerr *RelayError) { s.sendOutcome(nonce, res, rerr) })
 }

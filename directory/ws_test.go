@@ -57,7 +57,7 @@ func TestSignedConnectToken(t *testing.T) {
 	bob := b.register("bob")
 	query := func(ts time.Time, nonce string) string {
 		stamp := wire.FormatTimestamp(ts)
-		sig, err := wire.SignCanonical(map[string]any{"action": ConnectAction, "beamId": bob.id, "nonce": nonce, "timestamp": stamp}, bob.priv)
+		sig, err := wire.SignCanonical(map[string]any{"action": connectAction, "beamId": bob.id, "nonce": nonce, "timestamp": stamp}, bob.priv)
 		require.NoError(t, err)
 		return "beamId=" + url.QueryEscape(bob.id) + "&timestamp=" + url.QueryEscape(stamp) + "&nonce=" + nonce + "&signature=" + url.QueryEscape(sig)
 	}
@@ -276,10 +276,10 @@ func TestConnectWithJWSToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	bob := b.register("bob")
-	payload, err := json.Marshal(map[string]string{"action": ConnectAction, "beamId": bob.id, "nonce": "j-1",
+	payload, err := json.Marshal(map[string]string{"action": connectAction, "beamId": bob.id, "nonce": "j-1",
 		"timestamp": wire.FormatTimestamp(b.clock.Now())})
 	require.NoError(t, err)
-	tok, err := wire.SignJWS(TypConnectJWS, payload, bob.id, bob.priv)
+	tok, err := wire.SignJWS(typConnectJWS, payload, bob.id, bob.priv)
 	require.NoError(t, err)
 	c, err := b.dial("beamId="+url.QueryEscape(bob.id)+"&token="+url.QueryEscape(tok), true)
 	require.NoError(t, err)
@@ -288,7 +288,7 @@ func TestConnectWithJWSToken(t *testing.T) {
 
 	// A token signed by another agent's key is refused.
 	mallory := b.register("mallory")
-	forged, err := wire.SignJWS(TypConnectJWS, payload, bob.id, mallory.priv)
+	forged, err := wire.SignJWS(typConnectJWS, payload, bob.id, mallory.priv)
 	require.NoError(t, err)
 	r, err := b.dial("beamId="+url.QueryEscape(bob.id)+"&token="+url.QueryEscape(forged), true)
 	require.NoError(t, err)

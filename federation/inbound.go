@@ -148,12 +148,12 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 			}
 			pub = pub2
 		}
-		opts.SignatureVerified = true
+		// Relay verifies it again against opts.Sender, the key it just
+		// verified with.
 	} else {
 		// Unsigned frames (a durable send) are vouched for by the origin
 		// directory's signature on the message.
-		opts.AllowUnsigned = true
-		opts.VouchedBy = peer
+		opts = opts.VouchedByPeer(peer)
 		extra["vouchedBy"] = peer
 	}
 	sender := directory.RemoteSender(f.From, pub)

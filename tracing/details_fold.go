@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/beamdir/beam/internal/jsonscan"
 )
 
 // errSlowPath makes decodeFold hand the input to decodeKnown.
@@ -43,16 +45,7 @@ type foldParser struct {
 	i int
 }
 
-func (p *foldParser) ws() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
+func (p *foldParser) ws() { p.i = jsonscan.SkipSpace(p.b, p.i) }
 
 // next skips whitespace and reports whether the next byte is c (consumed).
 func (p *foldParser) next(c byte) bool {
@@ -285,48 +278,13 @@ func (p *foldParser) stringSpan() (string, bool, error) {
 	if p.i >= len(p.b) || p.b[p.i] != '"' {
 		return "", false, errSlowPath
 	}
-	p.i++
-	start := p.i
-	esc := false
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, esc, nil
-		case c == '\\':
-			esc = true
-			if p.i+1 >= len(p.b) {
-				return "", false, errSlowPath
-			}
-			switch p.b[p.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				p.i += 2
-			case 'u':
-				if p.i+6 > len(p.b) {
-					return "", false, errSlowPath
-				}
-				for j := p.i + 2; j < p.i+6; j++ {
-					if !isHex(p.b[j]) {
-						return "", false, errSlowPath
-					}
-				}
-				p.i += 6
-			default:
-				return "", false, errSlowPath
-			}
-		case c < 0x20:
-			return "", false, errSlowPath
-		default:
-			p.i++
-		}
+	end, esc, _, ok := jsonscan.ScanString(p.b, p.i)
+	if !ok {
+		return "", false, errSlowPath
 	}
-	return "", false, errSlowPath
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+	span := p.b[p.i+1 : end-1]
+	p.i = end
+	return span, esc, nil
 }
 
 // str decodes a string value: valid UTF-8 and the one-character escapes;
@@ -347,22 +305,11 @@ func (p *foldParser) str() (string, error) {
 			continue
 		}
 		i++
-		switch s[i] {
-		case '"', '\\', '/':
-			out = append(out, s[i])
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		default:
+		c, ok := jsonscan.Unescape(s[i])
+		if !ok {
 			return "", errSlowPath
 		}
+		out = append(out, c)
 	}
 	return string(out), nil
 }

@@ -9,7 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/beamdir/beam/internal/jsonscan"
 )
 
 // detailsKeys are the JSON keys of the known Details fields. Extra keys that
@@ -287,47 +288,13 @@ func (d *Details) appendJSON(b []byte, normalized bool) ([]byte, error) {
 	return append(w.b, '}'), nil
 }
 
-const hexDigits = "0123456789abcdef"
-
 // appendJSONString appends s as a JSON string. Invalid UTF-8 sets *errp.
 func appendJSONString(b []byte, s string, errp *error) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			if *errp == nil {
-				*errp = errors.New("details: string is not valid UTF-8")
-			}
-			return b
-		}
-		i += size
+	b, ok := jsonscan.AppendString(b, s)
+	if !ok && *errp == nil {
+		*errp = errors.New("details: string is not valid UTF-8")
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return b
 }
 
 // RawJSON is a JSON value kept in a TEXT column of a projection. A nil

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/beamdir/beam/internal/jsonscan"
 )
 
 // MaxJSONDepth bounds how deeply arrays and objects may nest in any JSON this package parses.
@@ -154,16 +156,7 @@ func (p *parser) errf(format string, args ...any) error {
 	return &SyntaxError{Offset: p.pos, Msg: fmt.Sprintf(format, args...)}
 }
 
-func (p *parser) skipSpace() {
-	for p.pos < len(p.data) {
-		switch p.data[p.pos] {
-		case ' ', '\t', '\n', '\r':
-			p.pos++
-		default:
-			return
-		}
-	}
-}
+func (p *parser) skipSpace() { p.pos = jsonscan.SkipSpace(p.data, p.pos) }
 
 func (p *parser) value() (*node, error) {
 	if p.pos >= len(p.data) {
@@ -379,29 +372,13 @@ func (p *parser) number() (*node, error) {
 	return &node{kind: kindNumber, str: text, num: f, start: start, end: p.pos}, nil
 }
 
-func hexVal(c byte) (rune, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return rune(c - '0'), true
-	case c >= 'a' && c <= 'f':
-		return rune(c-'a') + 10, true
-	case c >= 'A' && c <= 'F':
-		return rune(c-'A') + 10, true
-	}
-	return 0, false
-}
-
 func (p *parser) hex4() (rune, error) {
 	if len(p.data)-p.pos < 4 {
 		return 0, p.errf("truncated \\u escape")
 	}
-	var r rune
-	for i := 0; i < 4; i++ {
-		v, ok := hexVal(p.data[p.pos+i])
-		if !ok {
-			return 0, p.errf("invalid \\u escape")
-		}
-		r = r<<4 | v
+	r, ok := jsonscan.Hex4(p.data[p.pos:])
+	if !ok {
+		return 0, p.errf("invalid \\u escape")
 	}
 	p.pos += 4
 	return r, nil
@@ -450,19 +427,11 @@ func (p *parser) str() (string, error) {
 			}
 			e := d[p.pos]
 			p.pos++
+			if c, ok := jsonscan.Unescape(e); ok {
+				b = append(b, c)
+				continue
+			}
 			switch e {
-			case '"', '\\', '/':
-				b = append(b, e)
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
 			case 'u':
 				r, err := p.hex4()
 				if err != nil {
@@ -559,8 +528,6 @@ func hasLoneSurrogate(s string) bool {
 	return false
 }
 
-const hexDigits = "0123456789abcdef"
-
 // appendJSString appends s quoted as JSON.stringify does: raw UTF-8, with only '"', '\\' and control
 // characters escaped, and lone surrogates as lowercase \udxxx.
 func appendJSString(b []byte, s string) []byte {
@@ -568,7 +535,7 @@ func appendJSString(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+		if c < utf8.RuneSelf && !jsonscan.NeedsEscape(c) {
 			i++
 			continue
 		}
@@ -586,31 +553,12 @@ func appendJSString(b []byte, s string) []byte {
 				i += size
 				continue
 			}
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', hexDigits[r>>12&0xF], hexDigits[r>>8&0xF], hexDigits[r>>4&0xF], hexDigits[r&0xF])
+			b = jsonscan.AppendUnicodeEscape(append(b, s[start:i]...), r)
 			i += size
 			start = i
 			continue
 		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"':
-			b = append(b, '\\', '"')
-		case '\\':
-			b = append(b, '\\', '\\')
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-		}
+		b = jsonscan.AppendEscape(append(b, s[start:i]...), c)
 		i++
 		start = i
 	}
@@ -622,34 +570,19 @@ func appendJSString(b []byte, s string) []byte {
 // outside printable ASCII is a lowercase \uxxxx escape (astral characters as surrogate pairs).
 func appendASCIIString(b []byte, s string) []byte {
 	b = append(b, '"')
-	appendU := func(b []byte, r rune) []byte {
-		return append(b, '\\', 'u', hexDigits[r>>12&0xF], hexDigits[r>>8&0xF], hexDigits[r>>4&0xF], hexDigits[r&0xF])
-	}
 	for i := 0; i < len(s); {
 		r, size := decodeWTF8(s[i:])
 		i += size
 		switch {
-		case r == '"':
-			b = append(b, '\\', '"')
-		case r == '\\':
-			b = append(b, '\\', '\\')
-		case r == '\b':
-			b = append(b, '\\', 'b')
-		case r == '\f':
-			b = append(b, '\\', 'f')
-		case r == '\n':
-			b = append(b, '\\', 'n')
-		case r == '\r':
-			b = append(b, '\\', 'r')
-		case r == '\t':
-			b = append(b, '\\', 't')
+		case r < utf8.RuneSelf && jsonscan.NeedsEscape(byte(r)):
+			b = jsonscan.AppendEscape(b, byte(r))
 		case r >= 0x20 && r <= 0x7E:
 			b = append(b, byte(r))
 		case r > 0xFFFF:
 			r1, r2 := utf16.EncodeRune(r)
-			b = appendU(appendU(b, r1), r2)
+			b = jsonscan.AppendUnicodeEscape(jsonscan.AppendUnicodeEscape(b, r1), r2)
 		default:
-			b = appendU(b, r)
+			b = jsonscan.AppendUnicodeEscape(b, r)
 		}
 	}
 	return append(b, '"')

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/internal/jsonscan"
 )
 
 func TestJSStringifyTable(t *testing.T) {
@@ -154,7 +156,7 @@ func TestJSNumberVectors(t *testing.T) {
 	for _, n := range v.Numbers {
 		var bits uint64
 		for _, c := range []byte(n.Bits) {
-			d, ok := hexVal(c)
+			d, ok := jsonscan.HexVal(c)
 			require.True(t, ok)
 			bits = bits<<4 | uint64(d)
 		}

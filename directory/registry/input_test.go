@@ -34,7 +34,7 @@ func TestBadInputNeverFails500(t *testing.T) {
 		{``, 400, "INVALID_JSON"},
 		{`[]`, 400, "INVALID_BODY"},
 		{`42`, 400, "INVALID_BODY"},
-		{`{"x":"` + strings.Repeat("y", MaxBodyBytes+10) + `"}`, 413, "PAYLOAD_TOO_LARGE"},
+		{`{"x":"` + strings.Repeat("y", maxBodyBytes+10) + `"}`, 413, "PAYLOAD_TOO_LARGE"},
 	}
 	for _, rt := range routes {
 		for _, bd := range bodies {

@@ -157,7 +157,7 @@ func TestRegisterRejectsBadKeysAndFields(t *testing.T) {
 		{"array body", `[1,2]`, 400, "INVALID_BODY"},
 		{"string body", `"x"`, 400, "INVALID_BODY"},
 		{"null body", `null`, 400, "INVALID_BODY"},
-		{"oversized", `{"displayName":"` + strings.Repeat("a", MaxBodyBytes) + `"}`, 413, "PAYLOAD_TOO_LARGE"},
+		{"oversized", `{"displayName":"` + strings.Repeat("a", maxBodyBytes) + `"}`, 413, "PAYLOAD_TOO_LARGE"},
 	}
 	for _, c := range cases {
 		r := b.call("POST", "/agents/register", c.body)

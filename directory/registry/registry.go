@@ -44,9 +44,9 @@ const (
 // EchoBeamID is the reserved Beam ID of the directory's built-in echo agent.
 const EchoBeamID = "echo@beam.directory"
 
-// DefaultTouchInterval is how often, at most, Touch persists last_seen for
+// defaultTouchInterval is how often, at most, Touch persists last_seen for
 // one agent.
-const DefaultTouchInterval = 30 * time.Second
+const defaultTouchInterval = 30 * time.Second
 
 // Config configures a Registry. The zero value is usable.
 type Config struct {
@@ -269,7 +269,7 @@ func Open(ctx context.Context, log *tracing.Log, cfg Config) (*Registry, error) 
 		cfg.Logger = slog.Default()
 	}
 	if cfg.TouchInterval <= 0 {
-		cfg.TouchInterval = DefaultTouchInterval
+		cfg.TouchInterval = defaultTouchInterval
 	}
 	if cfg.Domain == "" {
 		cfg.Domain = wire.BeamDomain

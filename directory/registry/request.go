@@ -18,8 +18,8 @@ import (
 	"github.com/beamdir/beam/internal/httpjson"
 )
 
-// MaxBodyBytes bounds every request body the registry reads.
-const MaxBodyBytes = 64 << 10
+// maxBodyBytes bounds every request body the registry reads.
+const maxBodyBytes = 64 << 10
 
 // apiError is an error with its HTTP status and Beam errorCode.
 type apiError struct {
@@ -56,11 +56,11 @@ type fields map[string]json.RawMessage
 
 // readBody reads a bounded body.
 func readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, errf(http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "body exceeds %d bytes", MaxBodyBytes)
+			return nil, errf(http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "body exceeds %d bytes", maxBodyBytes)
 		}
 		return nil, errf(http.StatusBadRequest, "INVALID_BODY", "cannot read body")
 	}

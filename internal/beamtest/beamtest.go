@@ -101,9 +101,12 @@ type Process struct {
 	url string
 	// intentURL is the Intent Protocol listener's base URL ("" when off).
 	intentURL string
-	output    *lockedBuffer
-	done      chan struct{}
-	err       error
+	// fedLine is the "federation: DOMAIN=nats://HOST:PORT#KEY" line's peer
+	// line, with the port the NATS server bound ("" when federation is off).
+	fedLine string
+	output  *lockedBuffer
+	done    chan struct{}
+	err     error
 }
 
 // Options configure Start.
@@ -156,6 +159,11 @@ func (p *Process) start() {
 			if rest, ok := strings.CutPrefix(line, "intent bus serving on "); ok {
 				p.mu.Lock()
 				p.intentURL = strings.TrimSpace(rest)
+				p.mu.Unlock()
+			}
+			if rest, ok := strings.CutPrefix(line, "federation: "); ok {
+				p.mu.Lock()
+				p.fedLine = strings.TrimSpace(rest)
 				p.mu.Unlock()
 			}
 			if rest, ok := strings.CutPrefix(line, "beam serving on "); ok {
@@ -216,6 +224,15 @@ func (p *Process) IntentURL() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.intentURL
+}
+
+// FederationLine is the peer line the process printed for itself
+// (DOMAIN=nats://HOST:PORT#KEY, with the NATS port it bound, so a test can
+// start it with --nats-listen 127.0.0.1:0); "" when federation is off.
+func (p *Process) FederationLine() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fedLine
 }
 
 // Output returns what the process printed so far.

@@ -130,16 +130,22 @@ func pageState(ctx context.Context) string {
 }
 
 // Shooter writes full-page screenshots into $BEAM_SCREENSHOT_DIR/<sub> (a
-// temporary directory when the variable is unset).
+// temporary directory when the variable is unset). Under -short with the
+// variable unset it takes none: nobody would look at them, and a full-page
+// PNG is the slowest step of a browser test.
 type Shooter struct {
-	t   testing.TB
-	dir string
+	t    testing.TB
+	dir  string
+	skip bool
 }
 
 // NewShooter returns a Shooter for the test.
 func NewShooter(t testing.TB, sub string) *Shooter {
 	t.Helper()
 	dir := os.Getenv("BEAM_SCREENSHOT_DIR")
+	if dir == "" && testing.Short() {
+		return &Shooter{t: t, skip: true}
+	}
 	if dir == "" {
 		dir = t.TempDir()
 	} else if sub != "" {
@@ -152,6 +158,9 @@ func NewShooter(t testing.TB, sub string) *Shooter {
 // Shot writes a full-page PNG of the current view as name.png.
 func (s *Shooter) Shot(ctx context.Context, name string) {
 	s.t.Helper()
+	if s.skip {
+		return
+	}
 	buf := Value(s.t, ctx, 20*time.Second, chromedp.FullScreenshot(100))
 	require.NoError(s.t, os.WriteFile(filepath.Join(s.dir, name+".png"), buf, 0o644))
 }

@@ -34,7 +34,14 @@ type Limits struct {
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
 	IdleTimeout  time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers; zero means
+	// defaultReadHeaderTimeout, so a client cannot hold a connection by
+	// sending its headers slowly even with the other limits off.
+	ReadHeaderTimeout time.Duration
 }
+
+// defaultReadHeaderTimeout is the header deadline when Limits sets none.
+const defaultReadHeaderTimeout = 10 * time.Second
 
 // DefaultLimits are beam serve's defaults (docs/SECURITY.md, "Limits").
 var DefaultLimits = Limits{

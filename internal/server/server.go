@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -218,7 +219,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	s.httpSrv = &http.Server{
 		Handler:           s.limit(s.mux),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cmp.Or(cfg.Limits.ReadHeaderTimeout, defaultReadHeaderTimeout),
 		WriteTimeout:      s.writeTimeout(),
 		IdleTimeout:       cfg.Limits.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),

@@ -1,0 +1,57 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/beamdir/beam/tracing"
+)
+
+func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *apiError {
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		return aerr
+	}
+	q := tracing.MessageQuery{Status: tracing.DeadLetter, Order: tracing.RecentlyFailedFirst,
+		Limit: intParam(r, "limit", defaultDeadLimit, maxListLimit)}
+	if aerr := filters(r, &q); aerr != nil {
+		return aerr
+	}
+	b.scope(p, &q)
+	return b.writeMessages(w, r, "dead letters", q)
+}
+
+func (b *Bus) handleRequeue(w http.ResponseWriter, r *http.Request) *apiError {
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		return aerr
+	}
+	if !p.trusted {
+		return errf(http.StatusForbidden, CodeForbidden, "requeue needs the bus key or the operator token")
+	}
+	id := r.PathValue("id")
+	err := b.Requeue(r.Context(), id)
+	var se *StateError
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
+	case errors.As(err, &se):
+		return errf(http.StatusConflict, CodeInvalidState, "message %s is %s; only dead_letter or failed messages can be requeued", id, se.Status)
+	case err != nil:
+		return b.internal("requeue", err)
+	}
+	nonce, _, err := b.nonceOfID(r.Context(), id)
+	if err != nil {
+		return b.internal("requeue", err)
+	}
+	b.waitSettled(r.Context(), nonce)
+	row, ok, err := b.message(r.Context(), nonce)
+	if err != nil || !ok {
+		return b.internal("requeue", fmt.Errorf("read back %s: %v", id, err))
+	}
+	body := b.sendResponse(r.Context(), row, false)
+	body["requeued"] = true
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
