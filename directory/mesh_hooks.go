@@ -50,7 +50,7 @@ func (d *Directory) PeerFor(beamID string) (string, bool) {
 // directory and delivers it attested. It waits up to timeout and returns
 // the recipient's result frame (success or failure) or the relay's error.
 func (d *Directory) RelayToPeer(ctx context.Context, f *wire.IntentFrame, timeout time.Duration) (*wire.ResultFrame, *RelayError) {
-	res, rerr := d.Relay(ctx, f, RelayOptions{Origin: OriginMesh, AllowUnsigned: true, Timeout: timeout})
+	res, rerr := d.Relay(ctx, f, RelayOptions{Origin: OriginMesh, allowUnsigned: true, Timeout: timeout})
 	if rerr != nil {
 		return nil, rerr
 	}
