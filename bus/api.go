@@ -344,10 +344,8 @@ func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendR
 		if peer == "" {
 			return nil, errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", req.to)
 		}
-		// The peer applies its own policies to its agent.
-		if aerr := checkRemoteSend(req, peer); aerr != nil {
-			return nil, aerr
-		}
+		// The peer applies its own policies (and its agent's
+		// requireSenderSignatures setting) to its agent (remote.go).
 	} else if ok, reason := b.reg.Allowed(req.from, req.to, req.intent); !ok {
 		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", req.intent, req.from, req.to)
 		if reason != "" {

@@ -53,6 +53,11 @@ type ForwardRequest struct {
 	// peer long after the frame's timestamp; the peer checks the window
 	// against this instant, which the origin's signature vouches for.
 	Admitted time.Time
+	// VouchedAuth is how this directory authenticated the sender of an
+	// unsigned frame (api-key, bus-key, jws): the peer delivers such a
+	// frame attested, vouched for by this directory. Empty for a frame
+	// the sender signed.
+	VouchedAuth string
 }
 
 // SetRemote installs the federation router. Call it before serving.

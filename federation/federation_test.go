@@ -440,13 +440,7 @@ func TestSecurityRejections(t *testing.T) {
 		require.NoError(t, wire.SignIntent(f, aPriv))
 		return f
 	}
-	reply := func(tok []byte) *Message {
-		msg, err := nc.Request(subj, tok, 10*time.Second)
-		require.NoError(t, err)
-		m, err := open(msg.Data, "alpha.beam.directory", "beta.beam.directory", KindResult, alpha.node.pinnedKey, time.Now())
-		require.NoError(t, err)
-		return m
-	}
+	reply := func(tok []byte) *Message { return requestReply(t, nc, subj, tok, alpha) }
 
 	// A valid message is accepted (control).
 	good := intentMsg(signed("b@beta.beam.directory"))

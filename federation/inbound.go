@@ -155,6 +155,9 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 		opts.AllowUnsigned = true
 		opts.VouchedBy = peer
 		extra["vouchedBy"] = peer
+		if m.VouchedAuth != "" {
+			extra["vouchedAuth"] = truncate(m.VouchedAuth)
+		}
 	}
 	sender := directory.RemoteSender(f.From, pub)
 	opts.Sender = &sender

@@ -71,6 +71,10 @@ type Message struct {
 	// Admitted is when the origin admitted a durable (bus-owned) frame,
 	// unix ms: the target checks the frame's replay window against it.
 	Admitted int64 `json:"admitted,omitempty"`
+	// VouchedAuth is how the origin authenticated the sender of an
+	// unsigned frame (api-key, bus-key, jws); the target records it with
+	// the attested delivery.
+	VouchedAuth string `json:"vouchedAuth,omitempty"`
 
 	// Results.
 	Status    string `json:"status,omitempty"` // StatusResult or StatusError

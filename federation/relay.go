@@ -23,6 +23,9 @@ type forwardPayload struct {
 	TimeoutMs  int64  `json:"timeoutMs"`
 	// AdmittedMs is when the origin admitted a durable frame (unix ms).
 	AdmittedMs int64 `json:"admittedMs,omitempty"`
+	// VouchedAuth is how the origin authenticated the sender of an
+	// unsigned frame.
+	VouchedAuth string `json:"vouchedAuth,omitempty"`
 }
 
 // Extra error codes of federation.
@@ -83,7 +86,7 @@ func (n *Node) Forward(ctx context.Context, req directory.ForwardRequest, events
 	}
 	timeout = min(timeout, MaxIntentTimeout)
 	fp := forwardPayload{Frame: string(req.Frame), From: req.From, To: req.To,
-		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds()}
+		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds(), VouchedAuth: req.VouchedAuth}
 	if !req.Admitted.IsZero() {
 		fp.AdmittedMs = req.Admitted.UnixMilli()
 	}
@@ -204,7 +207,7 @@ func (n *Node) process(c Claim) {
 		Kind: KindIntent, ID: newID(), From: n.cfg.Domain, To: c.Peer,
 		IssuedAt: now.UnixMilli(), Expires: now.Add(min(wait+time.Minute, MaxMessageTTL)).UnixMilli(),
 		EventID: c.EventID, Nonce: c.Nonce, Frame: fp.Frame, Hop: 1, Path: []string{n.cfg.Domain},
-		TimeoutMs: fp.TimeoutMs, Owner: c.Owner, Admitted: fp.AdmittedMs,
+		TimeoutMs: fp.TimeoutMs, Owner: c.Owner, Admitted: fp.AdmittedMs, VouchedAuth: fp.VouchedAuth,
 	}
 	tok, err := seal(msg, n.cfg.Key)
 	if err != nil {

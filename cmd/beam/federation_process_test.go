@@ -165,13 +165,19 @@ var fedDurableCount = flag.Int("fed-durable-count", 100, "durable intents per ph
 type deliveryCounter struct {
 	mu   sync.Mutex
 	seen map[string]int
-	hold chan struct{}
-	held chan struct{} // buffered 1
+	// attested says, per nonce, who attested a frame the sender did not
+	// sign (nil map: not recorded).
+	attested map[string]string
+	hold     chan struct{}
+	held     chan struct{} // buffered 1
 }
 
 func (d *deliveryCounter) handle(ctx context.Context, in *agents.Intent) agents.Reply {
 	d.mu.Lock()
 	d.seen[in.Nonce]++
+	if d.attested != nil && in.Attested != nil {
+		d.attested[in.Nonce] = in.Attested.Auth + " by " + in.Attested.By + ", vouched by " + in.Attested.VouchedBy
+	}
 	hold := d.hold
 	d.mu.Unlock()
 	if hold != nil {
@@ -260,35 +266,43 @@ func TestFederationDurableProcesses(t *testing.T) {
 
 	aID, sender := sdkAgent(t, ctx, alpha.URL(), "a@alpha.beam.directory")
 	bID, b1 := sdkAgent(t, ctx, beta.URL(), "b@beta.beam.directory")
-	counter := &deliveryCounter{seen: map[string]int{}, held: make(chan struct{}, 1)}
+	counter := &deliveryCounter{seen: map[string]int{}, attested: map[string]string{}, held: make(chan struct{}, 1)}
 	b1.Handle("*", counter.handle)
 	require.NoError(t, b1.Connect(ctx))
 
-	// An API-key send to a peer's agent cannot be forwarded: refused.
-	status, body := busCall(t, ctx, http.MethodPost, alpha.URL()+"/v1/beam/send", aID.APIKey,
-		`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run"}`)
-	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Contains(t, body, bus.CodeSignedFrameRequired)
-
-	// Phase 1: the target is down while the intents are sent.
+	// Phase 1: the target is down while the intents are sent, signed ones
+	// and one authenticated by the sender's API key, which alpha vouches for.
 	beta.Stop()
 	_ = b1.Close()
-	phase1 := make([]string, 0, n)
+	phase1 := make([]string, 0, n+1)
 	for i := range n {
 		rec, err := sender.SendDurable(ctx, bID.BeamID, "task.run", map[string]any{"i": i}, nil)
 		require.NoError(t, err)
 		require.Contains(t, []string{"dispatched", "queued"}, rec.Status, "accepted into the outbox")
 		phase1 = append(phase1, rec.Nonce)
 	}
-	require.Equal(t, n, messageStates(alphaDir, phase1)[tracing.Dispatched], "every message waits in the outbox")
+	status, body := busCall(t, ctx, http.MethodPost, alpha.URL()+"/v1/beam/send", aID.APIKey,
+		`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run","payload":{"apiKey":true}}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	var apiSend struct {
+		Nonce string `json:"nonce"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &apiSend), body)
+	phase1 = append(phase1, apiSend.Nonce)
+	require.Equal(t, n+1, messageStates(alphaDir, phase1)[tracing.Dispatched], "every message waits in the outbox")
 	beta.Restart()
 	b2 := sdkClient(t, beta.URL(), bID)
 	b2.Handle("*", counter.handle)
 	require.NoError(t, b2.Connect(ctx))
 	require.Eventually(t, func() bool {
-		return messageStates(alphaDir, phase1)[tracing.Acked] == n
+		return messageStates(alphaDir, phase1)[tracing.Acked] == n+1
 	}, 4*time.Minute, 250*time.Millisecond, "every message ends acked at the origin after the target returned")
 	counter.requireOnce(t, phase1)
+	counter.mu.Lock()
+	require.Equal(t, wire.AttestPeer+" by beta.beam.directory, vouched by alpha.beam.directory", counter.attested[apiSend.Nonce],
+		"the API-key send is delivered attested by beta, vouched for by alpha")
+	require.Empty(t, counter.attested[phase1[0]], "a signed frame travels verbatim")
+	counter.mu.Unlock()
 
 	// Phase 2: SIGKILL alpha while publishes are in flight.
 	hold := make(chan struct{})
@@ -329,7 +343,7 @@ func TestFederationDurableProcesses(t *testing.T) {
 	beta.Stop()
 	counter.requireOnce(t, phase2)
 	counter.mu.Lock()
-	require.Len(t, counter.seen, 2*n, "no other nonce reached the agent")
+	require.Len(t, counter.seen, 2*n+1, "no other nonce reached the agent")
 	counter.mu.Unlock()
 
 	lg := openLog(t, alphaDir)
