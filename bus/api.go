@@ -342,7 +342,7 @@ func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendR
 	if !local {
 		peer := b.remotePeer(req.to)
 		if peer == "" {
-			return nil, errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", req.to)
+			return nil, b.unknownRecipient(req.to)
 		}
 		// The peer applies its own policies (and its agent's
 		// requireSenderSignatures setting) to its agent (remote.go).

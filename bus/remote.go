@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
@@ -173,4 +174,17 @@ func remoteFrame(row tracing.MessageRow, first tracing.Details, admitted time.Ti
 		return nil, "", fmt.Errorf("build the frame: %w", err)
 	}
 	return raw, auth, nil
+}
+
+// unknownRecipient is the refusal of a send to an agent that is neither
+// local nor served by a pinned peer. With federation it says so: messages
+// are not forwarded through an intermediate directory, so a domain this
+// directory does not peer with cannot be reached.
+func (b *Bus) unknownRecipient(to string) *apiError {
+	if b.remoteRouter() == nil {
+		return errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", to)
+	}
+	return errf(http.StatusNotFound, CodeUnknownAgent,
+		"recipient %s is not registered here and no pinned peer directory serves its domain "+
+			"(federation does not forward through intermediate directories: pin its directory as a peer)", to)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
-		"github.com/beamdir/beam/tracing"
+	"github.com/beamdir/beam/tracing"
 )
 
 // busSend posts body to /v1/beam/send with one credential header.
@@ -263,4 +263,44 @@ func TestVouchedMessageRejections(t *testing.T) {
 	mu.Lock()
 	require.Equal(t, []string{good.Nonce}, handled)
 	mu.Unlock()
+}
+
+// TestNoForwardingThroughIntermediateDirectory: alpha peers with beta and
+// beta with gamma, but alpha not with gamma. An intent from alpha to an
+// agent of gamma is refused at alpha, sync and durable, with an error that
+// says federation does not forward through intermediate directories;
+// nothing reaches beta or gamma.
+func TestNoForwardingThroughIntermediateDirectory(t *testing.T) {
+	t.Parallel()
+	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
+	beta := startDir(t, "beta.beam.directory", "", "", nil)
+	gamma := startDir(t, "gamma.beam.directory", "", "", nil)
+	pin(t, alpha, beta)
+	pin(t, beta, gamma)
+	front := startBus(t, alpha)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := gamma.agent("c")
+	c.Handle("*", func(ctx context.Context, in *agents.Intent) agents.Reply {
+		t.Errorf("c got %s", in.Nonce)
+		return agents.Success(nil)
+	})
+	require.NoError(t, c.Connect(ctx))
+
+	a := alpha.agent("a")
+	_, err := a.Send(ctx, "c@gamma.beam.directory", "task.run", map[string]any{})
+	require.ErrorContains(t, err, "UNKNOWN_AGENT")
+	require.ErrorContains(t, err, "does not forward through intermediate directories")
+
+	status, body := busSend(t, ctx, front.url, "x-api-key", a.APIKey(),
+		`{"from":"a@alpha.beam.directory","to":"c@gamma.beam.directory","intent":"task.run"}`)
+	require.Equal(t, http.StatusNotFound, status, body)
+	require.Contains(t, body, "UNKNOWN_AGENT")
+	require.Contains(t, body, "pin its directory as a peer")
+
+	for _, d := range []*fedDir{beta, gamma} {
+		for _, peer := range []string{"alpha.beam.directory", "beta.beam.directory"} {
+			require.Zero(t, counterValue(t, d.node.m.received.WithLabelValues(peer, KindIntent)), d.domain)
+		}
+	}
 }

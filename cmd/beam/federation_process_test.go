@@ -356,12 +356,11 @@ func TestFederationDurableProcesses(t *testing.T) {
 	requireProjectionsEqualRebuild(t, lg)
 }
 
-// Two beam serve processes federate through an existing NATS server
-// (--nats-url) configured only with the entries `beam peer nats-user`
-// prints.
-func TestFederationSharedNATSProcesses(t *testing.T) {
-	t.Parallel()
-	alphaDir, betaDir := t.TempDir(), t.TempDir()
+// sharedNATS starts an existing-deployment NATS server configured only with
+// the entries `beam peer nats-user` prints for alpha's and beta's data
+// directories, and returns its URL and their peer lines.
+func sharedNATS(t *testing.T, alphaDir, betaDir string) (url, alphaLine, betaLine string) {
+	t.Helper()
 	natsAddr := freeAddr(t)
 	var users []string
 	for _, d := range []struct{ dir, domain string }{{alphaDir, "alpha.beam.directory"}, {betaDir, "beta.beam.directory"}} {
@@ -381,10 +380,18 @@ func TestFederationSharedNATSProcesses(t *testing.T) {
 	go ns.Start()
 	require.True(t, ns.ReadyForConnections(10*time.Second))
 	t.Cleanup(ns.Shutdown)
+	alphaLine = showSelf(t, alphaDir, "alpha.beam.directory", natsAddr)
+	betaLine = showSelf(t, betaDir, "beta.beam.directory", natsAddr)
+	return "nats://" + natsAddr, alphaLine, betaLine
+}
 
-	alphaLine := showSelf(t, alphaDir, "alpha.beam.directory", natsAddr)
-	betaLine := showSelf(t, betaDir, "beta.beam.directory", natsAddr)
-	url := "nats://" + natsAddr
+// Two beam serve processes federate through an existing NATS server
+// (--nats-url) configured only with the entries `beam peer nats-user`
+// prints.
+func TestFederationSharedNATSProcesses(t *testing.T) {
+	t.Parallel()
+	alphaDir, betaDir := t.TempDir(), t.TempDir()
+	url, alphaLine, betaLine := sharedNATS(t, alphaDir, betaDir)
 	alpha := beamtest.Start(t, beamtest.Options{DataDir: alphaDir, Args: []string{"--domain", "alpha.beam.directory",
 		"--nats-url", url, "--peer", betaLine, "--default-policy", "allow"}})
 	beta := beamtest.Start(t, beamtest.Options{DataDir: betaDir, Args: []string{"--domain", "beta.beam.directory",
