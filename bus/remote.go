@@ -91,7 +91,10 @@ func (b *Bus) forward(r Remote, peer string, row tracing.MessageRow, first traci
 	req := directory.ForwardRequest{
 		Nonce: row.Nonce, From: row.Sender, To: row.Recipient, IntentType: row.Intent,
 		Frame: frame, Peer: peer, Owner: tracing.OwnerBus, Attempt: n, Timeout: b.cfg.DeliveryTimeout,
-		Admitted: admitted, VouchedAuth: auth,
+		Admitted: admitted,
+	}
+	if auth != directory.BusAuthSignature {
+		req.VouchedAuth = auth
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()

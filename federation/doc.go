@@ -99,6 +99,11 @@
 // called with the nonce after each outcome of a bus-owned row is committed
 // (PUBLISHED with delivered/acked/failed, or DEAD with dead_letter).
 //
+// Every transition of a row is also an event of its intent (details.outbox,
+// a Step), in the same transaction: the table is a projection of the log,
+// refolded by RebuildOutbox (beam replay), and the steps show in the
+// intent's trace. A row whose intent is acked takes no more steps.
+//
 // The package must not write SQLite except through tracing.Log.Do, must
 // not deliver to local agents itself (the directory does), and keeps no
 // intent state outside the log and the outbox.

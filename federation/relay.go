@@ -275,6 +275,12 @@ func (n *Node) finalize(ctx context.Context, c Claim, res *Message, row tracing.
 			err = n.outbox.Publish(ctx, c, events...)
 		}
 	}
+	if errors.Is(err, errUnrecordable) {
+		// The intent is already acked (its outcome came through another
+		// claim): nothing to record, the row is finished as it stands.
+		n.lg.Info("outbox row of an acked intent left as it is", "row", c.ID, "nonce", c.Nonce)
+		err = nil
+	}
 	if errors.Is(err, ErrClaimLost) {
 		n.lg.Warn("claim lost before PUBLISHED; recording the outcome only", "row", c.ID, "nonce", c.Nonce)
 		if len(events) > 0 {
@@ -423,7 +429,12 @@ func (n *Node) kill(ctx context.Context, c Claim, lastErr string) {
 	err := n.outbox.Kill(ctx, c, lastErr, events...)
 	var te *tracing.TransitionError
 	if errors.As(err, &te) {
+		events = nil
 		err = n.outbox.Kill(ctx, c, lastErr)
+	}
+	if errors.Is(err, errUnrecordable) {
+		n.lg.Info("outbox row of an acked intent left as it is", "row", c.ID, "nonce", c.Nonce, "err", lastErr)
+		return
 	}
 	if err != nil {
 		n.lg.Warn("move outbox row to DEAD", "row", c.ID, "err", err)

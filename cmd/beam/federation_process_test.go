@@ -229,14 +229,39 @@ func messageStates(dataDir string, nonces []string) map[tracing.State]int {
 // outboxCounts reads the federation outbox of a stopped directory by state.
 func outboxCounts(t *testing.T, dataDir string) map[federation.OutboxState]int64 {
 	t.Helper()
+	var counts map[federation.OutboxState]int64
+	withOutbox(t, dataDir, func(ob *federation.Outbox) {
+		var err error
+		counts, err = ob.Counts(context.Background())
+		require.NoError(t, err)
+	})
+	return counts
+}
+
+// withOutbox opens the outbox of a data directory for fn.
+func withOutbox(t *testing.T, dataDir string, fn func(ob *federation.Outbox)) {
+	t.Helper()
 	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
 	require.NoError(t, err)
 	defer lg.Close()
 	ob, err := federation.OpenOutbox(context.Background(), lg, nil)
 	require.NoError(t, err)
-	counts, err := ob.Counts(context.Background())
-	require.NoError(t, err)
-	return counts
+	fn(ob)
+}
+
+// outboxTable is the JSON of every outbox row of a stopped directory (all
+// fields but the claim token and the payload).
+func outboxTable(t *testing.T, dataDir string) string {
+	t.Helper()
+	var out []byte
+	withOutbox(t, dataDir, func(ob *federation.Outbox) {
+		rows, err := ob.Rows(context.Background(), "", 1000)
+		require.NoError(t, err)
+		require.NotEmpty(t, rows)
+		out, err = json.Marshal(rows)
+		require.NoError(t, err)
+	})
+	return string(out)
 }
 
 // TestFederationDurableProcesses is the process-level acceptance test of
@@ -330,6 +355,12 @@ func TestFederationDurableProcesses(t *testing.T) {
 	require.Positive(t, counts[federation.Claimed], "a publish was in flight at the kill")
 	require.Equal(t, n, st[tracing.Dispatched]+st[tracing.Delivered]+st[tracing.Acked], "states at the kill: %v", st)
 	require.Less(t, st[tracing.Acked], n, "the kill came before every message was acked: %v", st)
+	// The outbox as the killed process left it is the fold of its steps.
+	before := outboxTable(t, alphaDir)
+	out, err := beamtest.Run(t, ctx, "replay", "--data-dir", alphaDir)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "federation outbox rows")
+	require.Equal(t, before, outboxTable(t, alphaDir), "beam replay refolds the outbox to what the process wrote")
 	counter.mu.Lock()
 	counter.hold = nil
 	counter.mu.Unlock()

@@ -116,7 +116,8 @@ func runVouchedDurable(t *testing.T, alphaDir, betaDir string, alphaArgs, betaAr
 		dir    string
 		states []tracing.State
 	}{
-		{alphaDir, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Failed}},
+		// alpha's second dispatched event is the outbox's CLAIMED step.
+		{alphaDir, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Dispatched, tracing.Failed}},
 		{betaDir, []tracing.State{tracing.Received, tracing.Failed}},
 	} {
 		tr, err := openLog(t, side.dir).Trace(ctx, strictNonce)
@@ -129,6 +130,12 @@ func runVouchedDurable(t *testing.T, alphaDir, betaDir string, alphaArgs, betaAr
 		last := tr[len(tr)-1]
 		require.Equal(t, directory.CodeSenderSignatureRequired, last.Details.ErrorCode, side.dir)
 		require.Contains(t, last.Details.Error, "requireSenderSignatures", side.dir)
+	}
+	// beam trace on the sending side shows where the message waited.
+	out, err := beamtest.Run(t, ctx, "trace", "--data-dir", alphaDir, nonce)
+	require.NoError(t, err, out)
+	for _, want := range []string{`"state":"PENDING"`, `"state":"CLAIMED"`, `"state":"PUBLISHED"`, `"lastError":`, "beta.beam.directory"} {
+		require.Contains(t, out, want)
 	}
 	btr, err := openLog(t, betaDir).Trace(ctx, nonce)
 	require.NoError(t, err)
