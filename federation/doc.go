@@ -52,7 +52,9 @@
 // dropped (reason "replay"). An invalid message is never answered; it is
 // logged and counted by reason. Kinds:
 //
-//   - intent: the agent's frame verbatim, nonce, hop (≤ MaxHops) and path
+//   - intent: the agent's frame verbatim (and, for a beam/2 intent, the
+//     sender's JWS, verified by the target and delivered verbatim; the
+//     recipient's result JWS comes back in the result), nonce, hop (≤ MaxHops) and path
 //     (loop detection), timeout, the outbox event id. The target resolves
 //     the sender's key from its home directory (resolve, cached KeyTTL),
 //     verifies the agent's signature itself (an unsigned frame — a durable

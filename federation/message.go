@@ -75,6 +75,9 @@ type Message struct {
 	// unsigned frame (api-key, bus-key, jws); the target records it with
 	// the attested delivery.
 	VouchedAuth string `json:"vouchedAuth,omitempty"`
+	// JWS is the sender's beam/2 envelope of the intent (Frame is its
+	// payload), verified by the target against the sender's key.
+	JWS string `json:"jws,omitempty"`
 
 	// Results.
 	Status    string `json:"status,omitempty"` // StatusResult or StatusError
@@ -82,6 +85,9 @@ type Message struct {
 	Error     string `json:"error,omitempty"`
 	Result    string `json:"result,omitempty"` // a result frame, verbatim
 	Delivered bool   `json:"delivered,omitempty"`
+	// ResultJWS is the recipient's beam/2 result JWS (Result is its
+	// payload), verbatim.
+	ResultJWS string `json:"resultJws,omitempty"`
 
 	// Resolution.
 	BeamID    string `json:"beamId,omitempty"`

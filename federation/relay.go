@@ -26,6 +26,8 @@ type forwardPayload struct {
 	// VouchedAuth is how the origin authenticated the sender of an
 	// unsigned frame.
 	VouchedAuth string `json:"vouchedAuth,omitempty"`
+	// JWS is the sender's beam/2 envelope.
+	JWS string `json:"jws,omitempty"`
 }
 
 // Extra error codes of federation.
@@ -86,7 +88,7 @@ func (n *Node) Forward(ctx context.Context, req directory.ForwardRequest, events
 	}
 	timeout = min(timeout, MaxIntentTimeout)
 	fp := forwardPayload{Frame: string(req.Frame), From: req.From, To: req.To,
-		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds(), VouchedAuth: req.VouchedAuth}
+		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds(), VouchedAuth: req.VouchedAuth, JWS: req.JWS}
 	if !req.Admitted.IsZero() {
 		fp.AdmittedMs = req.Admitted.UnixMilli()
 	}
@@ -207,7 +209,7 @@ func (n *Node) process(c Claim) {
 		Kind: KindIntent, ID: newID(), From: n.cfg.Domain, To: c.Peer,
 		IssuedAt: now.UnixMilli(), Expires: now.Add(min(wait+time.Minute, MaxMessageTTL)).UnixMilli(),
 		EventID: c.EventID, Nonce: c.Nonce, Frame: fp.Frame, Hop: 1, Path: []string{n.cfg.Domain},
-		TimeoutMs: fp.TimeoutMs, Owner: c.Owner, Admitted: fp.AdmittedMs, VouchedAuth: fp.VouchedAuth,
+		TimeoutMs: fp.TimeoutMs, Owner: c.Owner, Admitted: fp.AdmittedMs, VouchedAuth: fp.VouchedAuth, JWS: fp.JWS,
 	}
 	tok, err := seal(msg, n.cfg.Key)
 	if err != nil {
@@ -301,6 +303,7 @@ func (n *Node) finalize(ctx context.Context, c Claim, res *Message, row tracing.
 	}
 	switch {
 	case rf != nil:
+		n.cfg.Directory.NoteRemoteResultJWS(c.Nonce, res.ResultJWS)
 		finish(rf.Raw, nil)
 	default:
 		result := []byte(res.Result)
@@ -338,6 +341,9 @@ func (n *Node) outcomeEvents(c Claim, res *Message, rf *wire.ResultFrame, row tr
 	case rf != nil && rf.Success:
 		final = ev(tracing.Acked)
 		final.Details = tracing.Details{LatencyMs: lat, Result: rf.Raw, Extra: peerExtra()}
+		if res.ResultJWS != "" {
+			final.Details.Extra["resultJWS"], final.Details.Extra["resultProtocol"] = res.ResultJWS, directory.ProtocolBeam2
+		}
 	case rf != nil:
 		code := rf.ErrorCode
 		if code == "" {

@@ -91,6 +91,22 @@ func runVouchedDurable(t *testing.T, alphaDir, betaDir string, alphaArgs, betaAr
 	require.Equal(t, wire.AttestPeer+" by beta.beam.directory, vouched by alpha.beam.directory", counter.attested[nonce])
 	counter.mu.Unlock()
 
+	// The operator sees the row in the CLI; a replay of an acked intent's
+	// row is refused with the reason.
+	out, err := beamtest.Run(t, ctx, "peer", "outbox", "--url", alpha.URL(), "--data-dir", alphaDir, "--state", "PUBLISHED")
+	require.NoError(t, err, out)
+	require.Contains(t, out, nonce)
+	var rowID string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, nonce) {
+			rowID = strings.Fields(line)[0]
+		}
+	}
+	out, err = beamtest.Run(t, ctx, "peer", "replay", "--url", alpha.URL(), "--data-dir", alphaDir, rowID)
+	require.Error(t, err, out)
+	require.Contains(t, out, "INTENT_FINISHED")
+	require.Contains(t, out, "already acked")
+
 	// The strict agent refuses a vouched message; the origin hears why.
 	s2 := sdkClient(t, beta.URL(), sID)
 	s2.Handle("*", counter.handle)
@@ -132,7 +148,7 @@ func runVouchedDurable(t *testing.T, alphaDir, betaDir string, alphaArgs, betaAr
 		require.Contains(t, last.Details.Error, "requireSenderSignatures", side.dir)
 	}
 	// beam trace on the sending side shows where the message waited.
-	out, err := beamtest.Run(t, ctx, "trace", "--data-dir", alphaDir, nonce)
+	out, err = beamtest.Run(t, ctx, "trace", "--data-dir", alphaDir, nonce)
 	require.NoError(t, err, out)
 	for _, want := range []string{`"state":"PENDING"`, `"state":"CLAIMED"`, `"state":"PUBLISHED"`, `"lastError":`, "beta.beam.directory"} {
 		require.Contains(t, out, want)
