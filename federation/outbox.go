@@ -532,6 +532,42 @@ func (o *Outbox) Rows(ctx context.Context, state OutboxState, limit int) ([]Row,
 	return out, nil
 }
 
+// Backlog is what waits in the outbox for one peer.
+type Backlog struct {
+	// Depth is the number of PENDING and CLAIMED rows.
+	Depth int64 `json:"depth"`
+	// Oldest is when the oldest waiting row was written (its lag is now
+	// minus Oldest); zero when nothing waits.
+	Oldest time.Time `json:"oldest,omitzero"`
+	// LastError is the error of the most recently failed waiting row.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// Backlogs returns the backlog of every peer that has rows waiting.
+func (o *Outbox) Backlogs(ctx context.Context) (map[string]Backlog, error) {
+	rows, err := o.log.ReadDB().QueryContext(ctx, `SELECT peer, count(*), min(created_at),
+  coalesce((SELECT last_error FROM federation_outbox l WHERE l.peer = w.peer AND l.status IN (?, ?) AND l.last_error <> ''
+            ORDER BY l.updated_at DESC LIMIT 1), '')
+ FROM federation_outbox w WHERE status IN (?, ?) GROUP BY peer`,
+		string(Pending), string(Claimed), string(Pending), string(Claimed))
+	if err != nil {
+		return nil, fmt.Errorf("outbox backlogs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]Backlog{}
+	for rows.Next() {
+		var peer string
+		var b Backlog
+		var oldest int64
+		if err := rows.Scan(&peer, &b.Depth, &oldest, &b.LastError); err != nil {
+			return nil, fmt.Errorf("outbox backlogs: %w", err)
+		}
+		b.Oldest = fromUs(oldest)
+		out[peer] = b
+	}
+	return out, rows.Err()
+}
+
 // Counts returns the number of rows in each state.
 func (o *Outbox) Counts(ctx context.Context) (map[OutboxState]int64, error) {
 	out := map[OutboxState]int64{}

@@ -107,6 +107,13 @@ func TestOutboxStepsAreInTheLogAndRebuildTheOutbox(t *testing.T) {
 	for _, st := range steps {
 		require.Equal(t, "beta.beam.directory", st.Peer)
 	}
+	// The operator's status shows the peer's backlog.
+	status, err := alpha.node.Status(ctx)
+	require.NoError(t, err)
+	bl := status.(map[string]any)["backlog"].(map[string]Backlog)["beta.beam.directory"]
+	require.EqualValues(t, 1, bl.Depth)
+	require.False(t, bl.Oldest.IsZero())
+	require.Contains(t, bl.LastError, "beta.beam.directory")
 
 	// Unpinning beta kills the row: DEAD rides on the dead_letter event.
 	_, err = alpha.node.RemovePeer(ctx, "beta.beam.directory")
