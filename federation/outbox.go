@@ -259,8 +259,11 @@ func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]Claim,
 		return nil, errors.New("outbox claim: empty relay id")
 	}
 	now := fromUs(us(o.clock()))
-	cands, err := o.query(ctx, `WHERE status = ? AND available_at <= ? ORDER BY available_at, id LIMIT ?`,
-		string(Pending), us(now), limit)
+	// Rows whose intent can take no step (acked, or queued by the bus) are
+	// not candidates, so they never hold up the rows behind them.
+	cands, err := o.query(ctx, `WHERE status = ? AND available_at <= ? AND NOT EXISTS (SELECT 1 FROM intent_log i
+   WHERE i.nonce = federation_outbox.nonce AND i.status IN (?, ?)) ORDER BY available_at, id LIMIT ?`,
+		string(Pending), us(now), string(tracing.Acked), string(tracing.Queued), limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", err)
 	}

@@ -239,3 +239,25 @@ func TestDeadCrossDirectoryMessageIsRequeuedLikeAnyDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rows, 2, "the requeued attempt has a row of its own")
 }
+
+// TestOutboxRowsOfAckedIntentsDoNotHoldUpClaims: a PENDING row whose
+// intent is already acked takes no step, is not claimed, and does not
+// keep the rows behind it from being claimed.
+func TestOutboxRowsOfAckedIntentsDoNotHoldUpClaims(t *testing.T) {
+	t.Parallel()
+	b := setupOutbox(t)
+	ctx := context.Background()
+	first := b.enqueue()
+	r := b.get(first)
+	for _, st := range []tracing.State{tracing.Dispatched, tracing.Delivered, tracing.Acked} {
+		_, err := b.log.Append(ctx, tracing.Event{Nonce: r.Nonce, State: st})
+		require.NoError(t, err)
+	}
+	second := b.enqueue()
+	c := b.claimOne("relay-1")
+	require.Equal(t, second, c.ID)
+	require.Equal(t, Pending, b.get(first).State)
+	tr, err := b.log.Trace(ctx, c.Nonce)
+	require.NoError(t, err)
+	require.Equal(t, []OutboxState{Pending, Claimed}, stepStates(t, tr))
+}
