@@ -87,6 +87,26 @@ func TestBeam2AcrossFederation(t *testing.T) {
 	require.Equal(t, resultJWS, eventOf(t, btr, tracing.Acked).Details.Extra["resultJWS"])
 	require.Equal(t, resultJWS, eventOf(t, alpha.trace(f.Nonce), tracing.Acked).Details.Extra["resultJWS"])
 
+	// The Go SDK speaking beam/2 gets the same: it verifies the result JWS
+	// against the key its own directory looks up for the peer's agent.
+	sID, err := agents.GenerateIdentity("s@alpha.beam.directory")
+	require.NoError(t, err)
+	sdk, err := agents.NewClient(agents.ClientConfig{DirectoryURL: alpha.srv.URL, Identity: sID, Protocol: agents.ProtocolBeam2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sdk.Close() })
+	_, err = sdk.Register(ctx, "s", nil)
+	require.NoError(t, err)
+	sres, err := sdk.Send(ctx, "b@beta.beam.directory", "task", map[string]any{"n": 2})
+	require.NoError(t, err)
+	require.True(t, sres.Success)
+	in = <-got
+	require.NotEmpty(t, in.JWS)
+	look, err := sdk.Lookup(ctx, "b@beta.beam.directory")
+	require.NoError(t, err)
+	require.Equal(t, wire.EncodePublicKey(bID.Public), look.PublicKey)
+	_, err = sdk.Lookup(ctx, "nobody@beta.beam.directory")
+	require.ErrorContains(t, err, "NOT_FOUND", "an agent the peer does not know is still not found")
+
 	// A JWS signed with another key than a's is refused.
 	_, rogue, err := wire.GenerateKey()
 	require.NoError(t, err)

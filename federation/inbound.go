@@ -12,6 +12,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -320,4 +321,19 @@ func (n *Node) admitted(m *Message) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return at, true
+}
+
+// lookupRemote resolves a peer's agent for the registry's lookup endpoint
+// (cached like the keys of forwarded senders).
+func (n *Node) lookupRemote(ctx context.Context, beamID string) (registry.RemoteKey, bool) {
+	peer, ok := n.PeerFor(beamID)
+	if !ok {
+		return registry.RemoteKey{}, false
+	}
+	pub, err := n.resolveKey(ctx, peer, beamID)
+	if err != nil {
+		n.lg.Debug("lookup of a peer's agent", "peer", peer, "beamId", beamID, "err", err)
+		return registry.RemoteKey{}, false
+	}
+	return registry.RemoteKey{BeamID: beamID, PublicKey: wire.EncodePublicKey(pub), Directory: peer, Remote: true}, true
 }

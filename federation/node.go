@@ -252,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	cfg.Directory.SetRemote(n)
 	// Nobody may register an ID in a pinned peer's domain here.
 	cfg.Registry.SetForeignDomains(n.isPeerDomain)
+	cfg.Registry.SetRemoteLookup(n.lookupRemote)
 	return n, nil
 }
 
