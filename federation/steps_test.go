@@ -167,7 +167,8 @@ func TestOutboxStepsAreInTheLogAndRebuildTheOutbox(t *testing.T) {
 	live := outboxSnapshot(t, alpha)
 	require.Len(t, live, 2)
 	_, err = alpha.log.Do(ctx, func(tx *sqlx.Tx) error {
-		if _, err := tx.Exec(`UPDATE federation_outbox SET status = 'PENDING', attempts = 99, last_error = 'x'`); err != nil {
+		// (Not to PENDING: the live relay would claim the damaged row.)
+		if _, err := tx.Exec(`UPDATE federation_outbox SET status = 'DEAD', attempts = 99, last_error = 'x'`); err != nil {
 			return err
 		}
 		_, err := tx.Exec(`DELETE FROM federation_outbox WHERE id = ?`, pub[0].ID)
