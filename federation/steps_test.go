@@ -48,6 +48,28 @@ func stepsOf(t *testing.T, tr []tracing.Event) []Step {
 	return out
 }
 
+// lifecycle returns the states of a trace with the annotations (an event
+// in the state of the one before it, like the outbox's steps) folded away.
+func lifecycle(tr []tracing.Event) []tracing.State {
+	var out []tracing.State
+	for _, st := range states(tr) {
+		if len(out) == 0 || out[len(out)-1] != st {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// requireOutboxSteps checks that a forwarded intent's steps begin with
+// PENDING, CLAIMED and end with want, alternating retries between.
+func requireOutboxSteps(t *testing.T, tr []tracing.Event, want OutboxState) {
+	t.Helper()
+	got := stepStates(t, tr)
+	require.GreaterOrEqual(t, len(got), 3, "%v", got)
+	require.Equal(t, []OutboxState{Pending, Claimed}, got[:2], "%v", got)
+	require.Equal(t, want, got[len(got)-1], "%v", got)
+}
+
 // stepStates returns the outbox states of the steps in a trace.
 func stepStates(t *testing.T, tr []tracing.Event) []OutboxState {
 	t.Helper()
@@ -219,10 +241,18 @@ func TestDeadCrossDirectoryMessageIsRequeuedLikeAnyDeadLetter(t *testing.T) {
 		return agents.Success(nil)
 	})
 	a := sdkAt(t, front.url, "a@alpha.beam.directory")
+	// The link to beta is up first, so that the row dies of b being
+	// offline, not of the link.
+	require.Eventually(t, func() bool {
+		links, err := alpha.node.Links(ctx)
+		require.NoError(t, err)
+		return len(links) == 1 && links[0].Connected != nil && *links[0].Connected
+	}, 30*time.Second, 20*time.Millisecond)
 
 	rec, err := a.SendDurable(ctx, "b@beta.beam.directory", "task.run", map[string]any{}, nil)
 	require.NoError(t, err)
 	alpha.waitMessage(rec.Nonce, tracing.DeadLetter)
+	require.Contains(t, eventOf(t, alpha.trace(rec.Nonce), tracing.DeadLetter).Details.Error, "OFFLINE")
 	steps := stepStates(t, alpha.trace(rec.Nonce))
 	require.Equal(t, Dead, steps[len(steps)-1])
 
@@ -234,6 +264,13 @@ func TestDeadCrossDirectoryMessageIsRequeuedLikeAnyDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	defer func() {
+		if t.Failed() {
+			for _, ev := range alpha.trace(rec.Nonce) {
+				t.Logf("%s %s %v", ev.State, ev.Transport, ev.Details.Extra)
+			}
+		}
+	}()
 	alpha.waitMessage(rec.Nonce, tracing.Acked)
 	require.EqualValues(t, 1, delivered.Load())
 	rows, err := alpha.node.outbox.Rows(ctx, "", 10)

@@ -137,7 +137,7 @@ func TestVouchedDurableSendsAcrossDirectories(t *testing.T) {
 		require.Equal(t, betaAtt.KeyID(), in.Attested.KeyID)
 
 		atr := alpha.trace(rec.Nonce)
-		require.Equal(t, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Dispatched, tracing.Delivered, tracing.Acked}, states(atr))
+		require.Equal(t, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Delivered, tracing.Acked}, lifecycle(atr))
 		require.Equal(t, c.auth, atr[1].Details.Extra["vouchedAuth"], "alpha says how it authenticated the sender")
 		btr := beta.trace(rec.Nonce)
 		require.Equal(t, "alpha.beam.directory", btr[0].Details.Extra["vouchedBy"])
