@@ -106,14 +106,17 @@
 // and each attempt is handed to the federation outbox instead of a local
 // session: Remote.Forward commits the dispatched event (transport
 // federation, details.peer) and the outbox row in one transaction, and the
-// send answers "dispatched" at once. The relay publishes the sender's
-// signed frame verbatim until the peer answers — retrying with backoff
-// while the peer is down — and records the outcome on the nonce
-// (delivered, acked or failed; dead_letter when the row dies); the bus's
-// outcome hook (Remote.SetBusOutcome) then counts it and notifies the
-// sender. Only a sender-signed beam/1 frame can be forwarded (the peer
-// verifies the agent's signature): API-key, bus-key and JWS sends to a
-// peer's agent are refused with 400 SIGNED_FRAME_REQUIRED. Recover and
+// send answers "dispatched" at once. The relay publishes the frame until
+// the peer answers — retrying with backoff while the peer is down — and
+// records the outcome on the nonce (delivered, acked or failed;
+// dead_letter when the row dies); the bus's outcome hook
+// (Remote.SetBusOutcome) then counts it and notifies the sender. A
+// sender-signed beam/1 frame travels verbatim (the peer verifies the
+// agent's signature); API-key, bus-key and JWS sends travel as an unsigned
+// frame this directory vouches for in its signed federation message, which
+// the peer delivers attested, refusing it (SENDER_SIGNATURE_REQUIRED, the
+// message's failed outcome) for an agent that requires sender signatures.
+// Recover and
 // Tick leave messages dispatched through federation to the outbox; the
 // bus's own schedule does not apply to them (the recipient's failure
 // result ends the message failed).
@@ -144,7 +147,7 @@
 //
 // {"error","errorCode"} (plus "reason" for lease conflicts): 400
 // INVALID_JSON, MISSING_REQUIRED_FIELDS, INVALID_PAYLOAD, INVALID_STATUS,
-// MISSING_MESSAGE_ID, MISSING_AGENT, SIGNED_FRAME_REQUIRED; 401 UNAUTHORIZED; 403 FORBIDDEN,
+// MISSING_MESSAGE_ID, MISSING_AGENT; 401 UNAUTHORIZED; 403 FORBIDDEN,
 // SENDER_SIGNATURE_REQUIRED; 404
 // UNKNOWN_AGENT, MESSAGE_NOT_FOUND; 409 NONCE_REUSE_CONFLICT, IN_PROGRESS,
 // INVALID_STATE; 413 PAYLOAD_TOO_LARGE (body over 64 KiB, or a delivered

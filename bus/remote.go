@@ -2,17 +2,21 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
 )
 
-// CodeSignedFrameRequired: a durable send to an agent of a peer directory
-// was not a sender-signed beam/1 frame. The peer verifies the agent's
-// signature on the frame, which the bus forwards verbatim.
+// CodeSignedFrameRequired: a forwarded message had no frame to carry. A
+// sender-signed frame travels verbatim; every other send (API key, bus
+// key, beam/2 JWS) travels as an unsigned frame the origin directory
+// vouches for in its signed federation message.
 const CodeSignedFrameRequired = "SIGNED_FRAME_REQUIRED"
 
 // Remote is the federation router through which the bus sends to agents of
@@ -62,36 +66,35 @@ func (b *Bus) remotePeer(to string) string {
 	return ""
 }
 
-// checkRemoteSend refuses a send to a peer's agent that the peer could not
-// authenticate: only a sender-signed beam/1 frame is forwarded.
-func checkRemoteSend(req *sendRequest, peer string) *apiError {
-	if req.auth == directory.BusAuthSignature && req.frame != nil {
-		return nil
-	}
-	return errf(http.StatusBadRequest, CodeSignedFrameRequired,
-		"%s is served by the peer directory %s: a durable send to it must be a frame signed by %s (the peer verifies the signature); %s authentication cannot be forwarded",
-		req.to, peer, req.from, req.auth)
-}
-
 // forward starts attempt prev+1 of row through the federation outbox: the
 // dispatched event (transport federation, details.peer) and the outbox row
 // are committed together, and the relay publishes the sender's signed frame
-// verbatim until the peer answers. The caller holds the nonce's lock.
+// verbatim (or, for a sender this directory authenticated otherwise, an
+// unsigned frame it vouches for) until the peer answers. The caller holds
+// the nonce's lock.
 func (b *Bus) forward(r Remote, peer string, row tracing.MessageRow, first tracing.Details, prev int) error {
-	auth, _ := first.Extra["auth"].(string)
-	if auth != directory.BusAuthSignature || len(first.Frame) == 0 {
+	admitted := time.UnixMicro(int64(row.CreatedAt * 1e6))
+	frame, auth, err := remoteFrame(row, first, admitted)
+	if err != nil {
 		return b.retry(row, prev, transportBus, CodeSignedFrameRequired,
-			"recipient "+row.Recipient+" is served by the peer directory "+peer+"; only a sender-signed frame can be forwarded",
+			"recipient "+row.Recipient+" is served by the peer directory "+peer+": "+err.Error(),
 			nil, map[string]any{"peer": peer}, nil, false)
 	}
 	n := prev + 1
 	disp := event(row, tracing.Dispatched, directory.TransportFederation, n)
 	disp.Details.TimeoutMs = b.cfg.DeliveryTimeout.Milliseconds()
 	disp.Details.Extra = map[string]any{"peer": peer, "hop": 1}
+	if auth != directory.BusAuthSignature {
+		// The peer attests the frame; this directory vouches for the sender.
+		disp.Details.Extra["vouchedAuth"] = auth
+	}
 	req := directory.ForwardRequest{
 		Nonce: row.Nonce, From: row.Sender, To: row.Recipient, IntentType: row.Intent,
-		Frame: first.Frame, Peer: peer, Owner: tracing.OwnerBus, Attempt: n, Timeout: b.cfg.DeliveryTimeout,
-		Admitted: time.UnixMicro(int64(row.CreatedAt * 1e6)),
+		Frame: frame, Peer: peer, Owner: tracing.OwnerBus, Attempt: n, Timeout: b.cfg.DeliveryTimeout,
+		Admitted: admitted,
+	}
+	if auth != directory.BusAuthSignature {
+		req.VouchedAuth = auth
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
@@ -149,4 +152,42 @@ func (b *Bus) remoteOutcome(nonce string) {
 func (b *Bus) viaFederation(ctx context.Context, nonce string) bool {
 	ir, ok, err := b.log.Intent(ctx, nonce)
 	return err == nil && ok && ir.Transport == directory.TransportFederation
+}
+
+// remoteFrame is the frame a forwarded message carries and how its sender
+// was authenticated: the sender-signed frame verbatim, or an unsigned frame
+// built from the message (its nonce, timestamped at admission, so every
+// attempt carries the same frame) that the origin directory vouches for in
+// its signed federation message; the peer delivers it attested.
+func remoteFrame(row tracing.MessageRow, first tracing.Details, admitted time.Time) ([]byte, string, error) {
+	auth, _ := first.Extra["auth"].(string)
+	if auth == directory.BusAuthSignature {
+		if len(first.Frame) == 0 {
+			return nil, "", errors.New("the signed frame was not recorded")
+		}
+		return first.Frame, auth, nil
+	}
+	if auth == "" {
+		auth = directory.BusAuthAPIKey
+	}
+	f := wire.NewIntentFrame(row.Sender, row.Recipient, row.Intent, json.RawMessage(row.Payload), admitted)
+	f.Nonce = row.Nonce
+	raw, err := f.DeliveryJSON()
+	if err != nil {
+		return nil, "", fmt.Errorf("build the frame: %w", err)
+	}
+	return raw, auth, nil
+}
+
+// unknownRecipient is the refusal of a send to an agent that is neither
+// local nor served by a pinned peer. With federation it says so: messages
+// are not forwarded through an intermediate directory, so a domain this
+// directory does not peer with cannot be reached.
+func (b *Bus) unknownRecipient(to string) *apiError {
+	if b.remoteRouter() == nil {
+		return errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", to)
+	}
+	return errf(http.StatusNotFound, CodeUnknownAgent,
+		"recipient %s is not registered here and no pinned peer directory serves its domain "+
+			"(federation does not forward through intermediate directories: pin its directory as a peer)", to)
 }

@@ -541,7 +541,7 @@ func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Ag
 		return
 	}
 	if !registered {
-		d.fail(inf, pre, CodeUnknownAgent, fmt.Sprintf("Agent %s is not registered here and no pinned peer serves its domain", f.To), true, nil)
+		d.fail(inf, pre, CodeUnknownAgent, fmt.Sprintf("Agent %s is not registered here and no pinned peer serves its domain (federation does not forward through intermediate directories)", f.To), true, nil)
 		return
 	}
 	if agent.HTTPEndpoint != "" {

@@ -53,6 +53,15 @@ type ForwardRequest struct {
 	// peer long after the frame's timestamp; the peer checks the window
 	// against this instant, which the origin's signature vouches for.
 	Admitted time.Time
+	// VouchedAuth is how this directory authenticated the sender of an
+	// unsigned frame (api-key, bus-key, jws): the peer delivers such a
+	// frame attested, vouched for by this directory. Empty for a frame
+	// the sender signed.
+	VouchedAuth string
+	// JWS is the sender's beam/2 envelope of a beam/2 intent (Frame is its
+	// payload); it travels with the frame so that the recipient verifies
+	// it end to end.
+	JWS string
 }
 
 // linkReporter is a Remote that knows whether its link to a peer is down.
@@ -114,7 +123,7 @@ func (d *Directory) routeRemote(inf *inflight, f *wire.IntentFrame, pre []tracin
 	req := ForwardRequest{
 		Nonce: inf.nonce, From: inf.from, To: inf.to, IntentType: inf.intentType,
 		Frame: frame, Peer: peer, Owner: tracing.OwnerDirectory, Attempt: inf.attempt,
-		Timeout: inf.timeout, Deadline: inf.start.Add(inf.timeout),
+		Timeout: inf.timeout, Deadline: inf.start.Add(inf.timeout), JWS: inf.jws,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
@@ -156,4 +165,16 @@ func (d *Directory) SettleRemote(nonce string) (finish func(res []byte, rerr *Re
 // from the public key its home directory vouched for.
 func RemoteSender(beamID string, pub []byte) registry.Agent {
 	return registry.Agent{BeamID: beamID, PublicKey: pub, PublicKeyB64: wire.EncodePublicKey(pub)}
+}
+
+// NoteRemoteResultJWS hands the recipient's beam/2 result JWS of a
+// forwarded intent to its waiting sender (call it before the finish of
+// SettleRemote); it does nothing when no sender of this process waits.
+func (d *Directory) NoteRemoteResultJWS(nonce, token string) {
+	d.mu.Lock()
+	inf := d.claims[nonce]
+	d.mu.Unlock()
+	if inf != nil && inf.resultJWS != nil && token != "" {
+		inf.resultJWS.set(token)
+	}
 }

@@ -19,17 +19,25 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
+// attestingPair starts alpha and beta, peered, beta with an attester the
+// test knows.
+func attestingPair(t *testing.T) (alpha, beta *fedDir, betaAtt *attest.Attester) {
+	t.Helper()
+	betaAtt, err := attest.Ephemeral("beta.beam.directory")
+	require.NoError(t, err)
+	alpha = startDir(t, "alpha.beam.directory", "", "", nil)
+	beta = startDir(t, "beta.beam.directory", "", "", nil, func(c *directory.Config) { c.Attester = betaAtt })
+	pin(t, alpha, beta)
+	return alpha, beta, betaAtt
+}
+
 // TestVouchedFrameIsAttestedByTheTargetDirectory: an unsigned frame from
 // an API-key session at alpha reaches b@beta vouched for by alpha; beta
 // delivers it attested by its own key with auth "peer" and vouchedBy
 // alpha, and records that on its dispatched event.
 func TestVouchedFrameIsAttestedByTheTargetDirectory(t *testing.T) {
 	t.Parallel()
-	betaAtt, err := attest.Ephemeral("beta.beam.directory")
-	require.NoError(t, err)
-	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
-	beta := startDir(t, "beta.beam.directory", "", "", nil, func(c *directory.Config) { c.Attester = betaAtt })
-	pin(t, alpha, beta)
+	alpha, beta, betaAtt := attestingPair(t)
 
 	b := beta.agent("b")
 	got := make(chan *agents.Intent, 1)

@@ -2,10 +2,8 @@ package federation
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,10 +29,13 @@ type busFront struct {
 	url  string
 }
 
+// testBusKey is the operator bus key of startBus's buses.
+const testBusKey = "test-bus-key"
+
 func startBus(t *testing.T, d *fedDir) *busFront {
 	t.Helper()
 	prom := prometheus.NewRegistry()
-	b, err := bus.New(bus.Config{Log: d.log, Directory: d.dir, Registry: d.reg, Registerer: prom,
+	b, err := bus.New(bus.Config{Log: d.log, Directory: d.dir, Registry: d.reg, Registerer: prom, BusAPIKey: testBusKey,
 		Remote: d.node, TickInterval: 20 * time.Millisecond, DeliveryTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	_, err = b.Recover(context.Background())
@@ -121,7 +122,8 @@ func TestBusForwardsDurableSendsToPeers(t *testing.T) {
 	require.NoError(t, err)
 	alpha.waitMessage(rec.Nonce, tracing.Acked)
 	tr := alpha.trace(rec.Nonce)
-	require.Equal(t, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Delivered, tracing.Acked}, states(tr))
+	require.Equal(t, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Delivered, tracing.Acked}, lifecycle(tr))
+	requireOutboxSteps(t, tr, Published)
 	require.Equal(t, "federation", tr[1].Transport)
 	require.Equal(t, "beta.beam.directory", tr[1].Details.Extra["peer"])
 	require.Eventually(t, func() bool { return front.outcomes(t, "acked") == 1 }, 10*time.Second, 10*time.Millisecond,
@@ -136,24 +138,19 @@ func TestBusForwardsDurableSendsToPeers(t *testing.T) {
 	alpha.waitMessage(rec2.Nonce, tracing.Failed)
 	require.Eventually(t, func() bool { return front.outcomes(t, "failed") == 1 }, 10*time.Second, 10*time.Millisecond)
 
-	// An API-key send to a peer's agent cannot be forwarded.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, front.url+"/v1/beam/send",
-		strings.NewReader(`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run"}`))
-	require.NoError(t, err)
-	req.Header.Set("x-api-key", a.APIKey())
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
-	require.Contains(t, string(body), bus.CodeSignedFrameRequired)
+	// An API-key send to a peer's agent is forwarded, vouched for by alpha.
+	status, body := busSend(t, ctx, front.url, "x-api-key", a.APIKey(),
+		`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run"}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	rec3 := decodeSend(t, body)
+	alpha.waitMessage(rec3.Nonce, tracing.Acked)
 
 	// A domain no peer serves is still an unknown recipient.
 	_, err = a.SendDurable(ctx, "x@gamma.beam.directory", "task.run", map[string]any{}, nil)
 	require.ErrorContains(t, err, "UNKNOWN_AGENT")
 
 	mu.Lock()
-	require.Equal(t, map[string]int{rec.Nonce: 1, rec2.Nonce: 1}, seen)
+	require.Equal(t, map[string]int{rec.Nonce: 1, rec2.Nonce: 1, rec3.Nonce: 1}, seen)
 	mu.Unlock()
 }
 

@@ -52,7 +52,9 @@
 // dropped (reason "replay"). An invalid message is never answered; it is
 // logged and counted by reason. Kinds:
 //
-//   - intent: the agent's frame verbatim, nonce, hop (≤ MaxHops) and path
+//   - intent: the agent's frame verbatim (and, for a beam/2 intent, the
+//     sender's JWS, verified by the target and delivered verbatim; the
+//     recipient's result JWS comes back in the result), nonce, hop (≤ MaxHops) and path
 //     (loop detection), timeout, the outbox event id. The target resolves
 //     the sender's key from its home directory (resolve, cached KeyTTL),
 //     verifies the agent's signature itself (an unsigned frame — a durable
@@ -98,6 +100,11 @@
 // Forward (the node implements bus.Remote) and registers SetBusOutcome,
 // called with the nonce after each outcome of a bus-owned row is committed
 // (PUBLISHED with delivered/acked/failed, or DEAD with dead_letter).
+//
+// Every transition of a row is also an event of its intent (details.outbox,
+// a Step), in the same transaction: the table is a projection of the log,
+// refolded by RebuildOutbox (beam replay), and the steps show in the
+// intent's trace. A row whose intent is acked takes no more steps.
 //
 // The package must not write SQLite except through tracing.Log.Do, must
 // not deliver to local agents itself (the directory does), and keeps no

@@ -204,10 +204,13 @@ func TestThreeDirectoriesWSAndHTTP(t *testing.T) {
 	// Both traces show the full path, linked by the nonce.
 	for _, nonce := range []string{res.Nonce, res2.Nonce} {
 		origin := alpha.trace(nonce)
-		require.Equal(t, []tracing.State{tracing.Received, tracing.Validated, tracing.Dispatched, tracing.Delivered, tracing.Acked}, states(origin))
+		// The dispatched annotations are the outbox's steps.
+		require.Equal(t, []tracing.State{tracing.Received, tracing.Validated, tracing.Dispatched,
+			tracing.Delivered, tracing.Acked}, lifecycle(origin))
 		require.Equal(t, directory.TransportFederation, origin[2].Transport)
 		require.Equal(t, "beta.beam.directory", origin[2].Details.Extra["peer"])
-		require.Equal(t, "beta.beam.directory", origin[4].Details.Extra["peer"])
+		requireOutboxSteps(t, origin, Published)
+		require.Equal(t, "beta.beam.directory", origin[len(origin)-1].Details.Extra["peer"])
 		target := beta.trace(nonce)
 		require.Equal(t, []tracing.State{tracing.Received, tracing.Validated, tracing.Dispatched, tracing.Delivered, tracing.Acked}, states(target))
 		require.Equal(t, directory.OriginFederation, target[0].Transport)
@@ -342,20 +345,21 @@ func TestDurableSendsCompleteWhenPeerReturns(t *testing.T) {
 	require.Equal(t, int64(n), counts[Published])
 	require.Zero(t, counts[Dead])
 
-	// Operator replay of a PUBLISHED row publishes again; the receiver
-	// deduplicates (cached result), the agent is not called again.
+	// Operator replay of the PUBLISHED row of an acked intent is refused:
+	// the peer's outcome is committed, nothing is left to publish.
 	rows, err := alpha.node.Outbox().Rows(context.Background(), Published, 1)
 	require.NoError(t, err)
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/federation/outbox/%d/replay", alpha.srv.URL, rows[0].ID), nil)
 	req.Header.Set("X-Admin-Token", "op")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Eventually(t, func() bool {
-		r, _, err := alpha.node.Outbox().Get(context.Background(), rows[0].ID)
-		return err == nil && r.State == Published && r.Attempts == 0 && !r.PublishedAt.IsZero()
-	}, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, http.StatusConflict, resp.StatusCode, string(body))
+	require.Contains(t, string(body), "INTENT_FINISHED")
+	r, _, err := alpha.node.Outbox().Get(context.Background(), rows[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, Published, r.State)
 	mu.Lock()
 	require.Equal(t, 1, deliveries[rows[0].Nonce])
 	mu.Unlock()
@@ -440,13 +444,7 @@ func TestSecurityRejections(t *testing.T) {
 		require.NoError(t, wire.SignIntent(f, aPriv))
 		return f
 	}
-	reply := func(tok []byte) *Message {
-		msg, err := nc.Request(subj, tok, 10*time.Second)
-		require.NoError(t, err)
-		m, err := open(msg.Data, "alpha.beam.directory", "beta.beam.directory", KindResult, alpha.node.pinnedKey, time.Now())
-		require.NoError(t, err)
-		return m
-	}
+	reply := func(tok []byte) *Message { return requestReply(t, nc, subj, tok, alpha) }
 
 	// A valid message is accepted (control).
 	good := intentMsg(signed("b@beta.beam.directory"))

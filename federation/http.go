@@ -165,6 +165,9 @@ func (n *Node) handleReplay(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &te):
 		writeErr(w, http.StatusConflict, "INVALID_TRANSITION", te.Error())
 		return
+	case errors.Is(err, ErrIntentFinished):
+		writeErr(w, http.StatusConflict, "INTENT_FINISHED", "outbox row "+strconv.FormatInt(id, 10)+": "+err.Error())
+		return
 	case err != nil:
 		writeErr(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
 		return

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -137,7 +139,21 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 	if at, ok := n.admitted(m); ok {
 		opts.AdmittedAt = at
 	}
-	if f.Signature != "" {
+	switch {
+	case m.JWS != "":
+		// A beam/2 intent: the relay verifies the sender's JWS against
+		// the resolved key and delivers it verbatim.
+		if err := verifyIntentJWS(m.JWS, f, pub); err != nil {
+			n.forgetKey(f.From)
+			pub2, e := n.resolveKey(ctx, peer, f.From)
+			if e != nil || verifyIntentJWS(m.JWS, f, pub2) != nil {
+				n.rejected(rejectf(RejectSender, "JWS of %s on %s does not verify: %v", f.From, f.Nonce, err), peer)
+				return errorReply(directory.CodeInvalidIntent, "JWS verification failed")
+			}
+			pub = pub2
+		}
+		opts.JWS = m.JWS
+	case f.Signature != "":
 		if err := f.Verify(pub); err != nil {
 			// Try once more with a fresh key: the agent may have rotated.
 			n.forgetKey(f.From)
@@ -150,11 +166,14 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 		}
 		// Relay verifies it again against opts.Sender, the key it just
 		// verified with.
-	} else {
+	default:
 		// Unsigned frames (a durable send) are vouched for by the origin
 		// directory's signature on the message.
 		opts = opts.VouchedByPeer(peer)
 		extra["vouchedBy"] = peer
+		if m.VouchedAuth != "" {
+			extra["vouchedAuth"] = truncate(m.VouchedAuth)
+		}
 	}
 	sender := directory.RemoteSender(f.From, pub)
 	opts.Sender = &sender
@@ -165,12 +184,45 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 	opts.Timeout = min(max(timeout, time.Second), MaxIntentTimeout)
 	res, rerr := n.cfg.Directory.Relay(ctx, f, opts)
 	if rerr == nil {
-		return &Message{Status: StatusResult, Result: string(res), Delivered: true}
+		return &Message{Status: StatusResult, Result: string(res), Delivered: true, ResultJWS: n.resultJWS(ctx, f.Nonce)}
 	}
 	out := errorReply(rerr.Code, rerr.Message)
 	out.Result = string(rerr.Result)
 	out.Delivered = n.wasDelivered(ctx, f.Nonce)
 	return out
+}
+
+// verifyIntentJWS checks a forwarded beam/2 envelope: signed by the
+// frame's sender with pub, its payload byte for byte the forwarded frame.
+func verifyIntentJWS(token string, f *wire.IntentFrame, pub ed25519.PublicKey) error {
+	payload, _, err := wire.VerifyJWS(token, wire.TypIntentJWS, func(kid string) (ed25519.PublicKey, error) {
+		if kid != f.From {
+			return nil, errors.New("kid is not the intent's sender")
+		}
+		return pub, nil
+	})
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(payload, f.Raw) {
+		return errors.New("payload is not the forwarded frame")
+	}
+	return nil
+}
+
+// resultJWS returns the recipient's beam/2 result JWS this directory
+// recorded for nonce, or "".
+func (n *Node) resultJWS(ctx context.Context, nonce string) string {
+	trace, err := n.cfg.Log.Trace(ctx, nonce)
+	if err != nil {
+		return ""
+	}
+	for i := len(trace) - 1; i >= 0; i-- {
+		if t, ok := trace[i].Details.Extra["resultJWS"].(string); ok {
+			return t
+		}
+	}
+	return ""
 }
 
 // wasDelivered reports whether this directory recorded delivered for nonce.
@@ -269,4 +321,19 @@ func (n *Node) admitted(m *Message) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return at, true
+}
+
+// lookupRemote resolves a peer's agent for the registry's lookup endpoint
+// (cached like the keys of forwarded senders).
+func (n *Node) lookupRemote(ctx context.Context, beamID string) (registry.RemoteKey, bool) {
+	peer, ok := n.PeerFor(beamID)
+	if !ok {
+		return registry.RemoteKey{}, false
+	}
+	pub, err := n.resolveKey(ctx, peer, beamID)
+	if err != nil {
+		n.lg.Debug("lookup of a peer's agent", "peer", peer, "beamId", beamID, "err", err)
+		return registry.RemoteKey{}, false
+	}
+	return registry.RemoteKey{BeamID: beamID, PublicKey: wire.EncodePublicKey(pub), Directory: peer, Remote: true}, true
 }

@@ -71,6 +71,13 @@ type Message struct {
 	// Admitted is when the origin admitted a durable (bus-owned) frame,
 	// unix ms: the target checks the frame's replay window against it.
 	Admitted int64 `json:"admitted,omitempty"`
+	// VouchedAuth is how the origin authenticated the sender of an
+	// unsigned frame (api-key, bus-key, jws); the target records it with
+	// the attested delivery.
+	VouchedAuth string `json:"vouchedAuth,omitempty"`
+	// JWS is the sender's beam/2 envelope of the intent (Frame is its
+	// payload), verified by the target against the sender's key.
+	JWS string `json:"jws,omitempty"`
 
 	// Results.
 	Status    string `json:"status,omitempty"` // StatusResult or StatusError
@@ -78,6 +85,9 @@ type Message struct {
 	Error     string `json:"error,omitempty"`
 	Result    string `json:"result,omitempty"` // a result frame, verbatim
 	Delivered bool   `json:"delivered,omitempty"`
+	// ResultJWS is the recipient's beam/2 result JWS (Result is its
+	// payload), verbatim.
+	ResultJWS string `json:"resultJws,omitempty"`
 
 	// Resolution.
 	BeamID    string `json:"beamId,omitempty"`

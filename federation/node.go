@@ -252,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	cfg.Directory.SetRemote(n)
 	// Nobody may register an ID in a pinned peer's domain here.
 	cfg.Registry.SetForeignDomains(n.isPeerDomain)
+	cfg.Registry.SetRemoteLookup(n.lookupRemote)
 	return n, nil
 }
 
@@ -702,7 +703,8 @@ func (n *Node) housekeeping() {
 }
 
 // Status summarises federation for operators: this directory, its peers with
-// their last contact, and the outbox by state with the dead rows.
+// their last contact and link state, the outbox by state with the dead
+// rows, and each peer's backlog (depth, oldest waiting row, last error).
 func (n *Node) Status(ctx context.Context) (any, error) {
 	counts, err := n.outbox.Counts(ctx)
 	if err != nil {
@@ -719,11 +721,16 @@ func (n *Node) Status(ctx context.Context) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("federation status: %w", err)
 	}
+	backlog, err := n.outbox.Backlogs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("federation status: %w", err)
+	}
 	return map[string]any{
-		"self":   n.Self(),
-		"peers":  n.Peers(),
-		"outbox": counts,
-		"dead":   dead,
-		"links":  links,
+		"self":    n.Self(),
+		"peers":   n.Peers(),
+		"outbox":  counts,
+		"dead":    dead,
+		"links":   links,
+		"backlog": backlog,
 	}, nil
 }

@@ -203,35 +203,54 @@ func nullUs(t time.Time) any {
 	return t.UnixMicro()
 }
 
-// InsertTx writes a PENDING row inside a Log.Do transaction.
-func (o *Outbox) InsertTx(tx *sqlx.Tx, r NewRow) error {
-	if r.EventID == "" || r.Kind == "" || r.Peer == "" {
-		return errors.New("outbox insert: event id, kind and peer are required")
-	}
-	now := o.clock()
-	avail := r.AvailableAt
-	if avail.IsZero() {
-		avail = now
-	}
+// ErrIntentFinished is returned for a replay of a row whose intent is
+// already acked: the peer's outcome is committed and nothing is left to
+// publish (an acked intent takes no further event, so the step could not
+// be logged either).
+var ErrIntentFinished = errors.New("outbox: the intent is already acked; nothing to publish")
+
+// errStale: the row changed between reading it and writing its step.
+var errStale = errors.New("outbox: row changed meanwhile")
+
+// insertRow writes a new row inside a Log.Do transaction.
+func insertRow(tx *sqlx.Tx, r Row) error {
 	if _, err := tx.Exec(`INSERT INTO federation_outbox(event_id, kind, peer, nonce, owner, payload, status, attempts,
-  max_attempts, available_at, deadline, created_at, updated_at) VALUES (?,?,?,?,?,?,?,0,?,?,?,?,?)`,
-		r.EventID, r.Kind, r.Peer, r.Nonce, string(r.Owner), r.Payload, string(Pending), r.MaxAttempts,
-		us(avail), nullUs(r.Deadline), us(now), us(now)); err != nil {
+  max_attempts, available_at, deadline, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		r.EventID, r.Kind, r.Peer, r.Nonce, r.Owner, r.Payload, string(r.State), r.Attempts, r.MaxAttempts,
+		us(r.AvailableAt), nullUs(r.Deadline), us(r.CreatedAt), us(r.UpdatedAt)); err != nil {
 		return fmt.Errorf("outbox insert %s: %w", r.EventID, err)
 	}
 	return nil
 }
 
-// Enqueue writes events and a PENDING row in one transaction.
+// Enqueue writes events and a PENDING row in one transaction; the row's
+// step rides on the last event (normally the dispatched event of its
+// nonce).
 func (o *Outbox) Enqueue(ctx context.Context, r NewRow, events ...tracing.Event) error {
-	if _, err := o.log.Do(ctx, func(tx *sqlx.Tx) error { return o.InsertTx(tx, r) }, events...); err != nil {
+	if r.EventID == "" || r.Kind == "" || r.Peer == "" {
+		return errors.New("outbox insert: event id, kind and peer are required")
+	}
+	now := fromUs(us(o.clock()))
+	avail := now
+	if !r.AvailableAt.IsZero() {
+		avail = fromUs(us(r.AvailableAt))
+	}
+	row := Row{EventID: r.EventID, Kind: r.Kind, Peer: r.Peer, Nonce: r.Nonce, Owner: string(r.Owner), Payload: r.Payload,
+		State: Pending, MaxAttempts: r.MaxAttempts, AvailableAt: avail, Deadline: fromUs(usOrZero(r.Deadline)),
+		CreatedAt: now, UpdatedAt: now}
+	evs, err := o.withStep(ctx, r.Nonce, stepOf(row, true), events)
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", r.EventID, err)
+	}
+	if _, err := o.log.Do(ctx, func(tx *sqlx.Tx) error { return insertRow(tx, row) }, evs...); err != nil {
 		return fmt.Errorf("enqueue %s: %w", r.EventID, err)
 	}
 	return nil
 }
 
 // Claim moves up to limit PENDING rows whose available_at has come to
-// CLAIMED by relayID (claimed_at now, a fresh claim token), oldest first.
+// CLAIMED by relayID (claimed_at now, a fresh claim token), oldest first,
+// each with its CLAIMED step. Rows of acked intents are not claimed.
 func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]Claim, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -239,46 +258,74 @@ func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]Claim,
 	if relayID == "" {
 		return nil, errors.New("outbox claim: empty relay id")
 	}
-	var out []Claim
-	_, err := o.log.Do(ctx, func(tx *sqlx.Tx) error {
-		out = out[:0]
-		now := us(o.clock())
-		rows, err := tx.Query(`UPDATE federation_outbox
-   SET status = ?, claimed_at = ?, claimed_by = ?, claim_token = lower(hex(randomblob(8))), updated_at = ?
- WHERE id IN (SELECT id FROM federation_outbox WHERE status = ? AND available_at <= ?
-               ORDER BY available_at, id LIMIT ?)
- RETURNING `+rowColumns,
-			string(Claimed), now, relayID, now, string(Pending), now, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			r, err := scanRow(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, Claim{r})
-		}
-		return rows.Err()
-	})
+	now := fromUs(us(o.clock()))
+	// Rows whose intent can take no step (acked, or queued by the bus) are
+	// not candidates, so they never hold up the rows behind them.
+	cands, err := o.query(ctx, `WHERE status = ? AND available_at <= ? AND NOT EXISTS (SELECT 1 FROM intent_log i
+   WHERE i.nonce = federation_outbox.nonce AND i.status IN (?, ?)) ORDER BY available_at, id LIMIT ?`,
+		string(Pending), us(now), string(tracing.Acked), string(tracing.Queued), limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", err)
 	}
-	slices.SortFunc(out, func(a, b Claim) int {
-		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
-			return c
+	var claims []Claim
+	var events []tracing.Event
+	for _, r := range cands {
+		c := Claim{r}
+		c.State, c.ClaimedAt, c.ClaimedBy, c.UpdatedAt, c.token = Claimed, now, relayID, now, newID()[:16]
+		evs, err := o.withStep(ctx, r.Nonce, stepOf(c.Row, false), nil)
+		if errors.Is(err, errUnrecordable) {
+			continue
 		}
-		return int(a.ID - b.ID)
-	})
+		if err != nil {
+			return nil, fmt.Errorf("outbox claim: %w", err)
+		}
+		claims, events = append(claims, c), append(events, evs...)
+	}
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	if err := o.claimTx(ctx, claims, events); err == nil {
+		return claims, nil
+	}
+	// An intent moved (or a row changed) meanwhile: claim one by one.
+	var out []Claim
+	for _, c := range claims {
+		evs, err := o.withStep(ctx, c.Nonce, stepOf(c.Row, false), nil)
+		if err != nil {
+			continue
+		}
+		if err := o.claimTx(ctx, []Claim{c}, evs); err == nil {
+			out = append(out, c)
+		}
+	}
 	return out, nil
+}
+
+func (o *Outbox) claimTx(ctx context.Context, claims []Claim, events []tracing.Event) error {
+	_, err := o.log.Do(ctx, func(tx *sqlx.Tx) error {
+		for _, c := range claims {
+			res, err := tx.Exec(`UPDATE federation_outbox SET status = ?, claimed_at = ?, claimed_by = ?, claim_token = ?,
+  updated_at = ? WHERE id = ? AND status = ?`, string(Claimed), us(c.ClaimedAt), c.ClaimedBy, c.token, us(c.UpdatedAt),
+				c.ID, string(Pending))
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				return errStale
+			}
+		}
+		return nil
+	}, events...)
+	return unwrapFn(err)
 }
 
 // fenced runs an update of c's row that must find it CLAIMED by c; it
 // tells a lost claim from a forbidden transition.
 func (o *Outbox) fenced(tx *sqlx.Tx, c Claim, to OutboxState, query string, args ...any) error {
-	res, err := tx.Exec(query+` WHERE id = ? AND status = ? AND claimed_by = ? AND claimed_at = ? AND claim_token = ?`,
-		append(args, c.ID, string(Claimed), c.ClaimedBy, us(c.ClaimedAt), c.token)...)
+	// A claim refolded by RebuildOutbox has no token (tokens are not
+	// logged): IS matches it as NULL.
+	res, err := tx.Exec(query+` WHERE id = ? AND status = ? AND claimed_by = ? AND claimed_at = ? AND claim_token IS ?`,
+		append(args, c.ID, string(Claimed), c.ClaimedBy, us(c.ClaimedAt), nullStr(c.token))...)
 	if err != nil {
 		return fmt.Errorf("outbox row %d → %s: %w", c.ID, to, err)
 	}
@@ -300,41 +347,61 @@ func (o *Outbox) fenced(tx *sqlx.Tx, c Claim, to OutboxState, query string, args
 	return ErrClaimLost
 }
 
-// PublishTx finalizes c as PUBLISHED inside a Log.Do transaction, only if
-// the claim is still c's.
-func (o *Outbox) PublishTx(tx *sqlx.Tx, c Claim) error {
-	now := us(o.clock())
-	return o.fenced(tx, c, Published, `UPDATE federation_outbox SET status = ?, published_at = ?, claimed_at = NULL,
-  claimed_by = NULL, claim_token = NULL, updated_at = ?`, string(Published), now, now)
+// release moves claimed row c to state to (claim cleared, updated now,
+// then change applied) with its step and events in one transaction, only
+// if the claim is still c's. It returns errUnrecordable, and moves
+// nothing, when the intent can take no step (it is acked).
+func (o *Outbox) release(ctx context.Context, c Claim, to OutboxState, change func(r *Row), events []tracing.Event) error {
+	cur, ok, err := o.Get(ctx, c.ID)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return ErrRowNotFound
+	case cur.State != Claimed:
+		return &OutboxTransitionError{ID: c.ID, From: cur.State, To: to}
+	case cur.ClaimedBy != c.ClaimedBy || !cur.ClaimedAt.Equal(c.ClaimedAt) || cur.token != c.token:
+		return ErrClaimLost
+	}
+	r := c.Row
+	r.State, r.ClaimedAt, r.ClaimedBy, r.UpdatedAt = to, time.Time{}, "", fromUs(us(o.clock()))
+	change(&r)
+	evs, err := o.withStep(ctx, c.Nonce, stepOf(r, false), events)
+	if err != nil {
+		return err
+	}
+	_, err = o.log.Do(ctx, func(tx *sqlx.Tx) error {
+		return o.fenced(tx, c, to, `UPDATE federation_outbox SET status = ?, attempts = ?, last_error = ?, available_at = ?,
+  published_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, updated_at = ?`,
+			string(to), r.Attempts, r.LastError, us(r.AvailableAt), nullUs(r.PublishedAt), us(r.UpdatedAt))
+	}, evs...)
+	return unwrapFn(err)
 }
 
-// Publish records events and finalizes c as PUBLISHED in one transaction.
-// A lost claim rejects both (ErrClaimLost).
+// Publish records events and finalizes c as PUBLISHED in one transaction
+// (the step rides on the last event). A lost claim rejects both
+// (ErrClaimLost).
 func (o *Outbox) Publish(ctx context.Context, c Claim, events ...tracing.Event) error {
-	_, err := o.log.Do(ctx, func(tx *sqlx.Tx) error { return o.PublishTx(tx, c) }, events...)
-	return unwrapFn(err)
+	return o.release(ctx, c, Published, func(r *Row) { r.PublishedAt = r.UpdatedAt }, events)
 }
 
 // Retry returns c to PENDING after a failed attempt: attempts+1,
 // last_error, available_at (the backoff), claim cleared.
 func (o *Outbox) Retry(ctx context.Context, c Claim, lastErr string, availableAt time.Time) error {
-	_, err := o.log.Do(ctx, func(tx *sqlx.Tx) error {
-		return o.fenced(tx, c, Pending, `UPDATE federation_outbox SET status = ?, attempts = attempts + 1, last_error = ?,
-  available_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, updated_at = ?`,
-			string(Pending), bounded(lastErr), us(availableAt), us(o.clock()))
-	})
-	return unwrapFn(err)
+	return o.release(ctx, c, Pending, func(r *Row) {
+		r.Attempts++
+		r.LastError = bounded(lastErr)
+		r.AvailableAt = fromUs(us(availableAt))
+	}, nil)
 }
 
 // Kill moves c to DEAD (a termination condition was met) with events in
 // the same transaction; it is never retried automatically.
 func (o *Outbox) Kill(ctx context.Context, c Claim, lastErr string, events ...tracing.Event) error {
-	_, err := o.log.Do(ctx, func(tx *sqlx.Tx) error {
-		return o.fenced(tx, c, Dead, `UPDATE federation_outbox SET status = ?, attempts = attempts + 1, last_error = ?,
-  claimed_at = NULL, claimed_by = NULL, claim_token = NULL, updated_at = ?`,
-			string(Dead), bounded(lastErr), us(o.clock()))
-	}, events...)
-	return unwrapFn(err)
+	return o.release(ctx, c, Dead, func(r *Row) {
+		r.Attempts++
+		r.LastError = bounded(lastErr)
+	}, events)
 }
 
 // Reap returns rows claimed longer ago than lease to PENDING (attempts+1,
@@ -351,46 +418,90 @@ func (o *Outbox) ReapOthers(ctx context.Context, relayID string) (int, error) {
 }
 
 func (o *Outbox) reap(ctx context.Context, cond string, arg any) (int, error) {
-	var n int64
-	_, err := o.log.Do(ctx, func(tx *sqlx.Tx) error {
-		now := us(o.clock())
-		res, err := tx.Exec(`UPDATE federation_outbox SET status = ?, attempts = attempts + 1,
-  last_error = 'claim expired (' || coalesce(claimed_by, '') || ')', available_at = ?,
-  claimed_at = NULL, claimed_by = NULL, claim_token = NULL, updated_at = ?
- WHERE status = ? AND `+cond, string(Pending), now, now, string(Claimed), arg)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	rows, err := o.query(ctx, `WHERE status = ? AND `+cond+` ORDER BY id`, string(Claimed), arg)
 	if err != nil {
 		return 0, fmt.Errorf("outbox reap: %w", err)
 	}
-	return int(n), nil
+	n := 0
+	for _, r := range rows {
+		err := o.release(ctx, Claim{r}, Pending, func(x *Row) {
+			x.Attempts++
+			x.LastError = "claim expired (" + r.ClaimedBy + ")"
+			x.AvailableAt = x.UpdatedAt
+		}, nil)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, errUnrecordable), errors.Is(err, ErrClaimLost):
+		default:
+			var te *OutboxTransitionError
+			if !errors.As(err, &te) {
+				return n, fmt.Errorf("outbox reap: %w", err)
+			}
+		}
+	}
+	return n, nil
 }
 
 // Replay is the operator's replay: a PUBLISHED or DEAD row goes back to
 // PENDING, available now, attempts and last_error reset. Any other state
-// is an *OutboxTransitionError.
+// is an *OutboxTransitionError; a row of an acked intent is
+// ErrIntentFinished.
 func (o *Outbox) Replay(ctx context.Context, id int64) error {
-	_, err := o.log.Do(ctx, func(tx *sqlx.Tx) error {
-		var cur string
-		switch err := tx.Get(&cur, `SELECT status FROM federation_outbox WHERE id = ?`, id); {
-		case errors.Is(err, sql.ErrNoRows):
-			return ErrRowNotFound
-		case err != nil:
+	cur, ok, err := o.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrRowNotFound
+	}
+	if cur.State != Published && cur.State != Dead {
+		return &OutboxTransitionError{ID: id, From: cur.State, To: Pending}
+	}
+	r := cur
+	now := fromUs(us(o.clock()))
+	r.State, r.Attempts, r.LastError, r.AvailableAt, r.Deadline, r.PublishedAt, r.UpdatedAt =
+		Pending, 0, "", now, time.Time{}, time.Time{}, now
+	st := stepOf(r, false)
+	st.Replay = true
+	evs, err := o.withStep(ctx, r.Nonce, st, nil)
+	if errors.Is(err, errUnrecordable) {
+		return ErrIntentFinished
+	}
+	if err != nil {
+		return err
+	}
+	_, err = o.log.Do(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.Exec(`UPDATE federation_outbox SET status = ?, attempts = 0, last_error = '', available_at = ?,
+  deadline = NULL, published_at = NULL, updated_at = ? WHERE id = ? AND status = ? AND updated_at = ?`,
+			string(Pending), us(now), us(now), id, string(cur.State), us(cur.UpdatedAt))
+		if err != nil {
 			return err
 		}
-		if st := OutboxState(cur); st != Published && st != Dead {
-			return &OutboxTransitionError{ID: id, From: OutboxState(cur), To: Pending}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errStale
 		}
-		now := us(o.clock())
-		_, err := tx.Exec(`UPDATE federation_outbox SET status = ?, attempts = 0, last_error = '', available_at = ?,
-  deadline = NULL, published_at = NULL, updated_at = ? WHERE id = ? AND status = ?`, string(Pending), now, now, id, cur)
-		return err
-	})
+		return nil
+	}, evs...)
 	return unwrapFn(err)
+}
+
+// query returns the rows matching a WHERE … clause.
+func (o *Outbox) query(ctx context.Context, where string, args ...any) ([]Row, error) {
+	rows, err := o.log.ReadDB().QueryContext(ctx, `SELECT `+rowColumns+` FROM federation_outbox `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // Get returns one row.
@@ -411,25 +522,51 @@ func (o *Outbox) Rows(ctx context.Context, state OutboxState, limit int) ([]Row,
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
-	q := `SELECT ` + rowColumns + ` FROM federation_outbox`
+	where := ``
 	var args []any
 	if state != "" {
-		q += ` WHERE status = ?`
+		where = `WHERE status = ? `
 		args = append(args, string(state))
 	}
-	q += ` ORDER BY id DESC LIMIT ?`
-	rows, err := o.log.ReadDB().QueryContext(ctx, q, append(args, limit)...)
+	out, err := o.query(ctx, where+`ORDER BY id DESC LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox rows: %w", err)
 	}
+	return out, nil
+}
+
+// Backlog is what waits in the outbox for one peer.
+type Backlog struct {
+	// Depth is the number of PENDING and CLAIMED rows.
+	Depth int64 `json:"depth"`
+	// Oldest is when the oldest waiting row was written (its lag is now
+	// minus Oldest); zero when nothing waits.
+	Oldest time.Time `json:"oldest,omitzero"`
+	// LastError is the error of the most recently failed waiting row.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// Backlogs returns the backlog of every peer that has rows waiting.
+func (o *Outbox) Backlogs(ctx context.Context) (map[string]Backlog, error) {
+	rows, err := o.log.ReadDB().QueryContext(ctx, `SELECT peer, count(*), min(created_at),
+  coalesce((SELECT last_error FROM federation_outbox l WHERE l.peer = w.peer AND l.status IN (?, ?) AND l.last_error <> ''
+            ORDER BY l.updated_at DESC LIMIT 1), '')
+ FROM federation_outbox w WHERE status IN (?, ?) GROUP BY peer`,
+		string(Pending), string(Claimed), string(Pending), string(Claimed))
+	if err != nil {
+		return nil, fmt.Errorf("outbox backlogs: %w", err)
+	}
 	defer rows.Close()
-	var out []Row
+	out := map[string]Backlog{}
 	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, fmt.Errorf("outbox rows: %w", err)
+		var peer string
+		var b Backlog
+		var oldest int64
+		if err := rows.Scan(&peer, &b.Depth, &oldest, &b.LastError); err != nil {
+			return nil, fmt.Errorf("outbox backlogs: %w", err)
 		}
-		out = append(out, r)
+		b.Oldest = fromUs(oldest)
+		out[peer] = b
 	}
 	return out, rows.Err()
 }

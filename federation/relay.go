@@ -23,6 +23,11 @@ type forwardPayload struct {
 	TimeoutMs  int64  `json:"timeoutMs"`
 	// AdmittedMs is when the origin admitted a durable frame (unix ms).
 	AdmittedMs int64 `json:"admittedMs,omitempty"`
+	// VouchedAuth is how the origin authenticated the sender of an
+	// unsigned frame.
+	VouchedAuth string `json:"vouchedAuth,omitempty"`
+	// JWS is the sender's beam/2 envelope.
+	JWS string `json:"jws,omitempty"`
 }
 
 // Extra error codes of federation.
@@ -83,7 +88,7 @@ func (n *Node) Forward(ctx context.Context, req directory.ForwardRequest, events
 	}
 	timeout = min(timeout, MaxIntentTimeout)
 	fp := forwardPayload{Frame: string(req.Frame), From: req.From, To: req.To,
-		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds()}
+		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds(), VouchedAuth: req.VouchedAuth, JWS: req.JWS}
 	if !req.Admitted.IsZero() {
 		fp.AdmittedMs = req.Admitted.UnixMilli()
 	}
@@ -204,7 +209,7 @@ func (n *Node) process(c Claim) {
 		Kind: KindIntent, ID: newID(), From: n.cfg.Domain, To: c.Peer,
 		IssuedAt: now.UnixMilli(), Expires: now.Add(min(wait+time.Minute, MaxMessageTTL)).UnixMilli(),
 		EventID: c.EventID, Nonce: c.Nonce, Frame: fp.Frame, Hop: 1, Path: []string{n.cfg.Domain},
-		TimeoutMs: fp.TimeoutMs, Owner: c.Owner, Admitted: fp.AdmittedMs,
+		TimeoutMs: fp.TimeoutMs, Owner: c.Owner, Admitted: fp.AdmittedMs, VouchedAuth: fp.VouchedAuth, JWS: fp.JWS,
 	}
 	tok, err := seal(msg, n.cfg.Key)
 	if err != nil {
@@ -272,6 +277,12 @@ func (n *Node) finalize(ctx context.Context, c Claim, res *Message, row tracing.
 			err = n.outbox.Publish(ctx, c, events...)
 		}
 	}
+	if errors.Is(err, errUnrecordable) {
+		// The intent is already acked (its outcome came through another
+		// claim): nothing to record, the row is finished as it stands.
+		n.lg.Info("outbox row of an acked intent left as it is", "row", c.ID, "nonce", c.Nonce)
+		err = nil
+	}
 	if errors.Is(err, ErrClaimLost) {
 		n.lg.Warn("claim lost before PUBLISHED; recording the outcome only", "row", c.ID, "nonce", c.Nonce)
 		if len(events) > 0 {
@@ -292,6 +303,7 @@ func (n *Node) finalize(ctx context.Context, c Claim, res *Message, row tracing.
 	}
 	switch {
 	case rf != nil:
+		n.cfg.Directory.NoteRemoteResultJWS(c.Nonce, res.ResultJWS)
 		finish(rf.Raw, nil)
 	default:
 		result := []byte(res.Result)
@@ -329,6 +341,9 @@ func (n *Node) outcomeEvents(c Claim, res *Message, rf *wire.ResultFrame, row tr
 	case rf != nil && rf.Success:
 		final = ev(tracing.Acked)
 		final.Details = tracing.Details{LatencyMs: lat, Result: rf.Raw, Extra: peerExtra()}
+		if res.ResultJWS != "" {
+			final.Details.Extra["resultJWS"], final.Details.Extra["resultProtocol"] = res.ResultJWS, directory.ProtocolBeam2
+		}
 	case rf != nil:
 		code := rf.ErrorCode
 		if code == "" {
@@ -420,7 +435,12 @@ func (n *Node) kill(ctx context.Context, c Claim, lastErr string) {
 	err := n.outbox.Kill(ctx, c, lastErr, events...)
 	var te *tracing.TransitionError
 	if errors.As(err, &te) {
+		events = nil
 		err = n.outbox.Kill(ctx, c, lastErr)
+	}
+	if errors.Is(err, errUnrecordable) {
+		n.lg.Info("outbox row of an acked intent left as it is", "row", c.ID, "nonce", c.Nonce, "err", lastErr)
+		return
 	}
 	if err != nil {
 		n.lg.Warn("move outbox row to DEAD", "row", c.ID, "err", err)

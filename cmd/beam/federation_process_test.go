@@ -163,13 +163,19 @@ var fedDurableCount = flag.Int("fed-durable-count", 100, "durable intents per ph
 type deliveryCounter struct {
 	mu   sync.Mutex
 	seen map[string]int
-	hold chan struct{}
-	held chan struct{} // buffered 1
+	// attested says, per nonce, who attested a frame the sender did not
+	// sign (nil map: not recorded).
+	attested map[string]string
+	hold     chan struct{}
+	held     chan struct{} // buffered 1
 }
 
 func (d *deliveryCounter) handle(ctx context.Context, in *agents.Intent) agents.Reply {
 	d.mu.Lock()
 	d.seen[in.Nonce]++
+	if d.attested != nil && in.Attested != nil {
+		d.attested[in.Nonce] = in.Attested.Auth + " by " + in.Attested.By + ", vouched by " + in.Attested.VouchedBy
+	}
 	hold := d.hold
 	d.mu.Unlock()
 	if hold != nil {
@@ -221,14 +227,39 @@ func messageStates(dataDir string, nonces []string) map[tracing.State]int {
 // outboxCounts reads the federation outbox of a stopped directory by state.
 func outboxCounts(t *testing.T, dataDir string) map[federation.OutboxState]int64 {
 	t.Helper()
+	var counts map[federation.OutboxState]int64
+	withOutbox(t, dataDir, func(ob *federation.Outbox) {
+		var err error
+		counts, err = ob.Counts(context.Background())
+		require.NoError(t, err)
+	})
+	return counts
+}
+
+// withOutbox opens the outbox of a data directory for fn.
+func withOutbox(t *testing.T, dataDir string, fn func(ob *federation.Outbox)) {
+	t.Helper()
 	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
 	require.NoError(t, err)
 	defer lg.Close()
 	ob, err := federation.OpenOutbox(context.Background(), lg, nil)
 	require.NoError(t, err)
-	counts, err := ob.Counts(context.Background())
-	require.NoError(t, err)
-	return counts
+	fn(ob)
+}
+
+// outboxTable is the JSON of every outbox row of a stopped directory (all
+// fields but the claim token and the payload).
+func outboxTable(t *testing.T, dataDir string) string {
+	t.Helper()
+	var out []byte
+	withOutbox(t, dataDir, func(ob *federation.Outbox) {
+		rows, err := ob.Rows(context.Background(), "", 1000)
+		require.NoError(t, err)
+		require.NotEmpty(t, rows)
+		out, err = json.Marshal(rows)
+		require.NoError(t, err)
+	})
+	return string(out)
 }
 
 // TestFederationDurableProcesses is the process-level acceptance test of
@@ -258,35 +289,43 @@ func TestFederationDurableProcesses(t *testing.T) {
 
 	aID, sender := sdkAgent(t, ctx, alpha.URL(), "a@alpha.beam.directory")
 	bID, b1 := sdkAgent(t, ctx, beta.URL(), "b@beta.beam.directory")
-	counter := &deliveryCounter{seen: map[string]int{}, held: make(chan struct{}, 1)}
+	counter := &deliveryCounter{seen: map[string]int{}, attested: map[string]string{}, held: make(chan struct{}, 1)}
 	b1.Handle("*", counter.handle)
 	require.NoError(t, b1.Connect(ctx))
 
-	// An API-key send to a peer's agent cannot be forwarded: refused.
-	status, body := busCall(t, ctx, http.MethodPost, alpha.URL()+"/v1/beam/send", aID.APIKey,
-		`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run"}`)
-	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Contains(t, body, bus.CodeSignedFrameRequired)
-
-	// Phase 1: the target is down while the intents are sent.
+	// Phase 1: the target is down while the intents are sent, signed ones
+	// and one authenticated by the sender's API key, which alpha vouches for.
 	beta.Stop()
 	_ = b1.Close()
-	phase1 := make([]string, 0, n)
+	phase1 := make([]string, 0, n+1)
 	for i := range n {
 		rec, err := sender.SendDurable(ctx, bID.BeamID, "task.run", map[string]any{"i": i}, nil)
 		require.NoError(t, err)
 		require.Contains(t, []string{"dispatched", "queued"}, rec.Status, "accepted into the outbox")
 		phase1 = append(phase1, rec.Nonce)
 	}
-	require.Equal(t, n, messageStates(alphaDir, phase1)[tracing.Dispatched], "every message waits in the outbox")
+	status, body := busCall(t, ctx, http.MethodPost, alpha.URL()+"/v1/beam/send", aID.APIKey,
+		`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run","payload":{"apiKey":true}}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	var apiSend struct {
+		Nonce string `json:"nonce"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &apiSend), body)
+	phase1 = append(phase1, apiSend.Nonce)
+	require.Equal(t, n+1, messageStates(alphaDir, phase1)[tracing.Dispatched], "every message waits in the outbox")
 	beta.Restart()
 	b2 := sdkClient(t, beta.URL(), bID)
 	b2.Handle("*", counter.handle)
 	require.NoError(t, b2.Connect(ctx))
 	require.Eventually(t, func() bool {
-		return messageStates(alphaDir, phase1)[tracing.Acked] == n
+		return messageStates(alphaDir, phase1)[tracing.Acked] == n+1
 	}, 4*time.Minute, 250*time.Millisecond, "every message ends acked at the origin after the target returned")
 	counter.requireOnce(t, phase1)
+	counter.mu.Lock()
+	require.Equal(t, wire.AttestPeer+" by beta.beam.directory, vouched by alpha.beam.directory", counter.attested[apiSend.Nonce],
+		"the API-key send is delivered attested by beta, vouched for by alpha")
+	require.Empty(t, counter.attested[phase1[0]], "a signed frame travels verbatim")
+	counter.mu.Unlock()
 
 	// Phase 2: SIGKILL alpha while publishes are in flight.
 	hold := make(chan struct{})
@@ -314,6 +353,12 @@ func TestFederationDurableProcesses(t *testing.T) {
 	require.Positive(t, counts[federation.Claimed], "a publish was in flight at the kill")
 	require.Equal(t, n, st[tracing.Dispatched]+st[tracing.Delivered]+st[tracing.Acked], "states at the kill: %v", st)
 	require.Less(t, st[tracing.Acked], n, "the kill came before every message was acked: %v", st)
+	// The outbox as the killed process left it is the fold of its steps.
+	before := outboxTable(t, alphaDir)
+	out, err := beamtest.Run(t, ctx, "replay", "--data-dir", alphaDir)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "federation outbox rows")
+	require.Equal(t, before, outboxTable(t, alphaDir), "beam replay refolds the outbox to what the process wrote")
 	counter.mu.Lock()
 	counter.hold = nil
 	counter.mu.Unlock()
@@ -327,7 +372,7 @@ func TestFederationDurableProcesses(t *testing.T) {
 	beta.Stop()
 	counter.requireOnce(t, phase2)
 	counter.mu.Lock()
-	require.Len(t, counter.seen, 2*n, "no other nonce reached the agent")
+	require.Len(t, counter.seen, 2*n+1, "no other nonce reached the agent")
 	counter.mu.Unlock()
 
 	lg := openLog(t, alphaDir)
@@ -340,12 +385,11 @@ func TestFederationDurableProcesses(t *testing.T) {
 	requireProjectionsEqualRebuild(t, lg)
 }
 
-// Two beam serve processes federate through an existing NATS server
-// (--nats-url) configured only with the entries `beam peer nats-user`
-// prints.
-func TestFederationSharedNATSProcesses(t *testing.T) {
-	t.Parallel()
-	alphaDir, betaDir := t.TempDir(), t.TempDir()
+// sharedNATS starts an existing-deployment NATS server configured only with
+// the entries `beam peer nats-user` prints for alpha's and beta's data
+// directories, and returns its URL and their peer lines.
+func sharedNATS(t *testing.T, alphaDir, betaDir string) (url, alphaLine, betaLine string) {
+	t.Helper()
 	natsAddr := freeAddr(t)
 	var users []string
 	for _, d := range []struct{ dir, domain string }{{alphaDir, "alpha.beam.directory"}, {betaDir, "beta.beam.directory"}} {
@@ -365,10 +409,18 @@ func TestFederationSharedNATSProcesses(t *testing.T) {
 	go ns.Start()
 	require.True(t, ns.ReadyForConnections(10*time.Second))
 	t.Cleanup(ns.Shutdown)
+	alphaLine = showSelf(t, alphaDir, "alpha.beam.directory", natsAddr)
+	betaLine = showSelf(t, betaDir, "beta.beam.directory", natsAddr)
+	return "nats://" + natsAddr, alphaLine, betaLine
+}
 
-	alphaLine := showSelf(t, alphaDir, "alpha.beam.directory", natsAddr)
-	betaLine := showSelf(t, betaDir, "beta.beam.directory", natsAddr)
-	url := "nats://" + natsAddr
+// Two beam serve processes federate through an existing NATS server
+// (--nats-url) configured only with the entries `beam peer nats-user`
+// prints.
+func TestFederationSharedNATSProcesses(t *testing.T) {
+	t.Parallel()
+	alphaDir, betaDir := t.TempDir(), t.TempDir()
+	url, alphaLine, betaLine := sharedNATS(t, alphaDir, betaDir)
 	alpha := beamtest.Start(t, beamtest.Options{DataDir: alphaDir, Args: []string{"--domain", "alpha.beam.directory",
 		"--nats-url", url, "--peer", betaLine, "--default-policy", "allow"}})
 	beta := beamtest.Start(t, beamtest.Options{DataDir: betaDir, Args: []string{"--domain", "beta.beam.directory",

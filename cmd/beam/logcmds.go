@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/internal/dirlock"
 	"github.com/beamdir/beam/tracing"
@@ -52,7 +53,8 @@ func logCmdFlags(name, synopsis string, stderr io.Writer, dataDir *string, descr
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dataDir string
 	fs := logCmdFlags("beam replay", "beam replay [--data-dir DIR]", stderr, &dataDir,
-		"Drops the projections (intent_log, beam_messages) and refolds them from the log.",
+		"Drops the projections (intent_log, beam_messages) and refolds them from the log,",
+		"then refolds the federation outbox rows from their steps in the log.",
 		"Run it while the directory is stopped; it refuses while a server holds --data-dir.")
 	if err := fs.parse(args, 0, anyArgs); err != nil {
 		return err
@@ -72,6 +74,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "replayed %d events into %d intents and %d bus messages in %s (%.0f events/s)\n",
 		st.Events, st.Intents, st.Messages, st.Duration.Round(time.Millisecond), rate)
+	rows, err := federation.RebuildOutbox(ctx, lg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "refolded %d federation outbox rows from their steps\n", rows)
 	return nil
 }
 

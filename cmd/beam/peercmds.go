@@ -20,13 +20,15 @@ import (
 // runPeer dispatches `beam peer show-self|add|list|remove`.
 func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usage := func() {
-		fmt.Fprintln(stderr, "usage: beam peer <show-self|nats-user|add|list|remove> [flags]")
+		fmt.Fprintln(stderr, "usage: beam peer <show-self|nats-user|add|list|remove|outbox|replay> [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "  show-self --data-dir DIR --domain D --nats-listen HOST:PORT   print this directory's peer line")
 		fmt.Fprintln(stderr, "  nats-user --data-dir DIR --domain D   print this directory's user entry for a shared NATS deployment (--nats-url)")
 		fmt.Fprintln(stderr, "  add LINE      pin a peer in a running directory")
 		fmt.Fprintln(stderr, "  list          list the pinned peers of a running directory")
 		fmt.Fprintln(stderr, "  remove DOMAIN unpin a peer")
+		fmt.Fprintln(stderr, "  outbox        list outbox rows (--state DEAD by default)")
+		fmt.Fprintln(stderr, "  replay ID     publish a DEAD (or PUBLISHED) outbox row again")
 	}
 	if len(args) == 0 {
 		usage()
@@ -39,6 +41,8 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runPeerNATSUser(args[1:], stdout, stderr)
 	case "add", "list", "remove":
 		return runPeerRemote(ctx, args[0], args[1:], stdout, stderr)
+	case "outbox", "replay":
+		return runPeerOutbox(ctx, args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage()
 		return nil

@@ -197,6 +197,8 @@ type Registry struct {
 	members    map[string]string // beam_id → Member* state
 	tombstones map[string]bool   // deleted Beam IDs not released
 	foreign    func(domain string) bool
+	// remoteLookup resolves a peer's agent for GET /agents/{beamId}.
+	remoteLookup func(ctx context.Context, beamID string) (RemoteKey, bool)
 
 	touchMu   sync.Mutex
 	dirty     map[string]time.Time // beam_id → last_seen to persist

@@ -58,6 +58,9 @@ func (r *Registry) agentFromPath(req *http.Request, name string) (Agent, error) 
 func (r *Registry) handleLookup(w http.ResponseWriter, req *http.Request) error {
 	a, err := r.agentFromPath(req, "beamId")
 	if err != nil {
+		if id, perr := parseBeamID(req.PathValue("beamId")); perr == nil && r.lookupRemote(w, req, id.String()) {
+			return nil
+		}
 		return err
 	}
 	now := r.now()

@@ -4,18 +4,22 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam/internal/apitest"
 	"github.com/beamdir/beam/internal/browsertest"
 )
 
 // TestBrowserFederationPeerDown: the Federation view shows a pinned peer's
 // link as connected, and when the peer's process stops, turns it to down
-// on its own, without a reload.
+// on its own, without a reload; a message waiting for it shows in the
+// peer's outbox depth and last error.
 func TestBrowserFederationPeerDown(t *testing.T) {
 	browsertest.SkipWithoutChromium(t)
 	alpha := startLive(t, Config{Domain: "alpha.beam.directory", NATSListen: "127.0.0.1:0"})
@@ -46,6 +50,8 @@ func TestBrowserFederationPeerDown(t *testing.T) {
 	defer cancel()
 	require.NoError(t, alpha.srv.Federation().AddPeer(ctx, beta.Federation().Self()))
 	require.NoError(t, beta.Federation().AddPeer(ctx, alpha.srv.Federation().Self()))
+	a := apitest.Register(t, alpha.url, "a@alpha.beam.directory", "a", nil)
+	_ = apitest.Register(t, "http://"+ln.Addr().String(), "b@beta.beam.directory", "b", nil)
 	shots := browsertest.NewShooter(t, "federation-link")
 
 	bctx := browsertest.Start(t)
@@ -61,6 +67,21 @@ func TestBrowserFederationPeerDown(t *testing.T) {
 	require.False(t, browsertest.Eval[bool](t, bctx, row+`.querySelector(".presence").classList.contains("link-up")`), "no green dot for a dead peer")
 	require.False(t, browsertest.Eval[bool](t, bctx, `!!document.querySelector("#content .skeleton")`), "every card filled in")
 	shots.Shot(bctx, "02-peer-down")
+
+	// A durable send to the stopped peer waits in the outbox: its row
+	// shows the depth and the last publish error, live.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, alpha.url+"/v1/beam/send",
+		strings.NewReader(`{"from":"a@alpha.beam.directory","to":"b@beta.beam.directory","intent":"task.run"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-api-key", a.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	browsertest.WaitJS(t, bctx, 30*time.Second, row+` && `+row+`.querySelector('[data-col="depth"]').textContent === "1" && `+
+		row+`.querySelector('[data-col="lastError"]').textContent.includes("beta.beam.directory")`)
+	shots.Shot(bctx, "02b-backlog")
 	for _, w := range []int64{390, 1440} {
 		browsertest.Run(t, bctx, 5*time.Second, chromedp.EmulateViewport(w, 900))
 		browsertest.WaitJS(t, bctx, 5*time.Second, row+` && `+row+`.dataset.link === "down"`)

@@ -1334,13 +1334,18 @@ function renderFederation(root, { isCurrent }) {
       let table;
       if (custom) {
         table = h("table", { class: "data", id: "federation-peers" },
-          h("thead", null, h("tr", null, ...["Peer directory", "Link", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col" }, t)))),
+          h("thead", null, h("tr", null, ...["Peer directory", "Link", "Outbox", "Lag", "Last error", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col" }, t)))),
           h("tbody", null, ...peers.map((p) => {
             const ls = linkState(p, links.get(p.domain));
+            const bl = (st.backlog && st.backlog[p.domain]) || null;
+            const lag = bl && bl.oldest ? Math.max(0, Date.now() - Date.parse(bl.oldest)) : 0;
             return h("tr", { dataset: { peer: p.domain, link: ls.state } },
             h("td", null, h("div", { class: "agent-cell" }, h("span", { class: `presence link-${ls.state}`, title: ls.text }),
               h("span", { class: "mono" }, p.domain))),
             h("td", { title: ls.detail || ls.text }, h("span", { class: `chip link-${ls.state}` }, ls.text)),
+            h("td", { class: "num", dataset: { col: "depth" } }, fmtInt(bl ? bl.depth : 0)),
+            h("td", { class: "num", dataset: { col: "lag" } }, bl ? `${Math.round(lag / 1000)} s` : "—"),
+            h("td", { dataset: { col: "lastError" }, title: (bl && bl.lastError) || "" }, (bl && bl.lastError) || "—"),
             h("td", { class: "mono muted", title: p.url || "" }, p.url || "—"),
             h("td", null, when(p.addedAt)),
             h("td", null, p.lastContact ? when(p.lastContact) : h("span", { class: "chip muted plain" }, "never")));
