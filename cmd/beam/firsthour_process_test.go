@@ -104,6 +104,7 @@ func TestServePrintsWhereTheOperatorTokenIs(t *testing.T) {
 	path := filepath.Join(p.DataDir, "admin.token")
 	tok, err := os.ReadFile(path)
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(p.Output(), "demo agents running") }, 30*time.Second, 20*time.Millisecond)
 	first := p.Output()
 	require.Contains(t, first, "operator token (stored in "+path+", shown once): "+strings.TrimSpace(string(tok)))
 	require.Contains(t, first, "dashboard: "+p.URL()+"/dashboard/")
@@ -119,11 +120,12 @@ func TestServePrintsWhereTheOperatorTokenIs(t *testing.T) {
 	require.Equal(t, "/dashboard/", idx.Links["dashboard"])
 
 	p.Restart()
-	require.Eventually(t, func() bool { return strings.Count(p.Output(), "beam serving on") == 2 }, 30*time.Second, 20*time.Millisecond)
+	// The demo line is the last of a start's lines.
+	require.Eventually(t, func() bool { return strings.Count(p.Output(), "demo agents running") == 2 }, 30*time.Second, 20*time.Millisecond)
 	second := p.Output()[len(first):]
 	require.NotContains(t, second, strings.TrimSpace(string(tok)))
 	require.Contains(t, second, "operator token: in "+path+" (cat it; operator commands read it with --data-dir)")
-	require.Contains(t, second, "sign in with the operator token (in "+path)
+	require.Contains(t, second, "sign in with the operator token, in "+path+" (cat it;")
 }
 
 func TestSendToUnknownAndOfflineAgents(t *testing.T) {

@@ -254,7 +254,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				logger.Error("demo agents stopped", "err", err)
 			}
 		}()
-		fmt.Fprintf(stdout, "demo agents running; open http://%s/dashboard/ and sign in with the operator token (%s)\n", ln.Addr(), tokenSource(tokenPath))
+		fmt.Fprintf(stdout, "demo agents running; open http://%s/dashboard/ and sign in with the operator token, %s\n", ln.Addr(), tokenSource(tokenPath))
 	}
 	select {
 	case err := <-errc:
