@@ -236,7 +236,8 @@ func observedNonces(t *testing.T, p *beamtest.Process) []string {
 // with gamma. beta reaches gamma's agent; from alpha, sync and durable sends
 // to it (Go SDK, bus API with an API key, beam send) are refused with
 // UNKNOWN_AGENT saying that federation does not forward through an
-// intermediate directory, and nothing of them reaches beta or gamma.
+// intermediate directory and that gamma's directory must be pinned, and
+// nothing of them reaches beta or gamma.
 func TestNoForwardingThroughIntermediateDirectoryProcesses(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -278,7 +279,7 @@ func TestNoForwardingThroughIntermediateDirectoryProcesses(t *testing.T) {
 	aID, a := sdkAgent(t, ctx, alpha.URL(), "a@alpha.beam.directory")
 	_, err = a.Send(ctx, "c@gamma.beam.directory", "task.run", map[string]any{"n": 1})
 	require.ErrorContains(t, err, "UNKNOWN_AGENT")
-	require.ErrorContains(t, err, "does not forward through intermediate directories")
+	require.ErrorContains(t, err, "does not forward through intermediate directories: pin its directory as a peer")
 	_, err = a.SendDurable(ctx, "c@gamma.beam.directory", "task.run", map[string]any{"n": 2}, nil)
 	require.ErrorContains(t, err, "UNKNOWN_AGENT")
 	require.ErrorContains(t, err, "pin its directory as a peer")
@@ -293,7 +294,7 @@ func TestNoForwardingThroughIntermediateDirectoryProcesses(t *testing.T) {
 	file := r.agent("a2", "a2@alpha.beam.directory")
 	out := r.fail("send", "--identity", file, "c@gamma.beam.directory", "task.run", `{"n":4}`)
 	require.Contains(t, out, "UNKNOWN_AGENT")
-	require.Contains(t, out, "does not forward through intermediate directories")
+	require.Contains(t, out, "does not forward through intermediate directories: pin its directory as a peer")
 	out = r.fail("send", "--identity", file, "c@gamma.beam.directory", "task.run", `{"n":5}`, "--durable")
 	require.Contains(t, out, "UNKNOWN_AGENT")
 	require.Contains(t, out, "pin its directory as a peer")
