@@ -50,6 +50,7 @@ type setupOpts struct {
 	path     string
 	clock    *testclock.Clock
 	policy   registry.Policy
+	domain   string // the registry's domain ("": its default)
 }
 
 func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
@@ -71,7 +72,7 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 	lg, err := tracing.Open(ctx, tracing.Config{Path: o.path, Clock: o.clock.Now, Synchronous: "NORMAL"})
 	require.NoError(t, err)
 	// Relay tests put many agents in one org; org approval has its own tests.
-	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: o.policy, Clock: o.clock.Now, AllowInsecureEndpoints: true, OpenOrgs: true})
+	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: o.policy, Clock: o.clock.Now, AllowInsecureEndpoints: true, OpenOrgs: true, Domain: o.domain})
 	require.NoError(t, err)
 	// Test endpoints are httptest servers on 127.0.0.1.
 	cfg := Config{Log: lg, Registry: reg, Clock: o.clock.Now, AllowPrivateEndpoints: true}

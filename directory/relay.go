@@ -541,7 +541,12 @@ func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Ag
 		return
 	}
 	if !registered {
-		d.fail(inf, pre, CodeUnknownAgent, fmt.Sprintf("Agent %s is not registered here and no pinned peer serves its domain (federation does not forward through intermediate directories)", f.To), true, nil)
+		why := "federation does not forward through intermediate directories"
+		if !d.reg.Serves(f.To) {
+			// Another directory's domain: only pinning it reaches the agent.
+			why += ": pin its directory as a peer"
+		}
+		d.fail(inf, pre, CodeUnknownAgent, fmt.Sprintf("Agent %s is not registered here and no pinned peer serves its domain (%s)", f.To, why), true, nil)
 		return
 	}
 	if agent.HTTPEndpoint != "" {

@@ -388,16 +388,31 @@ func TestPolicyDenyIsRecorded(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status)
 }
 
+// An unknown recipient is UNKNOWN_AGENT; when its domain is not the
+// directory's own the error names the fix, pinning its directory.
 func TestUnknownRecipientIsUnknownAgent(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	alice := b.register("alice")
-	f := b.frame(alice, "nobody@elsewhere.beam.directory", "task.delegate", `{}`)
-	status, body := b.send(f)
-	require.Equal(t, http.StatusNotFound, status)
-	code, _ := errBody(t, body)
-	require.Equal(t, CodeUnknownAgent, code)
-	require.Contains(t, string(body), "not registered here and no pinned peer serves its domain")
+	for _, tc := range []struct {
+		domain, to string
+		pin        bool
+	}{
+		{"", "nobody@elsewhere.beam.directory", false}, // beam.directory serves every org
+		{"acme.beam.directory", "nobody@other.beam.directory", true},
+	} {
+		b := setup(t, func(o *setupOpts) { o.domain = tc.domain })
+		alice := b.register("alice")
+		status, body := b.send(b.frame(alice, tc.to, "task.delegate", `{}`))
+		require.Equal(t, http.StatusNotFound, status)
+		code, _ := errBody(t, body)
+		require.Equal(t, CodeUnknownAgent, code)
+		require.Contains(t, string(body), "not registered here and no pinned peer serves its domain")
+		const fix = "federation does not forward through intermediate directories: pin its directory as a peer"
+		if tc.pin {
+			require.Contains(t, string(body), fix, tc.to)
+		} else {
+			require.NotContains(t, string(body), fix, "the directory serves %s itself", tc.to)
+		}
+	}
 }
 
 func TestBadFramesOverHTTP(t *testing.T) {
