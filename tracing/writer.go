@@ -96,7 +96,11 @@ type writerState struct {
 	nextSeq  int64
 	cache    map[string]*entry // non-terminal nonces, as committed
 	maxCache int
-	counts   map[State]int64
+	// counts is exact after a rebuild (which sets the gauges from it); after
+	// an ordinary Open it holds the open states' counts plus later changes,
+	// and the terminal gauges are completed by the deferred count
+	// (counts.go), not from here.
+	counts map[State]int64
 
 	stmts []*sql.Stmt // see stmts.go
 	wc    *writeConnector
