@@ -287,15 +287,9 @@ func (s *meshStack) wait(envID string) meshView {
 // that the sequence is legal.
 func (s *meshStack) trace(envID string) []tracing.State {
 	s.t.Helper()
-	status, out := s.call(http.MethodGet, "/api/v1/mesh/"+envID+"/trace", "")
-	require.Equal(s.t, http.StatusOK, status, string(out))
-	var tr struct {
-		Events []tracing.Event `json:"events"`
-	}
-	require.NoError(s.t, json.Unmarshal(out, &tr))
 	var states []tracing.State
 	var cur tracing.State
-	for _, ev := range tr.Events {
+	for _, ev := range s.traceEvents(envID) {
 		require.True(s.t, tracing.CanTransition(cur, ev.State), "legal %s -> %s in %s", cur, ev.State, envID)
 		cur = ev.State
 		states = append(states, ev.State)
@@ -308,6 +302,18 @@ func (s *meshStack) trace(envID string) []tracing.State {
 	}
 	require.Equal(s.t, 1, terminal, "exactly one terminal event in %v", states)
 	return states
+}
+
+// traceEvents returns the envelope's events through the gateway.
+func (s *meshStack) traceEvents(envID string) []tracing.Event {
+	s.t.Helper()
+	status, out := s.call(http.MethodGet, "/api/v1/mesh/"+envID+"/trace", "")
+	require.Equal(s.t, http.StatusOK, status, string(out))
+	var tr struct {
+		Events []tracing.Event `json:"events"`
+	}
+	require.NoError(s.t, json.Unmarshal(out, &tr))
+	return tr.Events
 }
 
 // sseEvent is one event of GET /api/v1/mesh/{id}/events.
