@@ -229,9 +229,10 @@ func (e *Engine) startAttempt(id string) {
 }
 
 // Recover resumes every envelope a previous process left in flight: a hop
-// that was dispatched or delivered without an outcome is queued again (the
-// actor may see it twice; the envelope still finishes once). Run it before
-// Start.
+// that was dispatched or delivered without an outcome is queued again with
+// its attempt number reused (an actor of this directory may see it twice; a
+// hop to a peer directory is relayed again under the same nonce, which the
+// peer deduplicates; the envelope still finishes once). Run it before Start.
 func (e *Engine) Recover(ctx context.Context) (int, error) {
 	rows, err := e.log.MeshOpen(ctx, false, 0, 0)
 	if err != nil {

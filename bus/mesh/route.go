@@ -197,12 +197,17 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 		unlock()
 		return err
 	}
+	n := row.Attempt + 1
 	transport := directory.TransportWS
 	var peerNonce string
+	var peerFrame *wire.IntentFrame
 	switch {
 	case remote:
 		transport = directory.TransportFederation
-		peerNonce = wire.NewNonce()
+		if peerNonce, peerFrame, err = e.peerHop(ctx, row, n); err != nil {
+			unlock()
+			return err
+		}
 	case !e.dir.Online(actor):
 		if agent.HTTPEndpoint == "" {
 			// Offline: wait without counting an attempt.
@@ -214,7 +219,6 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 		}
 		transport = directory.TransportDirectHTTP
 	}
-	n := row.Attempt + 1
 	first := row.FirstAttemptAt
 	if first == 0 {
 		first = now.UnixMilli()
@@ -237,7 +241,8 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 		return err
 	}
 	unlock()
-	target := hopTarget{actor: actor, endpoint: agent.HTTPEndpoint, senderKey: creator.PublicKeyB64, transport: transport, peerNonce: peerNonce}
+	target := hopTarget{actor: actor, endpoint: agent.HTTPEndpoint, senderKey: creator.PublicKeyB64, transport: transport,
+		peerNonce: peerNonce, peerFrame: peerFrame}
 	e.deliver(id, n, env, target, now)
 	return nil
 }
@@ -278,6 +283,9 @@ type hopTarget struct {
 	senderKey string // the creator's public key (WebSocket)
 	transport string // ws, direct_http or federation
 	peerNonce string // the nonce of the intent that carries the hop to a peer directory
+	// peerFrame, when set, is the frame an earlier dispatch of the same
+	// attempt recorded under peerNonce; it is relayed again unchanged.
+	peerFrame *wire.IntentFrame
 }
 
 // deliver hands attempt n of the hop to the actor and arranges for its
@@ -306,6 +314,9 @@ func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.
 		return
 	case directory.TransportFederation:
 		frame.Nonce = to.peerNonce
+		if to.peerFrame != nil {
+			frame = to.peerFrame
+		}
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()

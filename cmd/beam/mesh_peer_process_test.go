@@ -102,6 +102,7 @@ type meshPeers struct {
 	*meshStack // the gateway at alpha, with the creator's API key
 	fp         fedPair
 	recipe     *agents.Identity
+	local      map[string]*agents.Identity // alpha's actors
 	actor      *peerActor
 	route      []string
 }
@@ -124,20 +125,28 @@ func startMeshPeers(t *testing.T, hopTimeout string) *meshPeers {
 	t.Cleanup(cancel)
 	s := &meshStack{t: t, p: fp.alpha, ctx: ctx, actors: map[string]string{}}
 	s.creator, _ = sdkAgent(t, ctx, fp.alpha.URL(), "client@"+alphaDomain)
-	for name, h := range map[string]agents.MeshHandler{
-		"loader": enrich(func(m map[string]any) { m["product_name"] = "Ice-cream Bourgignon" }),
-		"judge":  enrich(func(m map[string]any) { m["recipe_eval"] = "INVALID" }),
-	} {
-		ident, c := sdkAgent(t, ctx, fp.alpha.URL(), name+"@"+alphaDomain)
-		c.HandleMesh(h)
-		require.NoError(t, c.Connect(ctx))
-		s.actors[name] = ident.BeamID
+	mp := &meshPeers{meshStack: s, fp: fp, actor: newPeerActor(), local: map[string]*agents.Identity{}}
+	for _, name := range []string{"loader", "judge"} {
+		mp.local[name], _ = sdkAgent(t, ctx, fp.alpha.URL(), name+"@"+alphaDomain)
+		s.actors[name] = mp.local[name].BeamID
 	}
-	mp := &meshPeers{meshStack: s, fp: fp, actor: newPeerActor()}
+	mp.connectAlpha()
 	mp.recipe, _ = sdkAgent(t, ctx, fp.beta.URL(), recipeID)
 	mp.connectRecipe()
 	mp.route = []string{s.actors["loader"], recipeID, s.actors["judge"]}
 	return mp
+}
+
+// connectAlpha connects alpha's actors (again, after a restart).
+func (m *meshPeers) connectAlpha() {
+	for name, h := range map[string]agents.MeshHandler{
+		"loader": enrich(func(p map[string]any) { p["product_name"] = "Ice-cream Bourgignon" }),
+		"judge":  enrich(func(p map[string]any) { p["recipe_eval"] = "INVALID" }),
+	} {
+		c := sdkClient(m.t, m.fp.alpha.URL(), m.local[name])
+		c.HandleMesh(h)
+		require.NoError(m.t, c.Connect(m.ctx))
+	}
 }
 
 // connectRecipe connects the peer's actor to beta (again, after a restart).
@@ -268,4 +277,75 @@ func TestMeshPeerHopProcesses(t *testing.T) {
 		require.NoError(t, json.Unmarshal(out, &list))
 		require.Equal(t, 2, list.Total, "the two envelopes of this test")
 	})
+}
+
+// TestMeshPeerHopOnceAcrossOriginCrash: alpha, the directory that routes
+// the envelope, is SIGKILLed while beta's actor holds the middle hop. After
+// the restart alpha attempts the interrupted hop again under the same
+// intent nonce with the same frame, so beta answers it from its own record
+// once the actor finishes: the actor runs once, the hop's result moves the
+// envelope on once, and the envelope ends in x-sink once.
+func TestMeshPeerHopOnceAcrossOriginCrash(t *testing.T) {
+	t.Parallel()
+	m := startMeshPeers(t, "30s")
+	envID := m.create(m.route, map[string]any{"product_id": "789", "hold": "kill-alpha"}, nil)
+	m.actor.waitReached(t, envID)
+	m.fp.alpha.Kill()
+	m.fp.alpha.Restart()
+	m.connectAlpha()
+	ch, done := m.stream(envID, "")
+	// The restarted alpha asks beta for the hop again while the actor
+	// still holds it; beta answers IN_PROGRESS until it is finished.
+	require.Eventually(t, func() bool {
+		var dispatches int
+		for _, ev := range m.traceEvents(envID) {
+			if ev.State == tracing.Dispatched && ev.Transport == directory.TransportFederation {
+				dispatches++
+			}
+		}
+		return dispatches >= 2
+	}, 60*time.Second, 50*time.Millisecond, "the interrupted hop is attempted again after the restart")
+	close(m.actor.hold("kill-alpha"))
+
+	v := m.wait(envID)
+	statuses, _ := m.collect(ch, done)
+	require.Equal(t, tracing.MeshSucceeded, statuses[len(statuses)-1])
+	m.requireFinished(v)
+	require.Equal(t, "789", payloadMap(t, v.Envelope.Payload)["product_id"])
+	runs, finished := m.actor.counts(envID)
+	require.Equal(t, 1, runs, "the actor ran the hop once")
+	require.Equal(t, 1, finished)
+
+	// Both dispatches of the middle hop carried the same intent.
+	nonces := m.peerNonces(envID)
+	require.GreaterOrEqual(t, len(nonces), 2)
+	for _, n := range nonces {
+		require.Equal(t, nonces[0], n, "one intent per hop attempt")
+	}
+	m.requireCrossing(nonces[0])
+	// The hop's result moved the envelope on once: one step to the third
+	// actor after the middle hop, then x-sink.
+	hops := 0
+	for _, ev := range m.traceEvents(envID) {
+		if st, err := tracing.DecodeMeshStep(ev.Details.Mesh); err == nil && st.Kind == tracing.MeshKindHop && st.Hop == 2 {
+			hops++
+		}
+	}
+	require.Equal(t, 1, hops, "the middle hop's result is applied once")
+
+	// beta received the intent twice and delivered it once.
+	lg := openLog(t, m.fp.beta.DataDir)
+	evs, err := lg.Trace(context.Background(), nonces[0])
+	require.NoError(t, err)
+	var received, delivered int
+	for _, ev := range evs {
+		switch ev.State {
+		case tracing.Received:
+			received++
+		case tracing.Delivered:
+			delivered++
+		}
+	}
+	require.Equal(t, 1, received)
+	require.Equal(t, 1, delivered)
 }
