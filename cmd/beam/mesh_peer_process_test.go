@@ -333,9 +333,20 @@ func TestMeshPeerHopOnceAcrossOriginCrash(t *testing.T) {
 	}
 	require.Equal(t, 1, hops, "the middle hop's result is applied once")
 
-	// beta received the intent twice and delivered it once.
-	lg := openLog(t, m.fp.beta.DataDir)
-	evs, err := lg.Trace(context.Background(), nonces[0])
+	// alpha forwarded the intent twice (before the crash and after it)
+	// and beta delivered it once.
+	evs, err := openLog(t, m.fp.alpha.DataDir).Trace(context.Background(), nonces[0])
+	require.NoError(t, err)
+	forwards := 0
+	var prev tracing.State
+	for _, ev := range evs {
+		if ev.State == tracing.Dispatched && prev != tracing.Dispatched {
+			forwards++
+		}
+		prev = ev.State
+	}
+	require.Equal(t, 2, forwards, "alpha forwarded the hop's intent again after the restart")
+	evs, err = openLog(t, m.fp.beta.DataDir).Trace(context.Background(), nonces[0])
 	require.NoError(t, err)
 	var received, delivered int
 	for _, ev := range evs {
