@@ -172,20 +172,31 @@ func DecodeEnvelope(b []byte) (Envelope, error) {
 	if dec.More() {
 		return Envelope{}, errors.New("decode envelope: trailing data")
 	}
-	if e.ID == "" {
-		return Envelope{}, errors.New("envelope without id")
-	}
 	if len(e.Payload) == 0 || !json.Valid(e.Payload) {
 		return Envelope{}, errors.New("envelope payload is not JSON")
 	}
-	for _, a := range append(append([]string{}, e.Route.Prev...), e.Route.Next...) {
-		if err := checkActor(a); err != nil {
-			return Envelope{}, err
+	if err := e.check(); err != nil {
+		return Envelope{}, err
+	}
+	return e, nil
+}
+
+// check applies DecodeEnvelope's rules apart from the payload's: an id, well
+// formed route names; nil route lists and headers become empty ones.
+func (e *Envelope) check() error {
+	if e.ID == "" {
+		return errors.New("envelope without id")
+	}
+	for _, names := range [][]string{e.Route.Prev, e.Route.Next} {
+		for _, a := range names {
+			if err := checkActor(a); err != nil {
+				return err
+			}
 		}
 	}
 	if e.Route.Curr != "" {
 		if err := checkActor(e.Route.Curr); err != nil {
-			return Envelope{}, err
+			return err
 		}
 	}
 	if e.Route.Prev == nil {
@@ -197,19 +208,18 @@ func DecodeEnvelope(b []byte) (Envelope, error) {
 	if e.Headers == nil {
 		e.Headers = map[string]string{}
 	}
-	return e, nil
+	return nil
 }
 
-// Encode returns the envelope as JSON (payload bytes verbatim).
+// Encode returns the envelope as JSON (the payload compacted), byte for
+// byte as encoding/json writes it with HTML escaping off.
 func (e Envelope) Encode() json.RawMessage {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
+	b, err := appendEnvelope(make([]byte, 0, 512+len(e.Payload)), e)
+	if err != nil {
 		// Every field is a string, number or valid raw JSON.
 		panic(fmt.Sprintf("encode envelope: %v", err))
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n")
+	return b
 }
 
 // clone returns a deep copy of e (the payload bytes are shared; they are

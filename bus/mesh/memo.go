@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"bytes"
+	"encoding/json"
 	"hash/maphash"
 	"sync"
 )
@@ -29,6 +30,43 @@ type memoEntry struct {
 
 var envelopes = &envelopeMemo{seed: maphash.MakeSeed(), m: map[uint64]memoEntry{}}
 
+// encodeStored returns env.Encode() for a step of the log, remembering the
+// envelope for those bytes: the stored envelope is decoded next by the
+// step's SSE status event or the next hop, and needs no JSON decode then.
+func encodeStored(env Envelope) json.RawMessage {
+	b := env.Encode()
+	envelopes.remember(b, env)
+	return b
+}
+
+// remember records env as DecodeEnvelope(b) for b = env.Encode(). It
+// applies DecodeEnvelope's checks and normalisation itself (Encode writes
+// the payload compacted) and records nothing when they fail.
+func (c *envelopeMemo) remember(b []byte, env Envelope) {
+	if len(b) > MaxEnvelopeBytes {
+		return
+	}
+	e := env.clone()
+	var p bytes.Buffer
+	if err := json.Compact(&p, e.Payload); err != nil || p.Len() == 0 || e.check() != nil {
+		return
+	}
+	if !bytes.Equal(p.Bytes(), e.Payload) {
+		e.Payload = p.Bytes()
+	}
+	c.put(maphash.Bytes(c.seed, b), b, e)
+}
+
+// put records env, which the memo then owns, for the bytes b of hash h.
+func (c *envelopeMemo) put(h uint64, b []byte, env Envelope) {
+	c.mu.Lock()
+	if len(c.m) >= memoMax {
+		clear(c.m)
+	}
+	c.m[h] = memoEntry{raw: bytes.Clone(b), env: env}
+	c.mu.Unlock()
+}
+
 // decode returns DecodeEnvelope(b), as a copy the caller may change.
 func (c *envelopeMemo) decode(b []byte) (Envelope, error) {
 	h := maphash.Bytes(c.seed, b)
@@ -42,11 +80,6 @@ func (c *envelopeMemo) decode(b []byte) (Envelope, error) {
 	if err != nil {
 		return env, err
 	}
-	c.mu.Lock()
-	if len(c.m) >= memoMax {
-		clear(c.m)
-	}
-	c.m[h] = memoEntry{raw: bytes.Clone(b), env: env.clone()}
-	c.mu.Unlock()
+	c.put(h, b, env.clone())
 	return env, nil
 }

@@ -134,7 +134,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 	created := tracing.Event{Nonce: row.Nonce, State: tracing.Received, From: req.Creator, To: route.Curr,
 		IntentType: IntentEnvelope, Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh,
 			Mesh: tracing.MeshStep{Kind: tracing.MeshKindCreated, ID: env.ID, ParentID: req.ParentID, Creator: req.Creator,
-				DeadlineAt: deadline.UnixMilli(), Status: tracing.MeshPending, Envelope: env.Encode(), Actor: route.Curr}.Encode()}}
+				DeadlineAt: deadline.UnixMilli(), Status: tracing.MeshPending, Envelope: encodeStored(env), Actor: route.Curr}.Encode()}}
 	queued := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait})
 	if err := e.append(ctx, nil, created, queued); err != nil {
 		return tracing.MeshRow{}, fmt.Errorf("record envelope: %w", err)
@@ -518,7 +518,7 @@ func (e *Engine) fail(ctx context.Context, row tracing.MeshRow, env Envelope, pr
 	env.Status.Phase = string(tracing.MeshFailed)
 	env.Status.Reason = reason
 	ev := e.event(row, tracing.DeadLetter, tracing.MeshStep{Kind: tracing.MeshKindFailed, Status: tracing.MeshFailed,
-		Reason: reason, Error: msg, Sink: true, Sump: true, Envelope: env.Encode(), Attempt: row.Attempt})
+		Reason: reason, Error: msg, Sink: true, Sump: true, Envelope: encodeStored(env), Attempt: row.Attempt})
 	ev.Details.ErrorCode, ev.Details.Error = code, msg
 	if err := e.append(ctx, []string{row.ID}, append(pre, ev)...); err != nil {
 		return err
@@ -591,7 +591,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		created := tracing.Event{Nonce: child.Nonce, State: tracing.Received, From: env.Creator, To: to, IntentType: IntentEnvelope,
 			Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh, Mesh: tracing.MeshStep{Kind: tracing.MeshKindCreated,
 				ID: ce.ID, ParentID: env.ID, Creator: env.Creator, DeadlineAt: row.DeadlineAt, Status: tracing.MeshPending,
-				Envelope: ce.Encode(), Hop: hop, Actor: ce.Route.Curr, Progress: progress}.Encode()}}
+				Envelope: encodeStored(ce), Hop: hop, Actor: ce.Route.Curr, Progress: progress}.Encode()}}
 		events = append(events, created)
 		if ce.Route.Done() {
 			// Straight to x-sink: a delivery to the system actor.
@@ -676,7 +676,7 @@ func (e *Engine) nextEvents(row tracing.MeshRow, env Envelope, progress float64,
 		env.Status.Reason = ReasonHopLimit
 		msg := fmt.Sprintf("the envelope made %d hops, the limit", env.Hop)
 		ev := e.event(row, tracing.DeadLetter, tracing.MeshStep{Kind: tracing.MeshKindFailed, Status: tracing.MeshFailed,
-			Reason: ReasonHopLimit, Error: msg, Sink: true, Sump: true, Envelope: env.Encode(), Hop: env.Hop, Progress: progress})
+			Reason: ReasonHopLimit, Error: msg, Sink: true, Sump: true, Envelope: encodeStored(env), Hop: env.Hop, Progress: progress})
 		ev.Details.ErrorCode, ev.Details.Error = CodeHopLimit, msg
 		e.m.finished.WithLabelValues(string(tracing.MeshFailed)).Inc()
 		return []tracing.Event{ev}
@@ -685,14 +685,14 @@ func (e *Engine) nextEvents(row tracing.MeshRow, env Envelope, progress float64,
 	env.Status.Actor = env.Route.Curr
 	env.Status.Attempt = 0
 	return []tracing.Event{e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindHop, Status: tracing.MeshRunning,
-		Envelope: env.Encode(), Hop: env.Hop, Actor: env.Route.Curr, Progress: progress, Reason: reason})}
+		Envelope: encodeStored(env), Hop: env.Hop, Actor: env.Route.Curr, Progress: progress, Reason: reason})}
 }
 
 // sinkEvent records env in x-sink as succeeded.
 func (e *Engine) sinkEvent(row tracing.MeshRow, env Envelope, reason string) tracing.Event {
 	e.m.finished.WithLabelValues(string(tracing.MeshSucceeded)).Inc()
 	return e.event(row, tracing.Acked, tracing.MeshStep{Kind: tracing.MeshKindSink, Status: tracing.MeshSucceeded,
-		Envelope: env.Encode(), Hop: env.Hop, Progress: 100, Sink: true, Reason: reason})
+		Envelope: encodeStored(env), Hop: env.Hop, Progress: 100, Sink: true, Reason: reason})
 }
 
 // expire fails envelope id whose deadline passed (the server's backstop
@@ -735,7 +735,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) (tracing.MeshRow, error)
 	}
 	env.Status.Phase = string(tracing.MeshCanceled)
 	ev := e.event(row, tracing.Failed, tracing.MeshStep{Kind: tracing.MeshKindCancel, Status: tracing.MeshCanceled,
-		Reason: ReasonCanceled, Sink: true, Envelope: env.Encode(), Attempt: row.Attempt})
+		Reason: ReasonCanceled, Sink: true, Envelope: encodeStored(env), Attempt: row.Attempt})
 	ev.Details.ErrorCode, ev.Details.Error = CodeCanceled, "canceled by the client"
 	if err := e.append(ctx, []string{id}, ev); err != nil {
 		return row, err
