@@ -282,46 +282,81 @@ func TestMeshPeerHopProcesses(t *testing.T) {
 // TestMeshPeerHopOnceAcrossOriginCrash: alpha, the directory that routes
 // the envelope, is SIGKILLed while beta's actor holds the middle hop. After
 // the restart alpha attempts the interrupted hop again under the same
-// intent nonce with the same frame, so beta answers it from its own record
-// once the actor finishes: the actor runs once, the hop's result moves the
-// envelope on once, and the envelope ends in x-sink once.
+// intent nonce with the same frame, so beta answers it from its own record:
+// IN_PROGRESS until the actor finishes, or at once with the cached result
+// when the actor finished while alpha was down. Either way the actor runs
+// once, the hop's result moves the envelope on once, and the envelope ends
+// in x-sink once.
 func TestMeshPeerHopOnceAcrossOriginCrash(t *testing.T) {
 	t.Parallel()
 	m := startMeshPeers(t, "30s")
-	envID := m.create(m.route, map[string]any{"product_id": "789", "hold": "kill-alpha"}, nil)
+	t.Run("actor finishes after the restart", func(t *testing.T) {
+		m.crashOriginMidHop(t, "kill-alpha", false)
+	})
+	t.Run("actor finished while the origin was down", func(t *testing.T) {
+		m.crashOriginMidHop(t, "kill-alpha-answered", true)
+	})
+}
+
+// crashOriginMidHop runs one envelope through the pair, SIGKILLs alpha
+// while beta's actor holds the middle hop, and checks that the hop ran and
+// was applied once. With answered, the actor finishes (and beta records
+// the hop acked) before alpha starts again.
+func (m *meshPeers) crashOriginMidHop(t *testing.T, hold string, answered bool) {
+	envID := m.create(m.route, map[string]any{"product_id": hold, "hold": hold}, nil)
 	m.actor.waitReached(t, envID)
 	m.fp.alpha.Kill()
+	if answered {
+		lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(m.fp.alpha.DataDir, "beam.db")})
+		require.NoError(t, err)
+		evs, err := lg.Trace(context.Background(), "mesh:"+envID)
+		require.NoError(t, err)
+		require.NoError(t, lg.Close())
+		var nonce string
+		for _, ev := range evs {
+			if ev.State == tracing.Dispatched && ev.Transport == directory.TransportFederation {
+				nonce, _ = ev.Details.Extra["peerNonce"].(string)
+			}
+		}
+		require.NotEmpty(t, nonce)
+		close(m.actor.hold(hold))
+		require.Eventually(t, func() bool {
+			st, err := queryState(t, m.fp.beta.DataDir, nonce)
+			return err == nil && st == tracing.Acked
+		}, 60*time.Second, 50*time.Millisecond, "beta records the hop acked while alpha is down")
+	}
 	m.fp.alpha.Restart()
 	m.connectAlpha()
 	ch, done := m.stream(envID, "")
-	// The restarted alpha asks beta for the hop again while the actor
-	// still holds it; beta answers IN_PROGRESS until it is finished.
-	require.Eventually(t, func() bool {
-		var dispatches int
-		for _, ev := range m.traceEvents(envID) {
-			if ev.State == tracing.Dispatched && ev.Transport == directory.TransportFederation {
-				dispatches++
+	if !answered {
+		// The restarted alpha asks beta for the hop again while the
+		// actor still holds it; beta answers IN_PROGRESS until it is
+		// finished.
+		require.Eventually(t, func() bool {
+			var dispatches int
+			for _, ev := range m.traceEvents(envID) {
+				if ev.State == tracing.Dispatched && ev.Transport == directory.TransportFederation {
+					dispatches++
+				}
 			}
-		}
-		return dispatches >= 2
-	}, 60*time.Second, 50*time.Millisecond, "the interrupted hop is attempted again after the restart")
-	close(m.actor.hold("kill-alpha"))
+			return dispatches >= 2
+		}, 60*time.Second, 50*time.Millisecond, "the interrupted hop is attempted again after the restart")
+		close(m.actor.hold(hold))
+	}
 
 	v := m.wait(envID)
 	statuses, _ := m.collect(ch, done)
 	require.Equal(t, tracing.MeshSucceeded, statuses[len(statuses)-1])
 	m.requireFinished(v)
-	require.Equal(t, "789", payloadMap(t, v.Envelope.Payload)["product_id"])
+	require.Equal(t, hold, payloadMap(t, v.Envelope.Payload)["product_id"])
 	runs, finished := m.actor.counts(envID)
 	require.Equal(t, 1, runs, "the actor ran the hop once")
 	require.Equal(t, 1, finished)
 
 	// Both dispatches of the middle hop carried the same intent.
 	nonces := m.peerNonces(envID)
-	require.GreaterOrEqual(t, len(nonces), 2)
-	for _, n := range nonces {
-		require.Equal(t, nonces[0], n, "one intent per hop attempt")
-	}
+	require.Len(t, nonces, 2)
+	require.Equal(t, nonces[0], nonces[1], "one intent per hop attempt")
 	m.requireCrossing(nonces[0])
 	// The hop's result moved the envelope on once: one step to the third
 	// actor after the middle hop, then x-sink.
