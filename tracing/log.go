@@ -592,19 +592,13 @@ func (l *Log) CountByState(ctx context.Context) (map[State]int64, error) {
 // Trace returns the events of a nonce in seq order (at most MaxTraceEvents).
 // The events are found through the nonce's intent_log row; a nonce whose
 // row is not written yet (behind.go) is looked for among the events after
-// the projections' high-water mark.
+// the projections' high-water mark, in the same statement (so in the same
+// snapshot).
 func (l *Log) Trace(ctx context.Context, nonce string) ([]Event, error) {
-	out, err := l.traceWhere(ctx, eventsByNonce, nonce, nonce)
-	if err == nil && len(out) == 0 {
-		out, err = l.traceWhere(ctx, `seq > (SELECT seq FROM projection_seq) AND nonce = ?`, nonce)
-	}
-	return out, err
-}
-
-func (l *Log) traceWhere(ctx context.Context, cond string, args ...any) ([]Event, error) {
-	nonce := args[len(args)-1]
-	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE `+cond+` ORDER BY seq LIMIT ?`,
-		append(args, MaxTraceEvents)...)
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE `+eventsByNonce+`
+		UNION ALL SELECT `+eventCols+` FROM intent_trace_events WHERE seq > (SELECT seq FROM projection_seq) AND nonce = ?
+		  AND NOT EXISTS (SELECT 1 FROM intent_log WHERE nonce = ?)
+		ORDER BY seq LIMIT ?`, nonce, nonce, nonce, nonce, MaxTraceEvents)
 	if err != nil {
 		return nil, fmt.Errorf("read trace %q: %w", nonce, err)
 	}
