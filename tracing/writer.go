@@ -710,6 +710,11 @@ func (l *Log) run() {
 				l.commitBatch(nil)
 			}
 			if closed {
+				l.qmu.Lock()
+				if l.projectTimer != nil {
+					l.projectTimer.Stop()
+				}
+				l.qmu.Unlock()
 				return
 			}
 			continue
