@@ -35,7 +35,8 @@ import (
 // mark.)
 //
 // Reads that name one nonce (Intent, State, Message, MessageState,
-// HasNonce, MessageNonce, MessageByID, FirstDetails, LastDetails, Trace)
+// HasNonce, MessageNonce, MessageByID, FirstDetails, LastDetails, Trace,
+// IntentsByNonce)
 // answer from the pending entry when there is one; every other read of the
 // projections first waits for the rows pending at the time of the call to
 // be written (sync).

@@ -86,6 +86,12 @@ func TestReadsSeeRowsNotWrittenYet(t *testing.T) {
 	tr, err := b.log.Trace(ctx, "wb-1")
 	require.NoError(t, err)
 	require.Len(t, tr, 2)
+	byNonce, err := b.log.IntentsByNonce(ctx, []string{"wb-1", "none"})
+	require.NoError(t, err)
+	require.Len(t, byNonce, 1)
+	require.Equal(t, Validated, byNonce[0].Status)
+	_, onDisk = storedIntent(t, b.log, "wb-1")
+	require.False(t, onDisk, "IntentsByNonce answers from memory")
 
 	// A message id held only in memory is still taken.
 	_, err = b.log.Append(ctx, busReceived("wb-m2", "msg-1"))

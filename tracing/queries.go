@@ -97,6 +97,21 @@ func (l *Log) EachIntent(ctx context.Context, q IntentQuery, fn func(*IntentRow)
 // that exist), in no particular order.
 func (l *Log) IntentsByNonce(ctx context.Context, nonces []string) ([]IntentRow, error) {
 	var out []IntentRow
+	// Rows not written yet come from memory; the rest from the table, which
+	// holds them (a row leaves memory only once it is written).
+	if l.wdb != nil {
+		rest := make([]string, 0, len(nonces))
+		l.pmu.RLock()
+		for _, n := range nonces {
+			if p := l.w.pend[n]; p != nil {
+				out = append(out, p.row)
+			} else {
+				rest = append(rest, n)
+			}
+		}
+		l.pmu.RUnlock()
+		nonces = rest
+	}
 	for len(nonces) > 0 {
 		chunk := nonces[:min(len(nonces), 500)]
 		nonces = nonces[len(chunk):]
@@ -104,7 +119,7 @@ func (l *Log) IntentsByNonce(ctx context.Context, nonces []string) ([]IntentRow,
 		for i, n := range chunk {
 			args[i] = n
 		}
-		err := l.eachIntent(ctx, `SELECT `+intentCols+` FROM intent_log WHERE nonce IN (`+placeholders(len(chunk))+`)`, args,
+		err := eachRow(ctx, l.rdb.DB, "read intents", `SELECT `+intentCols+` FROM intent_log WHERE nonce IN (`+placeholders(len(chunk))+`)`, args, scanIntent,
 			func(r *IntentRow) error {
 				out = append(out, *r)
 				return nil
