@@ -55,6 +55,7 @@ func TestReadsSeeRowsNotWrittenYet(t *testing.T) {
 
 	_, onDisk := storedIntent(t, b.log, "wb-1")
 	require.False(t, onDisk, "the commit wrote the projection row with the events")
+	require.Equal(t, 2.0, b.metric("beam_log_projection_pending_rows"))
 	require.Less(t, projSeqOnDisk(t, b.log.ReadDB()), b.log.LastSeq())
 
 	st, ok, err := b.log.State(ctx, "wb-1")
@@ -106,6 +107,7 @@ func TestReadsSeeRowsNotWrittenYet(t *testing.T) {
 	require.True(t, onDisk)
 	require.Equal(t, string(Validated), status)
 	require.Equal(t, b.log.LastSeq(), projSeqOnDisk(t, b.log.ReadDB()))
+	require.Equal(t, 0.0, b.metric("beam_log_projection_pending_rows"))
 }
 
 // TestDoSeesRowsNotWrittenYet: a Do function reads the rows of earlier

@@ -71,6 +71,7 @@ func (l *Log) runRebuild(r *request) {
 		return
 	}
 	l.pendingWritten(w.nextSeq - 1)
+	l.m.pending.Set(0)
 	l.setGauges(w.counts)
 	stats.Duration = time.Since(start)
 	r.stats = stats

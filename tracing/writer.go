@@ -858,6 +858,7 @@ func (l *Log) commitBatch(batch []*request) {
 		l.pendingWritten(w.nextSeq - 1)
 	}
 	w.merge(&l.pmu, t0)
+	l.m.pending.Set(float64(len(w.pend)))
 	l.addGaugeDeltas(&w.deltas, w.nextSeq-1)
 	n := w.nextSeq - seq0
 	if n > 0 {
