@@ -15,8 +15,8 @@ import (
 //
 //   - until then, the writer adds each commit's changes to the terminal
 //     gauges as usual and also remembers them with the commit's last seq;
-//   - the counter reads MAX(seq) and the terminal counts in one read
-//     transaction, so both describe the same snapshot;
+//   - the counter reads the projections' high-water mark and the terminal
+//     counts in one read transaction, so both describe the same snapshot;
 //   - it then adds to each terminal gauge its count minus what the
 //     remembered commits up to that seq already added (those commits are in
 //     the snapshot too), and the writer stops remembering.
@@ -80,9 +80,11 @@ func (l *Log) countTerminal(ctx context.Context) (int64, map[State]int64, error)
 		return 0, nil, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	// The projections hold every event up to their high-water mark and
+	// none after it (behind.go), so the mark is the snapshot's seq.
 	var snap sql.NullInt64
-	if err := tx.GetContext(ctx, &snap, `SELECT MAX(seq) FROM intent_trace_events`); err != nil {
-		return 0, nil, fmt.Errorf("read last seq: %w", err)
+	if err := tx.GetContext(ctx, &snap, selectProjSeq); err != nil {
+		return 0, nil, fmt.Errorf("read projection seq: %w", err)
 	}
 	counts, err := groupStates(ctx, tx, `SELECT status, COUNT(*) FROM intent_log WHERE status IN `+terminalList+` GROUP BY status`)
 	if err != nil {

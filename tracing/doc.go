@@ -5,9 +5,11 @@
 // queries and live subscriptions from a sequence cursor.
 //
 // Every state change of an intent is an Event. Events are validated against
-// the transition table before they are written, written in one transaction
-// together with the projection rows they change, and only reported back to
-// the caller once that transaction has committed.
+// the transition table before they are written, and only reported back to
+// the caller once their transaction has committed. The projection rows they
+// change are written behind them by the same writer, with the high-water
+// mark of the events they hold, and folded again from the log on Open when
+// a stop left some unwritten (behind.go).
 //
 // tracing must not import any other package of this module: the directory,
 // the bus and federation build on it, never the other way round. It knows

@@ -42,6 +42,9 @@ type Config struct {
 	// rows (default 262144). Nonces beyond it are read from SQLite when
 	// touched; correctness does not depend on the cache.
 	MaxCachedIntents int
+	// ProjectAfter is the longest a projection row waits in memory before
+	// it is written behind its events (behind.go). Default 100 ms.
+	ProjectAfter time.Duration
 }
 
 // Limits on what one event may carry.
@@ -88,6 +91,13 @@ type Log struct {
 
 	// Owned by the writer goroutine (and by Open before it starts).
 	w writerState
+	// pmu guards w.pend and w.pendIDs for readers (behind.go); projSeq is
+	// the projections' high-water mark; projectDue and projectTimer (under
+	// qmu) wake the idle writer when pending rows are due.
+	pmu          sync.RWMutex
+	projSeq      atomic.Int64
+	projectDue   bool
+	projectTimer *time.Timer
 	// meshLive holds the open envelopes' beam_mesh rows (mesh_live.go).
 	meshLive meshLive
 
@@ -140,6 +150,9 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	}
 	if cfg.ReadConns <= 0 {
 		cfg.ReadConns = 4
+	}
+	if cfg.ProjectAfter <= 0 {
+		cfg.ProjectAfter = defaultProjectAfter
 	}
 	if cfg.MaxCachedIntents <= 0 {
 		cfg.MaxCachedIntents = 1 << 18
@@ -214,6 +227,12 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err := l.w.prepare(ctx, wdb, wc); err != nil {
 		return fail(err)
 	}
+	if !migrated {
+		if err := l.catchUp(ctx); err != nil {
+			l.w.closeStmts()
+			return fail(err)
+		}
+	}
 	if migrated {
 		l.w.cache = make(map[string]*entry)
 		l.w.counts = make(map[State]int64, len(States))
@@ -228,6 +247,9 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err := l.loadState(ctx, migrated); err != nil {
 		l.w.closeStmts()
 		return fail(err)
+	}
+	if migrated {
+		l.projSeq.Store(l.lastSeq.Load())
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -322,6 +344,7 @@ func (l *Log) createSchema(ctx context.Context) (bool, error) {
 		qs = append(qs, migrateV1...)
 	}
 	qs = append(qs, createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages, createMesh, indexMesh,
+		createProjSeq,
 		fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
 	for _, q := range qs {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -481,7 +504,8 @@ func (l *Log) Close() error {
 // ReadDB returns the read-only connection pool, for the packages that keep
 // tables of their own in the log's file (the registry, the federation
 // outbox) to read those tables. The log's own tables are read through its
-// query methods (queries.go), never with SQL from outside this package;
+// query methods (queries.go), never with SQL from outside this package
+// (a query that must join a projection table calls Sync first);
 // writes must go through Append or Do.
 func (l *Log) ReadDB() *sqlx.DB { return l.rdb }
 
@@ -491,6 +515,9 @@ func (l *Log) LastSeq() int64 { return l.lastSeq.Load() }
 // State returns the current state of a nonce from intent_log; false when the
 // nonce has no event.
 func (l *Log) State(ctx context.Context, nonce string) (State, bool, error) {
+	if e := l.pending(nonce); e != nil {
+		return e.row.Status, true, nil
+	}
 	var s string
 	err := l.rdb.QueryRowContext(ctx, `SELECT status FROM intent_log WHERE nonce = ?`, nonce).Scan(&s)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -504,6 +531,9 @@ func (l *Log) State(ctx context.Context, nonce string) (State, bool, error) {
 
 // Intent returns the intent_log row of a nonce; false when there is none.
 func (l *Log) Intent(ctx context.Context, nonce string) (IntentRow, bool, error) {
+	if e := l.pending(nonce); e != nil {
+		return e.row, true, nil
+	}
 	var r IntentRow
 	err := scanIntent(l.rdb.QueryRowContext(ctx, selectIntent, nonce), &r)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -518,6 +548,12 @@ func (l *Log) Intent(ctx context.Context, nonce string) (IntentRow, bool, error)
 // Message returns the beam_messages row of a nonce; false when the nonce is
 // not a bus message.
 func (l *Log) Message(ctx context.Context, nonce string) (MessageRow, bool, error) {
+	if e := l.pending(nonce); e != nil {
+		if e.msg == nil {
+			return MessageRow{}, false, nil
+		}
+		return *e.msg, true, nil
+	}
 	var m MessageRow
 	err := scanMessage(l.rdb.QueryRowContext(ctx, selectMessage, nonce), &m)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -532,6 +568,9 @@ func (l *Log) Message(ctx context.Context, nonce string) (MessageRow, bool, erro
 // NonTerminal returns every intent_log row whose status is not acked,
 // failed or dead_letter, oldest request first. Startup recovery uses it.
 func (l *Log) NonTerminal(ctx context.Context) ([]IntentRow, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	var out []IntentRow
 	err := eachRow(ctx, l.rdb.DB, "read non-terminal intents", `SELECT `+intentCols+` FROM intent_log WHERE status IN `+openList+
 		` ORDER BY requested_at, nonce`, nil, scanIntent, func(r *IntentRow) error {
@@ -544,13 +583,22 @@ func (l *Log) NonTerminal(ctx context.Context) ([]IntentRow, error) {
 // CountByState returns the number of intents in each state (states with no
 // intent are absent).
 func (l *Log) CountByState(ctx context.Context) (map[State]int64, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	return countStates(ctx, l.rdb)
 }
 
 // Trace returns the events of a nonce in seq order (at most MaxTraceEvents).
+// The events are found through the nonce's intent_log row; a nonce whose
+// row is not written yet (behind.go) is looked for among the events after
+// the projections' high-water mark, in the same statement (so in the same
+// snapshot).
 func (l *Log) Trace(ctx context.Context, nonce string) ([]Event, error) {
-	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE `+eventsByNonce+` ORDER BY seq LIMIT ?`,
-		nonce, nonce, MaxTraceEvents)
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE `+eventsByNonce+`
+		UNION ALL SELECT `+eventCols+` FROM intent_trace_events WHERE seq > (SELECT seq FROM projection_seq) AND nonce = ?
+		  AND NOT EXISTS (SELECT 1 FROM intent_log WHERE nonce = ?)
+		ORDER BY seq LIMIT ?`, nonce, nonce, nonce, nonce, MaxTraceEvents)
 	if err != nil {
 		return nil, fmt.Errorf("read trace %q: %w", nonce, err)
 	}

@@ -24,6 +24,7 @@ type metrics struct {
 	commit   prometheus.Histogram
 	intents  *prometheus.GaugeVec
 	rejected *prometheus.CounterVec
+	pending  prometheus.Gauge
 	gauges   [8]prometheus.Gauge // per state, in States order
 }
 
@@ -56,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "beam_log_rejected_total",
 			Help: "Append and Do calls rejected, by reason.",
 		}, []string{"reason"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "beam_log_projection_pending_rows",
+			Help: "Intents whose projection rows wait in memory to be written behind their events.",
+		}),
 	}
 	for i, s := range States {
 		m.gauges[i] = m.intents.WithLabelValues(string(s))
@@ -66,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appended, m.append, m.batch, m.commit, m.intents, m.rejected} {
+	for _, c := range []prometheus.Collector{m.appended, m.append, m.batch, m.commit, m.intents, m.rejected, m.pending} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -187,6 +187,7 @@ type projSnapshot struct {
 func snapshotProjections(t *testing.T, l *Log) projSnapshot {
 	t.Helper()
 	var s projSnapshot
+	require.NoError(t, l.Sync(context.Background()))
 	require.NoError(t, l.ReadDB().Select(&s.Intents, `SELECT * FROM intent_log ORDER BY nonce`))
 	require.NoError(t, l.ReadDB().Select(&s.Messages, `SELECT * FROM beam_messages ORDER BY nonce`))
 	return s

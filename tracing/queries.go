@@ -58,6 +58,9 @@ func (q *IntentQuery) where() (string, []any) {
 
 // CountIntents counts the intents q selects (ignoring its paging).
 func (l *Log) CountIntents(ctx context.Context, q IntentQuery) (int64, error) {
+	if err := l.sync(ctx); err != nil {
+		return 0, err
+	}
 	cond, args := q.where()
 	var n int64
 	if err := l.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM intent_log`+cond, args...).Scan(&n); err != nil {
@@ -94,6 +97,21 @@ func (l *Log) EachIntent(ctx context.Context, q IntentQuery, fn func(*IntentRow)
 // that exist), in no particular order.
 func (l *Log) IntentsByNonce(ctx context.Context, nonces []string) ([]IntentRow, error) {
 	var out []IntentRow
+	// Rows not written yet come from memory; the rest from the table, which
+	// holds them (a row leaves memory only once it is written).
+	if l.wdb != nil {
+		rest := make([]string, 0, len(nonces))
+		l.pmu.RLock()
+		for _, n := range nonces {
+			if p := l.w.pend[n]; p != nil {
+				out = append(out, p.row)
+			} else {
+				rest = append(rest, n)
+			}
+		}
+		l.pmu.RUnlock()
+		nonces = rest
+	}
 	for len(nonces) > 0 {
 		chunk := nonces[:min(len(nonces), 500)]
 		nonces = nonces[len(chunk):]
@@ -101,7 +119,7 @@ func (l *Log) IntentsByNonce(ctx context.Context, nonces []string) ([]IntentRow,
 		for i, n := range chunk {
 			args[i] = n
 		}
-		err := l.eachIntent(ctx, `SELECT `+intentCols+` FROM intent_log WHERE nonce IN (`+placeholders(len(chunk))+`)`, args,
+		err := eachRow(ctx, l.rdb.DB, "read intents", `SELECT `+intentCols+` FROM intent_log WHERE nonce IN (`+placeholders(len(chunk))+`)`, args, scanIntent,
 			func(r *IntentRow) error {
 				out = append(out, *r)
 				return nil
@@ -114,6 +132,9 @@ func (l *Log) IntentsByNonce(ctx context.Context, nonces []string) ([]IntentRow,
 }
 
 func (l *Log) eachIntent(ctx context.Context, query string, args []any, fn func(*IntentRow) error) error {
+	if err := l.sync(ctx); err != nil {
+		return err
+	}
 	return eachRow(ctx, l.rdb.DB, "read intents", query, args, scanIntent, fn)
 }
 
@@ -169,6 +190,9 @@ func eachRow[T any](ctx context.Context, db *sql.DB, what, query string, args []
 // AverageAckedLatency is the mean round-trip latency in ms of acked intents
 // (0 when there is none).
 func (l *Log) AverageAckedLatency(ctx context.Context) (float64, error) {
+	if err := l.sync(ctx); err != nil {
+		return 0, err
+	}
 	var avg float64
 	if err := l.rdb.QueryRowContext(ctx,
 		`SELECT COALESCE(AVG(round_trip_latency_ms), 0) FROM intent_log WHERE status = 'acked'`).Scan(&avg); err != nil {
@@ -261,6 +285,9 @@ func (l *Log) EachMessage(ctx context.Context, q MessageQuery, fn func(*MessageR
 }
 
 func (l *Log) eachMessage(ctx context.Context, query string, args []any, fn func(*MessageRow) error) error {
+	if err := l.sync(ctx); err != nil {
+		return err
+	}
 	return eachRow(ctx, l.rdb.DB, "read messages", query, args, scanMessage, fn)
 }
 
@@ -273,6 +300,9 @@ type MessageSummary struct {
 // ignored), their distinct senders and recipients and the highest retry
 // count among them.
 func (l *Log) SummarizeMessages(ctx context.Context, q MessageQuery) (MessageSummary, error) {
+	if err := l.sync(ctx); err != nil {
+		return MessageSummary{}, err
+	}
 	cond, args := q.where()
 	var s MessageSummary
 	if err := l.rdb.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT sender), COUNT(DISTINCT recipient),
@@ -317,6 +347,9 @@ func (l *Log) MessageCountsByAgent(ctx context.Context, bySender bool, q Message
 }
 
 func (l *Log) groupCounts(ctx context.Context, query string, args []any) (map[string]int64, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := l.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -337,6 +370,9 @@ func (l *Log) groupCounts(ctx context.Context, query string, args []any) (map[st
 // MessageByID returns the beam_messages row with message id; false when
 // there is none.
 func (l *Log) MessageByID(ctx context.Context, id string) (MessageRow, bool, error) {
+	if e := l.pendingMessage(id); e != nil {
+		return *e.msg, true, nil
+	}
 	var m MessageRow
 	err := scanMessage(l.reads.messageByID.QueryRowContext(ctx, id), &m)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -359,6 +395,12 @@ type MessageState struct {
 // MessageState returns nonce's message with its latest attempt; false when
 // the nonce is not a bus message.
 func (l *Log) MessageState(ctx context.Context, nonce string) (MessageState, bool, error) {
+	if e := l.pending(nonce); e != nil {
+		if e.msg == nil {
+			return MessageState{}, false, nil
+		}
+		return MessageState{MessageRow: *e.msg, Attempt: e.row.Attempt, Transport: e.row.Transport}, true, nil
+	}
 	var c MessageState
 	m := &c.MessageRow
 	err := l.reads.messageState.QueryRowContext(ctx, nonce).Scan(&m.ID, &m.Nonce, &m.Sender, &m.Recipient, &m.Intent,
@@ -376,6 +418,9 @@ func (l *Log) MessageState(ctx context.Context, nonce string) (MessageState, boo
 
 // HasNonce reports whether the log has any event of nonce.
 func (l *Log) HasNonce(ctx context.Context, nonce string) (bool, error) {
+	if l.pending(nonce) != nil {
+		return true, nil
+	}
 	var one int
 	err := l.reads.hasNonce.QueryRowContext(ctx, nonce).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -389,6 +434,9 @@ func (l *Log) HasNonce(ctx context.Context, nonce string) (bool, error) {
 
 // MessageNonce returns the nonce of message id.
 func (l *Log) MessageNonce(ctx context.Context, id string) (string, bool, error) {
+	if e := l.pendingMessage(id); e != nil {
+		return e.msg.Nonce, true, nil
+	}
 	var nonce string
 	err := l.reads.messageNonce.QueryRowContext(ctx, id).Scan(&nonce)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -402,17 +450,25 @@ func (l *Log) MessageNonce(ctx context.Context, id string) (string, bool, error)
 
 // FirstDetails returns the details of nonce's first event.
 func (l *Log) FirstDetails(ctx context.Context, nonce string) (Details, error) {
-	return l.detailsOf(ctx, l.reads.firstDetails, nonce, "first")
+	if e := l.pending(nonce); e != nil {
+		return l.detailsOf(ctx, l.reads.detailsBySeq, e.row.FirstSeq, nonce, "first")
+	}
+	return l.detailsOf(ctx, l.reads.firstDetails, nonce, nonce, "first")
 }
 
 // LastDetails returns the details of nonce's latest event.
 func (l *Log) LastDetails(ctx context.Context, nonce string) (Details, error) {
-	return l.detailsOf(ctx, l.reads.lastDetails, nonce, "latest")
+	if e := l.pending(nonce); e != nil {
+		return l.detailsOf(ctx, l.reads.detailsBySeq, e.row.LastSeq, nonce, "latest")
+	}
+	return l.detailsOf(ctx, l.reads.lastDetails, nonce, nonce, "latest")
 }
 
-func (l *Log) detailsOf(ctx context.Context, st *sql.Stmt, nonce, which string) (Details, error) {
+// detailsOf reads the details of one event of nonce with st, which selects
+// it by key (the nonce, or the event's seq).
+func (l *Log) detailsOf(ctx context.Context, st *sql.Stmt, key any, nonce, which string) (Details, error) {
 	var raw []byte
-	if err := st.QueryRowContext(ctx, nonce).Scan(&raw); err != nil {
+	if err := st.QueryRowContext(ctx, key).Scan(&raw); err != nil {
 		return Details{}, fmt.Errorf("read %s event of %q: %w", which, nonce, err)
 	}
 	var d Details
@@ -456,6 +512,9 @@ type DeliveredMessage struct {
 
 // DeliveredMessages returns every message in delivered.
 func (l *Log) DeliveredMessages(ctx context.Context) ([]DeliveredMessage, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := l.reads.delivered.QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read delivered messages: %w", err)
@@ -478,6 +537,9 @@ func (l *Log) DeliveredMessages(ctx context.Context) ([]DeliveredMessage, error)
 // MessageDepth counts the messages waiting (queued or dispatched) and the
 // dead letters.
 func (l *Log) MessageDepth(ctx context.Context) (waiting, dead int64, err error) {
+	if err := l.sync(ctx); err != nil {
+		return 0, 0, err
+	}
 	if err := l.rdb.QueryRowContext(ctx, `SELECT COALESCE(SUM(status IN ('queued','dispatched')), 0),
 		COALESCE(SUM(status = 'dead_letter'), 0) FROM beam_messages`).Scan(&waiting, &dead); err != nil {
 		return 0, 0, fmt.Errorf("count bus messages: %w", err)
@@ -486,6 +548,9 @@ func (l *Log) MessageDepth(ctx context.Context) (waiting, dead int64, err error)
 }
 
 func (l *Log) nonces(ctx context.Context, st *sql.Stmt, args ...any) ([]string, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, fmt.Errorf("select messages: %w", err)
@@ -536,6 +601,9 @@ var ProjectionTables = []string{"intent_log", "beam_messages", "beam_mesh"}
 // by nonce, as a string of all its columns: two snapshots are equal exactly
 // when the projections hold the same rows.
 func (l *Log) Snapshot(ctx context.Context) (map[string]map[string]string, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	out := map[string]map[string]string{}
 	for _, t := range ProjectionTables {
 		rows, err := l.rdb.QueryContext(ctx, "SELECT * FROM "+t)
@@ -588,6 +656,7 @@ func snapshotRows(rows *sql.Rows) (map[string]string, error) {
 // running it.
 type readStmts struct {
 	messageState, hasNonce, firstDetails, lastDetails, waiting, messageNonce, messageByID *sql.Stmt
+	detailsBySeq                                                                          *sql.Stmt
 	interrupted, expiredLeases, due, delivered                                            *sql.Stmt
 	meshByID, meshDue, meshExpired                                                        *sql.Stmt
 }
@@ -606,6 +675,7 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
 		{&r.hasNonce, `SELECT 1 FROM intent_log WHERE nonce = ?`},
 		{&r.firstDetails, `SELECT details FROM intent_trace_events WHERE seq = (SELECT first_seq FROM intent_log WHERE nonce = ?)`},
 		{&r.lastDetails, `SELECT details FROM intent_trace_events WHERE seq = (SELECT last_seq FROM intent_log WHERE nonce = ?)`},
+		{&r.detailsBySeq, `SELECT details FROM intent_trace_events WHERE seq = ?`},
 		{&r.waiting, `SELECT nonce FROM beam_messages WHERE recipient = ? AND status = 'queued'
 			AND (next_retry_at IS NULL OR next_retry_at <= ?) AND created_at >= ? ORDER BY priority DESC, created_at LIMIT ?`},
 		{&r.messageNonce, `SELECT nonce FROM beam_messages WHERE id = ?`},
@@ -636,7 +706,7 @@ func (r *readStmts) close() {
 	}
 	for _, st := range []*sql.Stmt{r.messageState, r.hasNonce, r.firstDetails, r.lastDetails, r.waiting,
 		r.messageNonce, r.messageByID, r.interrupted, r.expiredLeases, r.due, r.delivered,
-		r.meshByID, r.meshDue, r.meshExpired} {
+		r.meshByID, r.meshDue, r.meshExpired, r.detailsBySeq} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -702,6 +772,9 @@ type InboxDepth struct {
 // InboxDepths counts the queued and dispatched bus messages of each of the
 // recipients; recipients with none are left out of the map.
 func (l *Log) InboxDepths(ctx context.Context, recipients []string) (map[string]InboxDepth, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	out := make(map[string]InboxDepth, len(recipients))
 	const chunk = 500 // well under SQLite's bound-parameter limit
 	for start := 0; start < len(recipients); start += chunk {
@@ -737,6 +810,9 @@ func (l *Log) InboxDepths(ctx context.Context, recipients []string) (map[string]
 // OldestIntentSince returns the request time of the oldest intent
 // requested at or after since; false when there is none.
 func (l *Log) OldestIntentSince(ctx context.Context, since time.Time) (time.Time, bool, error) {
+	if err := l.sync(ctx); err != nil {
+		return time.Time{}, false, err
+	}
 	var us sql.NullInt64
 	if err := l.rdb.QueryRowContext(ctx, `SELECT MIN(requested_at) FROM intent_log WHERE requested_at >= ?`, since.UnixMicro()).Scan(&us); err != nil {
 		return time.Time{}, false, fmt.Errorf("oldest intent: %w", err)

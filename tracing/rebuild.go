@@ -48,6 +48,12 @@ func (l *Log) runRebuild(r *request) {
 	w := &l.w
 	start := time.Now()
 	oldCache, oldCounts := w.cache, w.counts
+	// The rebuild folds every committed event, those of the pending rows
+	// too; it must not read them as rows.
+	oldPend, oldIDs := w.pend, w.pendIDs
+	l.pmu.Lock()
+	w.pend, w.pendIDs = make(map[string]*entry), make(map[string]string)
+	l.pmu.Unlock()
 	w.discard()
 	w.cache = make(map[string]*entry)
 	w.counts = make(map[State]int64, len(States))
@@ -56,11 +62,16 @@ func (l *Log) runRebuild(r *request) {
 	l.meshLive.reset()
 	w.deltas = [8]int64{}
 	if err != nil {
+		l.pmu.Lock()
+		w.pend, w.pendIDs = oldPend, oldIDs
+		l.pmu.Unlock()
 		w.cache, w.counts = oldCache, oldCounts
 		l.logger.Error("rebuild of the log projections failed", "err", err)
 		reject(r, fmt.Errorf("rebuild projections: %w", err), rejectError)
 		return
 	}
+	l.pendingWritten(w.nextSeq - 1)
+	l.m.pending.Set(0)
 	l.setGauges(w.counts)
 	stats.Duration = time.Since(start)
 	r.stats = stats
@@ -78,13 +89,14 @@ type rebuildChunk struct {
 
 const rebuildChunkEvents = 4096
 
-// readLog streams the whole log in seq order from the read pool, decoding
-// only what the folds read, in chunks sent to out; free returns used chunks.
+// readLog streams the log after seq afterSeq in seq order from the read
+// pool, decoding only what the folds read, in chunks sent to out; free
+// (which may be nil) returns used chunks.
 // It runs in its own goroutine, so that reading and decoding overlap with
 // the fold and the writes. The read transaction's snapshot holds every
 // committed event, since the writer (running the rebuild) is the only one
 // who appends.
-func (l *Log) readLog(ctx context.Context, out chan<- *rebuildChunk, free chan *rebuildChunk) {
+func (l *Log) readLog(ctx context.Context, afterSeq int64, out chan<- *rebuildChunk, free chan *rebuildChunk) {
 	defer close(out)
 	send := func(c *rebuildChunk) bool {
 		select {
@@ -107,7 +119,8 @@ func (l *Log) readLog(ctx context.Context, out chan<- *rebuildChunk, free chan *
 		if !ok {
 			return fmt.Errorf("driver connection %T cannot query", dc)
 		}
-		rows, err := q.QueryContext(ctx, `SELECT `+eventCols+`, first_seq FROM intent_trace_events ORDER BY seq`, nil)
+		rows, err := q.QueryContext(ctx, `SELECT `+eventCols+`, first_seq FROM intent_trace_events WHERE seq > ? ORDER BY seq`,
+			[]driver.NamedValue{{Ordinal: 1, Value: afterSeq}})
 		if err != nil {
 			return err
 		}
@@ -226,7 +239,7 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	chunks := make(chan *rebuildChunk, 4)
 	free := make(chan *rebuildChunk, 4)
-	go l.readLog(rctx, chunks, free)
+	go l.readLog(rctx, 0, chunks, free)
 	defer func() {
 		cancel()
 		for range chunks { // wait for the reader to finish
@@ -244,26 +257,13 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 				return st, err
 			}
 			if e == nil {
-				e = &entry{}
 				if ev.Details.Bus != nil {
-					e.msg = &MessageRow{}
 					st.Messages++
 				}
-				if ev.Details.Owner == OwnerMesh {
-					e.mesh = &MeshRow{}
-				}
 				st.Intents++
-				w.work[ev.Nonce] = e
 				w.seen[maphash.String(w.seenSeed, ev.Nonce)] = ev.Seq
 			}
-			e.row.Apply(*ev)
-			if e.msg != nil {
-				e.msg.Apply(*ev)
-			}
-			if e.mesh != nil {
-				e.mesh.Apply(*ev)
-			}
-			e.dirty = true
+			e = w.fold(e, ev)
 			if c.firsts[i] != e.row.FirstSeq {
 				fixes = append(fixes, [2]int64{ev.Seq, e.row.FirstSeq})
 			}
@@ -272,7 +272,7 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 				if err := w.flush(ts); err != nil {
 					return st, err
 				}
-				w.merge()
+				w.merge(&l.pmu, time.Now())
 			}
 		}
 		clear(c.events) // drop references before reuse
@@ -287,7 +287,7 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 	if err := w.flush(ts); err != nil {
 		return st, err
 	}
-	w.merge()
+	w.merge(&l.pmu, time.Now())
 	if len(fixes) > 0 {
 		// The log's grouping column disagrees with the fold (it was written
 		// by hand or damaged): repair it so that Trace finds every event.
@@ -297,6 +297,9 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 				return st, fmt.Errorf("repair first_seq of event %d: %w", f[0], err)
 			}
 		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE projection_seq SET seq = (SELECT COALESCE(MAX(seq), 0) FROM intent_trace_events)`); err != nil {
+		return st, fmt.Errorf("record projection seq: %w", err)
 	}
 	for _, q := range []string{indexIntentLog, indexMessages, indexMesh} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {

@@ -71,6 +71,22 @@ CREATE INDEX IF NOT EXISTS intent_log_status ON intent_log(status);
 CREATE INDEX IF NOT EXISTS intent_log_requested_at ON intent_log(requested_at);
 `
 
+// createProjSeq holds the projections' high-water mark: every event up to
+// seq is folded into intent_log, beam_messages and beam_mesh, and later
+// events may not be (their rows are written behind the log, see
+// behind.go). A log created before the mark existed had its projections
+// written with its events, so the mark starts at its last event.
+const createProjSeq = `
+CREATE TABLE IF NOT EXISTS projection_seq(id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
+INSERT OR IGNORE INTO projection_seq(id, seq) SELECT 1, COALESCE(MAX(seq), 0) FROM intent_trace_events;
+`
+
+// setProjSeq moves the projections' high-water mark.
+const setProjSeq = `UPDATE projection_seq SET seq = ? WHERE id = 1`
+
+// selectProjSeq reads the projections' high-water mark.
+const selectProjSeq = `SELECT seq FROM projection_seq WHERE id = 1`
+
 const createMessages = `
 CREATE TABLE IF NOT EXISTS beam_messages(
   id               TEXT PRIMARY KEY,

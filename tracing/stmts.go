@@ -23,6 +23,7 @@ const (
 	stUpdMessage
 	stSelMesh
 	stUpsMesh
+	stSetProjSeq
 	stSingles
 )
 
@@ -63,6 +64,8 @@ func singleSQL(id stmtID) string {
 		return selectMesh
 	case stUpsMesh:
 		return upsertMesh
+	case stSetProjSeq:
+		return setProjSeq
 	default:
 		return updateMessage
 	}

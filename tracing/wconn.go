@@ -68,7 +68,7 @@ func (d *execStmts) close() {
 
 // execOnDriver reports whether statement id is run on the driver directly.
 func execOnDriver(id stmtID) bool {
-	if id == stUpdIntent || id == stUpdMessage {
+	if id == stUpdIntent || id == stUpdMessage || id == stSetProjSeq {
 		return true
 	}
 	if id < stSingles {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -21,6 +22,9 @@ type reqKind uint8
 const (
 	kindAppend reqKind = iota
 	kindRebuild
+	// kindSync asks the writer to write every pending projection row (a
+	// read barrier, see behind.go).
+	kindSync
 )
 
 // Request lifecycle: a caller may abandon a pending request (context
@@ -112,6 +116,16 @@ type writerState struct {
 	seen     map[uint64]int64
 	seenSeed maphash.Seed
 
+	// pend holds the entries whose events are committed but whose
+	// projection rows are not written yet (behind.go), pendIDs maps the bus
+	// message ids among them to their nonces, pendSince
+	// when the oldest of them was committed. Readers outside the writer
+	// read pend and pendIDs under Log.pmu; the writer changes them only
+	// under it and never changes an entry once it is in pend.
+	pend      map[string]*entry
+	pendIDs   map[string]string
+	pendSince time.Time
+
 	work   map[string]*entry // nonces touched by the current batch
 	newIDs map[string]bool   // bus message ids created in the current batch
 	absent map[string]bool   // nonces without a row at the start of the batch
@@ -146,6 +160,8 @@ func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnect
 	w.work = make(map[string]*entry)
 	w.newIDs = make(map[string]bool)
 	w.absent = make(map[string]bool)
+	w.pend = make(map[string]*entry)
+	w.pendIDs = make(map[string]string)
 	return nil
 }
 
@@ -169,6 +185,13 @@ func (w *writerState) bind(ctx context.Context, tx *sqlx.Tx) (*txStmts, error) {
 // transaction. It returns nil for a nonce without events.
 func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 	if e := w.work[nonce]; e != nil {
+		return e, nil
+	}
+	if p := w.pend[nonce]; p != nil {
+		e := p.clone()
+		e.orig = e.row.Status
+		e.dirty = false
+		w.work[nonce] = e
 		return e, nil
 	}
 	if c := w.cache[nonce]; c != nil {
@@ -237,7 +260,7 @@ func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
 	for _, r := range batch {
 		for i := range r.events {
 			n := r.events[i].Nonce
-			if w.work[n] != nil || w.cache[n] != nil || w.absent[n] {
+			if w.work[n] != nil || w.pend[n] != nil || w.cache[n] != nil || w.absent[n] {
 				continue
 			}
 			w.absent[n] = true
@@ -411,8 +434,24 @@ func (w *writerState) flush(ts *txStmts) error {
 
 // merge moves the committed working entries into the cache and the state
 // counts, and empties the working set. deltas receives the count changes.
-func (w *writerState) merge() {
+// Entries still dirty (their rows are written behind the log) go to pend
+// too, under pmu.
+func (w *writerState) merge(pmu *sync.RWMutex, now time.Time) {
+	locked := false
 	for nonce, e := range w.work {
+		if e.dirty {
+			if !locked {
+				pmu.Lock()
+				locked = true
+				if len(w.pend) == 0 {
+					w.pendSince = now
+				}
+			}
+			w.pend[nonce] = e
+			if e.msg != nil {
+				w.pendIDs[e.msg.ID] = nonce
+			}
+		}
 		if e.row.Status != e.orig {
 			if i := stateIndex(e.orig); i >= 0 {
 				w.deltas[i]--
@@ -429,6 +468,9 @@ func (w *writerState) merge() {
 		} else if _, ok := w.cache[nonce]; ok || len(w.cache) < w.maxCache {
 			w.cache[nonce] = e
 		}
+	}
+	if locked {
+		pmu.Unlock()
 	}
 	clear(w.work)
 	clear(w.newIDs)
@@ -655,12 +697,27 @@ func (l *Log) run() {
 	var batch []*request
 	for {
 		l.qmu.Lock()
-		for len(l.queue) == 0 && !l.closed {
+		for len(l.queue) == 0 && !l.closed && !l.projectDue {
+			l.armProjectTimer()
 			l.qcond.Wait()
 		}
 		if len(l.queue) == 0 {
+			closed := l.closed
+			l.projectDue = false
 			l.qmu.Unlock()
-			return
+			// Idle with projection rows due, or closing: write them.
+			if len(l.w.pend) > 0 {
+				l.commitBatch(nil)
+			}
+			if closed {
+				l.qmu.Lock()
+				if l.projectTimer != nil {
+					l.projectTimer.Stop()
+				}
+				l.qmu.Unlock()
+				return
+			}
+			continue
 		}
 		l.gather()
 		local, l.queue = l.queue, local[:0]
@@ -708,12 +765,14 @@ func reject(r *request, err error, reason string) {
 	r.reason = reason
 }
 
-// commitBatch runs one group-commit transaction for batch.
+// commitBatch runs one group-commit transaction for batch (which may be
+// empty when only the pending projection rows are due).
 func (l *Log) commitBatch(batch []*request) {
 	w := &l.w
 	t0 := time.Now()
 	seq0 := w.nextSeq
 	ctx := context.Background()
+	direct := l.projectNow(batch, t0)
 	fail := func(err error) {
 		w.discard()
 		w.nextSeq = seq0
@@ -735,22 +794,51 @@ func (l *Log) commitBatch(batch []*request) {
 		fail(err)
 		return
 	}
+	taken := false
+	if direct && hasFunc(batch) {
+		// The functions may read any projection row.
+		w.takePending()
+		taken = true
+		if err := w.flush(ts); err != nil {
+			_ = tx.Rollback()
+			fail(err)
+			return
+		}
+	}
 	if err := w.prefetch(ts, batch); err != nil {
 		_ = tx.Rollback()
 		fail(err)
 		return
 	}
 	for _, r := range batch {
+		if r.kind == kindSync {
+			continue
+		}
 		if err := l.applyRequest(tx, ts, r); err != nil {
 			_ = tx.Rollback()
 			fail(err)
 			return
 		}
 	}
-	if err := w.flush(ts); err != nil {
+	direct = direct || w.meshDirty()
+	if direct && !taken {
+		w.takePending()
+	}
+	flush := w.flushEvents
+	if direct {
+		flush = w.flush
+	}
+	if err := flush(ts); err != nil {
 		_ = tx.Rollback()
 		fail(err)
 		return
+	}
+	if direct {
+		if err := ts.exec(stSetProjSeq, append(w.args[:0], driver.NamedValue{Ordinal: 1, Value: w.nextSeq - 1})); err != nil {
+			_ = tx.Rollback()
+			fail(fmt.Errorf("record projection seq: %w", err))
+			return
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		fail(fmt.Errorf("commit: %w", err))
@@ -766,7 +854,11 @@ func (l *Log) commitBatch(batch []*request) {
 	w.gatherFor = max(w.gatherFor, took)
 
 	l.meshLive.update(w.work)
-	w.merge()
+	if direct {
+		l.pendingWritten(w.nextSeq - 1)
+	}
+	w.merge(&l.pmu, t0)
+	l.m.pending.Set(float64(len(w.pend)))
 	l.addGaugeDeltas(&w.deltas, w.nextSeq-1)
 	n := w.nextSeq - seq0
 	if n > 0 {
@@ -813,7 +905,7 @@ func (w *writerState) stateOf(ts *txStmts, nonce string) (State, bool, error) {
 
 // messageIDTaken reports whether a bus message id is already used.
 func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
-	if w.newIDs[id] {
+	if w.newIDs[id] || w.pendIDs[id] != "" {
 		return true, nil
 	}
 	var nonce string
@@ -957,24 +1049,7 @@ func (w *writerState) applyEvents(r *request, clock func() time.Time) {
 		if r.fn != nil {
 			w.snap(ev.Nonce, e)
 		}
-		if e == nil {
-			e = &entry{}
-			if ev.Details.Bus != nil {
-				e.msg = &MessageRow{}
-			}
-			if ev.Details.Owner == OwnerMesh {
-				e.mesh = &MeshRow{}
-			}
-			w.work[ev.Nonce] = e
-		}
-		e.row.Apply(*ev)
-		if e.msg != nil {
-			e.msg.Apply(*ev)
-		}
-		if e.mesh != nil {
-			e.mesh.Apply(*ev)
-		}
-		e.dirty = true
+		e = w.fold(e, ev)
 		w.addEvent(ev, r.detailsOf(i), e.row.FirstSeq)
 	}
 }

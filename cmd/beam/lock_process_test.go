@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,6 +45,9 @@ func TestSecondWriterOnHeldDataDirExits(t *testing.T) {
 	_, err = strconv.Atoi(serverPID)
 	require.NoError(t, err, "the lock file holds the server's PID, got %q", b)
 
+	// The server writes projection rows behind the log shortly after the
+	// commits above; only once they are written is its log idle.
+	waitRowsWritten(t, p)
 	walBefore := fileSize(t, filepath.Join(p.DataDir, "beam.db-wal"))
 	// The same address, as a user who runs `beam serve` twice would.
 	out, err := beamtest.Run(t, ctx, "serve", "--listen", strings.TrimPrefix(p.URL(), "http://"), "--data-dir", p.DataDir)
@@ -90,6 +94,25 @@ func TestSecondWriterOnHeldDataDirExits(t *testing.T) {
 	out, err = beamtest.Run(t, ctx, "replay", "--data-dir", p.DataDir)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "replayed")
+}
+
+// waitRowsWritten waits until the server holds no projection row in memory
+// (beam_log_projection_pending_rows on its operator metrics is 0).
+func waitRowsWritten(t *testing.T, p *beamtest.Process) {
+	t.Helper()
+	tok, err := os.ReadFile(filepath.Join(p.DataDir, "admin.token"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequest(http.MethodGet, p.URL()+"/metrics", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return strings.Contains(string(b), "\nbeam_log_projection_pending_rows 0\n")
+	}, 30*time.Second, 10*time.Millisecond)
 }
 
 func fileSize(t *testing.T, path string) int64 {

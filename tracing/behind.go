@@ -1,0 +1,286 @@
+package tracing
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Projections written behind the log.
+//
+// A commit must make its events durable before the outcomes they record are
+// reported; the projection rows (intent_log, beam_messages) are derived from
+// those events and need not be. So an ordinary commit writes only the event
+// rows, and the writer keeps the entries whose rows are not written
+// yet in memory (writerState.pend). Every update of one nonce since the last
+// write is folded into its entry, so an intent whose events span several
+// commits costs one row write instead of one per commit.
+//
+// The pending rows are written by the same writer, in the transaction of a
+// later commit (or one of their own when the writer is idle), when
+//   - they are older than Config.ProjectAfter or more than maxPending,
+//   - a request of the commit is a Do (its function may read any row),
+//   - the commit changes a pipeline envelope (beam_mesh is read after
+//     every hop, so its rows are written with their events),
+//   - a reader asked for them (the read barrier, sync), or
+//   - the log is closing.
+// That transaction also records the seq of the last event folded into the
+// projections (projection_seq), so the table and the mark always agree. On
+// Open, the events after the mark are folded again (catchUp) before the log
+// serves: a restart after SIGKILL loses no row. (Each row also skips the
+// events it already holds, by last_seq, should a row ever be ahead of the
+// mark.)
+//
+// Reads that name one nonce (Intent, State, Message, MessageState,
+// HasNonce, MessageNonce, MessageByID, FirstDetails, LastDetails, Trace,
+// IntentsByNonce)
+// answer from the pending entry when there is one; every other read of the
+// projections first waits for the rows pending at the time of the call to
+// be written (sync).
+
+// defaultProjectAfter is how long a projection row may wait in memory
+// unless Config.ProjectAfter says otherwise.
+const defaultProjectAfter = 100 * time.Millisecond
+
+// maxPending is how many entries may wait before their rows are written
+// with the next commit.
+const maxPending = 8192
+
+// projectNow reports whether the commit of batch writes the pending
+// projection rows and its own (true), or only the events (false).
+func (l *Log) projectNow(batch []*request, now time.Time) bool {
+	w := &l.w
+	for _, r := range batch {
+		if r.fn != nil || r.kind == kindSync {
+			return true
+		}
+	}
+	if len(w.pend) == 0 {
+		return false
+	}
+	return len(w.pend) >= maxPending || now.Sub(w.pendSince) >= l.cfg.ProjectAfter || len(batch) == 0
+}
+
+// takePending marks the pending entries for writing in the current
+// transaction: those the batch touched are in the working set already
+// (lookup copied them there), the others are copied there.
+func (w *writerState) takePending() {
+	for nonce, p := range w.pend {
+		if e := w.work[nonce]; e != nil {
+			e.dirty = true
+			continue
+		}
+		e := p.clone()
+		e.orig = e.row.Status
+		e.dirty = true
+		w.work[nonce] = e
+	}
+}
+
+// hasFunc reports whether a request of batch is a Do with a function.
+func hasFunc(batch []*request) bool {
+	for _, r := range batch {
+		if r.fn != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// meshDirty reports whether the batch changed a pipeline envelope: the
+// rows of those are written with their events (the pipeline reads them
+// after every hop), and so, in that commit, are all pending rows, so that
+// the projections never hold an event after their high-water mark.
+func (w *writerState) meshDirty() bool {
+	for _, e := range w.work {
+		if e.dirty && e.mesh != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingWritten forgets the pending entries after the commit that wrote
+// them (and every row of its own batch): the projections hold every event
+// up to seq.
+func (l *Log) pendingWritten(seq int64) {
+	w := &l.w
+	if len(w.pend) > 0 {
+		l.pmu.Lock()
+		clear(w.pend)
+		clear(w.pendIDs)
+		l.pmu.Unlock()
+	}
+	l.projSeq.Store(seq)
+	l.qmu.Lock()
+	if l.projectTimer != nil {
+		l.projectTimer.Stop()
+		l.projectTimer = nil
+	}
+	l.projectDue = false
+	l.qmu.Unlock()
+}
+
+// armProjectTimer, called by the writer with qmu held while it waits for
+// work, makes sure that the pending rows are written once they are due
+// even if no other request comes.
+func (l *Log) armProjectTimer() {
+	if len(l.w.pend) == 0 || l.projectTimer != nil {
+		return
+	}
+	d := l.cfg.ProjectAfter - time.Since(l.w.pendSince)
+	l.projectTimer = time.AfterFunc(max(d, 0), func() {
+		l.qmu.Lock()
+		l.projectDue = true
+		l.qcond.Signal()
+		l.qmu.Unlock()
+	})
+}
+
+// Sync returns once the projection tables (intent_log, beam_messages,
+// beam_mesh) hold every event committed before the call. The log's own
+// query methods need no call; a reader of those tables through ReadDB
+// calls it first.
+func (l *Log) Sync(ctx context.Context) error { return l.sync(ctx) }
+
+// sync is the read barrier: it returns once the projections hold every
+// event committed before the call.
+func (l *Log) sync(ctx context.Context) error {
+	if l.wdb == nil || l.projSeq.Load() >= l.lastSeq.Load() {
+		return nil
+	}
+	r := &request{kind: kindSync, done: make(chan struct{})}
+	if err := l.wait(ctx, r); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil // Close wrote everything
+		}
+		return fmt.Errorf("write pending projection rows: %w", err)
+	}
+	return nil
+}
+
+// pending returns a copy of nonce's pending entry, or nil when its rows are
+// written (or it has none).
+func (l *Log) pending(nonce string) *entry {
+	if l.wdb == nil {
+		return nil
+	}
+	l.pmu.RLock()
+	defer l.pmu.RUnlock()
+	if p := l.w.pend[nonce]; p != nil {
+		return p.clone()
+	}
+	return nil
+}
+
+// pendingMessage returns a copy of the pending entry of bus message id.
+func (l *Log) pendingMessage(id string) *entry {
+	if l.wdb == nil {
+		return nil
+	}
+	l.pmu.RLock()
+	defer l.pmu.RUnlock()
+	if nonce, ok := l.w.pendIDs[id]; ok {
+		if p := l.w.pend[nonce]; p != nil {
+			return p.clone()
+		}
+	}
+	return nil
+}
+
+// catchUp folds the events after the projections' high-water mark into
+// them, in one transaction, before the writer starts. Rows that already
+// hold an event (their last_seq) skip it.
+func (l *Log) catchUp(ctx context.Context) error {
+	var mark int64
+	var last sql.NullInt64
+	if err := l.wdb.GetContext(ctx, &mark, selectProjSeq); err != nil {
+		return fmt.Errorf("read projection seq: %w", err)
+	}
+	if err := l.wdb.GetContext(ctx, &last, `SELECT MAX(seq) FROM intent_trace_events`); err != nil {
+		return fmt.Errorf("read last seq: %w", err)
+	}
+	l.projSeq.Store(max(mark, last.Int64))
+	if mark >= last.Int64 {
+		return nil
+	}
+	t0 := time.Now()
+	w := &l.w
+	w.cache = make(map[string]*entry)
+	w.counts = make(map[State]int64, len(States))
+	defer w.discard()
+	tx, err := l.wdb.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("catch up projections: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	ts, err := w.bind(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("catch up projections: %w", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	chunks := make(chan *rebuildChunk, 4)
+	go l.readLog(rctx, mark, chunks, nil)
+	defer func() {
+		cancel()
+		for range chunks { // wait for the reader to finish
+		}
+	}()
+	var n int64
+	for c := range chunks {
+		if c.err != nil {
+			return fmt.Errorf("catch up projections: %w", c.err)
+		}
+		for i := range c.events {
+			ev := &c.events[i]
+			e, err := w.lookup(ts, ev.Nonce)
+			if err != nil {
+				return fmt.Errorf("catch up projections: %w", err)
+			}
+			if e != nil && e.row.LastSeq >= ev.Seq {
+				continue
+			}
+			w.fold(e, ev)
+			n++
+		}
+	}
+	if err := w.flush(ts); err != nil {
+		return fmt.Errorf("catch up projections: %w", err)
+	}
+	if err := ts.exec(stSetProjSeq, []driver.NamedValue{{Ordinal: 1, Value: last.Int64}}); err != nil {
+		return fmt.Errorf("catch up projections: record projection seq: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("catch up projections: commit: %w", err)
+	}
+	l.logger.Info("folded the events written after the projections", "from", mark+1, "to", last.Int64,
+		"events", n, "took", time.Since(t0))
+	return nil
+}
+
+// fold applies ev to e, the working entry of its nonce (nil for a nonce
+// without events, which gets a new entry), and returns the entry.
+func (w *writerState) fold(e *entry, ev *Event) *entry {
+	if e == nil {
+		e = &entry{}
+		if ev.Details.Bus != nil {
+			e.msg = &MessageRow{}
+		}
+		if ev.Details.Owner == OwnerMesh {
+			e.mesh = &MeshRow{}
+		}
+		w.work[ev.Nonce] = e
+	}
+	e.row.Apply(*ev)
+	if e.msg != nil {
+		e.msg.Apply(*ev)
+	}
+	if e.mesh != nil {
+		e.mesh.Apply(*ev)
+	}
+	e.dirty = true
+	return e
+}
