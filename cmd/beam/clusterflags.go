@@ -1,0 +1,43 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/beamdir/beam/internal/server"
+)
+
+// clusterFlags are beam serve's cluster-mode flags (federation/cluster).
+type clusterFlags struct {
+	on       bool
+	nodeID   string
+	listen   string
+	routes   string
+	replicas int
+}
+
+func (c *clusterFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&c.on, "cluster", false, "serve --domain as one node of a cluster joined through NATS (embedded servers clustered with routes, or --nats-url); needs --domain")
+	fs.StringVar(&c.nodeID, "node-id", "", "this node's name in the cluster (a-z, 0-9, '-'); default: generated once and kept in the data directory")
+	fs.StringVar(&c.listen, "cluster-listen", "", "route listener HOST:PORT of the embedded NATS server, which the other nodes' --cluster-routes name")
+	fs.StringVar(&c.routes, "cluster-routes", "", "the other nodes' route URLs, comma-separated: nats-route://HOST:PORT,…")
+	fs.IntVar(&c.replicas, "cluster-replicas", 0, "replicas of the cluster's JetStream streams (default min(3, nodes))")
+}
+
+// config returns the server's cluster configuration, nil without --cluster.
+func (c *clusterFlags) config() (*server.ClusterConfig, error) {
+	if !c.on {
+		if c.nodeID != "" || c.listen != "" || c.routes != "" || c.replicas != 0 {
+			return nil, fmt.Errorf("--node-id, --cluster-listen, --cluster-routes and --cluster-replicas need --cluster")
+		}
+		return nil, nil
+	}
+	var routes []string
+	for _, r := range strings.Split(c.routes, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			routes = append(routes, r)
+		}
+	}
+	return &server.ClusterConfig{NodeID: c.nodeID, Listen: c.listen, Routes: routes, Replicas: c.replicas}, nil
+}

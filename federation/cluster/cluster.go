@@ -1,0 +1,321 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/beamdir/beam/directory/registry"
+)
+
+// nodeIDFile holds a node's generated ID inside its data directory.
+const nodeIDFile = "cluster.node"
+
+var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// ValidNodeID checks that id can name a node in NATS subjects and server
+// names: 1–32 of a-z, 0-9 and '-', not starting with '-'.
+func ValidNodeID(id string) error {
+	if !nodeIDPattern.MatchString(id) {
+		return fmt.Errorf("node id %q: want 1-32 of a-z, 0-9 and '-'", id)
+	}
+	return nil
+}
+
+// LoadOrCreateNodeID returns the node ID stored in dataDir, generating and
+// storing one on first start.
+func LoadOrCreateNodeID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, nodeIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if err := ValidNodeID(id); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read node id: %w", err)
+	}
+	raw := make([]byte, 5)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("generate node id: %w", err)
+	}
+	id := "n" + hex.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("store node id: %w", err)
+	}
+	return id, nil
+}
+
+// Token is the subject token of a domain (dots replaced).
+func Token(domain string) string { return strings.ReplaceAll(domain, ".", "_") }
+
+// Config configures a Node.
+type Config struct {
+	// Domain is the domain every node of the cluster serves.
+	Domain string
+	// NodeID names this node (LoadOrCreateNodeID).
+	NodeID string
+	// Listen is the route listener (host:port) of the embedded NATS
+	// server; empty with an external NATS deployment.
+	Listen string
+	// Routes are the other nodes' route URLs (nats-route://host:port).
+	Routes []string
+	// Replicas of the cluster's streams; 0 means min(3, nodes), nodes
+	// being this one and its routes.
+	Replicas int
+	// StoreDir is the JetStream store of the embedded server.
+	StoreDir string
+	// Registry is this node's registry; the cluster replicates its changes.
+	Registry *registry.Registry
+	// Logger receives diagnostics; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Node is one node's part of the cluster: the JetStream resources and the
+// registry applier.
+type Node struct {
+	cfg    Config
+	lg     *slog.Logger
+	host   string
+	port   int
+	routes []*url.URL
+
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	subj   string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New validates cfg. Apply ServerOptions to the embedded NATS server, then
+// call Start with a connection to it.
+func New(cfg Config) (*Node, error) {
+	if cfg.Domain == "" {
+		return nil, errors.New("cluster: a domain is required")
+	}
+	if err := ValidNodeID(cfg.NodeID); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if cfg.Registry == nil {
+		return nil, errors.New("cluster: a registry is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{cfg: cfg, lg: cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
+		subj: "beam.cluster." + Token(cfg.Domain) + ".registry"}
+	if cfg.Listen != "" {
+		host, portStr, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("cluster listen %q: %w", cfg.Listen, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil || port < 0 || port > 65535 {
+			return nil, fmt.Errorf("cluster listen %q: bad port", cfg.Listen)
+		}
+		if port == 0 {
+			port = server.RANDOM_PORT
+		}
+		n.host, n.port = host, port
+	}
+	for _, r := range cfg.Routes {
+		u, err := url.Parse(strings.TrimSpace(r))
+		if err != nil || u.Host == "" || (u.Scheme != "nats-route" && u.Scheme != "nats") {
+			return nil, fmt.Errorf("cluster route %q: want nats-route://host:port", r)
+		}
+		n.routes = append(n.routes, u)
+	}
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
+		return nil, fmt.Errorf("cluster replicas %d: want 1-5", cfg.Replicas)
+	}
+	return n, nil
+}
+
+// NodeID returns this node's ID.
+func (n *Node) NodeID() string { return n.cfg.NodeID }
+
+// Replicas returns the replica count of the cluster's streams.
+func (n *Node) Replicas() int {
+	if n.cfg.Replicas > 0 {
+		return n.cfg.Replicas
+	}
+	return min(3, 1+len(n.routes))
+}
+
+// ServerOptions adds the cluster (routes) and JetStream to the embedded
+// NATS server's options. The server name carries the node ID: JetStream
+// needs it unique within the cluster.
+func (n *Node) ServerOptions(o *server.Options) {
+	o.ServerName = "beam-" + Token(n.cfg.Domain) + "-" + n.cfg.NodeID
+	o.JetStream = true
+	o.StoreDir = n.cfg.StoreDir
+	if n.cfg.Listen != "" {
+		o.Cluster = server.ClusterOpts{Name: "beam-" + Token(n.cfg.Domain), Host: n.host, Port: n.port}
+		routes := make([]*url.URL, len(n.routes))
+		for i, u := range n.routes {
+			c := *u
+			routes[i] = &c
+		}
+		o.Routes = routes
+	}
+}
+
+// Start creates (or joins) the cluster's streams through nc, applies the
+// registry stream up to its current end — so a node that was down has
+// caught up before it serves — keeps applying it in the background, and
+// turns on the registry's replication. It waits for the cluster to form
+// (JetStream needs a quorum of the replicas) until ctx ends.
+func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	n.js = js
+	name := "BEAM_REGISTRY_" + Token(n.cfg.Domain)
+	scfg := jetstream.StreamConfig{
+		Name: name, Subjects: []string{n.subj}, Replicas: n.Replicas(),
+		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
+		MaxMsgSize: 1 << 20, Duplicates: 2 * time.Minute,
+	}
+	var stream jetstream.Stream
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		stream, err = js.CreateOrUpdateStream(attempt, scfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		n.lg.Info("waiting for the cluster to form", "stream", name, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: create stream %s: %w", name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	n.stream = stream
+	var last uint64
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := stream.Info(attempt)
+		cancel()
+		if err == nil {
+			last = info.State.LastSeq
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: stream %s info: %w", name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancel = cancel
+	n.wg.Add(1)
+	go n.apply(runCtx)
+	if err := n.cfg.Registry.WaitApplied(ctx, last); err != nil {
+		return fmt.Errorf("cluster: catch up on the registry stream: %w", err)
+	}
+	n.cfg.Registry.SetReplicator(n)
+	n.lg.Info("cluster node ready", "registrySeq", last, "replicas", n.Replicas())
+	return nil
+}
+
+// apply feeds the registry stream to the registry in order, from the entry
+// after the one it applied last, until ctx ends.
+func (n *Node) apply(ctx context.Context) {
+	defer n.wg.Done()
+	reg := n.cfg.Registry
+	for ctx.Err() == nil {
+		cons, err := n.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: reg.Applied() + 1,
+		})
+		if err != nil {
+			n.lg.Warn("registry applier: consumer", "err", err)
+			sleep(ctx, 250*time.Millisecond)
+			continue
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			n.lg.Warn("registry applier: messages", "err", err)
+			sleep(ctx, 250*time.Millisecond)
+			continue
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				if ctx.Err() == nil {
+					n.lg.Warn("registry applier: next", "err", err)
+				}
+				break
+			}
+			meta, err := msg.Metadata()
+			if err != nil {
+				n.lg.Warn("registry applier: metadata", "err", err)
+				continue
+			}
+			seq := meta.Sequence.Stream
+			for ctx.Err() == nil {
+				if err := reg.Apply(ctx, seq, msg.Data()); err != nil {
+					n.lg.Error("registry applier: apply", "seq", seq, "err", err)
+					sleep(ctx, 250*time.Millisecond)
+					continue
+				}
+				break
+			}
+		}
+		stop()
+		it.Stop()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// Publish appends a registry change to the stream if its last entry is
+// still after (registry.Replicator).
+func (n *Node) Publish(ctx context.Context, after uint64, change []byte) (uint64, error) {
+	ack, err := n.js.Publish(ctx, n.subj, change, jetstream.WithExpectLastSequence(after))
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, fmt.Errorf("cluster: publish after %d: %w", after, registry.ErrStale)
+		}
+		return 0, fmt.Errorf("cluster: publish registry change: %w", err)
+	}
+	return ack.Sequence, nil
+}
+
+// Close stops the applier. The NATS connection and server belong to the
+// caller.
+func (n *Node) Close() error {
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	return nil
+}
