@@ -56,6 +56,10 @@ type Replicator interface {
 	// returns the change's sequence. When the stream has moved past after
 	// it returns an error wrapping ErrStale.
 	Publish(ctx context.Context, after uint64, change []byte) (uint64, error)
+	// Settle returns once the other serving nodes applied the stream up
+	// to seq (or did not answer in time: they are down and catch up before
+	// they serve again).
+	Settle(ctx context.Context, seq uint64)
 }
 
 // ErrStale is wrapped by Replicator.Publish when the stream moved past the
@@ -290,7 +294,8 @@ func (r *Registry) do(ctx context.Context, fn func(tx dbtx) error) error {
 		delete(r.repl.pending, ch.ID)
 		r.repl.mu.Unlock()
 	}
-	if _, err := rep.Publish(ctx, after, data); err != nil {
+	seq, err := rep.Publish(ctx, after, data)
+	if err != nil {
 		unpend()
 		if errors.Is(err, ErrStale) {
 			return staleError{after: after}
@@ -299,7 +304,11 @@ func (r *Registry) do(ctx context.Context, fn func(tx dbtx) error) error {
 	}
 	select {
 	case err := <-done:
-		return err
+		if err != nil {
+			return err
+		}
+		rep.Settle(ctx, seq)
+		return nil
 	case <-ctx.Done():
 		unpend()
 		return fmt.Errorf("registry: wait for the change to apply: %w", ctx.Err())

@@ -98,9 +98,11 @@ type Node struct {
 	port   int
 	routes []*url.URL
 
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	subj   string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	subj    string
+	members membership
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -189,7 +191,7 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("cluster: jetstream: %w", err)
 	}
-	n.js = js
+	n.nc, n.js = nc, js
 	name := "BEAM_REGISTRY_" + Token(n.cfg.Domain)
 	scfg := jetstream.StreamConfig{
 		Name: name, Subjects: []string{n.subj}, Replicas: n.Replicas(),
@@ -229,6 +231,9 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
+	if err := n.startMembership(ctx, runCtx, nc); err != nil {
+		return err
+	}
 	n.wg.Add(1)
 	go n.apply(runCtx)
 	if err := n.cfg.Registry.WaitApplied(ctx, last); err != nil {
@@ -313,6 +318,16 @@ func (n *Node) Publish(ctx context.Context, after uint64, change []byte) (uint64
 // Close stops the applier. The NATS connection and server belong to the
 // caller.
 func (n *Node) Close() error {
+	if n.members.sub != nil {
+		_ = n.members.sub.Unsubscribe()
+	}
+	if n.members.kv != nil {
+		// Leave at once rather than when the entry expires, so no origin
+		// waits for this node.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.members.kv.Delete(ctx, n.cfg.NodeID)
+		cancel()
+	}
 	if n.cancel != nil {
 		n.cancel()
 	}

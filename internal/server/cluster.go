@@ -77,7 +77,7 @@ func (s *Server) natsServerOptions() func(*server.Options) {
 
 // startCluster joins the cluster once federation's NATS connection is up
 // and catches the registry up before anything is served.
-func (s *Server) startCluster(ctx context.Context) error {
+func (s *Server) startCluster(ctx context.Context, sessions func() int) error {
 	if s.cluster == nil {
 		return nil
 	}
@@ -87,6 +87,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 	}
 	jctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	s.cluster.SetSessions(sessions)
 	if err := s.cluster.Start(jctx, s.fed.Conn()); err != nil {
 		return err
 	}

@@ -297,6 +297,9 @@ func (s *Server) IsOperator(r *http.Request) bool {
 // Serve answers HTTP on ln until Shutdown is called. It returns nil after a
 // graceful shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.cluster != nil {
+		s.cluster.SetURL("http://" + ln.Addr().String())
+	}
 	if s.cfg.Limits.MaxConns > 0 || s.cfg.Limits.MaxConnsPerAddr > 0 {
 		ln = limits.NewListener(ln, s.cfg.Limits.MaxConns, s.cfg.Limits.MaxConnsPerAddr)
 	}
@@ -535,7 +538,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		b.SetRemote(node)
 		fedStatus = node.Status
 	}
-	if err := s.startCluster(ctx); err != nil {
+	if err := s.startCluster(ctx, dir.ConnectedAgents); err != nil {
 		return err
 	}
 	if s.cluster != nil {
