@@ -146,7 +146,8 @@ type Directory struct {
 	busRecvPruning bool
 	deliv          delivState // the delivered recorder (delivered.go)
 	closed         bool
-	remote         Remote // federation router; nil without federation
+	remote         Remote     // federation router; nil without federation
+	nodes          NodeRouter // cluster router (cluster.go); nil without cluster mode
 	attester       *attest.Attester
 
 	connMu     sync.Mutex

@@ -193,6 +193,9 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 			rerr.RetryAfter = wait
 		}
 	}
+	if rerr == nil {
+		rerr = d.claimClusterNonce(ctx, f, o)
+	}
 	if rerr != nil {
 		d.rejectFrame(rerr, f.From, o.Origin)
 		finish(nil, rerr)
@@ -560,6 +563,9 @@ func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Ag
 // session; the waiter is settled by the result, the timer or a failure.
 func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registry.Agent, pre []tracing.Event, extra map[string]any) {
 	s := d.session(inf.to)
+	if s == nil && d.routeNode(inf, f, pre, extra) {
+		return
+	}
 	if s == nil {
 		d.fail(inf, pre, CodeOffline, fmt.Sprintf("Agent %s is offline", inf.to), true, extra)
 		return

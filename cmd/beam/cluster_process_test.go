@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/internal/beamtest"
+	"github.com/beamdir/beam/tracing"
 )
 
 const clusterDomain = "acme.beam.directory"
@@ -140,4 +142,78 @@ func TestClusterRegistryProcesses(t *testing.T) {
 	require.Equal(t, directory.CodeInvalidIntent, signedSendCode(t, ctx, nodes[2].URL(), bobID, aliceID.BeamID),
 		"the restarted node accepted bob's revoked key")
 	require.Equal(t, directory.CodeOffline, signedSendCode(t, ctx, nodes[2].URL(), newBob, aliceID.BeamID))
+}
+
+// traceTransports returns the states and transports of nonce's trace in
+// the log of a running node, "state/transport" each.
+func traceTransports(t *testing.T, dataDir, nonce string) []string {
+	t.Helper()
+	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+	require.NoError(t, err)
+	defer lg.Close()
+	evs, err := lg.Trace(context.Background(), nonce)
+	require.NoError(t, err)
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = string(ev.State) + "/" + ev.Transport
+	}
+	return out
+}
+
+// TestClusterRoutingProcesses: an intent for an agent connected to
+// another node — over WebSocket and over HTTP — is handed to that node and
+// its result comes back, with a trace of the nonce on each node; a nonce
+// used on one node is refused on another.
+func TestClusterRoutingProcesses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	nodes := beamtest.StartAll(t, clusterOptions(t, 3)...)
+
+	aliceID, alice := sdkAgent(t, ctx, nodes[0].URL(), "alice@"+clusterDomain)
+	alice.Handle("*", func(_ context.Context, in *agents.Intent) agents.Reply {
+		return agents.Success(map[string]any{"from": in.From})
+	})
+	require.NoError(t, alice.Connect(ctx))
+	bobID, bob := sdkAgent(t, ctx, nodes[1].URL(), "bob@"+clusterDomain)
+	require.NoError(t, bob.Connect(ctx))
+	carolID, _ := sdkAgent(t, ctx, nodes[2].URL(), "carol@"+clusterDomain)
+
+	// Every node learns that node 0 holds alice's session.
+	var wsNonce string
+	require.Eventually(t, func() bool {
+		res, err := bob.Send(ctx, aliceID.BeamID, "task.ws", nil)
+		if err != nil {
+			return false
+		}
+		wsNonce = res.Nonce
+		return res.Success
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Contains(t, traceTransports(t, nodes[1].DataDir, wsNonce), "dispatched/cluster")
+	require.Contains(t, traceTransports(t, nodes[1].DataDir, wsNonce), "acked/cluster")
+	require.Contains(t, traceTransports(t, nodes[0].DataDir, wsNonce), "received/cluster")
+	require.Contains(t, traceTransports(t, nodes[0].DataDir, wsNonce), "acked/ws")
+
+	// Over HTTP (carol has no session) from a third node.
+	carol := sdkClient(t, nodes[2].URL(), carolID)
+	res, err := carol.Send(ctx, aliceID.BeamID, "task.http", nil)
+	require.NoError(t, err)
+	require.True(t, res.Success)
+	require.Contains(t, traceTransports(t, nodes[2].DataDir, res.Nonce), "dispatched/cluster")
+	require.Contains(t, traceTransports(t, nodes[0].DataDir, res.Nonce), "acked/ws")
+	require.Empty(t, traceTransports(t, nodes[1].DataDir, res.Nonce))
+
+	// The same signed frame replayed on another node is refused.
+	f := wire.NewIntentFrame(carolID.BeamID, aliceID.BeamID, "task.replay", []byte(`{}`), time.Now())
+	require.NoError(t, wire.SignIntent(f, carolID.Private))
+	frame, err := f.DeliveryJSON()
+	require.NoError(t, err)
+	status, body, err := postIntent(ctx, nodes[2].URL(), frame)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status, string(body))
+	status, body, err = postIntent(ctx, nodes[1].URL(), frame)
+	require.NoError(t, err)
+	require.NotEqual(t, http.StatusOK, status, string(body))
+	require.Contains(t, string(body), directory.CodeNonceReuse)
+	_ = bobID
 }

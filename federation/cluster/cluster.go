@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 )
 
@@ -85,6 +86,9 @@ type Config struct {
 	StoreDir string
 	// Registry is this node's registry; the cluster replicates its changes.
 	Registry *registry.Registry
+	// Directory is this node's relay; intents for agents other nodes hold
+	// leave it through the node (routing.go). Nil: no routing.
+	Directory *directory.Directory
 	// Logger receives diagnostics; default slog.Default().
 	Logger *slog.Logger
 }
@@ -103,6 +107,7 @@ type Node struct {
 	stream  jetstream.Stream
 	subj    string
 	members membership
+	route   router
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -234,6 +239,9 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 	if err := n.startMembership(ctx, runCtx, nc); err != nil {
 		return err
 	}
+	if err := n.startRouting(ctx, runCtx); err != nil {
+		return err
+	}
 	n.wg.Add(1)
 	go n.apply(runCtx)
 	if err := n.cfg.Registry.WaitApplied(ctx, last); err != nil {
@@ -318,6 +326,9 @@ func (n *Node) Publish(ctx context.Context, after uint64, change []byte) (uint64
 // Close stops the applier. The NATS connection and server belong to the
 // caller.
 func (n *Node) Close() error {
+	if n.route.sub != nil {
+		_ = n.route.sub.Unsubscribe()
+	}
 	if n.members.sub != nil {
 		_ = n.members.sub.Unsubscribe()
 	}

@@ -144,6 +144,9 @@ func (n *Node) announce(ctx context.Context) {
 	if _, err := n.members.kv.Put(actx, n.cfg.NodeID, b); err != nil && ctx.Err() == nil {
 		n.lg.Warn("announce node", "err", err)
 	}
+	if nodes, err := n.Nodes(actx); err == nil {
+		n.setLive(nodes)
+	}
 }
 
 // SetURL records the HTTP base URL this node serves on, shown to the other

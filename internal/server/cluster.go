@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/federation/cluster"
 )
@@ -34,7 +35,7 @@ const clusterJoinTimeout = 2 * time.Minute
 
 // openCluster prepares the cluster node when cluster mode is on: the
 // embedded NATS server (started by federation) then gets its options.
-func (s *Server) openCluster(agents *registry.Registry) error {
+func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory) error {
 	c := s.cfg.Cluster
 	if c == nil {
 		return nil
@@ -58,7 +59,7 @@ func (s *Server) openCluster(agents *registry.Registry) error {
 	}
 	node, err := cluster.New(cluster.Config{
 		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas,
-		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Logger: s.logger,
+		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Logger: s.logger,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)

@@ -525,7 +525,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	}
 
 	var fedStatus func(context.Context) (any, error)
-	if err := s.openCluster(agents); err != nil {
+	if err := s.openCluster(agents, dir); err != nil {
 		return err
 	}
 	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" {

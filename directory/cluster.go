@@ -1,0 +1,187 @@
+package directory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Cluster mode (federation/cluster): several nodes serve one domain. An
+// intent for a local agent whose WebSocket session another node holds is
+// handed to that node (NodeRouter): this node records received, validated
+// and dispatched (transport "cluster", details.node), the other node relays
+// the frame as it arrived to the session — with its own received …
+// acked trace of the same nonce (origin "cluster", details.fromNode) —
+// and the result comes back the same way, settling this node's trace.
+// A handed-over frame is never handed over again.
+
+// OriginCluster marks a frame another node of the cluster handed over.
+const OriginCluster = "cluster"
+
+// TransportCluster is the transport of events of an intent handed to
+// another node of the cluster.
+const TransportCluster = "cluster"
+
+// NodeRouter reaches the other nodes of this directory's cluster.
+type NodeRouter interface {
+	// NodeFor returns the other node that holds beamID's session, or
+	// false when none does (or this node does).
+	NodeFor(beamID string) (node string, ok bool)
+	// Hand relays h on node and returns the outcome: the result frame, or
+	// the relay error node answered with. An error means node could not be
+	// asked or did not answer in time.
+	Hand(ctx context.Context, node string, h HandOver) ([]byte, *RelayError, error)
+	// ClaimNonce records that this node accepts the nonce of from; false
+	// when another node of the cluster accepted it first.
+	ClaimNonce(ctx context.Context, from, nonce string) (bool, error)
+	// SessionUp and SessionDown tell the cluster which sessions this node
+	// holds.
+	SessionUp(beamID string)
+	SessionDown(beamID string)
+}
+
+// HandOver is an intent handed from one node of the cluster to another.
+type HandOver struct {
+	// Frame is the frame as it arrived at the first node.
+	Frame []byte `json:"frame"`
+	// JWS is the beam/2 envelope it arrived in, if any.
+	JWS string `json:"jws,omitempty"`
+	// Unsigned: the first node authenticated the sender otherwise (API
+	// key); the receiving node attests the delivery as it would.
+	Unsigned bool `json:"unsigned,omitempty"`
+	// VouchedBy is the peer directory vouching for an unsigned frame.
+	VouchedBy string `json:"vouchedBy,omitempty"`
+	// TimeoutMs is the remaining result timeout.
+	TimeoutMs int64 `json:"timeoutMs"`
+	// FromNode names the node that handed it over.
+	FromNode string `json:"fromNode"`
+}
+
+// SetNodeRouter installs the cluster's router. Call it before serving.
+func (d *Directory) SetNodeRouter(r NodeRouter) {
+	d.mu.Lock()
+	d.nodes = r
+	d.mu.Unlock()
+}
+
+func (d *Directory) nodeRouter() NodeRouter {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.nodes
+}
+
+// sessionChanged tells the cluster about a session this node attached or
+// detached.
+func (d *Directory) sessionChanged(beamID string, up bool) {
+	r := d.nodeRouter()
+	if r == nil {
+		return
+	}
+	if up {
+		r.SessionUp(beamID)
+	} else {
+		r.SessionDown(beamID)
+	}
+}
+
+// RelayHandOver relays an intent another node of the cluster handed over
+// to the session this node holds, and returns its outcome.
+func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) ([]byte, *RelayError) {
+	f, err := wire.DecodeIntentFrame(h.Frame)
+	if err != nil {
+		return nil, relayErr(CodeInvalidIntent, "", "handed-over frame: %v", err)
+	}
+	o := RelayOptions{Origin: OriginCluster, JWS: h.JWS, Timeout: time.Duration(h.TimeoutMs) * time.Millisecond,
+		Extra: map[string]any{"fromNode": h.FromNode}}
+	if h.Unsigned {
+		o.allowUnsigned, o.vouchedBy = true, h.VouchedBy
+	}
+	return d.Relay(ctx, f, o)
+}
+
+// routeNode hands inf to the node that holds the recipient's session. It
+// reports false when no other node does (or inf came from one).
+func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.Event, extra map[string]any) bool {
+	r := d.nodeRouter()
+	if r == nil || inf.origin == OriginCluster || inf.bus != nil {
+		return false
+	}
+	node, ok := r.NodeFor(inf.to)
+	if !ok {
+		return false
+	}
+	frame := f.Raw
+	if len(frame) == 0 {
+		var err error
+		if frame, err = f.DeliveryJSON(); err != nil {
+			d.fail(inf, pre, CodeInvalidIntent, fmt.Sprintf("frame cannot be handed over: %v", err), false, extra)
+			return true
+		}
+	}
+	extra = withExtra(extra, "node", node)
+	ev := inf.event(tracing.Dispatched, TransportCluster)
+	ev.Details = tracing.Details{TimeoutMs: inf.timeout.Milliseconds(), Extra: extra}
+	if err := d.append(append(pre, ev)...); err != nil {
+		d.abort(inf, err)
+		return true
+	}
+	d.mu.Lock()
+	inf.transport = TransportCluster
+	inf.waiting = true
+	inf.timer = time.AfterFunc(inf.timeout, func() { d.expire(inf) })
+	d.mu.Unlock()
+	h := HandOver{Frame: frame, JWS: inf.jws, Unsigned: f.Signature == "" && inf.jws == "",
+		VouchedBy: inf.vouchedBy, TimeoutMs: inf.timeout.Milliseconds()}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), inf.timeout)
+		defer cancel()
+		res, rerr, err := r.Hand(ctx, node, h)
+		if err != nil {
+			if !d.settle(inf) {
+				return
+			}
+			code := CodeDeliveryFailed
+			if errors.Is(err, context.DeadlineExceeded) {
+				code = CodeTimeout
+			}
+			d.fail(inf, nil, code, fmt.Sprintf("node %s holding the session of %s did not answer: %v", node, inf.to, err), true, extra)
+			return
+		}
+		if !d.settle(inf) {
+			return
+		}
+		if rerr != nil {
+			d.fail(inf, nil, rerr.Code, rerr.Message, RetryableCode(rerr.Code), extra)
+			return
+		}
+		rf, err := wire.DecodeResultFrame(res)
+		if err != nil {
+			d.fail(inf, nil, CodeInvalidIntent, fmt.Sprintf("node %s answered an unreadable result: %v", node, err), false, extra)
+			return
+		}
+		d.finishWithResult(inf, rf, extra)
+	}()
+	return true
+}
+
+// claimClusterNonce refuses a frame whose nonce another node of the cluster
+// accepted (replay protection across nodes). A frame handed over by another
+// node was claimed there.
+func (d *Directory) claimClusterNonce(ctx context.Context, f *wire.IntentFrame, o RelayOptions) *RelayError {
+	r := d.nodeRouter()
+	if r == nil || o.Origin == OriginCluster || o.Origin == OriginFederation {
+		return nil
+	}
+	ok, err := r.ClaimNonce(ctx, f.From, f.Nonce)
+	if err != nil {
+		return relayErr(CodeRelayError, f.Nonce, "the cluster cannot check the nonce now; retry: %v", err)
+	}
+	if !ok {
+		return relayErr(CodeNonceReuse, f.Nonce, "Nonce %s was used on another node of this directory", f.Nonce)
+	}
+	return nil
+}
