@@ -59,6 +59,11 @@ type HandOver struct {
 	TimeoutMs int64 `json:"timeoutMs"`
 	// FromNode names the node that handed it over.
 	FromNode string `json:"fromNode"`
+	// Bus, for an attempt of a bus message, is the "bus" member the
+	// holder delivers with the frame; Admitted is when the first node
+	// admitted the message (the replay window is checked against it).
+	Bus      *BusMark  `json:"bus,omitempty"`
+	Admitted time.Time `json:"admitted,omitzero"`
 }
 
 // SetNodeRouter installs the cluster's router. Call it before serving.
@@ -100,7 +105,81 @@ func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) ([]byte, *Rel
 	if h.Unsigned {
 		o.allowUnsigned, o.vouchedBy = true, h.VouchedBy
 	}
+	if h.Bus != nil {
+		mark := *h.Bus
+		o.busMark, o.AdmittedAt = &mark, h.Admitted
+		o.Extra["busMessageId"] = mark.MessageID
+	}
 	return d.Relay(ctx, f, o)
+}
+
+// attestAuth is how the sender of inf was authenticated, as an
+// attestation of its delivery says.
+func (inf *inflight) attestAuth() string {
+	if m := inf.busMark; m != nil && m.Auth != "" && m.Auth != BusAuthSignature {
+		return m.Auth
+	}
+	return attestAuth(inf.vouchedBy)
+}
+
+// RemoteSessionUp tells the bus that another node of the cluster now holds
+// beamID's session, so that messages waiting here for it go there.
+func (d *Directory) RemoteSessionUp(beamID string) { d.busConnected(beamID) }
+
+// handBus hands a bus attempt for a recipient another node holds to that
+// node; the outcome comes back as del.OnOutcome. It reports false when no
+// other node holds the recipient.
+func (d *Directory) handBus(del BusDelivery) bool {
+	r := d.nodeRouter()
+	if r == nil {
+		return false
+	}
+	f := del.Frame
+	node, ok := r.NodeFor(f.To)
+	if !ok {
+		return false
+	}
+	frame := f.Raw
+	if len(frame) == 0 {
+		var err error
+		if frame, err = f.DeliveryJSON(); err != nil {
+			return false
+		}
+	}
+	timeout := del.Timeout
+	if timeout <= 0 {
+		timeout = d.cfg.WSTimeout
+	}
+	// The bus recorded dispatched before this call: the nonce left received.
+	d.forgetBusReceived(f.Nonce)
+	h := HandOver{Frame: frame, Unsigned: f.Signature == "", TimeoutMs: timeout.Milliseconds(),
+		Bus: &BusMark{MessageID: del.MessageID, Attempt: del.Attempt, Auth: del.Auth}, Admitted: d.clock()}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Second)
+		defer cancel()
+		res, rerr, err := r.Hand(ctx, node, h)
+		var o BusOutcome
+		switch {
+		case err != nil:
+			o.ErrorCode, o.Error = CodeDeliveryFailed, fmt.Sprintf("node %s holding the session of %s did not answer: %v", node, f.To, err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				o.ErrorCode = CodeTimeout
+			}
+		case rerr != nil:
+			o.ErrorCode, o.Error = rerr.Code, fmt.Sprintf("node %s: %s", node, rerr.Message)
+		default:
+			rf, derr := wire.DecodeResultFrame(res)
+			if derr != nil {
+				o.ErrorCode, o.Error = CodeDeliveryFailed, fmt.Sprintf("node %s answered an unreadable result: %v", node, derr)
+			} else {
+				o.Result, o.Written = rf, true
+			}
+		}
+		if del.OnOutcome != nil {
+			del.OnOutcome(o)
+		}
+	}()
+	return true
 }
 
 // routeNode hands inf to the node that holds the recipient's session. It

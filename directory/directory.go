@@ -305,8 +305,13 @@ func (d *Directory) Close() error {
 // Online reports whether beamID has a WebSocket session on this directory.
 func (d *Directory) Online(beamID string) bool {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	_, ok := d.sessions[beamID]
+	r := d.nodes
+	d.mu.Unlock()
+	if !ok && r != nil {
+		// In cluster mode, a session another node holds counts.
+		_, ok = r.NodeFor(beamID)
+	}
 	return ok
 }
 

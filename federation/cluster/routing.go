@@ -134,8 +134,14 @@ func (n *Node) noteSession(e jetstream.KeyValueEntry) {
 		return
 	}
 	var se sessionEntry
-	if json.Unmarshal(e.Value(), &se) == nil {
-		rt.where[id] = se
+	if json.Unmarshal(e.Value(), &se) != nil {
+		return
+	}
+	prev, had := rt.where[id]
+	rt.where[id] = se
+	if se.Node != n.cfg.NodeID && (!had || prev.Node != se.Node) && n.cfg.Directory != nil {
+		// Messages waiting here for the agent go to its new node.
+		go n.cfg.Directory.RemoteSessionUp(id)
 	}
 }
 
