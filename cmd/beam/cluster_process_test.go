@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,4 +217,217 @@ func TestClusterRoutingProcesses(t *testing.T) {
 	require.NotEqual(t, http.StatusOK, status, string(body))
 	require.Contains(t, string(body), directory.CodeNonceReuse)
 	_ = bobID
+}
+
+// clusterAgent is an agent of the kill test: its current client and the
+// node it is connected to, replaced when it moves.
+type clusterAgent struct {
+	id     *agents.Identity
+	mu     sync.Mutex
+	client *agents.Client
+	node   int
+}
+
+func (a *clusterAgent) current() (*agents.Client, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.client, a.node
+}
+
+// connect connects the agent to node i (a load balancer sending it to
+// another node), closing its previous client.
+func (a *clusterAgent) connect(t *testing.T, ctx context.Context, base string, i int, h agents.Handler) {
+	t.Helper()
+	c := sdkClient(t, base, a.id)
+	c.Handle("*", h)
+	require.NoError(t, c.Connect(ctx))
+	a.mu.Lock()
+	old := a.client
+	a.client, a.node = c, i
+	a.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+}
+
+// durableSent is a durable message the bus acknowledged.
+type durableSent struct {
+	nonce string
+	owner int // the node that acknowledged it
+}
+
+// TestClusterKillProcesses: three nodes over a three-server embedded NATS
+// cluster. Agents spread over the nodes exchange intents over WebSocket
+// and HTTP and durable messages; one node is SIGKILLed under load, its
+// agent reconnects to another node and traffic to it continues; every
+// message the bus acknowledged ends acked in the log of the node that
+// acknowledged it and was delivered, and messages sent once the cluster is
+// whole again are delivered exactly once; the restarted node knows an agent
+// registered while it was down as soon as it serves.
+func TestClusterKillProcesses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	nodes := beamtest.StartAll(t, clusterOptions(t, 3, "--bus-retry-schedule", "200ms,500ms,1s",
+		"--bus-max-attempts", "500", "--bus-delivery-timeout", "5s", "--bus-tick-interval", "100ms")...)
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	handler := func(_ context.Context, in *agents.Intent) agents.Reply {
+		mu.Lock()
+		seen[in.Nonce]++
+		mu.Unlock()
+		return agents.Success(map[string]any{"ok": true})
+	}
+	as := make([]*clusterAgent, 3)
+	for i := range as {
+		id, _ := sdkAgent(t, ctx, nodes[i].URL(), fmt.Sprintf("a%d@%s", i, clusterDomain))
+		as[i] = &clusterAgent{id: id}
+		as[i].connect(t, ctx, nodes[i].URL(), i, handler)
+	}
+	// Every node knows where every session is: each sends to each.
+	for i, a := range as {
+		for j, b := range as {
+			if i == j {
+				continue
+			}
+			c, _ := a.current()
+			require.Eventually(t, func() bool {
+				res, err := c.Send(ctx, b.id.BeamID, "task.warm", nil)
+				return err == nil && res.Success
+			}, 30*time.Second, 50*time.Millisecond, "a%d → a%d", i, j)
+		}
+	}
+
+	var (
+		lmu                sync.Mutex
+		sent               []durableSent
+		toMovedOK, syncErr int
+		moved              bool
+	)
+	httpClients := map[string]*agents.Client{}
+	httpClient := func(i, node int) *agents.Client {
+		key := fmt.Sprintf("%d/%d", i, node)
+		if c, ok := httpClients[key]; ok {
+			return c
+		}
+		c := sdkClient(t, nodes[node].URL(), as[i].id)
+		httpClients[key] = c
+		return c
+	}
+	stop := make(chan struct{})
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			i, j := k%3, (k+1)%3
+			c, node := as[i].current()
+			to := as[j].id.BeamID
+			if rec, err := c.SendDurable(ctx, to, "task.durable", map[string]any{"k": k}, nil); err == nil {
+				lmu.Lock()
+				sent = append(sent, durableSent{nonce: rec.Nonce, owner: node})
+				lmu.Unlock()
+			}
+			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.Send(sctx, to, "task.ws", nil)
+			if err == nil {
+				_, err = httpClient(i, node).Send(sctx, to, "task.http", nil)
+			}
+			scancel()
+			lmu.Lock()
+			if err != nil {
+				syncErr++
+			} else if moved && j == 2 {
+				toMovedOK++
+			}
+			lmu.Unlock()
+		}
+	}()
+	acknowledged := func() int {
+		lmu.Lock()
+		defer lmu.Unlock()
+		return len(sent)
+	}
+	require.Eventually(t, func() bool { return acknowledged() >= 15 }, time.Minute, 20*time.Millisecond)
+
+	// Node 2 dies under load; its agent reconnects to node 0.
+	nodes[2].Kill()
+	as[2].connect(t, ctx, nodes[0].URL(), 0, handler)
+	lmu.Lock()
+	moved = true
+	lmu.Unlock()
+	lateID, _ := sdkAgent(t, ctx, nodes[0].URL(), "late@"+clusterDomain)
+	require.Eventually(t, func() bool {
+		lmu.Lock()
+		defer lmu.Unlock()
+		return toMovedOK >= 5
+	}, 2*time.Minute, 20*time.Millisecond, "traffic to the moved agent continues")
+
+	nodes[2].Restart()
+	require.Equal(t, http.StatusOK, agentStatus(t, ctx, nodes[2].URL(), lateID.BeamID))
+	close(stop)
+	<-loadDone
+
+	lmu.Lock()
+	all := append([]durableSent(nil), sent...)
+	t.Logf("durable messages acknowledged: %d; sync intents that failed around the kill: %d", len(all), syncErr)
+	lmu.Unlock()
+	waitClusterAcked(t, nodes, all, 3*time.Minute)
+	mu.Lock()
+	for _, m := range all {
+		require.GreaterOrEqual(t, seen[m.nonce], 1, "message %s was never delivered", m.nonce)
+	}
+	mu.Unlock()
+
+	// The cluster is whole again: messages from every node to every agent
+	// are delivered exactly once.
+	var after []durableSent
+	for i, a := range as {
+		c, node := a.current()
+		for j, b := range as {
+			if i != j {
+				rec, err := c.SendDurable(ctx, b.id.BeamID, "task.after", nil, nil)
+				require.NoError(t, err)
+				after = append(after, durableSent{nonce: rec.Nonce, owner: node})
+			}
+		}
+	}
+	waitClusterAcked(t, nodes, after, time.Minute)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range after {
+		require.Equal(t, 1, seen[m.nonce], "message %s", m.nonce)
+	}
+}
+
+// waitClusterAcked waits until every message is acked in the log of the node that
+// acknowledged it, and otherwise fails naming one that is not, with its
+// trace.
+func waitClusterAcked(t *testing.T, nodes []*beamtest.Process, msgs []durableSent, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	pending := msgs
+	for len(pending) > 0 {
+		var still []durableSent
+		for _, m := range pending {
+			if st, err := queryState(t, nodes[m.owner].DataDir, m.nonce); err != nil || st != tracing.Acked {
+				still = append(still, m)
+			}
+		}
+		pending = still
+		if len(pending) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			m := pending[0]
+			require.FailNow(t, "not every acknowledged message ends acked",
+				"%d pending; %s on node %d: %v", len(pending), m.nonce, m.owner, traceTransports(t, nodes[m.owner].DataDir, m.nonce))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -309,19 +310,40 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // Publish appends a registry change to the stream if its last entry is
-// still after (registry.Replicator).
+// still after (registry.Replicator). While the stream has no leader (a
+// node died and the others elect a new one) it tries again for up to
+// publishPatience; the message ID (a digest of the change, which carries a
+// random ID) makes a retry of a publish whose acknowledgement was lost a
+// duplicate the stream drops.
 func (n *Node) Publish(ctx context.Context, after uint64, change []byte) (uint64, error) {
-	ack, err := n.js.Publish(ctx, n.subj, change, jetstream.WithExpectLastSequence(after))
-	if err != nil {
+	sum := sha256.Sum256(change)
+	id := hex.EncodeToString(sum[:16])
+	deadline := time.Now().Add(publishPatience)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ack, err := n.js.Publish(actx, n.subj, change, jetstream.WithExpectLastSequence(after), jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 			return 0, fmt.Errorf("cluster: publish after %d: %w", after, registry.ErrStale)
 		}
-		return 0, fmt.Errorf("cluster: publish registry change: %w", err)
+		transient := errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+			errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+		if !transient || ctx.Err() != nil || time.Now().After(deadline) {
+			return 0, fmt.Errorf("cluster: publish registry change: %w", err)
+		}
+		n.lg.Info("registry stream unavailable; retrying", "err", err)
+		sleep(ctx, 250*time.Millisecond)
 	}
-	return ack.Sequence, nil
 }
+
+// publishPatience bounds how long a registry change waits for the stream
+// to have a leader again.
+const publishPatience = 20 * time.Second
 
 // Close stops the applier. The NATS connection and server belong to the
 // caller.
