@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -194,6 +196,39 @@ func TestClusterRoutingProcesses(t *testing.T) {
 	require.Contains(t, traceTransports(t, nodes[1].DataDir, wsNonce), "acked/cluster")
 	require.Contains(t, traceTransports(t, nodes[0].DataDir, wsNonce), "received/cluster")
 	require.Contains(t, traceTransports(t, nodes[0].DataDir, wsNonce), "acked/ws")
+	// beam trace on each node shows the part it holds.
+	for i, part := range map[int]string{0: "ws", 1: "cluster"} {
+		out, err := beamtest.Run(t, ctx, "trace", wsNonce, "--data-dir", nodes[i].DataDir)
+		require.NoError(t, err, out)
+		require.Contains(t, out, part)
+	}
+	// The dashboard of any node shows the nodes and where alice is.
+	token, err := os.ReadFile(filepath.Join(nodes[2].DataDir, "admin.token"))
+	require.NoError(t, err)
+	type sessionRow struct{ BeamID, Node string }
+	var card struct {
+		Configured bool `json:"configured"`
+		Status     struct {
+			Node     string                    `json:"node"`
+			Nodes    []struct{ NodeID string } `json:"nodes"`
+			Sessions []sessionRow              `json:"sessions"`
+		} `json:"status"`
+	}
+	// Sessions are announced asynchronously: wait until node 2 lists both.
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, nodes[2].URL()+"/observability/cluster", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&card))
+		return slices.Contains(card.Status.Sessions, sessionRow{aliceID.BeamID, "node0"}) &&
+			slices.Contains(card.Status.Sessions, sessionRow{bobID.BeamID, "node1"})
+	}, 30*time.Second, 50*time.Millisecond, "node 2 lists where alice and bob are connected: %+v", card)
+	require.True(t, card.Configured)
+	require.Equal(t, "node2", card.Status.Node)
+	require.Len(t, card.Status.Nodes, 3)
 
 	// Over HTTP (carol has no session) from a third node.
 	carol := sdkClient(t, nodes[2].URL(), carolID)
@@ -216,7 +251,6 @@ func TestClusterRoutingProcesses(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, http.StatusOK, status, string(body))
 	require.Contains(t, string(body), directory.CodeNonceReuse)
-	_ = bobID
 }
 
 // clusterAgent is an agent of the kill test: its current client and the

@@ -217,3 +217,40 @@ func (n *Node) Settle(ctx context.Context, seq uint64) {
 	}
 	wg.Wait()
 }
+
+// Status is what the dashboard shows of the cluster.
+type Status struct {
+	// Node is this node's ID.
+	Node string `json:"node"`
+	// Domain is the domain the cluster serves.
+	Domain string `json:"domain"`
+	// Replicas of the cluster's streams.
+	Replicas int `json:"replicas"`
+	// RegistrySeq is the registry stream position this node applied.
+	RegistrySeq uint64 `json:"registrySeq"`
+	// Nodes are the live nodes.
+	Nodes []NodeInfo `json:"nodes"`
+	// Sessions say which node holds each connected agent's session.
+	Sessions []SessionInfo `json:"sessions"`
+}
+
+// SessionInfo is one agent's session and the node holding it.
+type SessionInfo struct {
+	BeamID string `json:"beamId"`
+	Node   string `json:"node"`
+}
+
+// Status returns the cluster's nodes and where each agent is connected.
+func (n *Node) Status(ctx context.Context) (any, error) {
+	nodes, err := n.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := Status{Node: n.cfg.NodeID, Domain: n.cfg.Domain, Replicas: n.Replicas(),
+		RegistrySeq: n.cfg.Registry.Applied(), Nodes: nodes, Sessions: []SessionInfo{}}
+	for id, node := range n.Sessions() {
+		st.Sessions = append(st.Sessions, SessionInfo{BeamID: id, Node: node})
+	}
+	sort.Slice(st.Sessions, func(i, j int) bool { return st.Sessions[i].BeamID < st.Sessions[j].BeamID })
+	return st, nil
+}

@@ -98,3 +98,12 @@ func (s *Server) startCluster(ctx context.Context, sessions func() int) error {
 
 // Cluster returns the cluster node, or nil when cluster mode is off.
 func (s *Server) Cluster() *cluster.Node { return s.cluster }
+
+// clusterStatus is the dashboard's view of the cluster; nil on a single
+// node.
+func (s *Server) clusterStatus() func(context.Context) (any, error) {
+	if s.cluster == nil {
+		return nil
+	}
+	return s.cluster.Status
+}

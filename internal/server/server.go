@@ -547,6 +547,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 
 	dash, err := web.New(web.Config{
 		Log: s.log, Registry: agents, Directory: dir, Requeue: b.Requeue, Federation: fedStatus,
+		Cluster: s.clusterStatus(),
 		MeshRequeue: func(ctx context.Context, id string) (string, error) {
 			row, err := pipes.Requeue(ctx, id)
 			return row.ID, err
