@@ -465,3 +465,36 @@ func waitClusterAcked(t *testing.T, nodes []*beamtest.Process, msgs []durableSen
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestClusterBusPollProcesses: a message accepted by one node for an agent
+// without a session is claimed by the agent polling another node and acked
+// on a third; the owner's log records it acked, and a second poll finds
+// nothing left.
+func TestClusterBusPollProcesses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	nodes := beamtest.StartAll(t, clusterOptions(t, 3)...)
+
+	_, sender := sdkAgent(t, ctx, nodes[0].URL(), "sender@"+clusterDomain)
+	pollerID, _ := sdkAgent(t, ctx, nodes[1].URL(), "poller@"+clusterDomain)
+	rec, err := sender.SendDurable(ctx, pollerID.BeamID, "task.poll", map[string]any{"n": 1}, nil)
+	require.NoError(t, err)
+
+	onTwo := sdkClient(t, nodes[2].URL(), pollerID)
+	msgs, err := onTwo.Poll(ctx, agents.PollOptions{Claim: true, Lease: 30 * time.Second})
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.Equal(t, rec.Nonce, msgs[0].Nonce)
+
+	onOne := sdkClient(t, nodes[1].URL(), pollerID)
+	_, err = onOne.Ack(ctx, &msgs[0], agents.AckAcked, map[string]any{"done": true})
+	require.NoError(t, err)
+	st, err := queryState(t, nodes[0].DataDir, rec.Nonce)
+	require.NoError(t, err)
+	require.Equal(t, tracing.Acked, st)
+
+	msgs, err = onTwo.Poll(ctx, agents.PollOptions{Claim: true, Lease: 30 * time.Second})
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+}

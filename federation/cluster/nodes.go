@@ -154,7 +154,14 @@ func (n *Node) announce(ctx context.Context) {
 func (n *Node) SetURL(url string) {
 	n.members.mu.Lock()
 	n.members.url = url
+	kv := n.members.kv
 	n.members.mu.Unlock()
+	if kv != nil {
+		// The others learn the address now rather than at the next refresh.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		n.announce(ctx)
+		cancel()
+	}
 }
 
 // SetSessions installs the count of WebSocket sessions the node holds.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -106,4 +107,13 @@ func (s *Server) clusterStatus() func(context.Context) (any, error) {
 		return nil
 	}
 	return s.cluster.Status
+}
+
+// clusterHandler lets the bus's poll and ack routes reach every node's
+// messages in cluster mode; h itself on a single node.
+func (s *Server) clusterHandler(h http.Handler) http.Handler {
+	if s.cluster == nil {
+		return h
+	}
+	return s.cluster.BusHandler(h)
 }

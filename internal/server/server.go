@@ -223,7 +223,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	s.httpSrv = &http.Server{
-		Handler:           s.limit(s.mux),
+		Handler:           s.limit(s.clusterHandler(s.mux)),
 		ReadHeaderTimeout: cmp.Or(cfg.Limits.ReadHeaderTimeout, defaultReadHeaderTimeout),
 		WriteTimeout:      s.writeTimeout(),
 		IdleTimeout:       cfg.Limits.IdleTimeout,
