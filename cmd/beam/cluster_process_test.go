@@ -43,7 +43,7 @@ func clusterOptions(t *testing.T, n int, extra ...string) []beamtest.Options {
 		opts[i] = beamtest.Options{Args: append([]string{"--domain", clusterDomain, "--cluster",
 			"--node-id", fmt.Sprintf("node%d", i), "--nats-listen", "127.0.0.1:0",
 			"--cluster-listen", routes[i], "--cluster-routes", strings.Join(others, ","),
-			"--default-policy", "allow"}, extra...)}
+			"--cluster-secret", "route-secret-for-tests", "--default-policy", "allow"}, extra...)}
 	}
 	return opts
 }

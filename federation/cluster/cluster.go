@@ -83,6 +83,10 @@ type Config struct {
 	// Replicas of the cluster's streams; 0 means min(3, nodes), nodes
 	// being this one and its routes.
 	Replicas int
+	// Secret, when set, is the password every node's route connections
+	// present and require (--cluster-secret): without it anyone who can
+	// reach the route listener can join the cluster.
+	Secret string
 	// StoreDir is the JetStream store of the embedded server.
 	StoreDir string
 	// Registry is this node's registry; the cluster replicates its changes.
@@ -152,10 +156,25 @@ func New(cfg Config) (*Node, error) {
 		}
 		n.routes = append(n.routes, u)
 	}
+	if cfg.Secret == "" && cfg.Listen != "" && !loopback(n.host) {
+		n.lg.Warn("the cluster route listener accepts any server that reaches it; set --cluster-secret", "listen", cfg.Listen)
+	}
 	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("cluster replicas %d: want 1-5", cfg.Replicas)
 	}
 	return n, nil
+}
+
+// routeUser is the user name of route connections with a cluster secret.
+const routeUser = "beam-route"
+
+// loopback reports whether host is a loopback address or name.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // NodeID returns this node's ID.
@@ -178,9 +197,15 @@ func (n *Node) ServerOptions(o *server.Options) {
 	o.StoreDir = n.cfg.StoreDir
 	if n.cfg.Listen != "" {
 		o.Cluster = server.ClusterOpts{Name: "beam-" + Token(n.cfg.Domain), Host: n.host, Port: n.port}
+		if n.cfg.Secret != "" {
+			o.Cluster.Username, o.Cluster.Password = routeUser, n.cfg.Secret
+		}
 		routes := make([]*url.URL, len(n.routes))
 		for i, u := range n.routes {
 			c := *u
+			if n.cfg.Secret != "" {
+				c.User = url.UserPassword(routeUser, n.cfg.Secret)
+			}
 			routes[i] = &c
 		}
 		o.Routes = routes

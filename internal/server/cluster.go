@@ -27,6 +27,9 @@ type ClusterConfig struct {
 	Routes []string
 	// Replicas of the cluster's streams; 0 means min(3, nodes).
 	Replicas int
+	// Secret is the password of the route connections between the nodes'
+	// embedded NATS servers (the same on every node).
+	Secret string
 	// JoinTimeout bounds the wait for the cluster to form at start (2 m).
 	JoinTimeout time.Duration
 }
@@ -59,7 +62,7 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 		listen = ""
 	}
 	node, err := cluster.New(cluster.Config{
-		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas,
+		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Secret: c.Secret,
 		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Logger: s.logger,
 	})
 	if err != nil {
