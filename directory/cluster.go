@@ -139,12 +139,9 @@ func (d *Directory) handBus(del BusDelivery) bool {
 	if !ok {
 		return false
 	}
-	frame := f.Raw
-	if len(frame) == 0 {
-		var err error
-		if frame, err = f.DeliveryJSON(); err != nil {
-			return false
-		}
+	frame, err := frameBytes(f)
+	if err != nil {
+		return false
 	}
 	timeout := del.Timeout
 	if timeout <= 0 {
@@ -161,10 +158,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 		var o BusOutcome
 		switch {
 		case err != nil:
-			o.ErrorCode, o.Error = CodeDeliveryFailed, fmt.Sprintf("node %s holding the session of %s did not answer: %v", node, f.To, err)
-			if errors.Is(err, context.DeadlineExceeded) {
-				o.ErrorCode = CodeTimeout
-			}
+			o.ErrorCode, o.Error = handFailure(node, f.To, err)
 		case rerr != nil:
 			o.ErrorCode, o.Error = rerr.Code, fmt.Sprintf("node %s: %s", node, rerr.Message)
 		default:
@@ -193,13 +187,10 @@ func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.
 	if !ok {
 		return false
 	}
-	frame := f.Raw
-	if len(frame) == 0 {
-		var err error
-		if frame, err = f.DeliveryJSON(); err != nil {
-			d.fail(inf, pre, CodeInvalidIntent, fmt.Sprintf("frame cannot be handed over: %v", err), false, extra)
-			return true
-		}
+	frame, err := frameBytes(f)
+	if err != nil {
+		d.fail(inf, pre, CodeInvalidIntent, fmt.Sprintf("frame cannot be handed over: %v", err), false, extra)
+		return true
 	}
 	extra = withExtra(extra, "node", node)
 	ev := inf.event(tracing.Dispatched, TransportCluster)
@@ -220,14 +211,10 @@ func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.
 		defer cancel()
 		res, rerr, err := r.Hand(ctx, node, h)
 		if err != nil {
-			if !d.settle(inf) {
-				return
+			if d.settle(inf) {
+				code, msg := handFailure(node, inf.to, err)
+				d.fail(inf, nil, code, msg, true, extra)
 			}
-			code := CodeDeliveryFailed
-			if errors.Is(err, context.DeadlineExceeded) {
-				code = CodeTimeout
-			}
-			d.fail(inf, nil, code, fmt.Sprintf("node %s holding the session of %s did not answer: %v", node, inf.to, err), true, extra)
 			return
 		}
 		if !d.settle(inf) {
@@ -263,4 +250,22 @@ func (d *Directory) claimClusterNonce(ctx context.Context, f *wire.IntentFrame, 
 		return relayErr(CodeNonceReuse, f.Nonce, "Nonce %s was used on another node of this directory", f.Nonce)
 	}
 	return nil
+}
+
+// frameBytes is the frame as it arrived, or its delivery JSON when it was
+// built here.
+func frameBytes(f *wire.IntentFrame) ([]byte, error) {
+	if len(f.Raw) > 0 {
+		return f.Raw, nil
+	}
+	return f.DeliveryJSON()
+}
+
+// handFailure is the retryable failure of a hand-over node did not answer.
+func handFailure(node, to string, err error) (code, msg string) {
+	code = CodeDeliveryFailed
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = CodeTimeout
+	}
+	return code, fmt.Sprintf("node %s holding the session of %s did not answer: %v", node, to, err)
 }
