@@ -169,6 +169,10 @@ func (d *Directory) ClaimBusNonce(nonce, from, to, intent string) (func(), *Rela
 	if rerr != nil {
 		return nil, rerr
 	}
+	if rerr := d.claimClusterBusNonce(from, nonce); rerr != nil {
+		d.release(inf)
+		return nil, rerr
+	}
 	return func() { d.release(inf) }, nil
 }
 

@@ -269,3 +269,11 @@ func handFailure(node, to string, err error) (code, msg string) {
 	}
 	return code, fmt.Sprintf("node %s holding the session of %s did not answer: %v", node, to, err)
 }
+
+// claimClusterBusNonce refuses a bus message whose nonce another node of
+// the cluster accepted (as an intent or a message).
+func (d *Directory) claimClusterBusNonce(from, nonce string) *RelayError {
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	return d.claimClusterNonce(ctx, &wire.IntentFrame{From: from, Nonce: nonce}, RelayOptions{Origin: TransportBus})
+}

@@ -467,19 +467,25 @@ func waitClusterAcked(t *testing.T, nodes []*beamtest.Process, msgs []durableSen
 }
 
 // TestClusterBusPollProcesses: a message accepted by one node for an agent
-// without a session is claimed by the agent polling another node and acked
-// on a third; the owner's log records it acked, and a second poll finds
-// nothing left.
+// without a session is refused when resent through another node, claimed
+// by the agent polling another node and acked on a third; the owner's log
+// records it acked, and a second poll finds nothing left.
 func TestClusterBusPollProcesses(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	nodes := beamtest.StartAll(t, clusterOptions(t, 3)...)
 
-	_, sender := sdkAgent(t, ctx, nodes[0].URL(), "sender@"+clusterDomain)
+	senderID, sender := sdkAgent(t, ctx, nodes[0].URL(), "sender@"+clusterDomain)
 	pollerID, _ := sdkAgent(t, ctx, nodes[1].URL(), "poller@"+clusterDomain)
 	rec, err := sender.SendDurable(ctx, pollerID.BeamID, "task.poll", map[string]any{"n": 1}, nil)
 	require.NoError(t, err)
+	// The same message sent again through another node is refused, not
+	// accepted a second time.
+	_, err = sdkClient(t, nodes[1].URL(), senderID).SendDurable(ctx, pollerID.BeamID, "task.poll",
+		map[string]any{"n": 1}, &agents.DurableOptions{Nonce: rec.Nonce})
+	require.Error(t, err)
+	require.Equal(t, directory.CodeNonceReuse, agents.ErrorCode(err), "%v", err)
 
 	onTwo := sdkClient(t, nodes[2].URL(), pollerID)
 	msgs, err := onTwo.Poll(ctx, agents.PollOptions{Claim: true, Lease: 30 * time.Second})
