@@ -105,6 +105,10 @@ type Config struct {
 	// at start and at every reload (cluster mode adds routes and
 	// JetStream, see federation/cluster).
 	ServerOptions func(*server.Options)
+	// QueueGroup, when set, subscribes this directory's subjects in that
+	// queue group, so that of the nodes of a cluster serving one domain
+	// exactly one handles each federation message.
+	QueueGroup string
 }
 
 // peerState is a pinned peer and the connection that reaches it.
@@ -323,7 +327,13 @@ func (n *Node) startNATS() error {
 		n.shared = nc
 	}
 	n.self.URL = "nats://" + n.NATSAddr()
-	sub, err := n.shared.Subscribe(SubjectPrefix+"."+Token(n.cfg.Domain)+".>", n.onMessage)
+	subject := SubjectPrefix + "." + Token(n.cfg.Domain) + ".>"
+	var sub *nats.Subscription
+	if n.cfg.QueueGroup != "" {
+		sub, err = n.shared.QueueSubscribe(subject, n.cfg.QueueGroup, n.onMessage)
+	} else {
+		sub, err = n.shared.Subscribe(subject, n.onMessage)
+	}
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}

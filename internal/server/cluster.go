@@ -120,3 +120,12 @@ func (s *Server) clusterHandler(h http.Handler) http.Handler {
 	}
 	return s.cluster.BusHandler(h)
 }
+
+// federationQueue is the queue group in which the nodes of a cluster take
+// federation messages, one node each; "" on a single node.
+func (s *Server) federationQueue() string {
+	if s.cluster == nil {
+		return ""
+	}
+	return "beam-fed-" + cluster.Token(s.cfg.Domain)
+}
