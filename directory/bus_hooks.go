@@ -169,6 +169,10 @@ func (d *Directory) ClaimBusNonce(nonce, from, to, intent string) (func(), *Rela
 	if rerr != nil {
 		return nil, rerr
 	}
+	if rerr := d.claimClusterBusNonce(from, nonce); rerr != nil {
+		d.release(inf)
+		return nil, rerr
+	}
 	return func() { d.release(inf) }, nil
 }
 
@@ -182,6 +186,9 @@ func (d *Directory) DeliverBus(del BusDelivery) error {
 		return errors.New("directory: deliver bus: nil frame")
 	}
 	s := d.session(f.To)
+	if s == nil && d.handBus(del) {
+		return nil
+	}
 	if s == nil {
 		return ErrBusRecipientOffline
 	}
@@ -274,11 +281,19 @@ func busIntentMessage(h handOver, del BusDelivery) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	mark, err := json.Marshal(struct {
-		MessageID string `json:"messageId"`
-		Attempt   int    `json:"attempt"`
-		Auth      string `json:"auth"`
-	}{del.MessageID, del.Attempt, del.Auth})
+	return withBusMember(base, BusMark{MessageID: del.MessageID, Attempt: del.Attempt, Auth: del.Auth})
+}
+
+// BusMark is the "bus" member of a delivered bus message.
+type BusMark struct {
+	MessageID string `json:"messageId"`
+	Attempt   int    `json:"attempt"`
+	Auth      string `json:"auth"`
+}
+
+// withBusMember adds "bus": m to the intent message base.
+func withBusMember(base []byte, m BusMark) ([]byte, error) {
+	mark, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode bus member: %w", err)
 	}

@@ -146,7 +146,8 @@ type Directory struct {
 	busRecvPruning bool
 	deliv          delivState // the delivered recorder (delivered.go)
 	closed         bool
-	remote         Remote // federation router; nil without federation
+	remote         Remote     // federation router; nil without federation
+	nodes          NodeRouter // cluster router (cluster.go); nil without cluster mode
 	attester       *attest.Attester
 
 	connMu     sync.Mutex
@@ -304,8 +305,13 @@ func (d *Directory) Close() error {
 // Online reports whether beamID has a WebSocket session on this directory.
 func (d *Directory) Online(beamID string) bool {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	_, ok := d.sessions[beamID]
+	r := d.nodes
+	d.mu.Unlock()
+	if !ok && r != nil {
+		// In cluster mode, a session another node holds counts.
+		_, ok = r.NodeFor(beamID)
+	}
 	return ok
 }
 

@@ -75,6 +75,7 @@ type RelayOptions struct {
 	JWS string
 
 	resultJWS *jwsSink // receives the recipient's result JWS (beam2.go)
+	busMark   *BusMark // a bus attempt another node handed over (cluster.go)
 }
 
 // VouchedByPeer returns o for a frame without a signature that the peer
@@ -126,6 +127,7 @@ type inflight struct {
 	jws           string        // beam/2: the sender's intent JWS (beam2.go)
 	vouchedBy     string        // the peer vouching for an unsigned frame (attested.go)
 	resultJWS     *jwsSink      // beam/2: where the recipient's result JWS goes
+	busMark       *BusMark      // the "bus" member of a handed-over bus attempt (cluster.go)
 }
 
 // event returns an event of inf's nonce with the intent's identity set.
@@ -193,6 +195,9 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 			rerr.RetryAfter = wait
 		}
 	}
+	if rerr == nil {
+		rerr = d.claimClusterNonce(ctx, f, o)
+	}
 	if rerr != nil {
 		d.rejectFrame(rerr, f.From, o.Origin)
 		finish(nil, rerr)
@@ -217,6 +222,7 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 		nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, hash: hash,
 		origin: o.Origin, attempt: 1, timeout: timeout,
 		start: d.clock(), t0: t0, done: finish, jws: o.JWS, resultJWS: o.resultJWS, vouchedBy: o.vouchedBy,
+		busMark: o.busMark,
 	}
 	lookup, rerr := d.claimNew(inf)
 	if rerr != nil {
@@ -560,6 +566,9 @@ func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Ag
 // session; the waiter is settled by the result, the timer or a failure.
 func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registry.Agent, pre []tracing.Event, extra map[string]any) {
 	s := d.session(inf.to)
+	if s == nil && d.routeNode(inf, f, pre, extra) {
+		return
+	}
 	if s == nil {
 		d.fail(inf, pre, CodeOffline, fmt.Sprintf("Agent %s is offline", inf.to), true, extra)
 		return
@@ -568,10 +577,13 @@ func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registr
 		d.fail(inf, pre, CodeUnsupportedProtocol, unsupportedProtocol(inf.to), false, extra)
 		return
 	}
-	h, err := d.handOver(f, sender.PublicKeyB64, inf.jws, attestAuth(inf.vouchedBy), inf.vouchedBy)
+	h, err := d.handOver(f, sender.PublicKeyB64, inf.jws, inf.attestAuth(), inf.vouchedBy)
 	var msg []byte
 	if err == nil {
 		msg, err = h.message()
+	}
+	if err == nil && inf.busMark != nil {
+		msg, err = withBusMember(msg, *inf.busMark)
 	}
 	msg = withJWSMember(msg, inf.jws)
 	if err != nil {

@@ -350,6 +350,7 @@ func (d *Directory) attach(s *session) bool {
 	if old != nil {
 		old.closeWith(websocket.StatusGoingAway, "Replaced by new connection")
 	}
+	d.sessionChanged(s.beamID, true)
 	d.lg.Info("agent connected", "beamId", s.beamID, "auth", s.auth)
 	return true
 }
@@ -357,10 +358,14 @@ func (d *Directory) attach(s *session) bool {
 // detach removes s if it is still the agent's current session.
 func (d *Directory) detach(s *session) {
 	d.mu.Lock()
-	if d.sessions[s.beamID] == s {
+	current := d.sessions[s.beamID] == s
+	if current {
 		delete(d.sessions, s.beamID)
 	}
 	d.mu.Unlock()
+	if current {
+		d.sessionChanged(s.beamID, false)
+	}
 }
 
 // enqueue hands m to the writer without blocking, starting the writer when

@@ -101,6 +101,14 @@ type Config struct {
 	DurableTimeout time.Duration
 	// KeyTTL is how long a resolved remote agent key is cached (5 m).
 	KeyTTL time.Duration
+	// ServerOptions, when set, adjusts the embedded NATS server's options
+	// at start and at every reload (cluster mode adds routes and
+	// JetStream, see federation/cluster).
+	ServerOptions func(*server.Options)
+	// QueueGroup, when set, subscribes this directory's subjects in that
+	// queue group, so that of the nodes of a cluster serving one domain
+	// exactly one handles each federation message.
+	QueueGroup string
 }
 
 // peerState is a pinned peer and the connection that reaches it.
@@ -319,7 +327,13 @@ func (n *Node) startNATS() error {
 		n.shared = nc
 	}
 	n.self.URL = "nats://" + n.NATSAddr()
-	sub, err := n.shared.Subscribe(SubjectPrefix+"."+Token(n.cfg.Domain)+".>", n.onMessage)
+	subject := SubjectPrefix + "." + Token(n.cfg.Domain) + ".>"
+	var sub *nats.Subscription
+	if n.cfg.QueueGroup != "" {
+		sub, err = n.shared.QueueSubscribe(subject, n.cfg.QueueGroup, n.onMessage)
+	} else {
+		sub, err = n.shared.Subscribe(subject, n.onMessage)
+	}
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
@@ -346,7 +360,7 @@ func (n *Node) natsOptionsLocked() *server.Options {
 		}
 		users = append(users, &server.NkeyUser{Nkey: u, Permissions: PeerPermissions(n.cfg.Domain, d)})
 	}
-	return &server.Options{
+	opts := &server.Options{
 		TLSConfig:  n.tls,
 		TLSTimeout: 5,
 		ServerName: "beam-" + Token(n.cfg.Domain),
@@ -356,6 +370,10 @@ func (n *Node) natsOptionsLocked() *server.Options {
 		MaxPayload: MaxMessageBytes * 2,
 		Nkeys:      users,
 	}
+	if n.cfg.ServerOptions != nil {
+		n.cfg.ServerOptions(opts)
+	}
+	return opts
 }
 
 // PeerPermissions are the NATS permissions of peer on self's server:
@@ -539,6 +557,10 @@ func (n *Node) NATSAddr() string {
 	}
 	return net.JoinHostPort(n.natsHost, strconv.Itoa(n.natsPort))
 }
+
+// Conn is this directory's own NATS connection (in process to the
+// embedded server, or to NATSURL); nil after Close.
+func (n *Node) Conn() *nats.Conn { return n.shared }
 
 // Self returns this directory as a peer (its line is what others pin).
 func (n *Node) Self() Peer { return n.self }

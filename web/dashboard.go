@@ -75,6 +75,9 @@ type Config struct {
 	// Federation returns the federation status (peers, outbox) to show; nil
 	// means federation is not configured.
 	Federation func(ctx context.Context) (any, error)
+	// Cluster returns the cluster's nodes and where each agent is
+	// connected (beam serve --cluster); nil means a single node.
+	Cluster func(ctx context.Context) (any, error)
 	// SecureCookies marks the session cookie Secure (serve over HTTPS).
 	SecureCookies bool
 	// SessionTTL overrides DefaultSessionTTL.
@@ -197,6 +200,7 @@ func (d *Dashboard) Routes(mux *http.ServeMux) {
 	obs("GET /observability/dead-letters/{id}", false, d.handleDeadLetter)
 	obs("POST /observability/dead-letters/{id}/requeue", true, d.handleRequeue)
 	obs("GET /observability/federation", false, d.handleFederation)
+	obs("GET /observability/cluster", false, d.handleCluster)
 	obs("GET /observability/jobs", false, d.handleJobs)
 	obs("POST /observability/jobs/{id}/retry", true, d.handleJobAction("retry"))
 	obs("POST /observability/jobs/{id}/cancel", true, d.handleJobAction("cancel"))

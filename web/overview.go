@@ -387,3 +387,27 @@ func (d *Dashboard) federationCard(ctx context.Context) federationCard {
 func (d *Dashboard) handleFederation(w http.ResponseWriter, r *http.Request, _ principal) {
 	writeJSON(w, http.StatusOK, d.federationCard(r.Context()))
 }
+
+// clusterCard is GET /observability/cluster: the cluster's nodes and
+// sessions, or configured false on a single node.
+type clusterCard struct {
+	Configured bool   `json:"configured"`
+	Status     any    `json:"status,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+func (d *Dashboard) handleCluster(w http.ResponseWriter, r *http.Request, _ principal) {
+	if d.cfg.Cluster == nil {
+		writeJSON(w, http.StatusOK, clusterCard{})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	st, err := d.cfg.Cluster(ctx)
+	if err != nil {
+		d.lg.Warn("dashboard: cluster status", "err", err)
+		writeJSON(w, http.StatusOK, clusterCard{Configured: true, Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, clusterCard{Configured: true, Status: st})
+}

@@ -59,6 +59,7 @@ type serveFlags struct {
 	intentListen   string
 	meshPolicies   string
 	meshHopTimeout time.Duration
+	cluster        clusterFlags
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -89,6 +90,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.busDeliveryTimeout, "bus-delivery-timeout", 30*time.Second, "how long a bus delivery waits for the recipient's result")
 	fs.DurationVar(&f.busTickInterval, "bus-tick-interval", time.Second, "how often the bus retries due messages and expires poll leases")
 	f.limits.register(fs)
+	f.cluster.register(fs)
 	fs.StringVar(&f.intentListen, "intent-listen", "127.0.0.1:3200", "listen address of the Intent Protocol v2.1 job bus (BUS_* variables configure it); empty disables it")
 	fs.StringVar(&f.meshPolicies, "mesh-policies", "", "JSON file of pipeline retry policies: {\"default\": {...}, \"actors\": {\"<beam id>\": {...}}}")
 	fs.DurationVar(&f.meshHopTimeout, "mesh-hop-timeout", 30*time.Second, "how long one pipeline hop waits for its actor")
@@ -164,7 +166,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if pols.Default != nil {
 		meshDefault = *pols.Default
 	}
+	clusterCfg, err := f.cluster.config()
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(ctx, server.Config{
+		Cluster:       clusterCfg,
 		IntentBus:     intentCfg,
 		IntentCatalog: catalog,
 		Domain:        f.domain,

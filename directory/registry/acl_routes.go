@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-
-	"github.com/jmoiron/sqlx"
 )
 
 // maxRulesPerAgent bounds the ACL of one target.
@@ -88,7 +86,7 @@ func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) err
 		}
 	}
 	err = r.commit(req.Context(), az, now, "acl.create", a.BeamID,
-		map[string]any{"intentType": intent, "allowedFrom": from, "effect": effect}, func(tx *sqlx.Tx) error {
+		map[string]any{"intentType": intent, "allowedFrom": from, "effect": effect}, func(tx dbtx) error {
 			return saveRule(req.Context(), tx, &rule)
 		})
 	if err != nil {
@@ -101,7 +99,7 @@ func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) err
 
 // saveRule updates the effect of an existing rule (ID set) or inserts a new
 // one and sets its ID.
-func saveRule(ctx context.Context, tx *sqlx.Tx, rule *Rule) error {
+func saveRule(ctx context.Context, tx dbtx, rule *Rule) error {
 	if rule.ID != 0 {
 		if _, err := tx.ExecContext(ctx, `UPDATE intent_acls SET effect = ?, created_by = ? WHERE id = ?`,
 			rule.Effect, rule.CreatedBy, rule.ID); err != nil {
@@ -217,7 +215,7 @@ func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) err
 	az := authorization{actor: c.actor(rule.Target)}
 	err = r.commit(req.Context(), az, now, "acl.delete", rule.Target,
 		map[string]any{"id": rule.ID, "intentType": rule.IntentType, "allowedFrom": rule.AllowedFrom, "effect": rule.Effect},
-		func(tx *sqlx.Tx) error {
+		func(tx dbtx) error {
 			if _, err := tx.ExecContext(req.Context(), `DELETE FROM intent_acls WHERE id = ?`, rule.ID); err != nil {
 				return fmt.Errorf("delete acl rule: %w", err)
 			}

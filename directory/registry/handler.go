@@ -3,8 +3,6 @@ package registry
 import (
 	"net/http"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 )
 
 // apiHandler is a route handler that returns its failure instead of writing
@@ -15,7 +13,11 @@ type apiHandler func(w http.ResponseWriter, req *http.Request) error
 // Beam error shape (see writeErr).
 func (r *Registry) serve(h apiHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		if err := h(w, req); err != nil {
+		run := h
+		if r.replicator() != nil && req.Method != http.MethodGet {
+			run = func(w http.ResponseWriter, req *http.Request) error { return r.serveReplicated(h, w, req) }
+		}
+		if err := run(w, req); err != nil {
 			r.writeErr(w, req, err)
 		}
 	}
@@ -119,7 +121,7 @@ func (r *Registry) changeAgent(w http.ResponseWriter, req *http.Request, rt agen
 		return err
 	}
 	ctx := req.Context()
-	err = r.commit(ctx, az, now, ch.action, a.BeamID, ch.details, func(tx *sqlx.Tx) error {
+	err = r.commit(ctx, az, now, ch.action, a.BeamID, ch.details, func(tx dbtx) error {
 		if ch.noWrite {
 			return nil
 		}

@@ -182,7 +182,7 @@ func (r *Registry) checkClaim(beamID string) error {
 // joinOrg records a new agent's org membership in tx and returns its
 // state: owner for the first registrant of an org, approved when the
 // registry's orgs are open, pending otherwise.
-func (r *Registry) joinOrg(ctx context.Context, tx *sqlx.Tx, a *Agent, now time.Time) (string, error) {
+func (r *Registry) joinOrg(ctx context.Context, tx dbtx, a *Agent, now time.Time) (string, error) {
 	if a.Personal || a.Org == "" || a.Org == "personal" {
 		return "", nil
 	}
@@ -206,7 +206,7 @@ func (r *Registry) joinOrg(ctx context.Context, tx *sqlx.Tx, a *Agent, now time.
 	return status, nil
 }
 
-func putMember(ctx context.Context, tx *sqlx.Tx, beamID, org, status string, now time.Time, by string) error {
+func putMember(ctx context.Context, tx dbtx, beamID, org, status string, now time.Time, by string) error {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO org_members (beam_id, org, status, updated_at, updated_by) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (beam_id) DO UPDATE SET org = excluded.org, status = excluded.status, updated_at = excluded.updated_at, updated_by = excluded.updated_by`,
 		beamID, org, status, micros(now), by); err != nil {
@@ -360,7 +360,7 @@ func (r *Registry) handleOrgMemberStatus(approve bool) apiHandler {
 			return errf(http.StatusConflict, "ORG_OWNER", "%s owns org %s; an operator transfers ownership", a.BeamID, org)
 		}
 		az := authorization{actor: actor, nonce: nonce}
-		err = r.commit(req.Context(), az, now, action, a.BeamID, map[string]any{"org": org}, func(tx *sqlx.Tx) error {
+		err = r.commit(req.Context(), az, now, action, a.BeamID, map[string]any{"org": org}, func(tx dbtx) error {
 			return putMember(req.Context(), tx, a.BeamID, org, status, now, actor)
 		})
 		if err != nil {
@@ -409,7 +409,7 @@ func (r *Registry) handleOrgOwner(w http.ResponseWriter, req *http.Request) erro
 	prev := r.orgOwner(org)
 	actor := "operator:" + role
 	err = r.commit(req.Context(), authorization{actor: actor}, now, "orgs.owner", a.BeamID,
-		map[string]any{"org": org, "previousOwner": prev}, func(tx *sqlx.Tx) error {
+		map[string]any{"org": org, "previousOwner": prev}, func(tx dbtx) error {
 			if _, err := tx.ExecContext(req.Context(), `INSERT OR IGNORE INTO orgs (org, created_at, created_by) VALUES (?, ?, ?)`,
 				org, micros(now), actor); err != nil {
 				return fmt.Errorf("create org %s: %w", org, err)
@@ -455,7 +455,7 @@ func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error
 		return errf(http.StatusNotFound, "NOT_FOUND", "%s is not a deleted Beam ID", id.String())
 	}
 	err = r.commit(req.Context(), authorization{actor: "operator:" + role}, r.now(), "agent.release", id.String(), nil,
-		func(tx *sqlx.Tx) error {
+		func(tx dbtx) error {
 			_, err := tx.ExecContext(req.Context(), `DELETE FROM agent_tombstones WHERE beam_id = ?`, id.String())
 			return err
 		})
@@ -472,7 +472,7 @@ func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error
 // buryTx records the tombstone of a deleted agent in tx and removes what
 // others granted to its name: ACL rules that name it as the sender, and
 // its org membership.
-func buryTx(ctx context.Context, tx *sqlx.Tx, beamID, actor string, now time.Time) error {
+func buryTx(ctx context.Context, tx dbtx, beamID, actor string, now time.Time) error {
 	for _, q := range []string{
 		`DELETE FROM intent_acls WHERE allowed_from = ?`,
 		`DELETE FROM org_members WHERE beam_id = ?`,

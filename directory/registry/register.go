@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/beamdir/beam/agents/wire"
 )
 
@@ -257,7 +255,7 @@ func (r *Registry) register(ctx context.Context, req *http.Request, rr *register
 	if kind == "signature" {
 		az.nonce = rr.proof.nonce
 	}
-	err := r.commit(ctx, az, now, "agent.reregister", next.BeamID, details, func(tx *sqlx.Tx) error {
+	err := r.commit(ctx, az, now, "agent.reregister", next.BeamID, details, func(tx dbtx) error {
 		if err := putAgent(ctx, tx, &next, now); err != nil {
 			return err
 		}
@@ -302,7 +300,7 @@ func (r *Registry) registerNew(ctx context.Context, rr *registerRequest, now tim
 		actor = "echo-secret"
 	}
 	member := ""
-	err = r.do(ctx, func(tx *sqlx.Tx) error {
+	err = r.do(ctx, func(tx dbtx) error {
 		var err error
 		if member, err = r.joinOrg(ctx, tx, a, now); err != nil {
 			return err

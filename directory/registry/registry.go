@@ -200,6 +200,9 @@ type Registry struct {
 	// remoteLookup resolves a peer's agent for GET /agents/{beamId}.
 	remoteLookup func(ctx context.Context, beamID string) (RemoteKey, bool)
 
+	// repl is the cluster replication state (replica.go).
+	repl replica
+
 	touchMu   sync.Mutex
 	dirty     map[string]time.Time // beam_id → last_seen to persist
 	kick      chan struct{}
@@ -296,6 +299,9 @@ func Open(ctx context.Context, log *tracing.Log, cfg Config) (*Registry, error) 
 		return nil, err
 	}
 	if err := r.load(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.loadApplied(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.loadOrgs(ctx); err != nil {
@@ -435,7 +441,7 @@ func (r *Registry) flush(ctx context.Context) error {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	return r.do(ctx, func(tx *sqlx.Tx) error {
+	return r.doLocal(ctx, func(tx *sqlx.Tx) error {
 		for _, id := range ids {
 			if _, err := tx.ExecContext(ctx,
 				`UPDATE agents SET last_seen = ? WHERE beam_id = ? AND last_seen < ?`,

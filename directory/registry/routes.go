@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/beamdir/beam/agents/wire"
 )
 
@@ -272,8 +270,8 @@ func (r *Registry) authorize(req *http.Request, a *Agent, p proof, obj map[strin
 // commit runs fn with the nonce of az recorded and one audit row written,
 // in one transaction.
 func (r *Registry) commit(ctx context.Context, az authorization, now time.Time, action, target string,
-	details map[string]any, fn func(tx *sqlx.Tx) error) error {
-	return r.do(ctx, func(tx *sqlx.Tx) error {
+	details map[string]any, fn func(tx dbtx) error) error {
+	return r.do(ctx, func(tx dbtx) error {
 		if az.nonce != "" {
 			if err := useNonce(ctx, tx, target, az.nonce, now); err != nil {
 				return err
@@ -303,7 +301,7 @@ func (r *Registry) handleDelete(w http.ResponseWriter, req *http.Request) error 
 	}
 	now := r.now()
 	az := authorization{actor: c.actor(a.BeamID)}
-	err = r.commit(req.Context(), az, now, "agent.delete", a.BeamID, nil, func(tx *sqlx.Tx) error {
+	err = r.commit(req.Context(), az, now, "agent.delete", a.BeamID, nil, func(tx dbtx) error {
 		for _, q := range []string{
 			`DELETE FROM agents WHERE beam_id = ?`,
 			`DELETE FROM agent_keys WHERE beam_id = ?`,
@@ -364,7 +362,7 @@ func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) err
 	if err != nil {
 		return err
 	}
-	err = r.do(req.Context(), func(tx *sqlx.Tx) error {
+	err = r.do(req.Context(), func(tx dbtx) error {
 		if nonce != "" {
 			if err := useNonce(req.Context(), tx, cur.BeamID, nonce, now); err != nil {
 				return err

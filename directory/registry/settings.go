@@ -30,7 +30,7 @@ var settingsSchema = []string{
 }
 
 // putSettings writes a's settings row.
-func putSettings(ctx context.Context, tx *sqlx.Tx, a *Agent) error {
+func putSettings(ctx context.Context, tx dbtx, a *Agent) error {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO agent_settings (beam_id, require_sender_signatures) VALUES (?, ?)
 		ON CONFLICT(beam_id) DO UPDATE SET require_sender_signatures = excluded.require_sender_signatures`,
 		a.BeamID, a.RequireSenderSignatures); err != nil {

@@ -2,9 +2,8 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"net/http"
-
-	"github.com/jmoiron/sqlx"
 )
 
 // HTTPStatus returns the status and error code to answer a registry error
@@ -45,9 +44,19 @@ func (r *Registry) VerifySignedRequest(ctx context.Context, req SignedRequest) (
 	if err := r.verifySigned(&a, obj, p, now); err != nil {
 		return Agent{}, err
 	}
-	err := r.do(ctx, func(tx *sqlx.Tx) error { return useNonce(ctx, tx, a.BeamID, req.Nonce, now) })
-	if err != nil {
-		return Agent{}, err
+	for range maxStaleRetries {
+		err := r.do(ctx, func(tx dbtx) error { return useNonce(ctx, tx, a.BeamID, req.Nonce, now) })
+		var se staleError
+		if errors.As(err, &se) {
+			if err := r.WaitApplied(ctx, se.after+1); err != nil {
+				return Agent{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return Agent{}, err
+		}
+		return a, nil
 	}
-	return a, nil
+	return Agent{}, errf(http.StatusServiceUnavailable, "CLUSTER_BUSY", "the registry is changing on other nodes; retry")
 }

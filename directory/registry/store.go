@@ -91,15 +91,16 @@ func fromMicros(v int64) time.Time {
 	return time.UnixMicro(v).UTC()
 }
 
-// do runs fn in the log's writer transaction.
-func (r *Registry) do(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+// doLocal runs fn in the log's writer transaction of this node only (the
+// schema and last_seen, which each node keeps for itself).
+func (r *Registry) doLocal(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	_, err := r.log.Do(ctx, fn)
 	return err
 }
 
 func (r *Registry) migrate(ctx context.Context) error {
-	err := r.do(ctx, func(tx *sqlx.Tx) error {
-		for _, stmt := range append(schema, settingsSchema...) {
+	err := r.doLocal(ctx, func(tx *sqlx.Tx) error {
+		for _, stmt := range append(append(schema, settingsSchema...), replicaSchema...) {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("%.40s…: %w", stmt, err)
 			}
@@ -273,7 +274,7 @@ const upsertAgentSQL = `INSERT INTO agents (
 	dh_public_key = excluded.dh_public_key, updated_at = excluded.updated_at,
 	last_seen = MAX(agents.last_seen, excluded.last_seen)`
 
-func putAgent(ctx context.Context, tx *sqlx.Tx, a *Agent, now time.Time) error {
+func putAgent(ctx context.Context, tx dbtx, a *Agent, now time.Time) error {
 	if _, err := tx.NamedExecContext(ctx, upsertAgentSQL, rowOf(a, now)); err != nil {
 		return fmt.Errorf("write agent %s: %w", a.BeamID, err)
 	}
@@ -281,7 +282,7 @@ func putAgent(ctx context.Context, tx *sqlx.Tx, a *Agent, now time.Time) error {
 }
 
 // putKeys makes agent_keys match a.Keys.
-func putKeys(ctx context.Context, tx *sqlx.Tx, a *Agent) error {
+func putKeys(ctx context.Context, tx dbtx, a *Agent) error {
 	for _, k := range a.Keys {
 		var revoked any
 		if k.Revoked() {
@@ -297,7 +298,7 @@ func putKeys(ctx context.Context, tx *sqlx.Tx, a *Agent) error {
 }
 
 // useNonce records nonce for scope, or fails with NONCE_REUSED.
-func useNonce(ctx context.Context, tx *sqlx.Tx, scope, nonce string, now time.Time) error {
+func useNonce(ctx context.Context, tx dbtx, scope, nonce string, now time.Time) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM used_nonces WHERE expires_at < ?`, micros(now)); err != nil {
 		return fmt.Errorf("prune nonces: %w", err)
 	}
@@ -317,7 +318,7 @@ func useNonce(ctx context.Context, tx *sqlx.Tx, scope, nonce string, now time.Ti
 }
 
 // audit writes one audit_log row.
-func audit(ctx context.Context, tx *sqlx.Tx, now time.Time, action, actor, target string, details map[string]any) error {
+func audit(ctx context.Context, tx dbtx, now time.Time, action, actor, target string, details map[string]any) error {
 	if details == nil {
 		details = map[string]any{}
 	}

@@ -140,15 +140,24 @@ func Start(t testing.TB, opts Options) *Process {
 
 func (p *Process) start() {
 	p.t.Helper()
+	require.NoError(p.t, p.run())
+}
+
+// run starts the process and waits until it serves and is healthy.
+func (p *Process) run() error {
 	// The intent bus listens on a random port too unless Args say otherwise
 	// (a later flag wins).
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--intent-listen", "127.0.0.1:0", "--data-dir", p.DataDir}, p.Args...)
 	cmd := exec.Command(Binary(p.t), args...)
 	cmd.Env = append(os.Environ(), p.Env...)
 	stdout, err := cmd.StdoutPipe()
-	require.NoError(p.t, err)
+	if err != nil {
+		return err
+	}
 	cmd.Stderr = p.output
-	require.NoError(p.t, cmd.Start())
+	if err := cmd.Start(); err != nil {
+		return err
+	}
 
 	urlc := make(chan string, 1)
 	go func() {
@@ -193,23 +202,62 @@ func (p *Process) start() {
 		p.url = u
 		p.mu.Unlock()
 	case <-done:
-		require.FailNow(p.t, "beam serve exited before serving", "output:\n%s", p.output.String())
-	case <-time.After(60 * time.Second):
-		require.FailNow(p.t, "beam serve did not report its address within 60s", "output:\n%s", p.output.String())
+		return fmt.Errorf("beam serve exited before serving; output:\n%s", p.output.String())
+	case <-time.After(startTimeout):
+		return fmt.Errorf("beam serve did not report its address within %s; output:\n%s", startTimeout, p.output.String())
 	}
-	p.waitHealthy()
+	return p.waitHealthy()
 }
 
-func (p *Process) waitHealthy() {
-	p.t.Helper()
-	require.Eventually(p.t, func() bool {
+// startTimeout bounds how long a start may take to print its address.
+const startTimeout = 60 * time.Second
+
+func (p *Process) waitHealthy() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
 		resp, err := http.Get(p.URL() + "/health")
-		if err != nil {
-			return false
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "beam serve never became healthy")
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("beam serve never became healthy")
+}
+
+// StartAll runs one `beam serve` per options at the same time and waits
+// until all serve (nodes of a cluster wait for each other at start). The
+// processes are stopped when the test ends.
+func StartAll(t testing.TB, opts ...Options) []*Process {
+	t.Helper()
+	ps := make([]*Process, len(opts))
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i, o := range opts {
+		if o.DataDir == "" {
+			o.DataDir = t.TempDir()
+		}
+		p := &Process{t: t, DataDir: o.DataDir, Args: o.Args, Env: o.Env, output: &lockedBuffer{}}
+		ps[i] = p
+		t.Cleanup(func() {
+			p.Kill()
+			if t.Failed() {
+				t.Logf("beam serve %d output:\n%s", i, p.output.String())
+			}
+		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.run()
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "process %d", i)
+	}
+	return ps
 }
 
 // URL is the base URL of the running process, e.g. http://127.0.0.1:41234.

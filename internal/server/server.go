@@ -29,6 +29,7 @@ import (
 	"github.com/beamdir/beam/directory/attest"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/federation"
+	"github.com/beamdir/beam/federation/cluster"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/internal/dirlock"
 	"github.com/beamdir/beam/internal/httpjson"
@@ -124,6 +125,9 @@ type Config struct {
 	MeshPolicies      map[string]mesh.Policy
 	MeshDefaultPolicy mesh.Policy
 	MeshHopTimeout    time.Duration
+	// Cluster, when set, serves Domain as one node of a cluster
+	// (cluster.go).
+	Cluster *ClusterConfig
 }
 
 // Server is a running directory.
@@ -135,6 +139,7 @@ type Server struct {
 	bus      *bus.Bus
 	mesh     *mesh.Engine
 	fed      *federation.Node
+	cluster  *cluster.Node
 	registry *prometheus.Registry
 	mux      *http.ServeMux
 	started  time.Time
@@ -218,7 +223,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	s.httpSrv = &http.Server{
-		Handler:           s.limit(s.mux),
+		Handler:           s.limit(s.clusterHandler(s.mux)),
 		ReadHeaderTimeout: cmp.Or(cfg.Limits.ReadHeaderTimeout, defaultReadHeaderTimeout),
 		WriteTimeout:      s.writeTimeout(),
 		IdleTimeout:       cfg.Limits.IdleTimeout,
@@ -292,6 +297,9 @@ func (s *Server) IsOperator(r *http.Request) bool {
 // Serve answers HTTP on ln until Shutdown is called. It returns nil after a
 // graceful shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.cluster != nil {
+		s.cluster.SetURL("http://" + ln.Addr().String())
+	}
 	if s.cfg.Limits.MaxConns > 0 || s.cfg.Limits.MaxConnsPerAddr > 0 {
 		ln = limits.NewListener(ln, s.cfg.Limits.MaxConns, s.cfg.Limits.MaxConnsPerAddr)
 	}
@@ -313,6 +321,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		if err := s.closeIntentBus(ctx); err != nil {
 			errs = append(errs, err)
+		}
+		if s.cluster != nil {
+			_ = s.cluster.Close()
 		}
 		if s.fed != nil {
 			if err := s.fed.Close(); err != nil {
@@ -514,6 +525,9 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	}
 
 	var fedStatus func(context.Context) (any, error)
+	if err := s.openCluster(agents, dir); err != nil {
+		return err
+	}
 	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" {
 		node, err := s.openFederation(ctx, agents, dir)
 		if err != nil {
@@ -524,9 +538,16 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		b.SetRemote(node)
 		fedStatus = node.Status
 	}
+	if err := s.startCluster(ctx, dir.ConnectedAgents); err != nil {
+		return err
+	}
+	if s.cluster != nil {
+		closers = append(closers, func() { _ = s.cluster.Close() })
+	}
 
 	dash, err := web.New(web.Config{
 		Log: s.log, Registry: agents, Directory: dir, Requeue: b.Requeue, Federation: fedStatus,
+		Cluster: s.clusterStatus(),
 		MeshRequeue: func(ctx context.Context, id string) (string, error) {
 			row, err := pipes.Requeue(ctx, id)
 			return row.ID, err
@@ -587,6 +608,7 @@ func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, 
 		Domain: s.cfg.Domain, Key: key, Log: s.log, Directory: dir, Registry: agents,
 		NATSListen: s.cfg.NATSListen, NATSURL: s.cfg.NATSURL, Peers: s.cfg.Peers,
 		Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry, OperatorAuth: s.IsOperator,
+		ServerOptions: s.natsServerOptions(), QueueGroup: s.federationQueue(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open federation: %w", err)

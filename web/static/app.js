@@ -1281,11 +1281,34 @@ function renderAgents(root, { params, isCurrent }) {
 
 // ---------- federation ----------
 
+// clusterSection renders the cluster's nodes and where each agent is
+// connected (beam serve --cluster) into el; nothing on a single node.
+function clusterSection(el, c) {
+  if (!c || !c.configured) { put(el); return; }
+  if (c.error) { put(el, errorBox(new Error(c.error))); return; }
+  const st = c.status || {};
+  const nodes = Array.isArray(st.nodes) ? st.nodes : [];
+  const sessions = Array.isArray(st.sessions) ? st.sessions : [];
+  put(el, h("section", { class: "card", id: "cluster-nodes" },
+    h("div", { class: "card-head" }, h("h2", null, `Cluster: ${nodes.length} node${nodes.length === 1 ? "" : "s"} (this one: ${st.node || "—"})`)),
+    h("div", { class: "table-wrap" }, h("table", { class: "data" },
+      h("thead", null, h("tr", null, h("th", null, "Node"), h("th", null, "Address"), h("th", null, "Sessions"), h("th", null, "Registry seq"), h("th", null, "Seen"))),
+      h("tbody", null, ...nodes.map((n) => h("tr", { "data-node": n.nodeId },
+        h("td", { class: "mono" }, n.nodeId), h("td", { class: "mono" }, n.url || "—"), h("td", null, fmtInt(n.sessions)),
+        h("td", null, fmtInt(n.registrySeq)), h("td", null, timeEl(n.seen))))))),
+    h("div", { class: "table-wrap" }, h("table", { class: "data", id: "cluster-sessions" },
+      h("thead", null, h("tr", null, h("th", null, "Agent"), h("th", null, "Connected to"))),
+      h("tbody", null, ...sessions.map((x) => h("tr", null, h("td", { class: "mono" }, x.beamId), h("td", { class: "mono" }, x.node))))))));
+}
+
 function renderFederation(root, { isCurrent }) {
-  root.append(pageHead("Federation", "Peer directories, pinned keys and the outbox relay. Link state refreshes every 5 seconds."));
+  root.append(pageHead("Federation", "Peer directories, pinned keys and the outbox relay; in cluster mode, the nodes serving this domain. Link state refreshes every 5 seconds."));
+  const cluster = h("div");
+  root.append(cluster);
   const body = h("div", null, h("div", { class: "card card-body" }, h("div", { class: "skeleton sk-line" }), h("div", { class: "skeleton sk-line" })));
   root.append(body);
-  const load = () => api("/observability/federation").then((f) => {
+  const load = () => api("/observability/cluster").then((c) => { if (isCurrent()) clusterSection(cluster, c); }).catch(() => {})
+    .then(() => api("/observability/federation")).then((f) => {
     if (!isCurrent()) return;
     root.querySelector(":scope > .view-error")?.remove();
     if (!f.configured) {

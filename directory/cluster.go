@@ -1,0 +1,279 @@
+package directory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/tracing"
+)
+
+// Cluster mode (federation/cluster): several nodes serve one domain. An
+// intent for a local agent whose WebSocket session another node holds is
+// handed to that node (NodeRouter): this node records received, validated
+// and dispatched (transport "cluster", details.node), the other node relays
+// the frame as it arrived to the session — with its own received …
+// acked trace of the same nonce (origin "cluster", details.fromNode) —
+// and the result comes back the same way, settling this node's trace.
+// A handed-over frame is never handed over again.
+
+// OriginCluster marks a frame another node of the cluster handed over.
+const OriginCluster = "cluster"
+
+// TransportCluster is the transport of events of an intent handed to
+// another node of the cluster.
+const TransportCluster = "cluster"
+
+// NodeRouter reaches the other nodes of this directory's cluster.
+type NodeRouter interface {
+	// NodeFor returns the other node that holds beamID's session, or
+	// false when none does (or this node does).
+	NodeFor(beamID string) (node string, ok bool)
+	// Hand relays h on node and returns the outcome: the result frame, or
+	// the relay error node answered with. An error means node could not be
+	// asked or did not answer in time.
+	Hand(ctx context.Context, node string, h HandOver) ([]byte, *RelayError, error)
+	// ClaimNonce records that this node accepts the nonce of from; false
+	// when another node of the cluster accepted it first.
+	ClaimNonce(ctx context.Context, from, nonce string) (bool, error)
+	// SessionUp and SessionDown tell the cluster which sessions this node
+	// holds.
+	SessionUp(beamID string)
+	SessionDown(beamID string)
+}
+
+// HandOver is an intent handed from one node of the cluster to another.
+type HandOver struct {
+	// Frame is the frame as it arrived at the first node.
+	Frame []byte `json:"frame"`
+	// JWS is the beam/2 envelope it arrived in, if any.
+	JWS string `json:"jws,omitempty"`
+	// Unsigned: the first node authenticated the sender otherwise (API
+	// key); the receiving node attests the delivery as it would.
+	Unsigned bool `json:"unsigned,omitempty"`
+	// VouchedBy is the peer directory vouching for an unsigned frame.
+	VouchedBy string `json:"vouchedBy,omitempty"`
+	// TimeoutMs is the remaining result timeout.
+	TimeoutMs int64 `json:"timeoutMs"`
+	// FromNode names the node that handed it over.
+	FromNode string `json:"fromNode"`
+	// Bus, for an attempt of a bus message, is the "bus" member the
+	// holder delivers with the frame; Admitted is when the first node
+	// admitted the message (the replay window is checked against it).
+	Bus      *BusMark  `json:"bus,omitempty"`
+	Admitted time.Time `json:"admitted,omitzero"`
+}
+
+// SetNodeRouter installs the cluster's router. Call it before serving.
+func (d *Directory) SetNodeRouter(r NodeRouter) {
+	d.mu.Lock()
+	d.nodes = r
+	d.mu.Unlock()
+}
+
+func (d *Directory) nodeRouter() NodeRouter {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.nodes
+}
+
+// sessionChanged tells the cluster about a session this node attached or
+// detached.
+func (d *Directory) sessionChanged(beamID string, up bool) {
+	r := d.nodeRouter()
+	if r == nil {
+		return
+	}
+	if up {
+		r.SessionUp(beamID)
+	} else {
+		r.SessionDown(beamID)
+	}
+}
+
+// RelayHandOver relays an intent another node of the cluster handed over
+// to the session this node holds, and returns its outcome.
+func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) ([]byte, *RelayError) {
+	f, err := wire.DecodeIntentFrame(h.Frame)
+	if err != nil {
+		return nil, relayErr(CodeInvalidIntent, "", "handed-over frame: %v", err)
+	}
+	o := RelayOptions{Origin: OriginCluster, JWS: h.JWS, Timeout: time.Duration(h.TimeoutMs) * time.Millisecond,
+		Extra: map[string]any{"fromNode": h.FromNode}}
+	if h.Unsigned {
+		o.allowUnsigned, o.vouchedBy = true, h.VouchedBy
+	}
+	if h.Bus != nil {
+		mark := *h.Bus
+		o.busMark, o.AdmittedAt = &mark, h.Admitted
+		o.Extra["busMessageId"] = mark.MessageID
+	}
+	return d.Relay(ctx, f, o)
+}
+
+// attestAuth is how the sender of inf was authenticated, as an
+// attestation of its delivery says.
+func (inf *inflight) attestAuth() string {
+	if m := inf.busMark; m != nil && m.Auth != "" && m.Auth != BusAuthSignature {
+		return m.Auth
+	}
+	return attestAuth(inf.vouchedBy)
+}
+
+// RemoteSessionUp tells the bus that another node of the cluster now holds
+// beamID's session, so that messages waiting here for it go there.
+func (d *Directory) RemoteSessionUp(beamID string) { d.busConnected(beamID) }
+
+// handBus hands a bus attempt for a recipient another node holds to that
+// node; the outcome comes back as del.OnOutcome. It reports false when no
+// other node holds the recipient.
+func (d *Directory) handBus(del BusDelivery) bool {
+	r := d.nodeRouter()
+	if r == nil {
+		return false
+	}
+	f := del.Frame
+	node, ok := r.NodeFor(f.To)
+	if !ok {
+		return false
+	}
+	frame, err := frameBytes(f)
+	if err != nil {
+		return false
+	}
+	timeout := del.Timeout
+	if timeout <= 0 {
+		timeout = d.cfg.WSTimeout
+	}
+	// The bus recorded dispatched before this call: the nonce left received.
+	d.forgetBusReceived(f.Nonce)
+	h := HandOver{Frame: frame, Unsigned: f.Signature == "", TimeoutMs: timeout.Milliseconds(),
+		Bus: &BusMark{MessageID: del.MessageID, Attempt: del.Attempt, Auth: del.Auth}, Admitted: d.clock()}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Second)
+		defer cancel()
+		res, rerr, err := r.Hand(ctx, node, h)
+		var o BusOutcome
+		switch {
+		case err != nil:
+			o.ErrorCode, o.Error = handFailure(node, f.To, err)
+		case rerr != nil:
+			o.ErrorCode, o.Error = rerr.Code, fmt.Sprintf("node %s: %s", node, rerr.Message)
+		default:
+			rf, derr := wire.DecodeResultFrame(res)
+			if derr != nil {
+				o.ErrorCode, o.Error = CodeDeliveryFailed, fmt.Sprintf("node %s answered an unreadable result: %v", node, derr)
+			} else {
+				o.Result, o.Written = rf, true
+			}
+		}
+		if del.OnOutcome != nil {
+			del.OnOutcome(o)
+		}
+	}()
+	return true
+}
+
+// routeNode hands inf to the node that holds the recipient's session. It
+// reports false when no other node does (or inf came from one).
+func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.Event, extra map[string]any) bool {
+	r := d.nodeRouter()
+	if r == nil || inf.origin == OriginCluster || inf.bus != nil {
+		return false
+	}
+	node, ok := r.NodeFor(inf.to)
+	if !ok {
+		return false
+	}
+	frame, err := frameBytes(f)
+	if err != nil {
+		d.fail(inf, pre, CodeInvalidIntent, fmt.Sprintf("frame cannot be handed over: %v", err), false, extra)
+		return true
+	}
+	extra = withExtra(extra, "node", node)
+	ev := inf.event(tracing.Dispatched, TransportCluster)
+	ev.Details = tracing.Details{TimeoutMs: inf.timeout.Milliseconds(), Extra: extra}
+	if err := d.append(append(pre, ev)...); err != nil {
+		d.abort(inf, err)
+		return true
+	}
+	d.mu.Lock()
+	inf.transport = TransportCluster
+	inf.waiting = true
+	inf.timer = time.AfterFunc(inf.timeout, func() { d.expire(inf) })
+	d.mu.Unlock()
+	h := HandOver{Frame: frame, JWS: inf.jws, Unsigned: f.Signature == "" && inf.jws == "",
+		VouchedBy: inf.vouchedBy, TimeoutMs: inf.timeout.Milliseconds()}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), inf.timeout)
+		defer cancel()
+		res, rerr, err := r.Hand(ctx, node, h)
+		if err != nil {
+			if d.settle(inf) {
+				code, msg := handFailure(node, inf.to, err)
+				d.fail(inf, nil, code, msg, true, extra)
+			}
+			return
+		}
+		if !d.settle(inf) {
+			return
+		}
+		if rerr != nil {
+			d.fail(inf, nil, rerr.Code, rerr.Message, RetryableCode(rerr.Code), extra)
+			return
+		}
+		rf, err := wire.DecodeResultFrame(res)
+		if err != nil {
+			d.fail(inf, nil, CodeInvalidIntent, fmt.Sprintf("node %s answered an unreadable result: %v", node, err), false, extra)
+			return
+		}
+		d.finishWithResult(inf, rf, extra)
+	}()
+	return true
+}
+
+// claimClusterNonce refuses a frame whose nonce another node of the cluster
+// accepted (replay protection across nodes). A frame handed over by another
+// node was claimed there.
+func (d *Directory) claimClusterNonce(ctx context.Context, f *wire.IntentFrame, o RelayOptions) *RelayError {
+	r := d.nodeRouter()
+	if r == nil || o.Origin == OriginCluster || o.Origin == OriginFederation {
+		return nil
+	}
+	ok, err := r.ClaimNonce(ctx, f.From, f.Nonce)
+	if err != nil {
+		return relayErr(CodeRelayError, f.Nonce, "the cluster cannot check the nonce now; retry: %v", err)
+	}
+	if !ok {
+		return relayErr(CodeNonceReuse, f.Nonce, "Nonce %s was used on another node of this directory", f.Nonce)
+	}
+	return nil
+}
+
+// frameBytes is the frame as it arrived, or its delivery JSON when it was
+// built here.
+func frameBytes(f *wire.IntentFrame) ([]byte, error) {
+	if len(f.Raw) > 0 {
+		return f.Raw, nil
+	}
+	return f.DeliveryJSON()
+}
+
+// handFailure is the retryable failure of a hand-over node did not answer.
+func handFailure(node, to string, err error) (code, msg string) {
+	code = CodeDeliveryFailed
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = CodeTimeout
+	}
+	return code, fmt.Sprintf("node %s holding the session of %s did not answer: %v", node, to, err)
+}
+
+// claimClusterBusNonce refuses a bus message whose nonce another node of
+// the cluster accepted (as an intent or a message).
+func (d *Directory) claimClusterBusNonce(from, nonce string) *RelayError {
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	return d.claimClusterNonce(ctx, &wire.IntentFrame{From: from, Nonce: nonce}, RelayOptions{Origin: TransportBus})
+}

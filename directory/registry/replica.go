@@ -1,0 +1,446 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/beamdir/beam/internal/httpjson"
+)
+
+// Replication (cluster mode). With a Replicator set, a mutation does not
+// commit on its own: its transaction function runs once in a savepoint that
+// is rolled back (a dry run that validates it against the current rows and
+// records the statements it would execute), the recorded statements are
+// published as one change to the cluster's stream, and every node — this
+// one included — executes them in stream order in Apply, together with the
+// stream sequence it reached (registry_replica), in one transaction. The
+// origin's call returns once its own node applied the change, so the change
+// is visible to the caller's next request wherever it lands in the same
+// order on every node.
+//
+// The publish expects the stream's last entry to be the one this node
+// applied last; when another node got in first, the mutation fails with a
+// stale error, the route waits until this node applied that entry and runs
+// again from the start (serve), so each change is validated against the
+// state every node will apply it to.
+//
+// A remote change is applied under the write lock and then the in-memory
+// registry is reloaded from the rows; the origin's own change is applied
+// while its caller holds the write lock, and the caller updates memory as a
+// single node does.
+
+var replicaSchema = []string{
+	`CREATE TABLE IF NOT EXISTS registry_replica (
+		id  INTEGER PRIMARY KEY CHECK (id = 1),
+		seq INTEGER NOT NULL
+	)`,
+}
+
+// Replicator appends registry changes to the stream every node of a
+// cluster applies (federation/cluster).
+type Replicator interface {
+	// Publish appends change if the stream's last entry is still after and
+	// returns the change's sequence. When the stream has moved past after
+	// it returns an error wrapping ErrStale.
+	Publish(ctx context.Context, after uint64, change []byte) (uint64, error)
+	// Settle returns once the other serving nodes applied the stream up
+	// to seq (or did not answer in time: they are down and catch up before
+	// they serve again).
+	Settle(ctx context.Context, seq uint64)
+}
+
+// ErrStale is wrapped by Replicator.Publish when the stream moved past the
+// sequence the change was validated at.
+var ErrStale = errors.New("registry: the cluster stream moved on")
+
+// staleError is a mutation that lost the race for the stream position
+// after; serve runs the route again once after is applied.
+type staleError struct{ after uint64 }
+
+func (e staleError) Error() string {
+	return fmt.Sprintf("registry: stream moved past %d", e.after)
+}
+func (e staleError) Unwrap() error { return ErrStale }
+
+// errDryRun ends the recording run of a replicated mutation.
+var errDryRun = errors.New("registry: dry run")
+
+// maxStaleRetries bounds how often one request runs again after losing the
+// stream position to another node.
+const maxStaleRetries = 16
+
+// dbtx is what a mutation's transaction function may use: the writer's
+// transaction itself, or a recorder around it in cluster mode.
+type dbtx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	NamedExecContext(ctx context.Context, query string, arg any) (sql.Result, error)
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+}
+
+// replica is the replication state of a registry.
+type replica struct {
+	rep Replicator
+
+	mu      sync.Mutex
+	applied uint64
+	moved   chan struct{}         // closed and replaced when applied grows
+	pending map[string]chan error // change id → its waiting origin
+}
+
+// stmt is one recorded statement with typed arguments.
+type stmt struct {
+	Q string `json:"q"`
+	A []arg  `json:"a,omitempty"`
+}
+
+// arg is one statement argument; exactly one field is set (N for NULL).
+type arg struct {
+	I *int64   `json:"i,omitempty"`
+	F *float64 `json:"f,omitempty"`
+	S *string  `json:"s,omitempty"`
+	B *bool    `json:"b,omitempty"`
+	X []byte   `json:"x,omitempty"`
+	N bool     `json:"n,omitempty"`
+}
+
+// change is one replicated registry mutation.
+type change struct {
+	ID    string `json:"id"`
+	Stmts []stmt `json:"stmts"`
+}
+
+func encodeArg(v any) (arg, error) {
+	dv, err := driver.DefaultParameterConverter.ConvertValue(v)
+	if err != nil {
+		return arg{}, fmt.Errorf("convert %T: %w", v, err)
+	}
+	switch x := dv.(type) {
+	case nil:
+		return arg{N: true}, nil
+	case int64:
+		return arg{I: &x}, nil
+	case float64:
+		return arg{F: &x}, nil
+	case bool:
+		return arg{B: &x}, nil
+	case string:
+		return arg{S: &x}, nil
+	case []byte:
+		if x == nil {
+			x = []byte{}
+		}
+		return arg{X: x}, nil
+	case time.Time:
+		us := x.UnixMicro()
+		return arg{I: &us}, nil
+	default:
+		return arg{}, fmt.Errorf("unsupported argument %T", dv)
+	}
+}
+
+func (a arg) value() any {
+	switch {
+	case a.I != nil:
+		return *a.I
+	case a.F != nil:
+		return *a.F
+	case a.S != nil:
+		return *a.S
+	case a.B != nil:
+		return *a.B
+	case a.X != nil:
+		return a.X
+	default:
+		return nil
+	}
+}
+
+// recorder executes statements in the dry-run transaction and records them.
+type recorder struct {
+	tx    *sqlx.Tx
+	stmts []stmt
+}
+
+func (rc *recorder) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	s := stmt{Q: query}
+	for _, v := range args {
+		a, err := encodeArg(v)
+		if err != nil {
+			return nil, fmt.Errorf("record statement: %w", err)
+		}
+		s.A = append(s.A, a)
+	}
+	res, err := rc.tx.ExecContext(ctx, query, args...)
+	if err == nil {
+		rc.stmts = append(rc.stmts, s)
+	}
+	return res, err
+}
+
+func (rc *recorder) NamedExecContext(ctx context.Context, query string, v any) (sql.Result, error) {
+	q, args, err := rc.tx.BindNamed(query, v)
+	if err != nil {
+		return nil, fmt.Errorf("bind named statement: %w", err)
+	}
+	return rc.ExecContext(ctx, q, args...)
+}
+
+func (rc *recorder) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	return rc.tx.GetContext(ctx, dest, query, args...)
+}
+
+// SetReplicator turns on cluster mode: from now on every mutation is
+// published through rep and applied by Apply. Call it before serving, after
+// CatchUp-style application of the stream so far is running.
+func (r *Registry) SetReplicator(rep Replicator) {
+	r.repl.mu.Lock()
+	r.repl.rep = rep
+	r.repl.mu.Unlock()
+}
+
+func (r *Registry) replicator() Replicator {
+	r.repl.mu.Lock()
+	defer r.repl.mu.Unlock()
+	return r.repl.rep
+}
+
+// Applied returns the last stream sequence this registry applied (0 when
+// none; kept in its SQLite file across restarts).
+func (r *Registry) Applied() uint64 {
+	r.repl.mu.Lock()
+	defer r.repl.mu.Unlock()
+	return r.repl.applied
+}
+
+// WaitApplied waits until the stream sequence seq has been applied.
+func (r *Registry) WaitApplied(ctx context.Context, seq uint64) error {
+	for {
+		r.repl.mu.Lock()
+		applied, moved := r.repl.applied, r.repl.moved
+		r.repl.mu.Unlock()
+		if applied >= seq {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return fmt.Errorf("registry: wait for stream sequence %d (applied %d): %w", seq, applied, ctx.Err())
+		}
+	}
+}
+
+// loadApplied reads the stored stream position at Open.
+func (r *Registry) loadApplied(ctx context.Context) error {
+	var seq int64
+	err := r.log.ReadDB().GetContext(ctx, &seq, `SELECT seq FROM registry_replica WHERE id = 1`)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("registry: load stream position: %w", err)
+	}
+	r.repl.applied = uint64(seq)
+	r.repl.moved = make(chan struct{})
+	r.repl.pending = map[string]chan error{}
+	return nil
+}
+
+// do runs fn in the log's writer transaction; in cluster mode it replicates
+// the statements fn executes (see the top of this file).
+func (r *Registry) do(ctx context.Context, fn func(tx dbtx) error) error {
+	rep := r.replicator()
+	if rep == nil {
+		return r.doLocal(ctx, func(tx *sqlx.Tx) error { return fn(tx) })
+	}
+	var stmts []stmt
+	err := r.doLocal(ctx, func(tx *sqlx.Tx) error {
+		rc := &recorder{tx: tx}
+		if err := fn(rc); err != nil {
+			return err
+		}
+		stmts = rc.stmts
+		return errDryRun
+	})
+	if !errors.Is(err, errDryRun) {
+		return err
+	}
+	if len(stmts) == 0 {
+		return nil
+	}
+	id := make([]byte, 12)
+	_, _ = rand.Read(id)
+	ch := change{ID: hex.EncodeToString(id), Stmts: stmts}
+	data, err := json.Marshal(ch)
+	if err != nil {
+		return fmt.Errorf("registry: encode change: %w", err)
+	}
+	done := make(chan error, 1)
+	r.repl.mu.Lock()
+	after := r.repl.applied
+	r.repl.pending[ch.ID] = done
+	r.repl.mu.Unlock()
+	unpend := func() {
+		r.repl.mu.Lock()
+		delete(r.repl.pending, ch.ID)
+		r.repl.mu.Unlock()
+	}
+	seq, err := rep.Publish(ctx, after, data)
+	if err != nil {
+		unpend()
+		if errors.Is(err, ErrStale) {
+			return staleError{after: after}
+		}
+		return fmt.Errorf("registry: replicate change: %w", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+		rep.Settle(ctx, seq)
+		return nil
+	case <-ctx.Done():
+		unpend()
+		return fmt.Errorf("registry: wait for the change to apply: %w", ctx.Err())
+	}
+}
+
+// Apply applies the stream entry seq (a change published by any node) in
+// stream order: its statements and the new position in one transaction,
+// then memory. A change that fails to apply fails the same way on every
+// node; its position is still recorded so the stream moves on. Entries at
+// or below Applied are skipped.
+func (r *Registry) Apply(ctx context.Context, seq uint64, data []byte) error {
+	var ch change
+	decodeErr := json.Unmarshal(data, &ch)
+	r.repl.mu.Lock()
+	if seq <= r.repl.applied {
+		r.repl.mu.Unlock()
+		return nil
+	}
+	done, own := r.repl.pending[ch.ID]
+	delete(r.repl.pending, ch.ID)
+	r.repl.mu.Unlock()
+	if !own {
+		// The origin of an own change holds the write lock for it.
+		r.writeMu.Lock()
+		defer r.writeMu.Unlock()
+	}
+	applyErr := decodeErr
+	if applyErr == nil {
+		applyErr = r.doLocal(ctx, func(tx *sqlx.Tx) error {
+			for _, s := range ch.Stmts {
+				args := make([]any, len(s.A))
+				for i, a := range s.A {
+					args[i] = a.value()
+				}
+				if _, err := tx.ExecContext(ctx, s.Q, args...); err != nil {
+					return fmt.Errorf("statement %.60q: %w", s.Q, err)
+				}
+			}
+			return putApplied(ctx, tx, seq)
+		})
+	}
+	if applyErr != nil {
+		if ctx.Err() != nil {
+			if own {
+				done <- applyErr
+			}
+			return fmt.Errorf("registry: apply stream entry %d: %w", seq, applyErr)
+		}
+		r.lg.Error("registry change failed to apply; skipped", "seq", seq, "err", applyErr)
+		if err := r.doLocal(ctx, func(tx *sqlx.Tx) error { return putApplied(ctx, tx, seq) }); err != nil {
+			if own {
+				done <- applyErr
+			}
+			return fmt.Errorf("registry: record stream position %d: %w", seq, err)
+		}
+	}
+	if !own && applyErr == nil {
+		if err := r.reload(ctx); err != nil {
+			return err
+		}
+	}
+	r.repl.mu.Lock()
+	r.repl.applied = seq
+	close(r.repl.moved)
+	r.repl.moved = make(chan struct{})
+	r.repl.mu.Unlock()
+	if own {
+		if applyErr != nil {
+			applyErr = fmt.Errorf("registry: apply change: %w", applyErr)
+		}
+		done <- applyErr
+	}
+	return nil
+}
+
+func putApplied(ctx context.Context, tx *sqlx.Tx, seq uint64) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO registry_replica (id, seq) VALUES (1, ?)
+		ON CONFLICT(id) DO UPDATE SET seq = excluded.seq`, int64(seq)); err != nil {
+		return fmt.Errorf("record stream position: %w", err)
+	}
+	return nil
+}
+
+// reload replaces the in-memory registry with the rows, keeping the newer
+// last_seen values memory holds.
+func (r *Registry) reload(ctx context.Context) error {
+	fresh := &Registry{log: r.log, cfg: r.cfg, lg: r.lg,
+		agents: map[string]*entry{}, rules: map[string][]Rule{}, ruleBy: map[int64]Rule{}}
+	if err := fresh.load(ctx); err != nil {
+		return fmt.Errorf("registry: reload: %w", err)
+	}
+	if err := fresh.loadOrgs(ctx); err != nil {
+		return fmt.Errorf("registry: reload: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, e := range fresh.agents {
+		if old, ok := r.agents[id]; ok {
+			storeMax(&e.lastSeen, old.lastSeen.Load())
+			storeMax(&e.persisted, old.persisted.Load())
+		}
+	}
+	r.agents, r.rules, r.ruleBy = fresh.agents, fresh.rules, fresh.ruleBy
+	r.orgs, r.members, r.tombstones = fresh.orgs, fresh.members, fresh.tombstones
+	return nil
+}
+
+// serveReplicated runs h and, when it lost the stream position to another
+// node, runs it again on the same body once that node's change is applied.
+func (r *Registry) serveReplicated(h apiHandler, w http.ResponseWriter, req *http.Request) error {
+	body, readErr := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBodyBytes))
+	for range maxStaleRetries {
+		if readErr != nil {
+			req.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{readErr}))
+		} else {
+			req.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		err := h(w, req)
+		var se staleError
+		if !errors.As(err, &se) {
+			return err
+		}
+		if err := r.WaitApplied(req.Context(), se.after+1); err != nil {
+			return err
+		}
+	}
+	httpjson.Error(w, http.StatusServiceUnavailable, "CLUSTER_BUSY", "the registry is changing on other nodes; retry")
+	return nil
+}
+
+// errReader returns err on every read.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }

@@ -1,0 +1,394 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
+)
+
+// nodeIDFile holds a node's generated ID inside its data directory.
+const nodeIDFile = "cluster.node"
+
+var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// ValidNodeID checks that id can name a node in NATS subjects and server
+// names: 1–32 of a-z, 0-9 and '-', not starting with '-'.
+func ValidNodeID(id string) error {
+	if !nodeIDPattern.MatchString(id) {
+		return fmt.Errorf("node id %q: want 1-32 of a-z, 0-9 and '-'", id)
+	}
+	return nil
+}
+
+// LoadOrCreateNodeID returns the node ID stored in dataDir, generating and
+// storing one on first start.
+func LoadOrCreateNodeID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, nodeIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if err := ValidNodeID(id); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read node id: %w", err)
+	}
+	raw := make([]byte, 5)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("generate node id: %w", err)
+	}
+	id := "n" + hex.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("store node id: %w", err)
+	}
+	return id, nil
+}
+
+// Token is the subject token of a domain (dots replaced).
+func Token(domain string) string { return strings.ReplaceAll(domain, ".", "_") }
+
+// Config configures a Node.
+type Config struct {
+	// Domain is the domain every node of the cluster serves.
+	Domain string
+	// NodeID names this node (LoadOrCreateNodeID).
+	NodeID string
+	// Listen is the route listener (host:port) of the embedded NATS
+	// server; empty with an external NATS deployment.
+	Listen string
+	// Routes are the other nodes' route URLs (nats-route://host:port).
+	Routes []string
+	// Replicas of the cluster's streams; 0 means min(3, nodes), nodes
+	// being this one and its routes.
+	Replicas int
+	// Secret, when set, is the password every node's route connections
+	// present and require (--cluster-secret): without it anyone who can
+	// reach the route listener can join the cluster.
+	Secret string
+	// StoreDir is the JetStream store of the embedded server.
+	StoreDir string
+	// Registry is this node's registry; the cluster replicates its changes.
+	Registry *registry.Registry
+	// Directory is this node's relay; intents for agents other nodes hold
+	// leave it through the node (routing.go). Nil: no routing.
+	Directory *directory.Directory
+	// Logger receives diagnostics; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Node is one node's part of the cluster: the JetStream resources and the
+// registry applier.
+type Node struct {
+	cfg    Config
+	lg     *slog.Logger
+	host   string
+	port   int
+	routes []*url.URL
+
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	subj    string
+	members membership
+	route   router
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New validates cfg. Apply ServerOptions to the embedded NATS server, then
+// call Start with a connection to it.
+func New(cfg Config) (*Node, error) {
+	if cfg.Domain == "" {
+		return nil, errors.New("cluster: a domain is required")
+	}
+	if err := ValidNodeID(cfg.NodeID); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if cfg.Registry == nil {
+		return nil, errors.New("cluster: a registry is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{cfg: cfg, lg: cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
+		subj: "beam.cluster." + Token(cfg.Domain) + ".registry"}
+	if cfg.Listen != "" {
+		host, portStr, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("cluster listen %q: %w", cfg.Listen, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil || port < 0 || port > 65535 {
+			return nil, fmt.Errorf("cluster listen %q: bad port", cfg.Listen)
+		}
+		if port == 0 {
+			port = server.RANDOM_PORT
+		}
+		n.host, n.port = host, port
+	}
+	for _, r := range cfg.Routes {
+		u, err := url.Parse(strings.TrimSpace(r))
+		if err != nil || u.Host == "" || (u.Scheme != "nats-route" && u.Scheme != "nats") {
+			return nil, fmt.Errorf("cluster route %q: want nats-route://host:port", r)
+		}
+		n.routes = append(n.routes, u)
+	}
+	if cfg.Secret == "" && cfg.Listen != "" && !loopback(n.host) {
+		n.lg.Warn("the cluster route listener accepts any server that reaches it; set --cluster-secret", "listen", cfg.Listen)
+	}
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
+		return nil, fmt.Errorf("cluster replicas %d: want 1-5", cfg.Replicas)
+	}
+	return n, nil
+}
+
+// routeUser is the user name of route connections with a cluster secret.
+const routeUser = "beam-route"
+
+// loopback reports whether host is a loopback address or name.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// NodeID returns this node's ID.
+func (n *Node) NodeID() string { return n.cfg.NodeID }
+
+// Replicas returns the replica count of the cluster's streams.
+func (n *Node) Replicas() int {
+	if n.cfg.Replicas > 0 {
+		return n.cfg.Replicas
+	}
+	return min(3, 1+len(n.routes))
+}
+
+// ServerOptions adds the cluster (routes) and JetStream to the embedded
+// NATS server's options. The server name carries the node ID: JetStream
+// needs it unique within the cluster.
+func (n *Node) ServerOptions(o *server.Options) {
+	o.ServerName = "beam-" + Token(n.cfg.Domain) + "-" + n.cfg.NodeID
+	o.JetStream = true
+	o.StoreDir = n.cfg.StoreDir
+	if n.cfg.Listen != "" {
+		o.Cluster = server.ClusterOpts{Name: "beam-" + Token(n.cfg.Domain), Host: n.host, Port: n.port}
+		if n.cfg.Secret != "" {
+			o.Cluster.Username, o.Cluster.Password = routeUser, n.cfg.Secret
+		}
+		routes := make([]*url.URL, len(n.routes))
+		for i, u := range n.routes {
+			c := *u
+			if n.cfg.Secret != "" {
+				c.User = url.UserPassword(routeUser, n.cfg.Secret)
+			}
+			routes[i] = &c
+		}
+		o.Routes = routes
+	}
+}
+
+// Start creates (or joins) the cluster's streams through nc, applies the
+// registry stream up to its current end — so a node that was down has
+// caught up before it serves — keeps applying it in the background, and
+// turns on the registry's replication. It waits for the cluster to form
+// (JetStream needs a quorum of the replicas) until ctx ends.
+func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	n.nc, n.js = nc, js
+	name := "BEAM_REGISTRY_" + Token(n.cfg.Domain)
+	scfg := jetstream.StreamConfig{
+		Name: name, Subjects: []string{n.subj}, Replicas: n.Replicas(),
+		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
+		MaxMsgSize: 1 << 20, Duplicates: 2 * time.Minute,
+	}
+	var stream jetstream.Stream
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		stream, err = js.CreateOrUpdateStream(attempt, scfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		n.lg.Info("waiting for the cluster to form", "stream", name, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: create stream %s: %w", name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	n.stream = stream
+	var last uint64
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := stream.Info(attempt)
+		cancel()
+		if err == nil {
+			last = info.State.LastSeq
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: stream %s info: %w", name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancel = cancel
+	if err := n.startMembership(ctx, runCtx, nc); err != nil {
+		return err
+	}
+	if err := n.startRouting(ctx, runCtx); err != nil {
+		return err
+	}
+	n.wg.Add(1)
+	go n.apply(runCtx)
+	if err := n.cfg.Registry.WaitApplied(ctx, last); err != nil {
+		return fmt.Errorf("cluster: catch up on the registry stream: %w", err)
+	}
+	n.cfg.Registry.SetReplicator(n)
+	n.lg.Info("cluster node ready", "registrySeq", last, "replicas", n.Replicas())
+	return nil
+}
+
+// apply feeds the registry stream to the registry in order, from the entry
+// after the one it applied last, until ctx ends.
+func (n *Node) apply(ctx context.Context) {
+	defer n.wg.Done()
+	reg := n.cfg.Registry
+	for ctx.Err() == nil {
+		cons, err := n.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: reg.Applied() + 1,
+		})
+		if err != nil {
+			n.lg.Warn("registry applier: consumer", "err", err)
+			sleep(ctx, 250*time.Millisecond)
+			continue
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			n.lg.Warn("registry applier: messages", "err", err)
+			sleep(ctx, 250*time.Millisecond)
+			continue
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				if ctx.Err() == nil {
+					n.lg.Warn("registry applier: next", "err", err)
+				}
+				break
+			}
+			meta, err := msg.Metadata()
+			if err != nil {
+				n.lg.Warn("registry applier: metadata", "err", err)
+				continue
+			}
+			seq := meta.Sequence.Stream
+			for ctx.Err() == nil {
+				if err := reg.Apply(ctx, seq, msg.Data()); err != nil {
+					n.lg.Error("registry applier: apply", "seq", seq, "err", err)
+					sleep(ctx, 250*time.Millisecond)
+					continue
+				}
+				break
+			}
+		}
+		stop()
+		it.Stop()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// Publish appends a registry change to the stream if its last entry is
+// still after (registry.Replicator). While the stream has no leader (a
+// node died and the others elect a new one) it tries again for up to
+// publishPatience; the message ID (a digest of the change, which carries a
+// random ID) makes a retry of a publish whose acknowledgement was lost a
+// duplicate the stream drops.
+func (n *Node) Publish(ctx context.Context, after uint64, change []byte) (uint64, error) {
+	sum := sha256.Sum256(change)
+	id := hex.EncodeToString(sum[:16])
+	deadline := time.Now().Add(publishPatience)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ack, err := n.js.Publish(actx, n.subj, change, jetstream.WithExpectLastSequence(after), jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, fmt.Errorf("cluster: publish after %d: %w", after, registry.ErrStale)
+		}
+		transient := errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+			errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+		if !transient || ctx.Err() != nil || time.Now().After(deadline) {
+			return 0, fmt.Errorf("cluster: publish registry change: %w", err)
+		}
+		n.lg.Info("registry stream unavailable; retrying", "err", err)
+		sleep(ctx, 250*time.Millisecond)
+	}
+}
+
+// publishPatience bounds how long a registry change waits for the stream
+// to have a leader again.
+const publishPatience = 20 * time.Second
+
+// Close stops the applier. The NATS connection and server belong to the
+// caller.
+func (n *Node) Close() error {
+	if n.route.sub != nil {
+		_ = n.route.sub.Unsubscribe()
+	}
+	if n.members.sub != nil {
+		_ = n.members.sub.Unsubscribe()
+	}
+	if n.members.kv != nil {
+		// Leave at once rather than when the entry expires, so no origin
+		// waits for this node.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.members.kv.Delete(ctx, n.cfg.NodeID)
+		cancel()
+	}
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	return nil
+}

@@ -1,0 +1,28 @@
+// Package cluster joins several `beam serve` nodes of one domain through a
+// NATS cluster (beam serve --cluster); docs/ARCHITECTURE.md, "Cluster mode",
+// has the whole design.
+//
+// The embedded NATS servers of the nodes are clustered with routes
+// (ServerOptions) and run JetStream with its store inside each node's data
+// directory; with --nats-url an external nats-server cluster with JetStream
+// is used instead. The package owns the domain's JetStream resources, each
+// replicated on min(3, nodes) servers (--cluster-replicas):
+//
+//   - the registry stream BEAM_REGISTRY_<domain token>: every registry
+//     change of any node is one entry (directory/registry's Replicator);
+//     every node applies the entries in stream order through the registry
+//     (Apply), which records the position it reached in its own SQLite file,
+//     so a node that was down catches up on start before it serves;
+//   - the nodes bucket BEAM_NODES_<token> (membership, the dashboard's
+//     view, and the nodes an origin asks to confirm a registry change);
+//   - the sessions bucket BEAM_SESSIONS_<token> (agent → node holding its
+//     session), watched into memory: directory.NodeRouter hands an intent
+//     or a bus attempt for an agent another node holds to that node over
+//     NATS request/reply;
+//   - the nonces bucket BEAM_NONCES_<token>: a nonce accepted on one node
+//     is refused on the others.
+//
+// Each node keeps its own event log. The package must not write SQLite
+// itself (the registry and the relay do, through the log's writer) and must
+// not change how a single node works: without --cluster nothing here runs.
+package cluster

@@ -1,0 +1,352 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/beamdir/beam/directory"
+)
+
+// Routing: the sessions bucket (BEAM_SESSIONS_<domain token>) maps each
+// connected agent to the node that holds its session; the holder writes the
+// entry when the session opens, refreshes it while it lasts and deletes it
+// when it closes if the entry is still its own. Every node watches the
+// bucket into memory, so finding the holder costs no round trip; an entry
+// older than sessionTTL (its holder died) or of a node missing from the
+// nodes bucket is ignored. An intent for an agent another node holds is a
+// NATS request to that node's intent subject (directory.NodeRouter).
+//
+// The nonces bucket (BEAM_NONCES_<domain token>, TTL = the replay window
+// and then some) holds one key per accepted (sender, nonce): Create fails
+// when the key exists, so a nonce accepted on one node is refused on
+// another; the node that accepted it keeps its own replay semantics.
+
+// Defaults of routing.
+const (
+	sessionTTL     = 30 * time.Second
+	sessionRefresh = 10 * time.Second
+	nonceTTL       = 2*directory.ReplayWindow + time.Minute
+	maxHandOvers   = 256
+)
+
+// sessionEntry is one value of the sessions bucket.
+type sessionEntry struct {
+	Node string    `json:"node"`
+	At   time.Time `json:"at"`
+}
+
+// handReply is the answer to a hand-over request.
+type handReply struct {
+	Result json.RawMessage       `json:"result,omitempty"`
+	Error  *directory.RelayError `json:"error,omitempty"`
+}
+
+// router is the node's part of routing.
+type router struct {
+	sessions jetstream.KeyValue
+	nonces   jetstream.KeyValue
+	sub      *nats.Subscription
+	slots    chan struct{}
+
+	mu    sync.Mutex
+	where map[string]sessionEntry // beam ID → holder (from the watch)
+	held  map[string]bool         // sessions this node holds
+	dirty map[string]bool         // held changes to write
+	kick  chan struct{}
+	live  map[string]bool // nodes in the nodes bucket
+}
+
+func sessionKey(beamID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(beamID))
+}
+
+func (n *Node) intentSubject(nodeID string) string {
+	return "beam.cluster." + Token(n.cfg.Domain) + ".node." + nodeID + ".intent"
+}
+
+// startRouting creates the buckets, watches the sessions, answers hand-overs
+// and installs the node router in the directory.
+func (n *Node) startRouting(ctx, runCtx context.Context) error {
+	tok := Token(n.cfg.Domain)
+	var err error
+	rt := &n.route
+	rt.where, rt.held, rt.dirty = map[string]sessionEntry{}, map[string]bool{}, map[string]bool{}
+	rt.kick, rt.slots = make(chan struct{}, 1), make(chan struct{}, maxHandOvers)
+	if rt.sessions, err = createKV(ctx, n.js, jetstream.KeyValueConfig{Bucket: "BEAM_SESSIONS_" + tok,
+		TTL: sessionTTL, Replicas: n.Replicas(), Storage: jetstream.FileStorage}); err != nil {
+		return err
+	}
+	if rt.nonces, err = createKV(ctx, n.js, jetstream.KeyValueConfig{Bucket: "BEAM_NONCES_" + tok,
+		TTL: nonceTTL, Replicas: n.Replicas(), Storage: jetstream.FileStorage}); err != nil {
+		return err
+	}
+	w, err := rt.sessions.WatchAll(runCtx)
+	if err != nil {
+		return fmt.Errorf("cluster: watch sessions: %w", err)
+	}
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		for e := range w.Updates() {
+			if e == nil {
+				continue // the initial values are in
+			}
+			n.noteSession(e)
+		}
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.writeSessions(runCtx)
+	}()
+	rt.sub, err = n.nc.Subscribe(n.intentSubject(n.cfg.NodeID), func(m *nats.Msg) { n.onHandOver(runCtx, m) })
+	if err != nil {
+		return fmt.Errorf("cluster: subscribe hand-overs: %w", err)
+	}
+	rt.sub.SetPendingLimits(16384, 64<<20)
+	if n.cfg.Directory != nil {
+		n.cfg.Directory.SetNodeRouter(n)
+	}
+	return nil
+}
+
+// noteSession applies one change of the sessions bucket to memory.
+func (n *Node) noteSession(e jetstream.KeyValueEntry) {
+	raw, err := base64.RawURLEncoding.DecodeString(e.Key())
+	if err != nil {
+		return
+	}
+	id := string(raw)
+	rt := &n.route
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(rt.where, id)
+		return
+	}
+	var se sessionEntry
+	if json.Unmarshal(e.Value(), &se) != nil {
+		return
+	}
+	prev, had := rt.where[id]
+	rt.where[id] = se
+	if se.Node != n.cfg.NodeID && (!had || prev.Node != se.Node) && n.cfg.Directory != nil {
+		// Messages waiting here for the agent go to its new node.
+		go n.cfg.Directory.RemoteSessionUp(id)
+	}
+}
+
+// writeSessions writes this node's session changes and refreshes the
+// entries of the sessions it holds until ctx ends.
+func (n *Node) writeSessions(ctx context.Context) {
+	rt := &n.route
+	t := time.NewTicker(sessionRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-rt.kick:
+		case <-t.C:
+			rt.mu.Lock()
+			for id := range rt.held {
+				rt.dirty[id] = true
+			}
+			rt.mu.Unlock()
+		}
+		rt.mu.Lock()
+		batch := rt.dirty
+		rt.dirty = map[string]bool{}
+		held := make(map[string]bool, len(batch))
+		for id := range batch {
+			held[id] = rt.held[id]
+		}
+		rt.mu.Unlock()
+		for id, up := range held {
+			if err := n.writeSession(ctx, id, up); err != nil && ctx.Err() == nil {
+				n.lg.Warn("announce session", "beamId", id, "up", up, "err", err)
+				rt.mu.Lock()
+				rt.dirty[id] = true
+				rt.mu.Unlock()
+			}
+		}
+	}
+}
+
+// writeSession puts this node as id's holder, or deletes the entry if it
+// is still this node's.
+func (n *Node) writeSession(ctx context.Context, id string, up bool) error {
+	kv := n.route.sessions
+	key := sessionKey(id)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if up {
+		b, _ := json.Marshal(sessionEntry{Node: n.cfg.NodeID, At: time.Now().UTC()})
+		_, err := kv.Put(wctx, key, b)
+		return err
+	}
+	e, err := kv.Get(wctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var se sessionEntry
+	if json.Unmarshal(e.Value(), &se) != nil || se.Node != n.cfg.NodeID {
+		return nil
+	}
+	err = kv.Delete(wctx, key, jetstream.LastRevision(e.Revision()))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	return nil
+}
+
+// SessionUp records that this node holds beamID's session
+// (directory.NodeRouter).
+func (n *Node) SessionUp(beamID string) { n.sessionChanged(beamID, true) }
+
+// SessionDown records that this node's session of beamID ended
+// (directory.NodeRouter).
+func (n *Node) SessionDown(beamID string) { n.sessionChanged(beamID, false) }
+
+func (n *Node) sessionChanged(beamID string, up bool) {
+	rt := &n.route
+	rt.mu.Lock()
+	if up {
+		rt.held[beamID] = true
+		rt.where[beamID] = sessionEntry{Node: n.cfg.NodeID, At: time.Now().UTC()}
+	} else {
+		delete(rt.held, beamID)
+		if rt.where[beamID].Node == n.cfg.NodeID {
+			delete(rt.where, beamID)
+		}
+	}
+	rt.dirty[beamID] = true
+	rt.mu.Unlock()
+	select {
+	case rt.kick <- struct{}{}:
+	default:
+	}
+}
+
+// NodeFor returns the other live node holding beamID's session
+// (directory.NodeRouter).
+func (n *Node) NodeFor(beamID string) (string, bool) {
+	rt := &n.route
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	se, ok := rt.where[beamID]
+	if !ok || se.Node == n.cfg.NodeID || time.Since(se.At) > sessionTTL || (rt.live != nil && !rt.live[se.Node]) {
+		return "", false
+	}
+	return se.Node, true
+}
+
+// setLive records the nodes present in the nodes bucket.
+func (n *Node) setLive(nodes []NodeInfo) {
+	live := make(map[string]bool, len(nodes))
+	for _, info := range nodes {
+		live[info.NodeID] = true
+	}
+	n.route.mu.Lock()
+	n.route.live = live
+	n.route.mu.Unlock()
+}
+
+// Sessions returns where each agent's session is held, as this node knows
+// it (agent → node).
+func (n *Node) Sessions() map[string]string {
+	rt := &n.route
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	out := make(map[string]string, len(rt.where))
+	for id, se := range rt.where {
+		if time.Since(se.At) <= sessionTTL && (rt.live == nil || rt.live[se.Node]) {
+			out[id] = se.Node
+		}
+	}
+	return out
+}
+
+// Hand relays h on node over NATS (directory.NodeRouter).
+func (n *Node) Hand(ctx context.Context, node string, h directory.HandOver) ([]byte, *directory.RelayError, error) {
+	h.FromNode = n.cfg.NodeID
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode hand-over: %w", err)
+	}
+	msg, err := n.nc.RequestWithContext(ctx, n.intentSubject(node), b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hand over to %s: %w", node, err)
+	}
+	var rep handReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return nil, nil, fmt.Errorf("hand-over reply of %s: %w", node, err)
+	}
+	return rep.Result, rep.Error, nil
+}
+
+// onHandOver relays an intent another node handed over and answers with
+// its outcome.
+func (n *Node) onHandOver(ctx context.Context, m *nats.Msg) {
+	var h directory.HandOver
+	if err := json.Unmarshal(m.Data, &h); err != nil || n.cfg.Directory == nil {
+		rep, _ := json.Marshal(handReply{Error: &directory.RelayError{Code: directory.CodeInvalidIntent, Message: "unreadable hand-over"}})
+		_ = m.Respond(rep)
+		return
+	}
+	select {
+	case n.route.slots <- struct{}{}:
+	default:
+		rep, _ := json.Marshal(handReply{Error: &directory.RelayError{Code: directory.CodeDeliveryFailed, Message: "node busy"}})
+		_ = m.Respond(rep)
+		return
+	}
+	go func() {
+		defer func() { <-n.route.slots }()
+		timeout := time.Duration(h.TimeoutMs)*time.Millisecond + time.Second
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		res, rerr := n.cfg.Directory.RelayHandOver(rctx, h)
+		rep, err := json.Marshal(handReply{Result: res, Error: rerr})
+		if err != nil {
+			n.lg.Warn("encode hand-over reply", "err", err)
+			return
+		}
+		_ = m.Respond(rep)
+	}()
+}
+
+// ClaimNonce records the nonce of from for this node; false when another
+// node recorded it first (directory.NodeRouter).
+func (n *Node) ClaimNonce(ctx context.Context, from, nonce string) (bool, error) {
+	sum := sha256.Sum256([]byte(from + "\x00" + nonce))
+	key := hex.EncodeToString(sum[:20])
+	kv := n.route.nonces
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := kv.Create(cctx, key, []byte(n.cfg.NodeID))
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return false, fmt.Errorf("claim nonce: %w", err)
+	}
+	e, err := kv.Get(cctx, key)
+	if err != nil {
+		return false, fmt.Errorf("read nonce claim: %w", err)
+	}
+	// The node that accepted the nonce answers its replays itself.
+	return string(e.Value()) == n.cfg.NodeID, nil
+}

@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/federation/cluster"
+)
+
+// ClusterConfig makes the server one node of a cluster serving its domain
+// (beam serve --cluster; federation/cluster).
+type ClusterConfig struct {
+	// NodeID names the node; empty means the ID generated once and kept in
+	// the data directory.
+	NodeID string
+	// Listen is the route listener (host:port) of the embedded NATS server.
+	Listen string
+	// Routes are the other nodes' route URLs (nats-route://host:port).
+	Routes []string
+	// Replicas of the cluster's streams; 0 means min(3, nodes).
+	Replicas int
+	// Secret is the password of the route connections between the nodes'
+	// embedded NATS servers (the same on every node).
+	Secret string
+	// JoinTimeout bounds the wait for the cluster to form at start (2 m).
+	JoinTimeout time.Duration
+}
+
+// clusterJoinTimeout is the default ClusterConfig.JoinTimeout.
+const clusterJoinTimeout = 2 * time.Minute
+
+// openCluster prepares the cluster node when cluster mode is on: the
+// embedded NATS server (started by federation) then gets its options.
+func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory) error {
+	c := s.cfg.Cluster
+	if c == nil {
+		return nil
+	}
+	if s.cfg.Domain == "" {
+		return errors.New("cluster mode needs --domain")
+	}
+	if s.cfg.NATSListen == "" && s.cfg.NATSURL == "" {
+		s.cfg.NATSListen = "127.0.0.1:0"
+	}
+	id := c.NodeID
+	if id == "" {
+		var err error
+		if id, err = cluster.LoadOrCreateNodeID(s.cfg.DataDir); err != nil {
+			return err
+		}
+	}
+	listen := c.Listen
+	if s.cfg.NATSURL != "" {
+		listen = ""
+	}
+	node, err := cluster.New(cluster.Config{
+		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Secret: c.Secret,
+		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Logger: s.logger,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	s.cluster = node
+	return nil
+}
+
+// natsServerOptions is federation's hook for the embedded server's options.
+func (s *Server) natsServerOptions() func(*server.Options) {
+	if s.cluster == nil {
+		return nil
+	}
+	return s.cluster.ServerOptions
+}
+
+// startCluster joins the cluster once federation's NATS connection is up
+// and catches the registry up before anything is served.
+func (s *Server) startCluster(ctx context.Context, sessions func() int) error {
+	if s.cluster == nil {
+		return nil
+	}
+	timeout := s.cfg.Cluster.JoinTimeout
+	if timeout <= 0 {
+		timeout = clusterJoinTimeout
+	}
+	jctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s.cluster.SetSessions(sessions)
+	if err := s.cluster.Start(jctx, s.fed.Conn()); err != nil {
+		return err
+	}
+	s.logger.Info("cluster", "node", s.cluster.NodeID(), "replicas", s.cluster.Replicas())
+	return nil
+}
+
+// Cluster returns the cluster node, or nil when cluster mode is off.
+func (s *Server) Cluster() *cluster.Node { return s.cluster }
+
+// clusterStatus is the dashboard's view of the cluster; nil on a single
+// node.
+func (s *Server) clusterStatus() func(context.Context) (any, error) {
+	if s.cluster == nil {
+		return nil
+	}
+	return s.cluster.Status
+}
+
+// clusterHandler lets the bus's poll and ack routes reach every node's
+// messages in cluster mode; h itself on a single node.
+func (s *Server) clusterHandler(h http.Handler) http.Handler {
+	if s.cluster == nil {
+		return h
+	}
+	return s.cluster.BusHandler(h)
+}
+
+// federationQueue is the queue group in which the nodes of a cluster take
+// federation messages, one node each; "" on a single node.
+func (s *Server) federationQueue() string {
+	if s.cluster == nil {
+		return ""
+	}
+	return "beam-fed-" + cluster.Token(s.cfg.Domain)
+}
