@@ -397,6 +397,41 @@ func (f *IntentFrame) DeliveryJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// quickDeliverySize is DeliverySize of d = f.DeliveryJSON() without parsing d again. When f carries no
+// top-level member besides the beam/1 fields, every member DeliveryJSON writes is already in the form
+// JSON.stringify gives it, except the payload: only the payload can change length. ok is false when
+// that does not apply or the payload does not stringify; the full computation then decides.
+func (f *IntentFrame) quickDeliverySize(d []byte) (n int, ok bool) {
+	if len(d) > MaxJSONBytes || !utf8.Valid(d) {
+		return 0, false
+	}
+	for _, m := range f.members {
+		switch m.key {
+		case "v", "intent", "from", "to", "payload", "nonce", "timestamp", "signature":
+		case "params":
+			if !f.UsedParams {
+				return 0, false // delivered as an extra member
+			}
+		default:
+			return 0, false
+		}
+	}
+	payload := []byte(f.Payload)
+	if len(payload) == 0 {
+		payload = []byte("{}")
+	}
+	root, _, err := parseAt(payload, 1) // the payload sits inside the delivered object
+	if err != nil || root.kind != kindObject {
+		return 0, false
+	}
+	e := encoder{}
+	js, err := e.appendNode(make([]byte, 0, len(payload)), root, true)
+	if err != nil {
+		return 0, false
+	}
+	return len(d) - len(payload) + len(js), true
+}
+
 func (f *IntentFrame) member(key string) ([]byte, bool) {
 	for _, m := range f.members {
 		if m.key == key {
@@ -412,6 +447,9 @@ func (f *IntentFrame) DeliverySize() (int, error) {
 	d, err := f.DeliveryJSON()
 	if err != nil {
 		return 0, err
+	}
+	if n, ok := f.quickDeliverySize(d); ok {
+		return n, nil
 	}
 	s, err := JSStringify(d)
 	if err != nil {
