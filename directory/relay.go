@@ -272,7 +272,11 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 		d.fail(inf, []tracing.Event{received}, code, msg, false, nil)
 		return
 	}
-	d.route(inf, f, sender, []tracing.Event{received, inf.event(tracing.Validated, "")})
+	// Room for the path's first event (dispatched), which is appended to
+	// these two in the same call.
+	pre := make([]tracing.Event, 2, 3)
+	pre[0], pre[1] = received, inf.event(tracing.Validated, "")
+	d.route(inf, f, sender, pre)
 }
 
 // checkSender resolves the sending agent (§2.5 step 2).
