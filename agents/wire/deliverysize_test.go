@@ -35,6 +35,16 @@ func FuzzDeliverySize(f *testing.F) {
 		if err != nil {
 			return
 		}
+		p := []byte(fr.Payload)
+		if len(p) == 0 {
+			p = []byte("{}")
+		}
+		wantJS, err := JSStringify(p)
+		require.NoError(t, err)
+		gotJS, err := fr.PayloadJS()
+		require.NoError(t, err)
+		require.Equal(t, string(wantJS), string(gotJS), "payload of %q", data)
+
 		want, wantErr := fullDeliverySize(fr)
 		got, err := fr.DeliverySize()
 		if wantErr != nil {
@@ -65,4 +75,35 @@ func TestDeliverySizeOfFramesBuiltInGo(t *testing.T) {
 			fr.From = "a@acme.beam.directory"
 		}
 	}
+}
+
+func TestPayloadJSFollowsAReplacedPayload(t *testing.T) {
+	t.Parallel()
+	fr, err := DecodeIntentFrame([]byte(testFrame))
+	require.NoError(t, err)
+	js, err := fr.PayloadJS()
+	require.NoError(t, err)
+	require.Equal(t, `{"2":"x","b":1,"a":{"ü":1}}`, string(js))
+
+	// The tree from decoding is used only for the payload it was parsed from.
+	fr.Payload = json.RawMessage(`{"z": 2.50}`)
+	js, err = fr.PayloadJS()
+	require.NoError(t, err)
+	require.Equal(t, `{"z":2.5}`, string(js))
+	fr.Payload = append(json.RawMessage(nil), fr.Raw[strings.Index(string(fr.Raw), `{"b"`):][:len(`{"b":1,"2":"x","a":{"ü":1.0}}`)]...)
+	js, err = fr.PayloadJS()
+	require.NoError(t, err)
+	require.Equal(t, `{"2":"x","b":1,"a":{"ü":1}}`, string(js))
+	fr.Payload = json.RawMessage(`[1]`)
+	_, err = fr.PayloadJS()
+	require.Error(t, err, "a payload must be an object")
+
+	// Verify still checks the replaced payload.
+	b := setupIntent(t)
+	g, err := DecodeIntentFrame([]byte(testFrame))
+	require.NoError(t, err)
+	require.NoError(t, SignIntent(g, b.priv))
+	require.NoError(t, g.Verify(b.pub))
+	g.Payload = json.RawMessage(`{"b":2,"2":"x","a":{"ü":1.0}}`)
+	require.Error(t, g.Verify(b.pub), "a replaced payload is verified, not the decoded one")
 }
