@@ -204,7 +204,7 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 		return
 	}
 	d.reg.Touch(sender.BeamID)
-	hash, err := payloadHash(f.Payload)
+	hash, err := framePayloadHash(f)
 	if err != nil {
 		rerr := relayErr(CodeInvalidIntent, f.Nonce, "payload is not valid JSON: %v", err)
 		d.rejectFrame(rerr, f.From, o.Origin)
@@ -278,7 +278,11 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 		d.fail(inf, []tracing.Event{received}, code, msg, false, nil)
 		return
 	}
-	d.route(inf, f, sender, []tracing.Event{received, inf.event(tracing.Validated, "")})
+	// Room for the path's first event (dispatched), which is appended to
+	// these two in the same call.
+	pre := make([]tracing.Event, 2, 3)
+	pre[0], pre[1] = received, inf.event(tracing.Validated, "")
+	d.route(inf, f, sender, pre)
 }
 
 // checkSender resolves the sending agent (§2.5 step 2).
@@ -361,6 +365,17 @@ func (d *Directory) rejectFrame(rerr *RelayError, from, origin string) {
 	d.m.rejected.WithLabelValues(rerr.Code).Inc()
 	d.m.relayed.WithLabelValues(outcomeRefused).Inc()
 	d.lg.Info("frame rejected", "code", rerr.Code, "reason", rerr.Message, "nonce", rerr.Nonce, "from", from, "origin", origin)
+}
+
+// framePayloadHash is payloadHash of f's payload, normalised from the
+// parse tree the frame decoder built (no second parse).
+func framePayloadHash(f *wire.IntentFrame) (string, error) {
+	js, err := f.PayloadJS()
+	if err != nil {
+		return payloadHash(f.Payload) // not an object: as payloadHash decides
+	}
+	sum := sha256.Sum256(js)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // payloadHash is the hex SHA-256 of the JavaScript-normalised payload.

@@ -65,6 +65,7 @@ type session struct {
 	auth        string
 	beam2       bool // announced beam/2 (protocol query parameter or a beam/2 connect token)
 	conn        *websocket.Conn
+	cork        *frameCork // under conn's write buffer: the writer's batches go out in one write
 	connectedAt time.Time
 	ctx         context.Context
 	cancel      context.CancelFunc
@@ -94,7 +95,8 @@ func (d *Directory) session(beamID string) *session {
 
 // handleWS serves the WebSocket endpoint.
 func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
-	conn, err := websocket.Accept(leanHijack{w}, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	lh := &leanHijack{ResponseWriter: w}
+	conn, err := websocket.Accept(lh, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		d.lg.Info("websocket upgrade failed", "err", err)
 		return
@@ -124,7 +126,7 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{
-		d: d, beamID: agent.BeamID, auth: auth, conn: conn, connectedAt: d.clock(),
+		d: d, beamID: agent.BeamID, auth: auth, conn: conn, cork: lh.cork, connectedAt: d.clock(),
 		ctx: ctx, cancel: cancel, writerDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.wcond.L = &s.wmu
@@ -159,16 +161,19 @@ const (
 	wsWriteBuffer = 4 << 10
 )
 
-// leanHijack hands the WebSocket library new, smaller read buffers on
-// Hijack instead of the HTTP server's, which would otherwise stay
-// allocated for as long as the session lives.
+// leanHijack hands the WebSocket library new, smaller read and write
+// buffers on Hijack instead of the HTTP server's, which would otherwise stay
+// allocated for as long as the session lives. The write buffer writes to a
+// frameCork (kept in cork), so that the session writer can send the frames
+// it has queued in one write.
 type leanHijack struct {
 	http.ResponseWriter
+	cork *frameCork
 }
 
 // Hijack takes over the connection; bytes the server had read ahead are
 // kept.
-func (w leanHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *leanHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	hj, ok := w.ResponseWriter.(http.Hijacker)
 	if !ok {
 		return nil, nil, errors.New("response writer cannot be hijacked")
@@ -177,9 +182,11 @@ func (w leanHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	w.cork = &frameCork{conn: conn}
+	bw := bufio.NewWriterSize(w.cork, wsWriteBuffer)
 	n := brw.Reader.Buffered()
 	if n > wsReadBuffer {
-		return conn, brw, nil
+		return conn, bufio.NewReadWriter(brw.Reader, bw), nil
 	}
 	var src io.Reader = conn
 	if n > 0 {
@@ -190,10 +197,10 @@ func (w leanHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if n > 0 {
 		// Load the read-ahead bytes, so that Buffered reports them.
 		if _, err := br.Peek(n); err != nil {
-			return conn, brw, nil
+			return conn, bufio.NewReadWriter(brw.Reader, bw), nil
 		}
 	}
-	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsWriteBuffer)), nil
+	return conn, bufio.NewReadWriter(br, bw), nil
 }
 
 // authenticate checks the proof of identity of an upgrade request.
@@ -436,7 +443,10 @@ func (s *session) isClosing() bool {
 // work queue stops reading (backpressure on the agent's socket).
 func (s *session) readLoop() {
 	for {
-		_, data, err := s.conn.Read(s.ctx)
+		// A context without Done: the library then arms no cancellation
+		// per read. The read ends when the connection is closed, which
+		// shutdown does before it cancels s.ctx.
+		_, data, err := s.conn.Read(context.Background())
 		if err != nil {
 			if st := websocket.CloseStatus(err); st == -1 && !s.isClosing() && !errors.Is(err, context.Canceled) {
 				s.d.lg.Debug("websocket read ended", "beamId", s.beamID, "err", err)
@@ -530,37 +540,80 @@ func (s *session) writer() {
 	}
 }
 
-// writeBatch writes batch in order. On a write error the frames not
-// written are failed as undelivered.
+// writeBatch writes batch in order. The frames are collected under the
+// cork and go out in one write (or one per wsCoalesceBytes), bounded by
+// WriteTimeout; an intent counts as written, and is handed to the delivered
+// recorder, only once the write that carried its frame returned. On a write
+// error the intents whose frames were not known to be written are failed as
+// undelivered.
 func (s *session) writeBatch(batch []outMsg) error {
-	var written []*inflight
+	var written, pending []*inflight
 	defer func() {
 		s.d.queueDelivered(written)
 	}()
+	timeout := s.d.cfg.WriteTimeout
+	flush := func() error {
+		if err := s.cork.flush(timeout); err != nil {
+			return err
+		}
+		written = append(written, pending...)
+		pending = pending[:0]
+		return nil
+	}
+	fail := func(err error, rest []outMsg) error {
+		s.cork.discard()
+		s.failWritten(pending)
+		s.failQueued(rest)
+		return err
+	}
+	s.cork.cork()
 	for i, m := range batch {
 		if s.isClosing() {
+			if err := flush(); err != nil {
+				return fail(err, batch[i:])
+			}
+			_ = s.cork.uncork(timeout)
 			s.failQueued(batch[i:])
 			return nil
 		}
 		if m.inf != nil && !s.d.beginDelivery(m.inf) {
 			continue // settled (timed out) before it was written
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, s.d.cfg.WriteTimeout)
-		err := s.conn.Write(ctx, websocket.MessageText, m.data)
-		cancel()
+		// The cork bounds the socket write; the library's write only
+		// copies the frame into memory here.
+		err := s.conn.Write(context.Background(), websocket.MessageText, m.data)
 		if err != nil {
 			if m.inf != nil {
-				s.d.abandonDelivery([]*inflight{m.inf})
-				s.d.undelivered(m.inf, fmt.Sprintf("write to %s failed", s.beamID))
+				s.failWritten([]*inflight{m.inf})
 			}
-			s.failQueued(batch[i+1:])
-			return err
+			return fail(err, batch[i+1:])
 		}
 		if m.inf != nil {
-			written = append(written, m.inf)
+			pending = append(pending, m.inf)
+		}
+		if s.cork.buffered() >= wsCoalesceBytes {
+			if err := flush(); err != nil {
+				return fail(err, batch[i+1:])
+			}
 		}
 	}
+	if err := s.cork.uncork(timeout); err != nil {
+		return fail(err, nil)
+	}
+	written = append(written, pending...)
 	return nil
+}
+
+// failWritten fails intents whose delivery began but whose frames were not
+// written.
+func (s *session) failWritten(infs []*inflight) {
+	if len(infs) == 0 {
+		return
+	}
+	s.d.abandonDelivery(infs)
+	for _, inf := range infs {
+		s.d.undelivered(inf, fmt.Sprintf("write to %s failed", s.beamID))
+	}
 }
 
 // failQueued fails the intents among msgs that were never written.

@@ -65,6 +65,11 @@ type IntentFrame struct {
 	UsedParams bool
 
 	members []rawMember // top-level members of Raw in order, duplicates resolved
+
+	// parsed is the payload's parse tree from decoding, valid while Payload is still the slice it was
+	// parsed from (parsedFrom); the tree is never modified, so copies of the frame share it.
+	parsed     *node
+	parsedFrom []byte
 }
 
 // rawMember is one top-level member of a received frame.
@@ -183,9 +188,11 @@ func DecodeIntentFrame(data []byte) (*IntentFrame, error) {
 	switch p, q := root.member("payload"), root.member("params"); {
 	case p != nil && p.kind == kindObject:
 		f.Payload = raw[p.start:p.end]
+		f.parsed = p
 	case q != nil && q.kind == kindObject:
 		f.Payload = raw[q.start:q.end]
 		f.UsedParams = true
+		f.parsed = q
 	default:
 		return nil, intentErr("payload", "must be an object")
 	}
@@ -195,6 +202,7 @@ func DecodeIntentFrame(data []byte) (*IntentFrame, error) {
 		}
 		f.Signature = s.str
 	}
+	f.parsedFrom = f.Payload
 	return f, nil
 }
 
@@ -218,6 +226,9 @@ func (f *IntentFrame) appendEnvelope(b []byte, quote func([]byte, string) []byte
 
 // parsedPayload parses Payload and checks that it is an object.
 func (f *IntentFrame) parsedPayload() (*node, error) {
+	if n := f.decodedPayload(); n != nil {
+		return n, nil
+	}
 	p := f.Payload
 	if len(p) == 0 {
 		p = json.RawMessage("{}")
@@ -230,6 +241,27 @@ func (f *IntentFrame) parsedPayload() (*node, error) {
 		return nil, errors.New("intent payload: must be a JSON object")
 	}
 	return n, nil
+}
+
+// decodedPayload returns the payload's tree from decoding when Payload is still the slice it was
+// parsed from, and nil otherwise. A decoded frame's payload passed the nesting and size limits inside
+// the frame, which are stricter than those of the payload alone or inside the delivered frame.
+func (f *IntentFrame) decodedPayload() *node {
+	if f.parsed == nil || len(f.Payload) != len(f.parsedFrom) || len(f.Payload) == 0 || &f.Payload[0] != &f.parsedFrom[0] {
+		return nil
+	}
+	return f.parsed
+}
+
+// PayloadJS returns JSStringify of the payload ({} when empty), from the tree the decoder built when
+// the frame was decoded and its payload not replaced since.
+func (f *IntentFrame) PayloadJS() ([]byte, error) {
+	n, err := f.parsedPayload()
+	if err != nil {
+		return nil, err
+	}
+	e := encoder{}
+	return e.appendNode(make([]byte, 0, len(f.Payload)), n, true)
 }
 
 // SigningInput returns the exact bytes a beam/1 intent is signed over: JavaScript's
@@ -397,6 +429,45 @@ func (f *IntentFrame) DeliveryJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// quickDeliverySize is DeliverySize of d = f.DeliveryJSON() without parsing d again. When f carries no
+// top-level member besides the beam/1 fields, every member DeliveryJSON writes is already in the form
+// JSON.stringify gives it, except the payload: only the payload can change length. ok is false when
+// that does not apply or the payload does not stringify; the full computation then decides.
+func (f *IntentFrame) quickDeliverySize(d []byte) (n int, ok bool) {
+	if len(d) > MaxJSONBytes || !utf8.Valid(d) {
+		return 0, false
+	}
+	for _, m := range f.members {
+		switch m.key {
+		case "v", "intent", "from", "to", "payload", "nonce", "timestamp", "signature":
+		case "params":
+			if !f.UsedParams {
+				return 0, false // delivered as an extra member
+			}
+		default:
+			return 0, false
+		}
+	}
+	payload := []byte(f.Payload)
+	if len(payload) == 0 {
+		payload = []byte("{}")
+	}
+	root := f.decodedPayload()
+	if root == nil {
+		var err error
+		root, _, err = parseAt(payload, 1) // the payload sits inside the delivered object
+		if err != nil || root.kind != kindObject {
+			return 0, false
+		}
+	}
+	e := encoder{}
+	js, err := e.appendNode(make([]byte, 0, len(payload)), root, true)
+	if err != nil {
+		return 0, false
+	}
+	return len(d) - len(payload) + len(js), true
+}
+
 func (f *IntentFrame) member(key string) ([]byte, bool) {
 	for _, m := range f.members {
 		if m.key == key {
@@ -412,6 +483,9 @@ func (f *IntentFrame) DeliverySize() (int, error) {
 	d, err := f.DeliveryJSON()
 	if err != nil {
 		return 0, err
+	}
+	if n, ok := f.quickDeliverySize(d); ok {
+		return n, nil
 	}
 	s, err := JSStringify(d)
 	if err != nil {

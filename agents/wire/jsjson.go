@@ -136,10 +136,16 @@ func parseJSONDup(data []byte) (*node, *DuplicateKeyError, error) {
 }
 
 func parseWith(data []byte) (*node, *parser, error) {
+	return parseAt(data, 0)
+}
+
+// parseAt is parseWith for a text that sits depth levels deep in an enclosing one: the nesting limit
+// counts those levels.
+func parseAt(data []byte, depth int) (*node, *parser, error) {
 	if len(data) > MaxJSONBytes {
 		return nil, nil, ErrJSONTooLarge
 	}
-	p := &parser{data: data}
+	p := &parser{data: data, depth: depth}
 	p.skipSpace()
 	n, err := p.value()
 	if err != nil {

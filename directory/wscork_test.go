@@ -1,0 +1,131 @@
+package directory
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/tracing"
+)
+
+// countingConn counts the writes that reach the socket; with fail set,
+// every write fails as a broken connection would.
+type countingConn struct {
+	net.Conn
+	mu     sync.Mutex
+	writes int
+	fail   bool
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.writes++
+	fail := c.fail
+	c.mu.Unlock()
+	if fail {
+		return 0, errors.New("connection broken")
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *countingConn) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes
+}
+
+// underSession puts a countingConn under the session's cork once its
+// writer is idle.
+func underSession(t *testing.T, s *session) *countingConn {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !s.writing
+	}, 5*time.Second, time.Millisecond)
+	s.cork.mu.Lock()
+	defer s.cork.mu.Unlock()
+	cc := &countingConn{Conn: s.cork.conn}
+	s.cork.conn = cc
+	return cc
+}
+
+func TestWriterSendsAQueuedBatchInOrderInFewWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bob := b.register("bob")
+	bc := b.connect(bob)
+	s := b.dir.session(bob.id)
+	require.NotNil(t, s)
+	cc := underSession(t, s)
+
+	// Queue 40 messages as one batch (the writer is started after they
+	// are all queued), 120 KiB in all: more than wsCoalesceBytes, so the
+	// batch goes out in a few writes, not in 40.
+	const n = 40
+	pad := strings.Repeat("x", 3000)
+	total := 0
+	s.mu.Lock()
+	require.False(t, s.writing)
+	s.writing = true
+	for i := range n {
+		m := []byte(fmt.Sprintf(`{"type":"seq","i":%d,"pad":%q}`, i, pad))
+		total += len(m)
+		s.out = append(s.out, outMsg{data: m})
+	}
+	s.mu.Unlock()
+	go s.writer()
+
+	for i := range n {
+		m := bc.nextOf("seq")
+		var v struct {
+			I   int    `json:"i"`
+			Pad string `json:"pad"`
+		}
+		require.NoError(t, json.Unmarshal(m.raw, &v))
+		require.Equal(t, i, v.I, "frames arrive in the order they were queued")
+		require.Equal(t, pad, v.Pad)
+	}
+	require.Less(t, cc.count(), n/4, "frames queued together share writes (%d bytes)", total)
+
+	// Once the queue is empty the session holds no collection buffer, and
+	// frames written later (a keepalive ping) pass straight through.
+	require.Eventually(t, func() bool {
+		s.cork.mu.Lock()
+		defer s.cork.mu.Unlock()
+		return !s.cork.corked && s.cork.buf == nil
+	}, 5*time.Second, time.Millisecond)
+	s.keepalive()
+	require.False(t, s.isClosing(), "the ping was answered")
+}
+
+func TestFailedBatchWriteIsNotRecordedAsDelivered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice, bob := b.register("alice"), b.register("bob")
+	bc := b.connect(bob)
+	s := b.dir.session(bob.id)
+	require.NotNil(t, s)
+	cc := underSession(t, s)
+	cc.mu.Lock()
+	cc.fail = true
+	cc.mu.Unlock()
+
+	f := b.frame(alice, bob.id, "quote.request", `{"sku":"INV-240"}`)
+	o := waitHTTP(t, b.sendAsync(f))
+	require.Equal(t, http.StatusBadGateway, o.status, string(o.body))
+	code, _ := errBody(t, o.body)
+	require.Equal(t, CodeDeliveryFailed, code)
+	require.Equal(t, []tracing.State{tracing.Received, tracing.Validated, tracing.Dispatched, tracing.Failed},
+		b.states(f.Nonce), "a frame whose write failed never counts as delivered")
+	bc.closeStatus()
+	require.Eventually(t, func() bool { return !b.dir.Online(bob.id) }, 5*time.Second, time.Millisecond)
+}
