@@ -18,6 +18,7 @@ import (
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/tracing"
 )
@@ -25,9 +26,13 @@ import (
 const clusterDomain = "acme.beam.directory"
 
 // clusterOptions are the start options of n nodes of one cluster on
-// loopback random ports: each embedded NATS server routes to the others.
+// loopback random ports: each embedded NATS server routes to the others,
+// and every node's data directory holds the same directory key.
 func clusterOptions(t *testing.T, n int, extra ...string) []beamtest.Options {
 	t.Helper()
+	first := t.TempDir()
+	_, _, err := federation.LoadOrCreateKey(first)
+	require.NoError(t, err)
 	routes := make([]string, n)
 	for i := range routes {
 		routes[i] = freeAddr(t)
@@ -40,7 +45,12 @@ func clusterOptions(t *testing.T, n int, extra ...string) []beamtest.Options {
 				others = append(others, "nats-route://"+r)
 			}
 		}
-		opts[i] = beamtest.Options{Args: append([]string{"--domain", clusterDomain, "--cluster",
+		dataDir := first
+		if i > 0 {
+			dataDir = t.TempDir()
+			copyDirectoryKey(t, first, dataDir)
+		}
+		opts[i] = beamtest.Options{DataDir: dataDir, Args: append([]string{"--domain", clusterDomain, "--cluster",
 			"--node-id", fmt.Sprintf("node%d", i), "--nats-listen", "127.0.0.1:0",
 			"--cluster-listen", routes[i], "--cluster-routes", strings.Join(others, ","),
 			"--cluster-secret", "route-secret-for-tests", "--default-policy", "allow"}, extra...)}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"time"
@@ -89,23 +88,22 @@ func forward(ctx context.Context, client *http.Client, r *http.Request, base str
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCapturedBody))
 	return resp.StatusCode, resp.Header, b, err
 }
 
 // pollAll answers a poll with this node's messages and then the other
 // nodes', up to the limit.
 func (n *Node) pollAll(w http.ResponseWriter, r *http.Request, next http.Handler, client *http.Client) {
-	rec := httptest.NewRecorder()
-	next.ServeHTTP(rec, r)
+	rec := serveCaptured(next, r)
 	var local map[string]json.RawMessage
-	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &local) != nil {
-		copyRecorded(w, rec)
+	if rec.overflow || rec.code() != http.StatusOK || json.Unmarshal(rec.body, &local) != nil {
+		rec.copyTo(w)
 		return
 	}
 	var msgs []json.RawMessage
 	if err := json.Unmarshal(local["messages"], &msgs); err != nil {
-		copyRecorded(w, rec)
+		rec.copyTo(w)
 		return
 	}
 	limit := 0
@@ -140,7 +138,7 @@ func (n *Node) pollAll(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	local["messages"], _ = json.Marshal(msgs)
 	local["count"] = json.RawMessage(strconv.Itoa(len(msgs)))
-	for k, v := range rec.Header() {
+	for k, v := range rec.header {
 		w.Header()[k] = v
 	}
 	w.Header().Del("Content-Length")
@@ -158,10 +156,9 @@ func (n *Node) firstKnown(w http.ResponseWriter, r *http.Request, next http.Hand
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	rec := httptest.NewRecorder()
-	next.ServeHTTP(rec, r)
-	if rec.Code != http.StatusNotFound || !bytes.Contains(rec.Body.Bytes(), []byte("MESSAGE_NOT_FOUND")) {
-		copyRecorded(w, rec)
+	rec := serveCaptured(next, r)
+	if rec.overflow || rec.code() != http.StatusNotFound || !bytes.Contains(rec.body, []byte("MESSAGE_NOT_FOUND")) {
+		rec.copyTo(w)
 		return
 	}
 	for _, base := range n.otherURLs(r.Context()) {
@@ -178,13 +175,5 @@ func (n *Node) firstKnown(w http.ResponseWriter, r *http.Request, next http.Hand
 		_, _ = w.Write(rb)
 		return
 	}
-	copyRecorded(w, rec)
-}
-
-func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(rec.Code)
-	_, _ = w.Write(rec.Body.Bytes())
+	rec.copyTo(w)
 }

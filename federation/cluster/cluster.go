@@ -94,6 +94,10 @@ type Config struct {
 	// Directory is this node's relay; intents for agents other nodes hold
 	// leave it through the node (routing.go). Nil: no routing.
 	Directory *directory.Directory
+	// DirectoryKey is this node's directory public key (encoded), which
+	// must be the one the cluster announces (identity.go); empty skips the
+	// check.
+	DirectoryKey string
 	// Logger receives diagnostics; default slog.Default().
 	Logger *slog.Logger
 }
@@ -259,6 +263,9 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 			return fmt.Errorf("cluster: stream %s info: %w", name, err)
 		case <-time.After(250 * time.Millisecond):
 		}
+	}
+	if err := n.checkIdentity(ctx); err != nil {
+		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/federation/cluster"
 )
 
@@ -57,6 +59,12 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 			return err
 		}
 	}
+	// Peers see the cluster as one directory: every node holds the same
+	// directory key, checked against the one the cluster announces.
+	key, _, err := federation.LoadOrCreateKey(s.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
 	listen := c.Listen
 	if s.cfg.NATSURL != "" {
 		listen = ""
@@ -64,6 +72,7 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 	node, err := cluster.New(cluster.Config{
 		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Secret: c.Secret,
 		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Logger: s.logger,
+		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)),
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)

@@ -1,0 +1,46 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// jetStream starts an embedded NATS server with JetStream on a random
+// loopback port and returns a JetStream context on it.
+func jetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+func TestCheckIdentityRefusesAnotherDirectoryKey(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := jetStream(t)
+	node := func(key string) *Node {
+		return &Node{cfg: Config{Domain: "acme.beam.directory", NodeID: "n", Replicas: 1, DirectoryKey: key}, js: js}
+	}
+	first := "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+	require.NoError(t, node(first).checkIdentity(ctx), "the first node announces its key")
+	require.NoError(t, node(first).checkIdentity(ctx), "a node with the same key joins")
+	err := node("BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB").checkIdentity(ctx)
+	require.ErrorIs(t, err, ErrDirectoryKeyMismatch)
+	require.Contains(t, err.Error(), first)
+	require.NoError(t, node("").checkIdentity(ctx), "no key: no check")
+}
