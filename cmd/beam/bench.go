@@ -50,6 +50,7 @@ type benchFlags struct {
 	peerDomain    string
 	peerServerPID int
 	hops          int
+	clusterNodes  int
 
 	chaos         bool
 	chaosDuration time.Duration
@@ -66,6 +67,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts a beam serve process on a temporary data directory")
 	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus, federation or mesh (pipeline envelopes); jobs runs Intent Protocol publishers and workers")
 	fs.IntVar(&f.hops, "hops", 3, "--mode mesh: actors in each envelope's route")
+	fs.IntVar(&f.clusterNodes, "cluster-nodes", 0, "without --url, --mode ws or http: start this many `beam serve --cluster` nodes of one domain and spread senders and recipients over them (server figures summed over the nodes, and per node)")
 	fs.IntVar(&f.count, "count", 10000, "intents of a burn-down run")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "intents in flight at most")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
@@ -146,6 +148,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "beam bench: --peer-url and --peer-server-pid are for --mode federation")
 		return errUsage
 	}
+	if f.clusterNodes != 0 && (f.url != "" || f.serverPID != 0 || f.clusterNodes < 2 || f.clusterNodes > maxBenchClusterNodes ||
+		(f.mode != string(bench.ModeWS) && f.mode != string(bench.ModeHTTP))) {
+		fmt.Fprintf(stderr, "beam bench: --cluster-nodes takes 2..%d nodes, --mode ws or http, and no --url or --server-pid\n", maxBenchClusterNodes)
+		return errUsage
+	}
 	cfg := bench.Config{
 		URL: f.url, Mode: bench.Mode(f.mode), Count: f.count, Concurrency: f.concurrency,
 		Rate: f.rate, Duration: f.duration, Warmup: f.warmup,
@@ -167,6 +174,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cleanup()
 		cfg.URL, cfg.ServerPID, cfg.PeerURL, cfg.PeerServerPID = a.URL, a.PID, b.URL, b.PID
 		logger.Info("started two federated beam serve", "alpha", a.URL, "beta", b.URL)
+	} else if f.clusterNodes > 0 {
+		nodes, cleanup, err := startBenchCluster(ctx, &f, stderr)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		for _, n := range nodes {
+			cfg.NodeURLs, cfg.NodePIDs = append(cfg.NodeURLs, n.URL), append(cfg.NodePIDs, n.PID)
+		}
+		cfg.Domain = bench.DefaultClusterDomain
+		logger.Info("started beam serve cluster", "nodes", cfg.NodeURLs)
 	} else if f.url == "" {
 		if f.serverPID != 0 {
 			fmt.Fprintln(stderr, "beam bench: --server-pid needs --url (without it the started server is measured)")
@@ -191,6 +209,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if sum != nil {
 		if f.url == "" {
 			sum.Notes = append(sum.Notes, "server started by beam bench with --sqlite-synchronous "+strings.ToUpper(f.synchronous))
+		}
+		if f.clusterNodes > 0 {
+			sum.Notes = append(sum.Notes, fmt.Sprintf("%d cluster nodes of %s; agents spread round-robin, server figures summed over the nodes", f.clusterNodes, bench.DefaultClusterDomain))
 		}
 		if federated {
 			sum.Notes = append(sum.Notes, "senders on "+cfg.URL+" ("+f.domain+"), recipients on "+cfg.PeerURL+" ("+f.peerDomain+"); server figures are the senders' directory's")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,6 +32,9 @@ type Agent struct {
 	Private ed25519.PrivateKey
 	// APIKey is the key the directory returned at registration.
 	APIKey string
+	// Base is the base URL of the directory (or cluster node) the agent
+	// registered with; its sessions and HTTP sends go there.
+	Base string
 }
 
 // apiError is a non-2xx answer of the directory.
@@ -126,12 +130,16 @@ func register(ctx context.Context, hc *http.Client, base, beamID, org string) (*
 	if err := json.Unmarshal(b, &v); err != nil || v.APIKey == "" {
 		return nil, fmt.Errorf("register %s: response carries no apiKey: %.200s", beamID, b)
 	}
-	return &Agent{BeamID: beamID, Public: pub, Private: priv, APIKey: v.APIKey}, nil
+	return &Agent{BeamID: beamID, Public: pub, Private: priv, APIKey: v.APIKey, Base: base}, nil
 }
 
 // registerMany registers n agents named prefix-<i>@org with at most
-// parallel registrations in flight.
-func registerMany(ctx context.Context, hc *http.Client, base, org, prefix string, n, parallel int) ([]*Agent, error) {
+// parallel registrations in flight; agent i registers with
+// bases[i%len(bases)], so a cluster's agents spread over its nodes.
+func registerMany(ctx context.Context, hc *http.Client, bases []string, org, prefix string, n, parallel int) ([]*Agent, error) {
+	if len(bases) == 0 {
+		return nil, errors.New("register agents: no directory URL")
+	}
 	out := make([]*Agent, n)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -146,7 +154,7 @@ func registerMany(ctx context.Context, hc *http.Client, base, org, prefix string
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				a, err := register(ctx, hc, base, fmt.Sprintf("%s-%d@%s.%s", prefix, i, org, wire.BeamDomain), org)
+				a, err := register(ctx, hc, bases[i%len(bases)], fmt.Sprintf("%s-%d@%s.%s", prefix, i, org, wire.BeamDomain), org)
 				if err != nil {
 					errOnce.Do(func() { first = err; cancel() })
 					continue

@@ -152,8 +152,8 @@ func TestFederationConfig(t *testing.T) {
 	c, err := Config{URL: "http://a", PeerURL: "http://b/", Mode: ModeFederation, Org: "bench1"}.withDefaults()
 	require.NoError(t, err)
 	pl := c.placement()
-	require.Equal(t, placement{"http://a", "alpha", "sbench1", "http://b", "beta", "rbench1"}, pl)
+	require.Equal(t, placement{[]string{"http://a"}, "alpha", "sbench1", []string{"http://b"}, "beta", "rbench1"}, pl)
 	c, err = Config{URL: "http://a", Mode: ModeBus, Org: "bench1"}.withDefaults()
 	require.NoError(t, err)
-	require.Equal(t, placement{"http://a", "bench1", "s", "http://a", "bench1", "r"}, c.placement())
+	require.Equal(t, placement{[]string{"http://a"}, "bench1", "s", []string{"http://a"}, "bench1", "r"}, c.placement())
 }

@@ -68,7 +68,7 @@ func (d *httpDriver) Send(ctx context.Context, from, to *Agent) error {
 	if err != nil {
 		return err
 	}
-	_, b, err := call(ctx, d.env.HTTP, http.MethodPost, d.env.URL+"/intents/send", frame, nil, http.StatusOK)
+	_, b, err := call(ctx, d.env.HTTP, http.MethodPost, from.Base+"/intents/send", frame, nil, http.StatusOK)
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func (ss *senderSessions) open(ctx context.Context, env *Env, handle func(s *wsS
 	ss.cancel = cancel
 	ss.sessions = make(map[string]*wsSession, len(env.Fleet.Senders))
 	for _, a := range env.Fleet.Senders {
-		conn, err := dial(ctx, env.HTTP, env.URL, a)
+		conn, err := dial(ctx, env.HTTP, a.Base, a)
 		if err != nil {
 			_ = ss.Close()
 			return err

@@ -85,6 +85,14 @@ type Config struct {
 	// PeerServerPID, when positive, is PeerURL's process, read like
 	// ServerPID.
 	PeerServerPID int
+	// NodeURLs, when set, are the nodes of one cluster serving Domain
+	// (default cluster.beam.directory): senders and recipients register
+	// and connect round-robin over them, so most intents cross nodes. URL
+	// defaults to the first.
+	NodeURLs []string
+	// NodePIDs are NodeURLs' processes on this machine (same order), read
+	// for CPU per intent; ServerPID is then ignored.
+	NodePIDs []int
 	// Clock is the time source for frame timestamps; nil means time.Now.
 	Clock func() time.Time
 	// Logger receives progress logs; nil discards them.
@@ -95,6 +103,12 @@ type Config struct {
 
 // withDefaults fills in defaults and checks bounds.
 func (c Config) withDefaults() (Config, error) {
+	if len(c.NodeURLs) > 0 {
+		var err error
+		if c, err = c.clusterDefaults(); err != nil {
+			return c, err
+		}
+	}
 	if c.URL == "" {
 		return c, errors.New("bench: no directory URL")
 	}
@@ -190,6 +204,29 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// clusterDefaults checks and fills in a cluster run's fields.
+func (c Config) clusterDefaults() (Config, error) {
+	if c.Mode != "" && c.Mode != ModeWS && c.Mode != ModeHTTP {
+		return c, fmt.Errorf("bench: a cluster run supports modes ws and http, not %s", c.Mode)
+	}
+	if len(c.NodePIDs) > 0 && len(c.NodePIDs) != len(c.NodeURLs) {
+		return c, fmt.Errorf("bench: %d node processes for %d nodes", len(c.NodePIDs), len(c.NodeURLs))
+	}
+	for i, u := range c.NodeURLs {
+		c.NodeURLs[i] = strings.TrimRight(u, "/")
+	}
+	if c.URL == "" {
+		c.URL = c.NodeURLs[0]
+	}
+	if c.Domain == "" {
+		c.Domain = DefaultClusterDomain
+	}
+	if _, err := orgOfDomain(c.Domain); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
 // orgOfDomain returns the organization part of a directory domain
 // ("alpha" of alpha.beam.directory).
 func orgOfDomain(domain string) (string, error) {
@@ -204,19 +241,26 @@ func orgOfDomain(domain string) (string, error) {
 // connect: both on URL in cfg.Org, or for federation senders on URL in
 // Domain and recipients on PeerURL in PeerDomain.
 type placement struct {
-	sendURL, sendOrg, sendPrefix string
-	recvURL, recvOrg, recvPrefix string
+	sendURLs            []string
+	sendOrg, sendPrefix string
+	recvURLs            []string
+	recvOrg, recvPrefix string
 }
 
 func (c Config) placement() placement {
+	if len(c.NodeURLs) > 0 {
+		// The agents of a cluster live in its domain's organization.
+		org, _ := orgOfDomain(c.Domain)
+		return placement{c.NodeURLs, org, "s" + c.Org, c.NodeURLs, org, "r" + c.Org}
+	}
 	if c.Mode != ModeFederation {
-		return placement{c.URL, c.Org, "s", c.URL, c.Org, "r"}
+		return placement{[]string{c.URL}, c.Org, "s", []string{c.URL}, c.Org, "r"}
 	}
 	so, _ := orgOfDomain(c.Domain)
 	ro, _ := orgOfDomain(c.PeerDomain)
 	// Agents live in the directories' own organizations: a per-run tag in
 	// their names keeps runs apart.
-	return placement{c.URL, so, "s" + c.Org, c.PeerURL, ro, "r" + c.Org}
+	return placement{[]string{c.URL}, so, "s" + c.Org, []string{c.PeerURL}, ro, "r" + c.Org}
 }
 
 func (c Config) payload() json.RawMessage { return c.payloadJSON }
@@ -257,20 +301,20 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer fleet.Close()
 	lg.Info("registering agents", "senders", cfg.Senders, "recipients", cfg.Recipients, "org", cfg.Org)
 	pl := cfg.placement()
-	if fleet.Senders, err = registerMany(ctx, hc, pl.sendURL, pl.sendOrg, pl.sendPrefix, cfg.Senders, cfg.RegisterParallel); err != nil {
+	if fleet.Senders, err = registerMany(ctx, hc, pl.sendURLs, pl.sendOrg, pl.sendPrefix, cfg.Senders, cfg.RegisterParallel); err != nil {
 		return nil, err
 	}
-	if fleet.Recipients, err = registerMany(ctx, hc, pl.recvURL, pl.recvOrg, pl.recvPrefix, cfg.Recipients, cfg.RegisterParallel); err != nil {
+	if fleet.Recipients, err = registerMany(ctx, hc, pl.recvURLs, pl.recvOrg, pl.recvPrefix, cfg.Recipients, cfg.RegisterParallel); err != nil {
 		return nil, err
 	}
 	for _, a := range append(append([]*Agent(nil), fleet.Senders...), fleet.Recipients...) {
 		fleet.keys[a.BeamID] = a.Public
 	}
-	if fleet.attestKeys, err = attestationKeys(ctx, hc, pl.recvURL); err != nil {
+	if fleet.attestKeys, err = attestationKeys(ctx, hc, pl.recvURLs[0]); err != nil {
 		return nil, err
 	}
 	for _, a := range fleet.Recipients {
-		conn, err := dial(ctx, hc, pl.recvURL, a)
+		conn, err := dial(ctx, hc, a.Base, a)
 		if err != nil {
 			return nil, err
 		}
@@ -286,6 +330,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	if cfg.Rate > 0 {
 		sum.Rate, sum.DurationS = cfg.Rate, cfg.Duration.Seconds()
+	}
+	if len(cfg.NodePIDs) > 0 {
+		cfg.ServerPID = 0 // every node is measured instead
 	}
 	if cfg.ServerPID > 0 {
 		pid := cfg.ServerPID
@@ -337,6 +384,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			sum.Notes = append(sum.Notes, "peer server process: "+err.Error())
 		}
 	}
+	nodesBefore := sampleNodes(cfg.NodePIDs, sum)
 	counter, _ := driver.(acceptCounter)
 	var acceptedBefore, polledBefore int64
 	if counter != nil {
@@ -385,6 +433,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		} else {
 			sum.setServer(before, after, lat.OK+lat.Errors)
 		}
+	} else if len(cfg.NodeURLs) > 0 {
+		sum.setCluster(cfg, fleet, nodesBefore, sampleNodes(cfg.NodePIDs, sum), lat.OK+lat.Errors)
 	} else if cfg.ServerPID <= 0 {
 		sum.Notes = append(sum.Notes, "server CPU and RSS not measured: the server's process is unknown (run without --url, or pass --server-pid)")
 	}
@@ -494,7 +544,7 @@ func steadyRate(ctx context.Context, d Driver, f *Fleet, cfg Config, rec *Record
 // connectIdle registers and connects cfg.IdleAgents agents that only keep
 // their sessions open (answering pings).
 func connectIdle(ctx context.Context, f *Fleet, cfg Config) error {
-	idle, err := registerMany(ctx, f.hc, cfg.URL, cfg.Org, "idle", cfg.IdleAgents, cfg.RegisterParallel)
+	idle, err := registerMany(ctx, f.hc, []string{cfg.URL}, cfg.Org, "idle", cfg.IdleAgents, cfg.RegisterParallel)
 	if err != nil {
 		return err
 	}

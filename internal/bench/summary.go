@@ -66,6 +66,11 @@ type Summary struct {
 	PeerServerCPUmsPerIntent *float64 `json:"peer_server_cpu_ms_per_intent,omitempty"`
 	PeerServerRSSMB          *float64 `json:"peer_server_rss_mb,omitempty"`
 
+	// ClusterNodes (a cluster run) has one entry per node; the server
+	// fields above are then summed over the nodes (server_rss_mb is the sum
+	// of their peaks).
+	ClusterNodes []NodeFigures `json:"cluster_nodes,omitempty"`
+
 	IdleAgents      int      `json:"idle_agents,omitempty"`
 	IdleConnectS    float64  `json:"idle_connect_s,omitempty"`
 	ServerRSSIdleMB *float64 `json:"server_rss_idle_mb,omitempty"`
@@ -166,6 +171,10 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	}
 	if s.PeerServerRSSMB != nil {
 		extra = append(extra, fmt.Sprintf("peer directory: cpu %s ms/intent, peak rss %s MB", opt(s.PeerServerCPUmsPerIntent, ""), opt(s.PeerServerRSSMB, "")))
+	}
+	for i, n := range s.ClusterNodes {
+		extra = append(extra, fmt.Sprintf("node %d %s: %d senders, %d recipients, cpu %s ms/intent, peak rss %s MB",
+			i, n.URL, n.Senders, n.Recipients, opt(n.ServerCPUmsPerIntent, ""), opt(n.ServerRSSMB, "")))
 	}
 	if s.ServerCPUUtil != nil {
 		extra = append(extra, fmt.Sprintf("server used %.2f cores", *s.ServerCPUUtil))

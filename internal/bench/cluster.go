@@ -1,0 +1,216 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/beamdir/beam/federation"
+)
+
+// DefaultClusterDomain is the domain of the nodes StartCluster starts and
+// of a cluster run's agents.
+const DefaultClusterDomain = "cluster.beam.directory"
+
+// ClusterOptions configure StartCluster.
+type ClusterOptions struct {
+	// Server holds what every node shares (Binary, Synchronous, Args,
+	// Output, StartTimeout); its DataDir and Listen are ignored.
+	Server ServerOptions
+	// DataDirs are the nodes' data directories, one per node (at least
+	// two); they must exist. The first one's directory key (created if
+	// missing) is copied into the others: a cluster shares one key.
+	DataDirs []string
+	// Domain is the cluster's domain (DefaultClusterDomain).
+	Domain string
+	// Secret is the route password (default a fixed local one: the routes
+	// listen on loopback only).
+	Secret string
+}
+
+// ClusterNodeArgs returns the beam serve flags of node i of a cluster of
+// domain whose embedded NATS servers route to each other on routes (one
+// loopback address per node): --cluster, its node id, route listener and
+// the routes to the other nodes, and --default-policy allow.
+func ClusterNodeArgs(i int, routes []string, domain, secret string) []string {
+	var others []string
+	for j, r := range routes {
+		if j != i {
+			others = append(others, "nats-route://"+r)
+		}
+	}
+	return []string{"--domain", domain, "--cluster",
+		"--node-id", fmt.Sprintf("node%d", i), "--nats-listen", "127.0.0.1:0",
+		"--cluster-listen", routes[i], "--cluster-routes", strings.Join(others, ","),
+		"--cluster-secret", secret, "--default-policy", "allow"}
+}
+
+// ShareDirectoryKey creates the directory key in dirs[0] if it has none
+// and copies it into the other directories.
+func ShareDirectoryKey(dirs []string) error {
+	if len(dirs) == 0 {
+		return errors.New("share directory key: no data directory")
+	}
+	if _, _, err := federation.LoadOrCreateKey(dirs[0]); err != nil {
+		return fmt.Errorf("share directory key: %w", err)
+	}
+	key, err := os.ReadFile(filepath.Join(dirs[0], federation.KeyFile))
+	if err != nil {
+		return fmt.Errorf("share directory key: %w", err)
+	}
+	for _, d := range dirs[1:] {
+		if err := os.WriteFile(filepath.Join(d, federation.KeyFile), key, 0o600); err != nil {
+			return fmt.Errorf("share directory key: %w", err)
+		}
+	}
+	return nil
+}
+
+// StartCluster starts one `beam serve --cluster` process per data
+// directory, all of one domain, their embedded NATS servers routed to each
+// other on free loopback ports. The nodes start together (the cluster's
+// streams need a quorum); it returns once every node serves, or stops them
+// all on the first failure.
+func StartCluster(ctx context.Context, opts ClusterOptions) ([]*ServerProcess, error) {
+	n := len(opts.DataDirs)
+	if n < 2 {
+		return nil, fmt.Errorf("start cluster: %d data directories, want at least 2", n)
+	}
+	if opts.Domain == "" {
+		opts.Domain = DefaultClusterDomain
+	}
+	if opts.Secret == "" {
+		opts.Secret = "beam-bench-loopback-routes"
+	}
+	if err := ShareDirectoryKey(opts.DataDirs); err != nil {
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+	routes := make([]string, n)
+	for i := range routes {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		routes[i] = addr
+	}
+	nodes := make([]*ServerProcess, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, dir := range opts.DataDirs {
+		o := opts.Server
+		o.DataDir, o.Listen = dir, ""
+		o.Args = append(ClusterNodeArgs(i, routes, opts.Domain, opts.Secret), o.Args...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = StartServer(ctx, o)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		StopAll(nodes)
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+	return nodes, nil
+}
+
+// StopAll stops every started process of ps (nil entries are skipped) and
+// returns their errors joined.
+func StopAll(ps []*ServerProcess) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, p := range ps {
+		if p != nil {
+			errs = append(errs, p.Stop(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// NodeFigures are one cluster node's figures of a run.
+type NodeFigures struct {
+	URL string `json:"url"`
+	PID int    `json:"pid"`
+	// Senders and Recipients are how many of the run's agents connect to
+	// the node.
+	Senders    int `json:"senders"`
+	Recipients int `json:"recipients"`
+	// ServerCPUmsPerIntent is the node's CPU over the measured phase per
+	// intent of the whole run; null when its process could not be read.
+	ServerCPUmsPerIntent *float64 `json:"server_cpu_ms_per_intent"`
+	ServerRSSMB          *float64 `json:"server_rss_mb"`
+}
+
+// sampleNodes reads every node's process; a node that cannot be read has a
+// zero sample and a note.
+func sampleNodes(pids []int, sum *Summary) []ProcSample {
+	out := make([]ProcSample, len(pids))
+	for i, pid := range pids {
+		s, err := ReadProc(pid)
+		if err != nil {
+			sum.Notes = append(sum.Notes, fmt.Sprintf("cluster node %d: %v", i, err))
+			continue
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// setCluster sets the per-node figures and the server figures summed over
+// the nodes from samples taken before and after the measured phase.
+func (s *Summary) setCluster(cfg Config, f *Fleet, before, after []ProcSample, intents int64) {
+	s.ClusterNodes = make([]NodeFigures, len(cfg.NodeURLs))
+	var cpu time.Duration
+	var hwm int64
+	measured := len(cfg.NodePIDs) > 0
+	for i, u := range cfg.NodeURLs {
+		nf := NodeFigures{URL: u}
+		for _, a := range f.Senders {
+			if a.Base == u {
+				nf.Senders++
+			}
+		}
+		for _, a := range f.Recipients {
+			if a.Base == u {
+				nf.Recipients++
+			}
+		}
+		if i < len(cfg.NodePIDs) {
+			nf.PID = cfg.NodePIDs[i]
+		}
+		if i < len(before) && !before[i].At.IsZero() && !after[i].At.IsZero() {
+			d := after[i].CPU - before[i].CPU
+			cpu += d
+			hwm += after[i].HWM
+			if intents > 0 {
+				v := round3(float64(d) / float64(time.Millisecond) / float64(intents))
+				nf.ServerCPUmsPerIntent = &v
+			}
+			r := mb(after[i].HWM)
+			nf.ServerRSSMB = &r
+		} else {
+			measured = false
+		}
+		s.ClusterNodes[i] = nf
+	}
+	if !measured {
+		return
+	}
+	if intents > 0 {
+		v := round3(float64(cpu) / float64(time.Millisecond) / float64(intents))
+		s.ServerCPUmsPerIntent = &v
+	}
+	if wall := after[0].At.Sub(before[0].At); wall > 0 {
+		v := math.Round(float64(cpu)/float64(wall)*1000) / 1000
+		s.ServerCPUUtil = &v
+	}
+	r := mb(hwm)
+	s.ServerRSSMB = &r
+}
