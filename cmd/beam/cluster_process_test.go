@@ -18,8 +18,8 @@ import (
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
-	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/beamtest"
+	"github.com/beamdir/beam/internal/bench"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -30,30 +30,15 @@ const clusterDomain = "acme.beam.directory"
 // and every node's data directory holds the same directory key.
 func clusterOptions(t *testing.T, n int, extra ...string) []beamtest.Options {
 	t.Helper()
-	first := t.TempDir()
-	_, _, err := federation.LoadOrCreateKey(first)
-	require.NoError(t, err)
+	dirs := make([]string, n)
 	routes := make([]string, n)
 	for i := range routes {
-		routes[i] = freeAddr(t)
+		dirs[i], routes[i] = t.TempDir(), freeAddr(t)
 	}
+	require.NoError(t, bench.ShareDirectoryKey(dirs))
 	opts := make([]beamtest.Options, n)
 	for i := range opts {
-		var others []string
-		for j, r := range routes {
-			if j != i {
-				others = append(others, "nats-route://"+r)
-			}
-		}
-		dataDir := first
-		if i > 0 {
-			dataDir = t.TempDir()
-			copyDirectoryKey(t, first, dataDir)
-		}
-		opts[i] = beamtest.Options{DataDir: dataDir, Args: append([]string{"--domain", clusterDomain, "--cluster",
-			"--node-id", fmt.Sprintf("node%d", i), "--nats-listen", "127.0.0.1:0",
-			"--cluster-listen", routes[i], "--cluster-routes", strings.Join(others, ","),
-			"--cluster-secret", "route-secret-for-tests", "--default-policy", "allow"}, extra...)}
+		opts[i] = beamtest.Options{DataDir: dirs[i], Args: append(bench.ClusterNodeArgs(i, routes, clusterDomain, "route-secret-for-tests"), extra...)}
 	}
 	return opts
 }
