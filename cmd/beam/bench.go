@@ -67,7 +67,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts a beam serve process on a temporary data directory")
 	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus, federation or mesh (pipeline envelopes); jobs runs Intent Protocol publishers and workers")
 	fs.IntVar(&f.hops, "hops", 3, "--mode mesh: actors in each envelope's route")
-	fs.IntVar(&f.clusterNodes, "cluster-nodes", 0, "without --url, --mode ws or http: start this many `beam serve --cluster` nodes of one domain and spread senders and recipients over them (server figures summed over the nodes, and per node)")
+	fs.IntVar(&f.clusterNodes, "cluster-nodes", 0, "without --url, --mode ws or http: start `N` beam serve --cluster nodes of one domain and spread senders and recipients over them (server figures summed over the nodes, and per node)")
 	fs.IntVar(&f.count, "count", 10000, "intents of a burn-down run")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "intents in flight at most")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")

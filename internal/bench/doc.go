@@ -19,8 +19,14 @@
 //     named in Config.Domain) to recipients on a federated second one
 //     (Config.PeerURL, Config.PeerDomain).
 //
+// A ws or http run over a cluster (Config.NodeURLs) registers and connects
+// senders and recipients round-robin over its nodes, so most intents cross
+// nodes, and reads every node's process (Config.NodePIDs): the server
+// figures are summed over the nodes, and reported per node.
+//
 // The package also starts `beam serve` as a child process (StartServer),
-// two federated ones (StartFederation), seeds an event log with many events
+// two federated ones (StartFederation), the nodes of a cluster
+// (StartCluster), seeds an event log with many events
 // (SeedLog), times a restart on it (MeasureRestart) and runs the chaos
 // scenario (RunChaos): a mixed durable load through the Go SDK while the
 // server is SIGKILLed and restarted at seeded random points, followed by
@@ -31,5 +37,7 @@
 // it must not import the server's packages, so that what it measures is
 // what an outside agent sees. The exceptions are package tracing, used by
 // SeedLog to write a log before any server runs on it and by RunChaos to
-// check a stopped server's log.
+// check a stopped server's log, and package federation, whose
+// LoadOrCreateKey creates the directory key a cluster's nodes share before
+// any of them runs (ShareDirectoryKey).
 package bench
