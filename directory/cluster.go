@@ -236,20 +236,28 @@ func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.
 
 // claimClusterNonce refuses a frame whose nonce another node of the cluster
 // accepted (replay protection across nodes). A frame handed over by another
-// node was claimed there.
+// node was claimed there. Frames from peer directories claim it too: the
+// nodes take federation messages in one queue group, so a peer's retry may
+// reach another node than its first attempt. That node answers IN_PROGRESS,
+// which the peer's relay retries until the queue group gives the frame to
+// the node holding the claim, whose replay check answers it (cached result
+// or IN_PROGRESS).
 func (d *Directory) claimClusterNonce(ctx context.Context, f *wire.IntentFrame, o RelayOptions) *RelayError {
 	r := d.nodeRouter()
-	if r == nil || o.Origin == OriginCluster || o.Origin == OriginFederation {
+	if r == nil || o.Origin == OriginCluster {
 		return nil
 	}
 	ok, err := r.ClaimNonce(ctx, f.From, f.Nonce)
 	if err != nil {
 		return relayErr(CodeRelayError, f.Nonce, "the cluster cannot check the nonce now; retry: %v", err)
 	}
-	if !ok {
-		return relayErr(CodeNonceReuse, f.Nonce, "Nonce %s was used on another node of this directory", f.Nonce)
+	switch {
+	case ok:
+		return nil
+	case o.Origin == OriginFederation:
+		return relayErr(CodeInProgress, f.Nonce, "Nonce %s is handled by another node of this directory; retry", f.Nonce)
 	}
-	return nil
+	return relayErr(CodeNonceReuse, f.Nonce, "Nonce %s was used on another node of this directory", f.Nonce)
 }
 
 // frameBytes is the frame as it arrived, or its delivery JSON when it was

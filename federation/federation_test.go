@@ -51,6 +51,24 @@ type fedDir struct {
 
 func startDir(t *testing.T, domain, path, natsListen string, mod func(*Config), dmods ...func(*directory.Config)) *fedDir {
 	t.Helper()
+	d, cfg := prepareDir(t, domain, path, natsListen, mod, dmods...)
+	ctx := context.Background()
+	node, err := New(ctx, cfg)
+	require.NoError(t, err)
+	require.NoError(t, node.Start(ctx))
+	mux := http.NewServeMux()
+	d.reg.Routes(mux)
+	d.dir.Routes(mux)
+	node.Routes(mux)
+	d.node, d.srv, d.natsAddr = node, httptest.NewServer(mux), node.NATSAddr()
+	t.Cleanup(d.stop)
+	return d
+}
+
+// prepareDir opens the log, registry and relay of a directory under test
+// and returns them with the federation config New would get.
+func prepareDir(t *testing.T, domain, path, natsListen string, mod func(*Config), dmods ...func(*directory.Config)) (*fedDir, Config) {
+	t.Helper()
 	if path == "" {
 		path = t.TempDir()
 	}
@@ -78,17 +96,7 @@ func startDir(t *testing.T, domain, path, natsListen string, mod func(*Config), 
 	if mod != nil {
 		mod(&cfg)
 	}
-	node, err := New(ctx, cfg)
-	require.NoError(t, err)
-	require.NoError(t, node.Start(ctx))
-	mux := http.NewServeMux()
-	reg.Routes(mux)
-	dir.Routes(mux)
-	node.Routes(mux)
-	srv := httptest.NewServer(mux)
-	d := &fedDir{t: t, domain: domain, path: path, natsAddr: node.NATSAddr(), key: priv, log: lg, reg: reg, dir: dir, node: node, srv: srv, prom: prom}
-	t.Cleanup(d.stop)
-	return d
+	return &fedDir{t: t, domain: domain, path: path, key: priv, log: lg, reg: reg, dir: dir, prom: prom}, cfg
 }
 
 func (d *fedDir) stop() {
@@ -96,10 +104,14 @@ func (d *fedDir) stop() {
 		return
 	}
 	d.stopped = true
-	d.srv.CloseClientConnections()
-	_ = d.node.Close()
+	if d.srv != nil {
+		d.srv.CloseClientConnections()
+		_ = d.node.Close()
+	}
 	_ = d.dir.Close()
-	d.srv.Close()
+	if d.srv != nil {
+		d.srv.Close()
+	}
 	_ = d.reg.Close(context.Background())
 	_ = d.log.Close()
 }

@@ -109,6 +109,11 @@ type Config struct {
 	// queue group, so that of the nodes of a cluster serving one domain
 	// exactly one handles each federation message.
 	QueueGroup string
+	// BeforeSubscribe, when set, runs once the NATS connection is up and
+	// before this directory subscribes its subjects; an error fails New
+	// (cluster mode checks the node's directory key there, so a node the
+	// cluster refuses never joins the queue group).
+	BeforeSubscribe func(nc *nats.Conn) error
 }
 
 // peerState is a pinned peer and the connection that reaches it.
@@ -327,6 +332,11 @@ func (n *Node) startNATS() error {
 		n.shared = nc
 	}
 	n.self.URL = "nats://" + n.NATSAddr()
+	if n.cfg.BeforeSubscribe != nil {
+		if err := n.cfg.BeforeSubscribe(n.shared); err != nil {
+			return err
+		}
+	}
 	subject := SubjectPrefix + "." + Token(n.cfg.Domain) + ".>"
 	var sub *nats.Subscription
 	if n.cfg.QueueGroup != "" {

@@ -120,6 +120,8 @@ type Node struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// identityChecked: CheckIdentity passed before Start.
+	identityChecked bool
 }
 
 // New validates cfg. Apply ServerOptions to the embedded NATS server, then
@@ -264,8 +266,10 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	if err := n.checkIdentity(ctx); err != nil {
-		return err
+	if !n.identityChecked {
+		if err := n.checkIdentity(ctx, js); err != nil {
+			return err
+		}
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -23,14 +24,29 @@ const identityKey = "directory-key"
 // key is not the one the cluster announces.
 var ErrDirectoryKeyMismatch = errors.New("cluster: this node's directory key differs from the cluster's")
 
+// CheckIdentity runs the directory key check (checkIdentity) through nc
+// before Start, so that a refused node never subscribes to federation
+// messages; Start then does not check again.
+func (n *Node) CheckIdentity(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	if err := n.checkIdentity(ctx, js); err != nil {
+		return err
+	}
+	n.identityChecked = true
+	return nil
+}
+
 // checkIdentity announces cfg.DirectoryKey as the cluster's directory key
 // when none is announced yet, and fails with ErrDirectoryKeyMismatch when
 // another is.
-func (n *Node) checkIdentity(ctx context.Context) error {
+func (n *Node) checkIdentity(ctx context.Context, js jetstream.JetStream) error {
 	if n.cfg.DirectoryKey == "" {
 		return nil
 	}
-	kv, err := createKV(ctx, n.js, jetstream.KeyValueConfig{
+	kv, err := createKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket: "BEAM_CLUSTER_" + Token(n.cfg.Domain), Replicas: n.Replicas(), Storage: jetstream.FileStorage,
 	})
 	if err != nil {

@@ -34,13 +34,13 @@ func TestCheckIdentityRefusesAnotherDirectoryKey(t *testing.T) {
 	defer cancel()
 	js := jetStream(t)
 	node := func(key string) *Node {
-		return &Node{cfg: Config{Domain: "acme.beam.directory", NodeID: "n", Replicas: 1, DirectoryKey: key}, js: js}
+		return &Node{cfg: Config{Domain: "acme.beam.directory", NodeID: "n", Replicas: 1, DirectoryKey: key}}
 	}
 	first := "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-	require.NoError(t, node(first).checkIdentity(ctx), "the first node announces its key")
-	require.NoError(t, node(first).checkIdentity(ctx), "a node with the same key joins")
-	err := node("BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB").checkIdentity(ctx)
+	require.NoError(t, node(first).checkIdentity(ctx, js), "the first node announces its key")
+	require.NoError(t, node(first).checkIdentity(ctx, js), "a node with the same key joins")
+	err := node("BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB").checkIdentity(ctx, js)
 	require.ErrorIs(t, err, ErrDirectoryKeyMismatch)
 	require.Contains(t, err.Error(), first)
-	require.NoError(t, node("").checkIdentity(ctx), "no key: no check")
+	require.NoError(t, node("").checkIdentity(ctx, js), "no key: no check")
 }

@@ -52,6 +52,12 @@ func startLive(t *testing.T, cfg Config) *liveServer {
 	}
 	s, err := New(context.Background(), cfg)
 	require.NoError(t, err)
+	return serveLive(t, s)
+}
+
+// serveLive serves s on 127.0.0.1:0 and shuts it down when the test ends.
+func serveLive(t *testing.T, s *Server) *liveServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)

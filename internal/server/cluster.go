@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
@@ -89,17 +90,35 @@ func (s *Server) natsServerOptions() func(*server.Options) {
 	return s.cluster.ServerOptions
 }
 
+// clusterIdentity is federation's hook before it subscribes: a node whose
+// directory key differs from the cluster's fails here, before it joins the
+// federation queue group. Nil on a single node.
+func (s *Server) clusterIdentity(ctx context.Context) func(*nats.Conn) error {
+	if s.cluster == nil {
+		return nil
+	}
+	return func(nc *nats.Conn) error {
+		ctx, cancel := context.WithTimeout(ctx, s.joinTimeout())
+		defer cancel()
+		return s.cluster.CheckIdentity(ctx, nc)
+	}
+}
+
+// joinTimeout bounds the wait for the cluster to form at start.
+func (s *Server) joinTimeout() time.Duration {
+	if t := s.cfg.Cluster.JoinTimeout; t > 0 {
+		return t
+	}
+	return clusterJoinTimeout
+}
+
 // startCluster joins the cluster once federation's NATS connection is up
 // and catches the registry up before anything is served.
 func (s *Server) startCluster(ctx context.Context, sessions func() int) error {
 	if s.cluster == nil {
 		return nil
 	}
-	timeout := s.cfg.Cluster.JoinTimeout
-	if timeout <= 0 {
-		timeout = clusterJoinTimeout
-	}
-	jctx, cancel := context.WithTimeout(ctx, timeout)
+	jctx, cancel := context.WithTimeout(ctx, s.joinTimeout())
 	defer cancel()
 	s.cluster.SetSessions(sessions)
 	if err := s.cluster.Start(jctx, s.fed.Conn()); err != nil {

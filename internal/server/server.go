@@ -608,7 +608,7 @@ func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, 
 		Domain: s.cfg.Domain, Key: key, Log: s.log, Directory: dir, Registry: agents,
 		NATSListen: s.cfg.NATSListen, NATSURL: s.cfg.NATSURL, Peers: s.cfg.Peers,
 		Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry, OperatorAuth: s.IsOperator,
-		ServerOptions: s.natsServerOptions(), QueueGroup: s.federationQueue(),
+		ServerOptions: s.natsServerOptions(), QueueGroup: s.federationQueue(), BeforeSubscribe: s.clusterIdentity(ctx),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open federation: %w", err)
