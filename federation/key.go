@@ -3,8 +3,10 @@ package federation
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -151,4 +153,26 @@ func truncate(s string) string {
 		return s[:80] + "…"
 	}
 	return s
+}
+
+// ShareKey creates the directory key in dirs[0] if it has none and copies
+// it into the other data directories: the nodes of one cluster present one
+// directory identity.
+func ShareKey(dirs []string) error {
+	if len(dirs) == 0 {
+		return errors.New("share directory key: no data directory")
+	}
+	if _, _, err := LoadOrCreateKey(dirs[0]); err != nil {
+		return fmt.Errorf("share directory key: %w", err)
+	}
+	key, err := os.ReadFile(filepath.Join(dirs[0], KeyFile))
+	if err != nil {
+		return fmt.Errorf("share directory key: %w", err)
+	}
+	for _, d := range dirs[1:] {
+		if err := os.WriteFile(filepath.Join(d, KeyFile), key, 0o600); err != nil {
+			return fmt.Errorf("share directory key: %w", err)
+		}
+	}
+	return nil
 }

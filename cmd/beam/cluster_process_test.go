@@ -18,6 +18,7 @@ import (
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/internal/bench"
 	"github.com/beamdir/beam/tracing"
@@ -35,7 +36,7 @@ func clusterOptions(t *testing.T, n int, extra ...string) []beamtest.Options {
 	for i := range routes {
 		dirs[i], routes[i] = t.TempDir(), freeAddr(t)
 	}
-	require.NoError(t, bench.ShareDirectoryKey(dirs))
+	require.NoError(t, federation.ShareKey(dirs))
 	opts := make([]beamtest.Options, n)
 	for i := range opts {
 		opts[i] = beamtest.Options{DataDir: dirs[i], Args: append(bench.ClusterNodeArgs(i, routes, clusterDomain, "route-secret-for-tests"), extra...)}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -51,27 +49,6 @@ func ClusterNodeArgs(i int, routes []string, domain, secret string) []string {
 		"--cluster-secret", secret, "--default-policy", "allow"}
 }
 
-// ShareDirectoryKey creates the directory key in dirs[0] if it has none
-// and copies it into the other directories.
-func ShareDirectoryKey(dirs []string) error {
-	if len(dirs) == 0 {
-		return errors.New("share directory key: no data directory")
-	}
-	if _, _, err := federation.LoadOrCreateKey(dirs[0]); err != nil {
-		return fmt.Errorf("share directory key: %w", err)
-	}
-	key, err := os.ReadFile(filepath.Join(dirs[0], federation.KeyFile))
-	if err != nil {
-		return fmt.Errorf("share directory key: %w", err)
-	}
-	for _, d := range dirs[1:] {
-		if err := os.WriteFile(filepath.Join(d, federation.KeyFile), key, 0o600); err != nil {
-			return fmt.Errorf("share directory key: %w", err)
-		}
-	}
-	return nil
-}
-
 // StartCluster starts one `beam serve --cluster` process per data
 // directory, all of one domain, their embedded NATS servers routed to each
 // other on free loopback ports. The nodes start together (the cluster's
@@ -88,7 +65,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) ([]*ServerProcess, e
 	if opts.Secret == "" {
 		opts.Secret = "beam-bench-loopback-routes"
 	}
-	if err := ShareDirectoryKey(opts.DataDirs); err != nil {
+	if err := federation.ShareKey(opts.DataDirs); err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
 	routes := make([]string, n)

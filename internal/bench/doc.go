@@ -39,5 +39,5 @@
 // SeedLog to write a log before any server runs on it and by RunChaos to
 // check a stopped server's log, and package federation, whose
 // LoadOrCreateKey creates the directory key a cluster's nodes share before
-// any of them runs (ShareDirectoryKey).
+// any of them runs (federation.ShareKey).
 package bench

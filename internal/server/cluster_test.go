@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,11 +35,7 @@ func freeRoutePort(t *testing.T) string {
 func startClusterPair(t *testing.T, domain string) [2]*liveServer {
 	t.Helper()
 	dirs := [2]string{t.TempDir(), t.TempDir()}
-	_, _, err := federation.LoadOrCreateKey(dirs[0])
-	require.NoError(t, err)
-	key, err := os.ReadFile(filepath.Join(dirs[0], federation.KeyFile))
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dirs[1], federation.KeyFile), key, 0o600))
+	require.NoError(t, federation.ShareKey(dirs[:]))
 	routes := [2]string{freeRoutePort(t), freeRoutePort(t)}
 	var (
 		wg   sync.WaitGroup
