@@ -25,7 +25,9 @@ import (
 // envelope by an admin.
 func TestBrowserPipelineView(t *testing.T) {
 	browsertest.SkipWithoutChromium(t)
-	l := startLive(t, Config{MeshHopTimeout: 5 * time.Second})
+	// The gate actor holds its hop while the page is driven: its timeout
+	// must outlast a slow browser, and nothing here waits for it to fire.
+	l := startLive(t, Config{MeshHopTimeout: 2 * time.Minute})
 	shots := browsertest.NewShooter(t, "pipelines")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
