@@ -366,16 +366,25 @@ func (o *Outbox) release(ctx context.Context, c Claim, to OutboxState, change fu
 	r := c.Row
 	r.State, r.ClaimedAt, r.ClaimedBy, r.UpdatedAt = to, time.Time{}, "", fromUs(us(o.clock()))
 	change(&r)
-	evs, err := o.withStep(ctx, c.Nonce, stepOf(r, false), events)
-	if err != nil {
-		return err
-	}
-	_, err = o.log.Do(ctx, func(tx *sqlx.Tx) error {
-		return o.fenced(tx, c, to, `UPDATE federation_outbox SET status = ?, attempts = ?, last_error = ?, available_at = ?,
+	// A step without events of its own is an annotation in the intent's
+	// current state; when the intent moves between reading that state and
+	// the commit (a sender's deadline fails it), read it again.
+	for try := 0; ; try++ {
+		evs, err := o.withStep(ctx, c.Nonce, stepOf(r, false), events)
+		if err != nil {
+			return err
+		}
+		_, err = o.log.Do(ctx, func(tx *sqlx.Tx) error {
+			return o.fenced(tx, c, to, `UPDATE federation_outbox SET status = ?, attempts = ?, last_error = ?, available_at = ?,
   published_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, updated_at = ?`,
-			string(to), r.Attempts, r.LastError, us(r.AvailableAt), nullUs(r.PublishedAt), us(r.UpdatedAt))
-	}, evs...)
-	return unwrapFn(err)
+				string(to), r.Attempts, r.LastError, us(r.AvailableAt), nullUs(r.PublishedAt), us(r.UpdatedAt))
+		}, evs...)
+		var te *tracing.TransitionError
+		if len(events) == 0 && try < 3 && errors.As(err, &te) {
+			continue
+		}
+		return unwrapFn(err)
+	}
 }
 
 // Publish records events and finalizes c as PUBLISHED in one transaction

@@ -27,6 +27,7 @@ const (
 	nodeTTL        = 10 * time.Second
 	nodeRefresh    = 2 * time.Second
 	settleTimeout  = 3 * time.Second
+	maxSettle      = 30 * time.Second
 	maxSyncPayload = 32
 )
 
@@ -198,14 +199,18 @@ func (n *Node) Nodes(ctx context.Context) ([]NodeInfo, error) {
 }
 
 // Settle waits until every other live node applied the registry stream up
-// to seq, each for at most a few seconds (a node that does not answer is
-// down or cut off; it catches up before it serves again).
+// to seq. A node that is slow to confirm is asked again for as long as it
+// stays a member (it refreshes its entry while it runs), up to maxSettle; a
+// node that has no subscriber (its process or NATS connection is gone) or
+// whose entry expired is down and catches up before it serves again.
 func (n *Node) Settle(ctx context.Context, seq uint64) {
 	nodes, err := n.Nodes(ctx)
 	if err != nil {
 		n.lg.Warn("settle registry change", "seq", seq, "err", err)
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, maxSettle)
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, info := range nodes {
 		if info.NodeID == n.cfg.NodeID {
@@ -214,15 +219,40 @@ func (n *Node) Settle(ctx context.Context, seq uint64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rctx, cancel := context.WithTimeout(ctx, settleTimeout)
-			defer cancel()
-			if _, err := n.nc.RequestWithContext(rctx, n.syncSubject(info.NodeID),
-				[]byte(strconv.FormatUint(seq, 10))); err != nil {
+			if err := n.settleNode(ctx, info, seq); err != nil {
 				n.lg.Warn("node did not confirm a registry change", "peer", info.NodeID, "seq", seq, "err", err)
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// settleNode asks one node to confirm seq until it does, leaves the
+// membership or restarts, or ctx ends.
+func (n *Node) settleNode(ctx context.Context, info NodeInfo, seq uint64) error {
+	payload := []byte(strconv.FormatUint(seq, 10))
+	for {
+		rctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		_, err := n.nc.RequestWithContext(rctx, n.syncSubject(info.NodeID), payload)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, nats.ErrNoResponders):
+			return nil // not subscribed: down
+		case ctx.Err() != nil, errors.Is(err, nats.ErrConnectionClosed):
+			return err
+		}
+		e, gerr := n.members.kv.Get(ctx, info.NodeID)
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted) {
+			return nil // expired: down
+		}
+		var now NodeInfo
+		if gerr == nil && json.Unmarshal(e.Value(), &now) == nil && !now.Started.Equal(info.Started) {
+			return nil // restarted: it caught up before serving
+		}
+		n.lg.Info("node slow to confirm a registry change; asking again", "peer", info.NodeID, "seq", seq, "err", err)
+	}
 }
 
 // Status is what the dashboard shows of the cluster.
