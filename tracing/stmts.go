@@ -104,17 +104,25 @@ func multiSQL(k multiKind, rows int) string {
 			table, cols = "beam_messages", messageCols
 		}
 		return `SELECT ` + cols + ` FROM ` + table + ` WHERE nonce IN (` + strings.Repeat("?,", rows-1) + `?)`
+	// The plain inserts say OR ROLLBACK: a failing insert fails the whole
+	// batch anyway (commitBatch rolls it back), and without the default
+	// ABORT SQLite keeps no statement journal (a copy of every page the
+	// statement changes that the transaction had changed before). The
+	// upsert's DO UPDATE keeps ABORT, as SQLite requires.
 	case mEvents:
-		head = `INSERT INTO intent_trace_events(` + eventInsertCols + `) VALUES`
+		head = `INSERT OR ROLLBACK INTO intent_trace_events(` + eventInsertCols + `) VALUES`
 	case mIntentInsert:
-		head = `INSERT INTO intent_log(` + intentCols + `) VALUES`
+		head = `INSERT OR ROLLBACK INTO intent_log(` + intentCols + `) VALUES`
 	case mIntentUpsert:
 		head = `INSERT INTO intent_log(` + intentCols + `) VALUES`
 		tail = intentUpsertSet
 	default:
-		head = `INSERT INTO beam_messages(` + messageCols + `) VALUES`
+		head = `INSERT OR ROLLBACK INTO beam_messages(` + messageCols + `) VALUES`
 	}
 	row := "(" + strings.Repeat("?,", multiWidth(k)-1) + "?)"
+	if k == mEvents {
+		row = eventRowSQL
+	}
 	var sb strings.Builder
 	sb.Grow(len(head) + rows*(len(row)+1) + len(tail))
 	sb.WriteString(head)
@@ -127,6 +135,12 @@ func multiSQL(k multiKind, rows int) string {
 	sb.WriteString(tail)
 	return sb.String()
 }
+
+// eventRowSQL is one row of the event insert (eventInsertCols). The four
+// party and transport columns are empty on most events after the first; an
+// empty one is bound as NULL and stored as the empty string (eventNV),
+// which spares the driver a C string per value.
+const eventRowSQL = `(?,?,?,?,coalesce(?,''),coalesce(?,''),coalesce(?,''),coalesce(?,''),?,?,?)`
 
 func multiID(k multiKind, level int) stmtID {
 	return stSingles + stmtID(int(k)*multiLevels+level)

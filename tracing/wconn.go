@@ -142,6 +142,15 @@ func nvText(a []driver.NamedValue, s string) []driver.NamedValue {
 	return append(a, driver.NamedValue{Value: s})
 }
 
+// nvTextOrNull binds "" as NULL, for columns whose SQL turns NULL into the empty string
+// (eventRowSQL).
+func nvTextOrNull(a []driver.NamedValue, s string) []driver.NamedValue {
+	if s == "" {
+		return append(a, driver.NamedValue{})
+	}
+	return append(a, driver.NamedValue{Value: s})
+}
+
 func nvInt(a []driver.NamedValue, n int64) []driver.NamedValue {
 	return append(a, driver.NamedValue{Value: n})
 }
@@ -177,10 +186,10 @@ func eventNV(a []driver.NamedValue, ev *Event, details string, first int64) []dr
 	a = nvText(a, ev.Nonce)
 	a = nvText(a, string(ev.State))
 	a = nvInt(a, ev.At.UnixMicro())
-	a = nvText(a, ev.From)
-	a = nvText(a, ev.To)
-	a = nvText(a, ev.IntentType)
-	a = nvText(a, ev.Transport)
+	a = nvTextOrNull(a, ev.From)
+	a = nvTextOrNull(a, ev.To)
+	a = nvTextOrNull(a, ev.IntentType)
+	a = nvTextOrNull(a, ev.Transport)
 	a = nvInt(a, int64(ev.Attempt))
 	a = nvText(a, details)
 	return nvInt(a, first)

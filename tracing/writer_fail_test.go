@@ -1,0 +1,88 @@
+package tracing
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+)
+
+// Events after the first leave from, to, intentType and transport empty;
+// the writer binds them as NULL and the insert stores the empty string. They must
+// hold text, never NULL, or every reader that scans them into a string
+// would fail.
+func TestEmptyEventFieldsStoredAsEmptyText(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.log.Append(ctx, received("n1"), ev("n1", Validated), Event{Nonce: "n1", State: Dispatched, Transport: "ws"})
+	require.NoError(t, err)
+
+	var rows []struct {
+		From, To, Type, Transport string
+	}
+	require.NoError(t, b.log.ReadDB().SelectContext(ctx, &rows, `SELECT from_beam_id AS "from", to_beam_id AS "to",
+		intent_type AS "type", transport FROM intent_trace_events ORDER BY seq`))
+	require.Len(t, rows, 3)
+	require.Equal(t, "alice@acme.beam.directory", rows[0].From)
+	require.Equal(t, "ws", rows[0].Transport)
+	require.Equal(t, struct{ From, To, Type, Transport string }{}, rows[1])
+	require.Equal(t, "ws", rows[2].Transport)
+	require.Empty(t, rows[2].From)
+
+	var nonText int
+	require.NoError(t, b.log.ReadDB().GetContext(ctx, &nonText, `SELECT COUNT(*) FROM intent_trace_events
+		WHERE typeof(from_beam_id) != 'text' OR typeof(to_beam_id) != 'text'
+		   OR typeof(intent_type) != 'text' OR typeof(transport) != 'text'`))
+	require.Zero(t, nonText)
+
+	trace, err := b.log.Trace(ctx, "n1")
+	require.NoError(t, err)
+	require.Len(t, trace, 3)
+	require.Empty(t, trace[1].From)
+	require.Empty(t, trace[1].Transport)
+}
+
+// A batch whose transaction SQLite rolls back by itself in the middle of
+// an insert (as a failing INSERT OR ROLLBACK does) fails the requests of
+// that batch only: nothing of it is written, the log reports the write
+// error until a later batch commits, and the next append commits normally
+// with the seqs the failed batch gave back.
+func TestBatchRolledBackInsideSQLiteFailsOnlyThatBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.log.Append(ctx, received("before"))
+	require.NoError(t, err)
+	// A temporary trigger on the write connection rolls the whole
+	// transaction back when the poisoned nonce is inserted.
+	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`CREATE TEMP TRIGGER poison BEFORE INSERT ON main.intent_trace_events
+			WHEN NEW.nonce = 'poison' BEGIN SELECT RAISE(ROLLBACK, 'poisoned event'); END`)
+		return err
+	})
+	require.NoError(t, err)
+
+	_, err = b.log.Append(ctx, received("poison"))
+	require.ErrorContains(t, err, "poisoned event")
+	require.Error(t, b.log.WriteErr())
+	_, ok, err := b.log.State(ctx, "poison")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	evs, err := b.log.Append(ctx, received("after"), ev("before", Validated))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), evs[0].Seq, "the failed batch gives its seq back")
+	require.NoError(t, b.log.WriteErr())
+	st, ok, err := b.log.State(ctx, "before")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, Validated, st)
+
+	// The projections still equal a rebuild.
+	before := snapshotProjections(t, b.log)
+	_, err = b.log.Rebuild(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, snapshotProjections(t, b.log))
+}
