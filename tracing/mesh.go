@@ -138,16 +138,6 @@ type MeshStep struct {
 	Children []string `json:"children,omitempty"`
 }
 
-// Encode returns the step as details.mesh.
-func (s MeshStep) Encode() json.RawMessage {
-	b, err := json.Marshal(s)
-	if err != nil {
-		// A MeshStep holds only strings, numbers and valid raw JSON.
-		panic(fmt.Sprintf("encode mesh step: %v", err))
-	}
-	return b
-}
-
 // MeshRow is one row of the beam_mesh projection: the folded state of one
 // pipeline envelope. Times are unix microseconds except the *At fields
 // copied from steps, which are unix milliseconds.
@@ -180,18 +170,6 @@ type MeshRow struct {
 	LastSeq     int64  `db:"last_seq" json:"lastSeq"`
 }
 
-// DecodeMeshStep decodes details.mesh; empty input is a zero step.
-func DecodeMeshStep(raw json.RawMessage) (MeshStep, error) {
-	var s MeshStep
-	if len(raw) == 0 {
-		return s, nil
-	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return MeshStep{}, fmt.Errorf("decode mesh step: %w", err)
-	}
-	return s, nil
-}
-
 // Apply folds ev into the row. ev must be the next event of the envelope's
 // nonce; on a zero row it must be the nonce's first event. Events without
 // details.mesh (the directory's delivered event) change only the state.
@@ -199,7 +177,7 @@ func DecodeMeshStep(raw json.RawMessage) (MeshStep, error) {
 // appender and in Rebuild.
 func (m *MeshRow) Apply(ev Event) {
 	us := ev.At.UnixMicro()
-	st, _ := DecodeMeshStep(ev.Details.Mesh)
+	st, _ := steps.decode(ev.Details.Mesh)
 	if m.Nonce == "" {
 		m.Nonce = ev.Nonce
 		m.ID = st.ID
