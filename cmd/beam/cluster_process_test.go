@@ -345,39 +345,29 @@ func TestClusterKillProcesses(t *testing.T) {
 		httpClients[key] = c
 		return c
 	}
-	stop := make(chan struct{})
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		for k := 0; ; k++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			i, j := k%3, (k+1)%3
-			c, node := as[i].current()
-			to := as[j].id.BeamID
-			if rec, err := c.SendDurable(ctx, to, "task.durable", map[string]any{"k": k}, nil); err == nil {
-				lmu.Lock()
-				sent = append(sent, durableSent{nonce: rec.Nonce, owner: node})
-				lmu.Unlock()
-			}
-			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := c.Send(sctx, to, "task.ws", nil)
-			if err == nil {
-				_, err = httpClient(i, node).Send(sctx, to, "task.http", nil)
-			}
-			scancel()
+	stopLoad := runLoad(func(k int) {
+		i, j := k%3, (k+1)%3
+		c, node := as[i].current()
+		to := as[j].id.BeamID
+		if rec, err := c.SendDurable(ctx, to, "task.durable", map[string]any{"k": k}, nil); err == nil {
 			lmu.Lock()
-			if err != nil {
-				syncErr++
-			} else if moved && j == 2 {
-				toMovedOK++
-			}
+			sent = append(sent, durableSent{nonce: rec.Nonce, owner: node})
 			lmu.Unlock()
 		}
-	}()
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := c.Send(sctx, to, "task.ws", nil)
+		if err == nil {
+			_, err = httpClient(i, node).Send(sctx, to, "task.http", nil)
+		}
+		scancel()
+		lmu.Lock()
+		if err != nil {
+			syncErr++
+		} else if moved && j == 2 {
+			toMovedOK++
+		}
+		lmu.Unlock()
+	})
 	acknowledged := func() int {
 		lmu.Lock()
 		defer lmu.Unlock()
@@ -400,8 +390,7 @@ func TestClusterKillProcesses(t *testing.T) {
 
 	nodes[2].Restart()
 	require.Equal(t, http.StatusOK, agentStatus(t, ctx, nodes[2].URL(), lateID.BeamID))
-	close(stop)
-	<-loadDone
+	stopLoad()
 
 	lmu.Lock()
 	all := append([]durableSent(nil), sent...)
