@@ -38,7 +38,7 @@ type DeliveryRecord struct {
 }
 
 // MaxRecordedResult bounds the result frame a delivery record keeps.
-const MaxRecordedResult = 16 << 10
+const MaxRecordedResult = 4 << 10
 
 // HandReply is a node's answer to a hand-over: the result frame, or the
 // relay error it answered with.

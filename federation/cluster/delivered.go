@@ -20,10 +20,12 @@ import (
 // survives the node that received it (docs/ARCHITECTURE.md, "Cluster
 // mode", Bus).
 
-// deliveredTTL is how long a delivery record is kept: an attempt retried
-// or recovered later than that (an owner node down for longer) is
-// delivered again.
-const deliveredTTL = 24 * time.Hour
+// deliveredTTL is how long a delivery record is kept. A record is needed
+// from the acknowledgement until the owner's next attempt of the message
+// (its retry delay, or its restart): an owner down for longer, or a retry
+// schedule with longer delays, delivers the message again. It bounds the
+// bucket to the acknowledgements of the last hour.
+const deliveredTTL = time.Hour
 
 // deliveredRetry is the pause between tries while the bucket is
 // unavailable (its stream electing a leader after a node died).
