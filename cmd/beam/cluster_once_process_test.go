@@ -17,10 +17,13 @@ import (
 
 // onceRecipient counts the deliveries of each nonce it receives. The first
 // delivery of a "task.hold" intent is announced on entered and answered
-// only when release is signalled.
+// only when release is signalled; while a load gate is set, "task.load"
+// intents wait for it to close.
 type onceRecipient struct {
 	mu      sync.Mutex
 	seen    map[string]int
+	gate    chan struct{}
+	held    int
 	entered chan string
 	release chan struct{}
 }
@@ -33,7 +36,17 @@ func (r *onceRecipient) handle(ctx context.Context, in *agents.Intent) agents.Re
 	r.mu.Lock()
 	r.seen[in.Nonce]++
 	first := r.seen[in.Nonce] == 1
+	gate := r.gate
+	if in.Type == "task.load" && gate != nil {
+		r.held++
+	}
 	r.mu.Unlock()
+	if in.Type == "task.load" && gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
 	if in.Type == "task.hold" && first {
 		r.entered <- in.Nonce
 		select {
@@ -42,6 +55,30 @@ func (r *onceRecipient) handle(ctx context.Context, in *agents.Intent) agents.Re
 		}
 	}
 	return agents.Success(map[string]any{"ok": true})
+}
+
+// holdLoad makes "task.load" intents wait until the returned gate closes.
+func (r *onceRecipient) holdLoad() chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gate = make(chan struct{})
+	return r.gate
+}
+
+// heldLoad counts the "task.load" intents that waited for a gate.
+func (r *onceRecipient) heldLoad() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held
+}
+
+// openLoad closes the gate: waiting intents are answered, later ones at
+// once.
+func (r *onceRecipient) openLoad() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	close(r.gate)
+	r.gate = nil
 }
 
 func (r *onceRecipient) count(nonce string) int {
@@ -76,7 +113,8 @@ func runLoad(step func(k int)) (stop func()) {
 // delivered to it again, whichever node dies.
 //
 // The holder dies: durable messages from two nodes flow to an agent on a
-// third, which is SIGKILLed under load; the agent reconnects elsewhere.
+// third, which is SIGKILLed under load with frames the agent has not
+// answered yet; the agent reconnects elsewhere.
 // Every acknowledged message ends acked on its owner and reached the agent;
 // every one whose acknowledgement the dead holder had recorded (acked in its
 // log) reached it exactly once — the owners learn it from the cluster's
@@ -128,7 +166,12 @@ func TestClusterBusOnceProcesses(t *testing.T) {
 		}
 	})
 	require.Eventually(t, func() bool { return countSent() >= 40 }, 2*time.Minute, 20*time.Millisecond)
+	// Some frames are with the recipient, unanswered, when the holder dies;
+	// their answers die with it.
+	r.holdLoad()
+	require.Eventually(t, func() bool { return r.heldLoad() >= 3 }, time.Minute, 20*time.Millisecond)
 	nodes[1].Kill()
+	r.openLoad()
 	rcpt.connect(t, ctx, nodes[2].URL(), 2, r.handle)
 	before := countSent()
 	require.Eventually(t, func() bool { return countSent() >= before+20 }, 2*time.Minute, 20*time.Millisecond,
