@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -65,6 +64,7 @@ type session struct {
 	auth        string
 	beam2       bool // announced beam/2 (protocol query parameter or a beam/2 connect token)
 	conn        *websocket.Conn
+	raw         *idleConn  // under conn's reads: holds a buffer only while bytes wait
 	cork        *frameCork // under conn's write buffer: the writer's batches go out in one write
 	connectedAt time.Time
 	ctx         context.Context
@@ -126,7 +126,7 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{
-		d: d, beamID: agent.BeamID, auth: auth, conn: conn, cork: lh.cork, connectedAt: d.clock(),
+		d: d, beamID: agent.BeamID, auth: auth, conn: conn, raw: lh.conn, cork: lh.cork, connectedAt: d.clock(),
 		ctx: ctx, cancel: cancel, writerDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.wcond.L = &s.wmu
@@ -153,21 +153,26 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 	go s.readLoop()
 }
 
-// Buffer sizes of a WebSocket connection: big enough for one delivered
-// intent message (a frame is at most 4 KiB by default) in one write;
-// larger messages bypass them.
+// Buffer sizes the WebSocket library gets for a connection. They are
+// small on purpose: reads are buffered by idleConn only while bytes are
+// waiting, and a batch of frames is collected by the session's frameCork,
+// so the library's own buffers only need to hold a frame header or a
+// control frame (at most 125 bytes of payload) — memory every idle session
+// would otherwise keep.
 const (
-	wsReadBuffer  = 2 << 10
-	wsWriteBuffer = 4 << 10
+	wsReadBuffer  = 64
+	wsWriteBuffer = 256
 )
 
-// leanHijack hands the WebSocket library new, smaller read and write
-// buffers on Hijack instead of the HTTP server's, which would otherwise stay
-// allocated for as long as the session lives. The write buffer writes to a
-// frameCork (kept in cork), so that the session writer can send the frames
-// it has queued in one write.
+// leanHijack hands the WebSocket library small read and write buffers on
+// Hijack instead of the HTTP server's, which would otherwise stay allocated
+// for as long as the session lives. Reads go through an idleConn (kept in
+// conn), which holds a buffer only while bytes are waiting; the write
+// buffer writes to a frameCork (kept in cork), so that the session writer
+// can send the frames it has queued in one write.
 type leanHijack struct {
 	http.ResponseWriter
+	conn *idleConn
 	cork *frameCork
 }
 
@@ -182,25 +187,13 @@ func (w *leanHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	var ahead []byte
+	if n := brw.Reader.Buffered(); n > 0 {
+		ahead, _ = brw.Reader.Peek(n)
+	}
+	w.conn = newIdleConn(conn, ahead)
 	w.cork = &frameCork{conn: conn}
-	bw := bufio.NewWriterSize(w.cork, wsWriteBuffer)
-	n := brw.Reader.Buffered()
-	if n > wsReadBuffer {
-		return conn, bufio.NewReadWriter(brw.Reader, bw), nil
-	}
-	var src io.Reader = conn
-	if n > 0 {
-		ahead, _ := brw.Reader.Peek(n)
-		src = io.MultiReader(bytes.NewReader(bytes.Clone(ahead)), conn)
-	}
-	br := bufio.NewReaderSize(src, wsReadBuffer)
-	if n > 0 {
-		// Load the read-ahead bytes, so that Buffered reports them.
-		if _, err := br.Peek(n); err != nil {
-			return conn, bufio.NewReadWriter(brw.Reader, bw), nil
-		}
-	}
-	return conn, bufio.NewReadWriter(br, bw), nil
+	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(w.conn, wsReadBuffer), bufio.NewWriterSize(w.cork, wsWriteBuffer)), nil
 }
 
 // authenticate checks the proof of identity of an upgrade request.
@@ -443,6 +436,9 @@ func (s *session) isClosing() bool {
 // work queue stops reading (backpressure on the agent's socket).
 func (s *session) readLoop() {
 	for {
+		// Park here, on a short stack and without a buffer, until the
+		// peer sends something: this is where an idle session waits.
+		s.raw.wait()
 		// A context without Done: the library then arms no cancellation
 		// per read. The read ends when the connection is closed, which
 		// shutdown does before it cancels s.ctx.
@@ -452,6 +448,9 @@ func (s *session) readLoop() {
 				s.d.lg.Debug("websocket read ended", "beamId", s.beamID, "err", err)
 			}
 			break
+		}
+		if s.raw.takeInjected() {
+			continue // not the peer's: the read went idle after a control frame
 		}
 		s.dispatch(data)
 	}

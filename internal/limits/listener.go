@@ -1,8 +1,10 @@
 package limits
 
 import (
+	"errors"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // Listener caps the connections a net.Listener has open: at most total at
@@ -96,6 +98,16 @@ type limitedConn struct {
 	l    *Listener
 	host string
 	once sync.Once
+}
+
+// SyscallConn gives the underlying connection's descriptor, for readers
+// that wait for data without holding a buffer.
+func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("limits: connection has no descriptor")
+	}
+	return sc.SyscallConn()
 }
 
 // Close closes the connection and frees its slot.
