@@ -36,6 +36,7 @@ type benchFlags struct {
 	payloadBytes     int
 	timeout          time.Duration
 	serverPID        int
+	operatorToken    string
 
 	synchronous string
 	dataDir     string
@@ -81,6 +82,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.payloadBytes, "payload-bytes", 64, "filler bytes in each intent's payload")
 	fs.DurationVar(&f.timeout, "timeout", 35*time.Second, "how long one intent may take")
 	fs.IntVar(&f.serverPID, "server-pid", 0, "with --url: process id of the server on this machine, read for CPU and RSS")
+	fs.StringVar(&f.operatorToken, "admin-token", "", "with --url: the server's operator token, to break its memory per idle agent down from its /metrics")
 	fs.StringVar(&f.synchronous, "sqlite-synchronous", "FULL", "without --url: SQLite synchronous mode of the started server")
 	fs.StringVar(&f.dataDir, "data-dir", "", "without --url: data directory of the started server (default a temporary one, removed afterwards)")
 	fs.BoolVar(&f.serverLog, "server-log", false, "without --url: copy the started server's log to stderr")
@@ -158,7 +160,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Rate: f.rate, Duration: f.duration, Warmup: f.warmup,
 		Senders: f.senders, Recipients: f.recipients, IdleAgents: f.idleAgents,
 		RegisterParallel: f.registerParallel, PayloadBytes: f.payloadBytes, Timeout: f.timeout,
-		ServerPID: f.serverPID, Logger: logger,
+		ServerPID: f.serverPID, OperatorToken: f.operatorToken, Logger: logger,
 		PeerURL: f.peerURL, Domain: f.domain, PeerDomain: f.peerDomain, PeerServerPID: f.peerServerPID,
 		Hops: f.hops,
 	}
@@ -196,6 +198,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer cleanup()
 		cfg.URL, cfg.ServerPID = srv.URL, srv.PID
+		cfg.OperatorToken = srv.OperatorToken
 		logger.Info("started beam serve", "url", srv.URL, "pid", srv.PID, "ready", srv.Ready)
 	}
 	if f.cpuProfile != "" {

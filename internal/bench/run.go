@@ -73,6 +73,10 @@ type Config struct {
 	// ServerPID, when positive, is the server's process, read from /proc
 	// for CPU per intent and RSS.
 	ServerPID int
+	// OperatorToken, when set, is the server's operator token: an idle
+	// agents run then reads the server's /metrics to break its memory per
+	// agent down.
+	OperatorToken string
 	// Hops is the route length of a mesh run (DefaultHops).
 	Hops int
 	// PeerURL is the second directory of a federation run: senders
@@ -344,21 +348,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 
 	if cfg.IdleAgents > 0 {
-		lg.Info("registering idle agents", "n", cfg.IdleAgents, "parallel", cfg.RegisterParallel)
-		t0 := time.Now()
-		if err := connectIdle(ctx, fleet, cfg); err != nil {
+		if err := runIdle(ctx, fleet, cfg, sum); err != nil {
 			return nil, err
 		}
-		sum.IdleConnectS = round3(time.Since(t0).Seconds())
-		if cfg.ServerPID > 0 {
-			if s, err := settledRSS(ctx, cfg.ServerPID); err == nil {
-				v := mb(s.RSS)
-				sum.ServerRSSIdleMB = &v
-			} else {
-				sum.Notes = append(sum.Notes, "idle RSS: "+err.Error())
-			}
-		}
-		lg.Info("idle agents connected", "n", fleet.IdleConnected(), "seconds", sum.IdleConnectS)
 	}
 
 	driver, err := factory(ctx, &Env{URL: cfg.URL, Fleet: fleet, HTTP: hc, Config: cfg, Clock: cfg.Clock})
@@ -539,93 +531,4 @@ func steadyRate(ctx context.Context, d Driver, f *Fleet, cfg Config, rec *Record
 		}(i)
 	}
 	wg.Wait()
-}
-
-// connectIdle registers and connects cfg.IdleAgents agents that only keep
-// their sessions open (answering pings).
-func connectIdle(ctx context.Context, f *Fleet, cfg Config) error {
-	idle, err := registerMany(ctx, f.hc, []string{cfg.URL}, cfg.Org, "idle", cfg.IdleAgents, cfg.RegisterParallel)
-	if err != nil {
-		return err
-	}
-	next := make(chan *Agent)
-	errc := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range max(1, min(cfg.RegisterParallel*4, len(idle))) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for a := range next {
-				conn, err := dial(ctx, f.hc, cfg.URL, a)
-				if err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-					continue
-				}
-				// CloseRead keeps reading (and answering pings) in the
-				// background; the session only ever carries control frames
-				// now that "connected" was read.
-				conn.CloseRead(f.ctx)
-				f.mu.Lock()
-				f.conns = append(f.conns, conn)
-				f.idle++
-				f.mu.Unlock()
-			}
-		}()
-	}
-	var firstErr error
-feed:
-	for _, a := range idle {
-		select {
-		case next <- a:
-		case err := <-errc:
-			firstErr = err
-			break feed
-		case <-ctx.Done():
-			firstErr = ctx.Err()
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if firstErr == nil {
-		select {
-		case firstErr = <-errc:
-		default:
-		}
-	}
-	if firstErr != nil {
-		return fmt.Errorf("connect idle agents: %w", firstErr)
-	}
-	return nil
-}
-
-// settledRSS samples the server until its RSS stops growing (the last
-// sessions' buffers and goroutines settle) or two seconds pass.
-func settledRSS(ctx context.Context, pid int) (ProcSample, error) {
-	prev, err := ReadProc(pid)
-	if err != nil {
-		return prev, err
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return prev, ctx.Err()
-		case <-t.C:
-		}
-		s, err := ReadProc(pid)
-		if err != nil {
-			return prev, err
-		}
-		if s.RSS <= prev.RSS {
-			return s, nil
-		}
-		prev = s
-	}
-	return prev, nil
 }

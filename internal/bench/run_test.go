@@ -109,6 +109,8 @@ func TestSteadyRateAndIdleAgents(t *testing.T) {
 	require.EqualValues(t, 50, sum.OK)
 	require.Zero(t, sum.Errors)
 	require.Equal(t, 12, sum.IdleAgents)
+	require.Equal(t, 12, sum.IdleConnected)
+	require.GreaterOrEqual(t, sum.IdleSourceAddrs, 2, "loopback idle agents dial from several source addresses")
 	require.Nil(t, sum.ServerCPUmsPerIntent, "no server pid: no server figures")
 	require.Nil(t, sum.ServerRSSMB)
 	require.NotEmpty(t, sum.Notes)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,6 +48,9 @@ type ServerProcess struct {
 	// IntentURL is the Intent Protocol listener's base URL, when beam serve
 	// printed one (it does before "beam serving on").
 	IntentURL string
+	// OperatorToken is the operator token beam serve stored in its data
+	// directory (admin.token), empty when it could not be read.
+	OperatorToken string
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -75,10 +79,11 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 		listen = "127.0.0.1:0"
 	}
 	// A load test measures the directory, not its limits: every client
-	// comes from one address. The Intent Protocol listener is off unless
+	// comes from one address (or a few loopback ones), and an idle agents
+	// run holds far more connections than the default cap. The Intent Protocol listener is off unless
 	// Args turn it on (a later flag wins), so that several servers never
 	// contend for its port.
-	args := []string{"serve", "--listen", listen, "--intent-listen=", "--data-dir", opts.DataDir, "--no-rate-limits", "--max-conns-per-addr", "0"}
+	args := []string{"serve", "--listen", listen, "--intent-listen=", "--data-dir", opts.DataDir, "--no-rate-limits", "--max-conns-per-addr", "0", "--max-conns", "0"}
 	if opts.Synchronous != "" {
 		args = append(args, "--sqlite-synchronous", opts.Synchronous)
 	}
@@ -141,6 +146,9 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 		return nil, fmt.Errorf("start server: %w", err)
 	}
 	p.Ready = time.Since(began)
+	if tok, err := os.ReadFile(filepath.Join(opts.DataDir, "admin.token")); err == nil {
+		p.OperatorToken = strings.TrimSpace(string(tok))
+	}
 	return p, nil
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -126,4 +127,28 @@ func TestVerifyFloor(t *testing.T) {
 	require.InDelta(t, perOp / *ms, *ratio, 0.01*perOp / *ms + 0.01)
 	_, none := floorFields(d, nil)
 	require.Nil(t, none)
+}
+
+func TestParseOpenFilesLimit(t *testing.T) {
+	t.Parallel()
+	limits := []byte("Limit                     Soft Limit           Hard Limit           Units     \n" +
+		"Max cpu time              unlimited            unlimited            seconds   \n" +
+		"Max open files            20000                20000                files     \n")
+	n, err := ParseOpenFilesLimit(limits)
+	require.NoError(t, err)
+	require.Equal(t, 20000, n)
+	n, err = ParseOpenFilesLimit([]byte("Max open files            unlimited            unlimited            files\n"))
+	require.NoError(t, err)
+	require.Equal(t, math.MaxInt32, n)
+	_, err = ParseOpenFilesLimit([]byte("Max cpu time unlimited unlimited seconds\n"))
+	require.Error(t, err)
+	_, err = ParseOpenFilesLimit([]byte("Max open files            lots            lots            files\n"))
+	require.Error(t, err)
+}
+
+func TestParseMetrics(t *testing.T) {
+	t.Parallel()
+	m := ParseMetrics([]byte("# HELP go_goroutines Number of goroutines.\n# TYPE go_goroutines gauge\ngo_goroutines 5036\n" +
+		"go_memstats_stack_inuse_bytes 2.162688e+07\nbeam_relay_seconds{quantile=\"0.5\"} 0.1\nbroken\n"))
+	require.Equal(t, map[string]float64{"go_goroutines": 5036, "go_memstats_stack_inuse_bytes": 2.162688e+07}, m)
 }

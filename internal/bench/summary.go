@@ -71,9 +71,25 @@ type Summary struct {
 	// of their peaks).
 	ClusterNodes []NodeFigures `json:"cluster_nodes,omitempty"`
 
+	// IdleAgents is how many idle agents were asked for; IdleConnected how
+	// many connected (fewer when the descriptor limits allow fewer; a note
+	// says which).
 	IdleAgents      int      `json:"idle_agents,omitempty"`
+	IdleConnected   int      `json:"idle_agents_connected,omitempty"`
+	IdleSourceAddrs int      `json:"idle_source_addrs,omitempty"`
 	IdleConnectS    float64  `json:"idle_connect_s,omitempty"`
 	ServerRSSIdleMB *float64 `json:"server_rss_idle_mb,omitempty"`
+	// ServerRSSBeforeIdleMB is the server's RSS before the idle agents
+	// registered; ServerRSSKBPerIdleAgent the growth per connected agent.
+	ServerRSSBeforeIdleMB   *float64 `json:"server_rss_before_idle_mb,omitempty"`
+	ServerRSSKBPerIdleAgent *float64 `json:"server_rss_kb_per_idle_agent,omitempty"`
+	// ServerRSSIdleExtrapolatedMB, set only when fewer agents connected
+	// than were asked for, is the RSS before plus the measured growth per
+	// agent times the number asked for: an extrapolation, not a
+	// measurement.
+	ServerRSSIdleExtrapolatedMB *float64 `json:"server_rss_idle_extrapolated_mb,omitempty"`
+	// ServerPerIdleAgent breaks the growth down (needs the operator token).
+	ServerPerIdleAgent *IdleFigures `json:"server_per_idle_agent,omitempty"`
 
 	// ClientCPUmsPerIntent is the load generator's own CPU per intent.
 	ClientCPUmsPerIntent *float64 `json:"client_cpu_ms_per_intent,omitempty"`
@@ -186,7 +202,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 		extra = append(extra, fmt.Sprintf("load generator used %.3f ms CPU per intent", *s.ClientCPUmsPerIntent))
 	}
 	if s.IdleAgents > 0 {
-		extra = append(extra, fmt.Sprintf("%d idle agents connected in %.1fs; server RSS with them %s MB", s.IdleAgents, s.IdleConnectS, opt(s.ServerRSSIdleMB, "")))
+		extra = append(extra, s.idleLines()...)
 	}
 	if len(s.ErrorCodes) > 0 {
 		codes := make([]string, 0, len(s.ErrorCodes))
@@ -206,4 +222,27 @@ func (s *Summary) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// idleLines describe the idle agents' figures.
+func (s *Summary) idleLines() []string {
+	out := []string{fmt.Sprintf("%d idle agents connected (of %d asked for) from %d source addresses in %.1fs; server RSS before %s MB, with them %s MB, %s KB per idle agent",
+		s.IdleConnected, s.IdleAgents, s.IdleSourceAddrs, s.IdleConnectS, num(s.ServerRSSBeforeIdleMB), num(s.ServerRSSIdleMB), num(s.ServerRSSKBPerIdleAgent))}
+	if p := s.ServerPerIdleAgent; p != nil {
+		out = append(out, fmt.Sprintf("per idle agent after a forced GC: heap %.0f B, goroutine stacks %.0f B, %.2f goroutines, free heap not yet returned %.0f B, RSS %.0f B",
+			p.HeapBytes, p.StackBytes, p.Goroutines, p.FreeHeapBytes, p.RSSBytesAfterGC))
+	}
+	if s.ServerRSSIdleExtrapolatedMB != nil {
+		out = append(out, fmt.Sprintf("EXTRAPOLATED, not measured: server RSS with %d idle agents ≈ %.1f MB (RSS before + %d × the measured growth per agent)",
+			s.IdleAgents, *s.ServerRSSIdleExtrapolatedMB, s.IdleAgents))
+	}
+	return out
+}
+
+// num formats an optional figure with one decimal, or n/a.
+func num(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", *v)
 }
