@@ -434,11 +434,19 @@ func (s *session) isClosing() bool {
 // session down. Messages are handled by the session's workers, so that one
 // session can have several intents in their log appends at once; a full
 // work queue stops reading (backpressure on the agent's socket).
-func (s *session) readLoop() {
+func (s *session) readLoop() { s.read(false) }
+
+// read is readLoop's body; resumed says the read poller found the
+// connection readable (or closed) after a park.
+func (s *session) read(resumed bool) {
 	for {
-		// Park here, on a short stack and without a buffer, until the
-		// peer sends something: this is where an idle session waits.
-		s.raw.wait()
+		// While the peer sends nothing the session parks: in the read
+		// poller without a goroutine, or (without one) on a short stack in
+		// idleConn.wait, holding no buffer either way.
+		if !resumed && s.raw.park(s.resumeRead) {
+			return
+		}
+		resumed = false
 		// A context without Done: the library then arms no cancellation
 		// per read. The read ends when the connection is closed, which
 		// shutdown does before it cancels s.ctx.
@@ -465,6 +473,10 @@ func (s *session) readLoop() {
 	s.d.lg.Info("agent disconnected", "beamId", s.beamID)
 	close(s.done)
 }
+
+// resumeRead continues reading after a park (on the poller's new
+// goroutine).
+func (s *session) resumeRead() { s.read(true) }
 
 // dispatch queues a message read for the workers, starting one when fewer
 // than Config.SessionWorkers run (workers exit when nothing is queued). It

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -44,6 +45,11 @@ type idleConn struct {
 	synthetic bool // chunk is the injected message, not the peer's bytes
 	injected  bool // an injected message was handed out and not yet taken
 	frames    frameTracker
+	token     uint64 // in the read poller; 0 when not registered
+	closed    bool
+
+	parked atomic.Bool // the reader is parked in the read poller
+	resume func()      // starts the reader again (set by park)
 }
 
 // injectedMessage is an empty, final, masked binary frame (mask key 0).
@@ -267,4 +273,55 @@ func (t *frameTracker) frameDone() {
 		return
 	}
 	t.inMsg = !t.fin
+}
+
+// park stops the reader while nothing has arrived: with the read poller,
+// the connection is armed and park returns true, and resume runs on a new
+// goroutine once the socket is readable or the connection closes (the
+// caller returns and its goroutine ends). Without the poller, or when bytes
+// are already buffered, it waits here (see wait) and returns false.
+func (c *idleConn) park(resume func()) bool {
+	p := sharedReadPoller()
+	if p == nil || c.raw == nil || c.pending() {
+		c.wait()
+		return false
+	}
+	c.resume = resume
+	c.parked.Store(true)
+	var armErr error
+	if err := c.raw.Control(func(fd uintptr) { armErr = p.arm(c, int(fd)) }); err != nil {
+		armErr = err
+	}
+	if armErr == nil {
+		return true
+	}
+	if c.parked.CompareAndSwap(true, false) {
+		c.wait() // not armed: wait on this goroutine
+		return false
+	}
+	return true // woken meanwhile (closed): resume runs
+}
+
+// wake starts the parked reader again, once per park.
+func (c *idleConn) wake() {
+	if c.parked.CompareAndSwap(true, false) {
+		go c.resume()
+	}
+}
+
+// Close closes the connection and wakes a parked reader, which then sees
+// the connection closed.
+func (c *idleConn) Close() error {
+	err := c.Conn.Close()
+	c.mu.Lock()
+	token := c.token
+	c.token, c.closed = 0, true
+	c.mu.Unlock()
+	if token != 0 {
+		if p := sharedReadPoller(); p != nil {
+			p.forget(token)
+		}
+	}
+	c.wake()
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/directory/registry"
@@ -147,9 +148,11 @@ func goroutinesIn(fn string) int {
 	return count
 }
 
-// An idle session is one goroutine, parked in idleConn.wait (a short stack
-// and no read buffer), also behind the server's connection limits; a
-// message read later is handled and the buffer given back.
+// An idle session has no goroutine (it is parked in the read poller; where
+// there is none, one goroutine on idleConn.wait's short stack) and no read
+// buffer, also behind the server's connection limits; a message read later
+// is handled and the buffer given back; a parked session notices its peer
+// leaving and is torn down when the directory closes it.
 func TestIdleSessionsParkWithoutBuffers(t *testing.T) {
 	b := setup(t, func(o *setupOpts) {
 		o.listener = func(ln net.Listener) net.Listener { return limits.NewListener(ln, 1000, 0) }
@@ -174,11 +177,7 @@ func TestIdleSessionsParkWithoutBuffers(t *testing.T) {
 	for _, s := range sessions() {
 		require.NotNil(t, s.raw.raw, "the limited listener's connections expose their descriptor")
 	}
-	require.Eventually(t, func() bool {
-		return goroutinesIn("directory.(*idleConn).wait") == n &&
-			goroutinesIn("directory.(*session).") == n
-	}, 10*time.Second, 10*time.Millisecond, "session goroutines: %d, parked in wait: %d",
-		goroutinesIn("directory.(*session)."), goroutinesIn("directory.(*idleConn).wait"))
+	requireParked(t, sessions())
 	for _, s := range sessions() {
 		require.False(t, s.raw.holdsBuffer())
 	}
@@ -188,8 +187,43 @@ func TestIdleSessionsParkWithoutBuffers(t *testing.T) {
 	clients[0].sendIntent(f)
 	require.True(t, resultOf(t, clients[0].nextOf("result").Frame).Success)
 	s := b.dir.session(agents[0].id)
-	require.Eventually(t, func() bool { return !s.raw.holdsBuffer() && goroutinesIn("directory.(*idleConn).wait") == n },
-		10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return !s.raw.holdsBuffer() }, 10*time.Second, 10*time.Millisecond)
+	requireParked(t, sessions())
+
+	// A parked session still notices its peer leaving, and one closed by
+	// the directory is torn down.
+	require.NoError(t, clients[1].conn.CloseNow())
+	require.Eventually(t, func() bool { return !b.dir.Online(agents[1].id) }, 10*time.Second, 10*time.Millisecond)
+	s2 := b.dir.session(agents[2].id)
+	s2.closeWith(websocket.StatusGoingAway, "test")
+	select {
+	case <-s2.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a parked session closed by the directory was not torn down")
+	}
+	clients[2].closeStatus()
+}
+
+// requireParked waits until every one of sessions waits for its peer
+// without a goroutine (in the read poller) or, where there is none, on the
+// short stack of idleConn.wait — and no session has a goroutine elsewhere.
+func requireParked(t *testing.T, sessions []*session) {
+	t.Helper()
+	n := len(sessions)
+	if sharedReadPoller() == nil {
+		require.Eventually(t, func() bool {
+			return goroutinesIn("directory.(*idleConn).wait") == n && goroutinesIn("directory.(*session).") == n
+		}, 10*time.Second, 10*time.Millisecond, "parked in wait: %d of %d", goroutinesIn("directory.(*idleConn).wait"), n)
+		return
+	}
+	require.Eventually(t, func() bool {
+		for _, s := range sessions {
+			if !s.raw.parked.Load() {
+				return false
+			}
+		}
+		return goroutinesIn("directory.(*session).") == 0
+	}, 10*time.Second, 10*time.Millisecond, "session goroutines: %d", goroutinesIn("directory.(*session)."))
 }
 
 // clientFrame is a masked client frame.
@@ -251,9 +285,9 @@ func TestFrameTrackerFindsControlFrameBoundaries(t *testing.T) {
 	}
 }
 
-// After a keepalive round the session's reader returns to its short park:
-// the library goes on reading after the pong, so without the injected
-// message it would wait inside the library on a deep stack.
+// After a keepalive round the session's reader parks again: the library
+// goes on reading after the pong, so without the injected message it would
+// wait inside the library, on a goroutine with a deep stack.
 func TestIdleSessionParksAgainAfterKeepalive(t *testing.T) {
 	b := setup(t)
 	const n = 4
@@ -269,9 +303,11 @@ func TestIdleSessionParksAgainAfterKeepalive(t *testing.T) {
 		s.keepalive()
 		require.False(t, s.isClosing(), "the ping was answered")
 	}
-	require.Eventually(t, func() bool {
-		return goroutinesIn("directory.(*idleConn).wait") == n && goroutinesIn("directory.(*session).") == n
-	}, 10*time.Second, 10*time.Millisecond, "parked in wait: %d of %d", goroutinesIn("directory.(*idleConn).wait"), n)
+	var parked []*session
+	for _, a := range agents {
+		parked = append(parked, b.dir.session(a.id))
+	}
+	requireParked(t, parked)
 
 	// The injected messages never reach the session's handlers, and the
 	// session still relays.
