@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // wsReadChunk is the size of the pooled buffer a session reads its socket
@@ -178,7 +180,25 @@ func (c *idleConn) wait() {
 	if c == nil || c.raw == nil || c.pending() {
 		return
 	}
-	waitReadable(c.raw)
+	_ = waitReadable(c.raw)
+}
+
+// parkLinger is how long a reader waits on its goroutine for the next
+// message before it parks in the read poller: a busy session keeps its
+// goroutine (a wake-up through the poller costs a syscall and a hand-off per
+// message), an idle one gives it up.
+const parkLinger = time.Second
+
+// waitFor waits up to d for something to read; false when d passed first.
+func (c *idleConn) waitFor(d time.Duration) bool {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return true // let the read report it
+	}
+	err := waitReadable(c.raw)
+	if derr := c.Conn.SetReadDeadline(time.Time{}); derr != nil {
+		return true
+	}
+	return !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // errWouldBlock is readWhenReady's answer when asked not to wait and the
@@ -276,7 +296,8 @@ func (t *frameTracker) frameDone() {
 }
 
 // park stops the reader while nothing has arrived: with the read poller,
-// the connection is armed and park returns true, and resume runs on a new
+// once nothing came for parkLinger, the connection is armed and park
+// returns true, and resume runs on a new
 // goroutine once the socket is readable or the connection closes (the
 // caller returns and its goroutine ends). Without the poller, or when bytes
 // are already buffered, it waits here (see wait) and returns false.
@@ -284,6 +305,9 @@ func (c *idleConn) park(resume func()) bool {
 	p := sharedReadPoller()
 	if p == nil || c.raw == nil || c.pending() {
 		c.wait()
+		return false
+	}
+	if c.waitFor(parkLinger) {
 		return false
 	}
 	c.resume = resume

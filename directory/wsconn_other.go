@@ -14,4 +14,4 @@ func readWhenReady(syscall.RawConn, bool) (*[]byte, int, error) {
 	return nil, 0, errors.New("raw reads are not supported on this platform")
 }
 
-func waitReadable(syscall.RawConn) {}
+func waitReadable(syscall.RawConn) error { return nil }

@@ -61,10 +61,12 @@ func readWhenReady(raw syscall.RawConn, now bool) (*[]byte, int, error) {
 	return b, n, nil
 }
 
-// waitReadable parks until raw's socket is readable, closed or failed,
-// peeking one byte on the stack instead of reading into a buffer.
-func waitReadable(raw syscall.RawConn) {
-	_ = raw.Read(func(fd uintptr) bool {
+// waitReadable parks until raw's socket is readable, closed or failed, or
+// the connection's read deadline passes (the error then wraps
+// os.ErrDeadlineExceeded), peeking one byte on the stack instead of reading
+// into a buffer.
+func waitReadable(raw syscall.RawConn) error {
+	return raw.Read(func(fd uintptr) bool {
 		var one [1]byte
 		for {
 			_, _, err := syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK)
