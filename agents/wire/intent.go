@@ -256,6 +256,11 @@ func (f *IntentFrame) decodedPayload() *node {
 // PayloadJS returns JSStringify of the payload ({} when empty), from the tree the decoder built when
 // the frame was decoded and its payload not replaced since.
 func (f *IntentFrame) PayloadJS() ([]byte, error) {
+	if jsStringifyIsIdentity(f.Payload) {
+		// Already what JSON.stringify would write (a payload this package or
+		// bus/mesh encoded): no parse needed.
+		return f.Payload[:len(f.Payload):len(f.Payload)], nil
+	}
 	n, err := f.parsedPayload()
 	if err != nil {
 		return nil, err
@@ -268,12 +273,7 @@ func (f *IntentFrame) PayloadJS() ([]byte, error) {
 // JSON.stringify({type:"intent", from, to, intent, payload, timestamp, nonce}) of the parsed frame. An
 // empty Payload signs as {}.
 func (f *IntentFrame) SigningInput() ([]byte, error) {
-	n, err := f.parsedPayload()
-	if err != nil {
-		return nil, err
-	}
-	e := encoder{}
-	payload, err := e.appendNode(nil, n, true)
+	payload, err := f.PayloadJS()
 	if err != nil {
 		return nil, err
 	}
@@ -292,12 +292,7 @@ func (f *IntentFrame) Verify(pub ed25519.PublicKey) error {
 	if len(pub) != ed25519.PublicKeySize {
 		return fmt.Errorf("intent %q: %w: public key is %d bytes", f.Nonce, ErrBadSignature, len(pub))
 	}
-	n, err := f.parsedPayload()
-	if err != nil {
-		return fmt.Errorf("intent %q: %w: %w", f.Nonce, ErrBadSignature, err)
-	}
-	js := encoder{}
-	payloadJS, err := js.appendNode(nil, n, true)
+	payloadJS, err := f.PayloadJS()
 	if err != nil {
 		return fmt.Errorf("intent %q: %w: %w", f.Nonce, ErrBadSignature, err)
 	}
@@ -312,9 +307,12 @@ func (f *IntentFrame) Verify(pub ed25519.PublicKey) error {
 			}
 		}
 	}
+	n, err := f.parsedPayload()
+	if err != nil {
+		return fmt.Errorf("intent %q: %w: %w", f.Nonce, ErrBadSignature, err)
+	}
 	py := encoder{ascii: true}
-	payloadPy, err := py.appendNode(nil, n, true)
-	if err == nil {
+	if payloadPy, err := py.appendNode(nil, n, true); err == nil {
 		msgC := f.appendEnvelope(nil, appendASCIIString, payloadPy)
 		if !bytes.Equal(msgC, msgA) && ed25519.Verify(pub, msgC, sig) {
 			return nil
