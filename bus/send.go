@@ -19,10 +19,13 @@ import (
 // reads nothing back from the log on its way to the recipient.
 //
 // A new nonce is safe to record without a check inside the writer: the
-// send holds the directory's claim on it (ClaimBusNonce) from before it
-// looks the nonce up until the received event is committed, and every
-// writer of a new nonce (the directory's relay, other sends) claims it
-// first. The log itself refuses received after any state but received.
+// send holds the directory's claim on it (ClaimNewBusNonce) until the
+// received event is committed, and every writer of a new nonce (the
+// directory's relay, other sends) claims it first. The log itself refuses
+// received after any state but received, so the send looks the nonce up
+// only when the directory says the log may hold it in received (the bus
+// noted it before, or Recover found it there); otherwise it records
+// received at once and answers a refusal as a resend, as the relay does.
 
 // accept records a new message (or answers a resend of one) and starts its
 // first attempt.
