@@ -156,6 +156,11 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 		}
 		var ve *tracing.ValidationError
 		if errors.As(err, &ve) {
+			// The look-up, had accept made it, would have answered a
+			// resend before anything was validated.
+			if exists, lerr := b.nonceExists(ctx, nonce); lerr == nil && exists {
+				return b.resend(ctx, req, hash)
+			}
 			return 0, nil, errf(http.StatusBadRequest, CodeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
 		}
 		b.lg.Error("bus: record message", "nonce", nonce, "err", err)
