@@ -146,6 +146,11 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 		}
 		return false, err
 	}
+	if handled, err := b.checkRecord(ctx, row, prev); handled || err != nil {
+		b.unreserve(row.Recipient)
+		unlock()
+		return false, err
+	}
 	first, err := b.firstDetails(ctx, nonce)
 	if err != nil {
 		b.unreserve(row.Recipient)
@@ -271,7 +276,9 @@ func (b *Bus) onOutcome(nonce string, n int, o directory.BusOutcome) {
 		b.observeDelivery(row)
 	}
 	var err error
-	if o.Result != nil {
+	if o.Recorded != nil {
+		err = b.settleRecorded(row, n, *o.Recorded)
+	} else if o.Result != nil {
 		// A dispatched row gets delivered in the same append as the result.
 		err = b.applyResult(row, n, transportWS, o.Result, nil)
 	} else {
@@ -707,6 +714,9 @@ func (b *Bus) claimOne(ctx context.Context, nonce, leaseID string, exp time.Time
 	c, ok, err := b.current(ctx, nonce)
 	row, n := c.MessageRow, c.Attempt
 	if err != nil || !ok || row.Status != tracing.Queued || (row.NextRetryAt != nil && *row.NextRetryAt > secs(b.clock())) {
+		return tracing.MessageRow{}, false, err
+	}
+	if handled, err := b.checkRecord(ctx, row, n); handled || err != nil {
 		return tracing.MessageRow{}, false, err
 	}
 	ev := event(row, tracing.Dispatched, transportPoll, n+1)

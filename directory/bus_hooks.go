@@ -95,6 +95,11 @@ type BusOutcome struct {
 	// api_key, signature), for a failure after the frame was handed to it.
 	SessionProtocol string
 	SessionAuth     string
+	// Recorded, when set, says the attempt was not delivered: the node
+	// holding the recipient's session found the cluster's delivery record
+	// of the message (the recipient acknowledged it in an earlier attempt).
+	// Its Node is that node and its Result the recorded result, if kept.
+	Recorded *DeliveryRecord
 }
 
 // BusHooks are the bus's callbacks into the directory's events.

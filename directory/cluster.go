@@ -31,10 +31,9 @@ type NodeRouter interface {
 	// NodeFor returns the other node that holds beamID's session, or
 	// false when none does (or this node does).
 	NodeFor(beamID string) (node string, ok bool)
-	// Hand relays h on node and returns the outcome: the result frame, or
-	// the relay error node answered with. An error means node could not be
-	// asked or did not answer in time.
-	Hand(ctx context.Context, node string, h HandOver) ([]byte, *RelayError, error)
+	// Hand relays h on node and returns node's answer. An error means node
+	// could not be asked or did not answer in time.
+	Hand(ctx context.Context, node string, h HandOver) (HandReply, error)
 	// ClaimNonce records that this node accepts the nonce of from; false
 	// when another node of the cluster accepted it first.
 	ClaimNonce(ctx context.Context, from, nonce string) (bool, error)
@@ -42,6 +41,11 @@ type NodeRouter interface {
 	// holds.
 	SessionUp(beamID string)
 	SessionDown(beamID string)
+	// RecordDelivery stores the record that a bus message's recipient
+	// acknowledged it (cluster_delivery.go); Delivery reads the record of
+	// from's nonce, ok false when there is none.
+	RecordDelivery(ctx context.Context, rec DeliveryRecord) error
+	Delivery(ctx context.Context, from, nonce string) (rec DeliveryRecord, ok bool, err error)
 }
 
 // HandOver is an intent handed from one node of the cluster to another.
@@ -94,11 +98,19 @@ func (d *Directory) sessionChanged(beamID string, up bool) {
 }
 
 // RelayHandOver relays an intent another node of the cluster handed over
-// to the session this node holds, and returns its outcome.
-func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) ([]byte, *RelayError) {
+// to the session this node holds, and returns its outcome. A bus attempt
+// whose message the recipient acknowledged already (the cluster's delivery
+// record) is answered from the record, not delivered.
+func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) HandReply {
 	f, err := wire.DecodeIntentFrame(h.Frame)
 	if err != nil {
-		return nil, relayErr(CodeInvalidIntent, "", "handed-over frame: %v", err)
+		return HandReply{Error: relayErr(CodeInvalidIntent, "", "handed-over frame: %v", err)}
+	}
+	if h.Bus != nil && h.Bus.Attempt > 1 {
+		// A first attempt cannot have been acknowledged before.
+		if rep, ok := d.recordedHandOver(ctx, f, h.Bus); ok {
+			return rep
+		}
 	}
 	o := RelayOptions{Origin: OriginCluster, JWS: h.JWS, Timeout: time.Duration(h.TimeoutMs) * time.Millisecond,
 		Extra: map[string]any{"fromNode": h.FromNode}}
@@ -110,7 +122,8 @@ func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) ([]byte, *Rel
 		o.busMark, o.AdmittedAt = &mark, h.Admitted
 		o.Extra["busMessageId"] = mark.MessageID
 	}
-	return d.Relay(ctx, f, o)
+	res, rerr := d.Relay(ctx, f, o)
+	return HandReply{Result: res, Error: rerr}
 }
 
 // attestAuth is how the sender of inf was authenticated, as an
@@ -154,15 +167,17 @@ func (d *Directory) handBus(del BusDelivery) bool {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Second)
 		defer cancel()
-		res, rerr, err := r.Hand(ctx, node, h)
+		rep, err := r.Hand(ctx, node, h)
 		var o BusOutcome
 		switch {
 		case err != nil:
 			o.ErrorCode, o.Error = handFailure(node, f.To, err)
-		case rerr != nil:
-			o.ErrorCode, o.Error = rerr.Code, fmt.Sprintf("node %s: %s", node, rerr.Message)
+		case rep.Error != nil:
+			o.ErrorCode, o.Error = rep.Error.Code, fmt.Sprintf("node %s: %s", node, rep.Error.Message)
+		case rep.Recorded:
+			o.Recorded = &DeliveryRecord{Node: node, Result: rep.Result}
 		default:
-			rf, derr := wire.DecodeResultFrame(res)
+			rf, derr := wire.DecodeResultFrame(rep.Result)
 			if derr != nil {
 				o.ErrorCode, o.Error = CodeDeliveryFailed, fmt.Sprintf("node %s answered an unreadable result: %v", node, derr)
 			} else {
@@ -209,7 +224,7 @@ func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), inf.timeout)
 		defer cancel()
-		res, rerr, err := r.Hand(ctx, node, h)
+		rep, err := r.Hand(ctx, node, h)
 		if err != nil {
 			if d.settle(inf) {
 				code, msg := handFailure(node, inf.to, err)
@@ -220,11 +235,11 @@ func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.
 		if !d.settle(inf) {
 			return
 		}
-		if rerr != nil {
-			d.fail(inf, nil, rerr.Code, rerr.Message, RetryableCode(rerr.Code), extra)
+		if rep.Error != nil {
+			d.fail(inf, nil, rep.Error.Code, rep.Error.Message, RetryableCode(rep.Error.Code), extra)
 			return
 		}
-		rf, err := wire.DecodeResultFrame(res)
+		rf, err := wire.DecodeResultFrame(rep.Result)
 		if err != nil {
 			d.fail(inf, nil, CodeInvalidIntent, fmt.Sprintf("node %s answered an unreadable result: %v", node, err), false, extra)
 			return

@@ -179,6 +179,7 @@ func (d *Directory) takeResult(s *session, rf *wire.ResultFrame, token string) {
 				return
 			}
 			if d.settle(inf) {
+				d.recordBusAck(inf, rf)
 				d.finishWithResult(inf, rf, d.noteResultJWS(inf, token))
 				return
 			}

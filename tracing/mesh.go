@@ -138,16 +138,6 @@ type MeshStep struct {
 	Children []string `json:"children,omitempty"`
 }
 
-// Encode returns the step as details.mesh.
-func (s MeshStep) Encode() json.RawMessage {
-	b, err := json.Marshal(s)
-	if err != nil {
-		// A MeshStep holds only strings, numbers and valid raw JSON.
-		panic(fmt.Sprintf("encode mesh step: %v", err))
-	}
-	return b
-}
-
 // MeshRow is one row of the beam_mesh projection: the folded state of one
 // pipeline envelope. Times are unix microseconds except the *At fields
 // copied from steps, which are unix milliseconds.
@@ -180,18 +170,6 @@ type MeshRow struct {
 	LastSeq     int64  `db:"last_seq" json:"lastSeq"`
 }
 
-// DecodeMeshStep decodes details.mesh; empty input is a zero step.
-func DecodeMeshStep(raw json.RawMessage) (MeshStep, error) {
-	var s MeshStep
-	if len(raw) == 0 {
-		return s, nil
-	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return MeshStep{}, fmt.Errorf("decode mesh step: %w", err)
-	}
-	return s, nil
-}
-
 // Apply folds ev into the row. ev must be the next event of the envelope's
 // nonce; on a zero row it must be the nonce's first event. Events without
 // details.mesh (the directory's delivered event) change only the state.
@@ -199,7 +177,7 @@ func DecodeMeshStep(raw json.RawMessage) (MeshStep, error) {
 // appender and in Rebuild.
 func (m *MeshRow) Apply(ev Event) {
 	us := ev.At.UnixMicro()
-	st, _ := DecodeMeshStep(ev.Details.Mesh)
+	st, _ := steps.decode(ev.Details.Mesh)
 	if m.Nonce == "" {
 		m.Nonce = ev.Nonce
 		m.ID = st.ID
@@ -386,6 +364,9 @@ func (q *MeshQuery) where() (string, []any) {
 // MeshEnvelopes returns the envelopes q selects, newest first, and how many
 // match without paging.
 func (l *Log) MeshEnvelopes(ctx context.Context, q MeshQuery) ([]MeshRow, int64, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, 0, err
+	}
 	where, args := q.where()
 	var total int64
 	if err := l.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM beam_mesh`+where, args...).Scan(&total); err != nil {
@@ -401,10 +382,15 @@ func (l *Log) MeshEnvelopes(ctx context.Context, q MeshQuery) ([]MeshRow, int64,
 	return out, total, err
 }
 
-// MeshEnvelope returns the envelope with this id.
+// MeshEnvelope returns the envelope with this id: from the rows kept in
+// memory (meshLive) when it is there, otherwise from beam_mesh after the
+// read barrier.
 func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error) {
 	if m, ok := l.meshLive.get(id); ok {
 		return m, true, nil
+	}
+	if err := l.sync(ctx); err != nil {
+		return MeshRow{}, false, err
 	}
 	var m MeshRow
 	err := scanMesh(l.reads.meshByID.QueryRowContext(ctx, id), &m)
@@ -421,6 +407,9 @@ func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error
 // recovery and the scheduler: due says only queued ones due at nowMs (and
 // not paused), otherwise every open one. limit 0 means no limit.
 func (l *Log) MeshOpen(ctx context.Context, due bool, nowMs int64, limit int) ([]MeshRow, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	if due && limit > 0 {
 		rows, err := l.reads.meshDue.QueryContext(ctx, nowMs, limit)
 		return collectRows(rows, err, "due envelopes", scanMesh)
@@ -451,6 +440,9 @@ const (
 // MeshExpired returns open envelopes whose deadline (unix ms) is at or
 // before nowMs.
 func (l *Log) MeshExpired(ctx context.Context, nowMs int64, limit int) ([]string, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := l.reads.meshExpired.QueryContext(ctx, nowMs, max(limit, 1))
 	if err != nil {
 		return nil, fmt.Errorf("expired envelopes: %w", err)
@@ -470,6 +462,9 @@ func (l *Log) MeshExpired(ctx context.Context, nowMs int64, limit int) ([]string
 // MeshRows returns every beam_mesh row in id order (for tests and replay
 // checks).
 func (l *Log) MeshRows(ctx context.Context) ([]MeshRow, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := l.rdb.QueryContext(ctx, `SELECT `+meshCols+` FROM beam_mesh ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("read beam_mesh: %w", err)

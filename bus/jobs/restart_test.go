@@ -20,7 +20,7 @@ import (
 // is the fold of the log).
 func TestLeaseAndTokenSurviveRestart(t *testing.T) {
 	t.Parallel()
-	p := beamtest.Start(t, beamtest.Options{Env: baseEnv("BEAM_INTENT_CLAIM_TIMEOUT=4s")})
+	p := beamtest.Start(t, beamtest.Options{Env: baseEnv("BEAM_INTENT_CLAIM_TIMEOUT=10s")}) // outlasts a restart on a loaded machine
 	b := &bus{p: p}
 	c := b.client(t, mainKey)
 	ns := uniqueNS(t)
@@ -66,7 +66,7 @@ func TestLeaseAndTokenSurviveRestart(t *testing.T) {
 	require.Eventually(t, func() bool {
 		again = c.claim(ns, [2]string{"goal", "lost"})
 		return again.status == 200
-	}, 20*time.Second, 100*time.Millisecond)
+	}, 40*time.Second, 100*time.Millisecond)
 	require.Equal(t, lost, again.str("id"))
 	require.EqualValues(t, 2, again.num("claim_attempts"))
 	require.Equal(t, 404, c.do("POST", "/fulfill/"+lost, nil, map[string]any{"claim_token": l.str("claim_token")}).status)

@@ -563,39 +563,48 @@ type sseWriter struct {
 	lastSeq  int64
 	progress float64
 	err      error
+	buf      []byte // the event being written, reused
+	data     []byte // a status event's data, reused
 }
 
 func (s *sseWriter) event(name, id string, data []byte) {
 	if s.err != nil {
 		return
 	}
-	var b bytes.Buffer
-	b.WriteString("event: ")
-	b.WriteString(name)
-	b.WriteByte('\n')
+	b := append(s.buf[:0], "event: "...)
+	b = append(b, name...)
+	b = append(b, '\n')
 	if id != "" {
-		b.WriteString("id: ")
-		b.WriteString(id)
-		b.WriteByte('\n')
+		b = append(b, "id: "...)
+		b = append(b, id...)
+		b = append(b, '\n')
 	}
-	b.WriteString("data: ")
-	b.Write(bytes.ReplaceAll(data, []byte("\n"), []byte("\ndata: ")))
-	b.WriteString("\n\n")
-	_, s.err = s.w.Write(b.Bytes())
+	b = append(b, "data: "...)
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		b = append(append(b, data[:i]...), "\ndata: "...)
+		data = data[i+1:]
+	}
+	b = append(append(b, data...), "\n\n"...)
+	s.buf = b
+	_, s.err = s.w.Write(b)
 }
 
 // status writes a status event (and a progress event when progress grew).
 func (s *sseWriter) status(row tracing.MeshRow) {
 	id := strconv.FormatInt(row.LastSeq, 10)
-	data, err := json.Marshal(view(row))
+	data, err := appendView(s.data[:0], row)
 	if err != nil {
 		s.err = fmt.Errorf("encode status: %w", err)
 		return
 	}
+	s.data = data
 	if row.Progress > s.progress {
 		s.progress = row.Progress
-		p, _ := json.Marshal(map[string]any{"id": row.ID, "progress": row.Progress, "hop": row.Hop, "actor": row.Actor})
-		s.event("progress", id, p)
+		s.event("progress", id, appendProgress(nil, row))
 	}
 	s.event("status", id, data)
 	s.lastSeq = row.LastSeq

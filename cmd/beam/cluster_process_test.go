@@ -291,9 +291,10 @@ type durableSent struct {
 // and HTTP and durable messages; one node is SIGKILLed under load, its
 // agent reconnects to another node and traffic to it continues; every
 // message the bus acknowledged ends acked in the log of the node that
-// acknowledged it and was delivered, and messages sent once the cluster is
-// whole again are delivered exactly once; the restarted node knows an agent
-// registered while it was down as soon as it serves.
+// acknowledged it and was delivered — exactly once when the dead node had
+// received the recipient's acknowledgement — and messages sent once the
+// cluster is whole again are delivered exactly once; the restarted node
+// knows an agent registered while it was down as soon as it serves.
 func TestClusterKillProcesses(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -345,39 +346,29 @@ func TestClusterKillProcesses(t *testing.T) {
 		httpClients[key] = c
 		return c
 	}
-	stop := make(chan struct{})
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		for k := 0; ; k++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			i, j := k%3, (k+1)%3
-			c, node := as[i].current()
-			to := as[j].id.BeamID
-			if rec, err := c.SendDurable(ctx, to, "task.durable", map[string]any{"k": k}, nil); err == nil {
-				lmu.Lock()
-				sent = append(sent, durableSent{nonce: rec.Nonce, owner: node})
-				lmu.Unlock()
-			}
-			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := c.Send(sctx, to, "task.ws", nil)
-			if err == nil {
-				_, err = httpClient(i, node).Send(sctx, to, "task.http", nil)
-			}
-			scancel()
+	stopLoad := runLoad(func(k int) {
+		i, j := k%3, (k+1)%3
+		c, node := as[i].current()
+		to := as[j].id.BeamID
+		if rec, err := c.SendDurable(ctx, to, "task.durable", map[string]any{"k": k}, nil); err == nil {
 			lmu.Lock()
-			if err != nil {
-				syncErr++
-			} else if moved && j == 2 {
-				toMovedOK++
-			}
+			sent = append(sent, durableSent{nonce: rec.Nonce, owner: node})
 			lmu.Unlock()
 		}
-	}()
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := c.Send(sctx, to, "task.ws", nil)
+		if err == nil {
+			_, err = httpClient(i, node).Send(sctx, to, "task.http", nil)
+		}
+		scancel()
+		lmu.Lock()
+		if err != nil {
+			syncErr++
+		} else if moved && j == 2 {
+			toMovedOK++
+		}
+		lmu.Unlock()
+	})
 	acknowledged := func() int {
 		lmu.Lock()
 		defer lmu.Unlock()
@@ -400,8 +391,7 @@ func TestClusterKillProcesses(t *testing.T) {
 
 	nodes[2].Restart()
 	require.Equal(t, http.StatusOK, agentStatus(t, ctx, nodes[2].URL(), lateID.BeamID))
-	close(stop)
-	<-loadDone
+	stopLoad()
 
 	lmu.Lock()
 	all := append([]durableSent(nil), sent...)
@@ -411,6 +401,15 @@ func TestClusterKillProcesses(t *testing.T) {
 	mu.Lock()
 	for _, m := range all {
 		require.GreaterOrEqual(t, seen[m.nonce], 1, "message %s was never delivered", m.nonce)
+		if m.owner == 2 {
+			continue
+		}
+		// Acked in node 2's log: handed to it, and the recipient's
+		// acknowledgement reached it (and the delivery record) before it
+		// died or after it was back.
+		if st, err := queryState(t, nodes[2].DataDir, m.nonce); err == nil && st == tracing.Acked {
+			require.Equal(t, 1, seen[m.nonce], "message %s acknowledged at node 2 was delivered again", m.nonce)
+		}
 	}
 	mu.Unlock()
 

@@ -20,7 +20,11 @@
 //     or a bus attempt for an agent another node holds to that node over
 //     NATS request/reply;
 //   - the nonces bucket BEAM_NONCES_<token>: a nonce accepted on one node
-//     is refused on the others.
+//     is refused on the others;
+//   - the delivered bucket BEAM_DELIVERED_<token>: the acknowledgements of
+//     bus messages, recorded by the node that received them before it
+//     reports them, read before a message is delivered again
+//     (delivered.go).
 //
 // Each node keeps its own event log. The package must not write SQLite
 // itself (the registry and the relay do, through the log's writer) and must

@@ -15,6 +15,13 @@ import (
 // loopback port and returns a JetStream context on it.
 func jetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
+	_, js := jetStreamServer(t)
+	return js
+}
+
+// jetStreamServer is jetStream that also returns the server.
+func jetStreamServer(t *testing.T) (*server.Server, jetstream.JetStream) {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
 	require.NoError(t, err)
 	s.Start()
@@ -25,7 +32,7 @@ func jetStream(t *testing.T) jetstream.JetStream {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	return js
+	return s, js
 }
 
 func TestCheckIdentityRefusesAnotherDirectoryKey(t *testing.T) {

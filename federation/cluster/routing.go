@@ -45,18 +45,13 @@ type sessionEntry struct {
 	At   time.Time `json:"at"`
 }
 
-// handReply is the answer to a hand-over request.
-type handReply struct {
-	Result json.RawMessage       `json:"result,omitempty"`
-	Error  *directory.RelayError `json:"error,omitempty"`
-}
-
 // router is the node's part of routing.
 type router struct {
-	sessions jetstream.KeyValue
-	nonces   jetstream.KeyValue
-	sub      *nats.Subscription
-	slots    chan struct{}
+	sessions  jetstream.KeyValue
+	nonces    jetstream.KeyValue
+	delivered jetstream.KeyValue
+	sub       *nats.Subscription
+	slots     chan struct{}
 
 	mu    sync.Mutex
 	where map[string]sessionEntry // beam ID → holder (from the watch)
@@ -88,6 +83,10 @@ func (n *Node) startRouting(ctx, runCtx context.Context) error {
 	}
 	if rt.nonces, err = createKV(ctx, n.js, jetstream.KeyValueConfig{Bucket: "BEAM_NONCES_" + tok,
 		TTL: nonceTTL, Replicas: n.Replicas(), Storage: jetstream.FileStorage}); err != nil {
+		return err
+	}
+	if rt.delivered, err = createKV(ctx, n.js, jetstream.KeyValueConfig{Bucket: "BEAM_DELIVERED_" + tok,
+		TTL: deliveredTTL, Replicas: n.Replicas(), Storage: jetstream.FileStorage}); err != nil {
 		return err
 	}
 	w, err := rt.sessions.WatchAll(runCtx)
@@ -280,21 +279,21 @@ func (n *Node) Sessions() map[string]string {
 }
 
 // Hand relays h on node over NATS (directory.NodeRouter).
-func (n *Node) Hand(ctx context.Context, node string, h directory.HandOver) ([]byte, *directory.RelayError, error) {
+func (n *Node) Hand(ctx context.Context, node string, h directory.HandOver) (directory.HandReply, error) {
 	h.FromNode = n.cfg.NodeID
 	b, err := json.Marshal(h)
 	if err != nil {
-		return nil, nil, fmt.Errorf("encode hand-over: %w", err)
+		return directory.HandReply{}, fmt.Errorf("encode hand-over: %w", err)
 	}
 	msg, err := n.nc.RequestWithContext(ctx, n.intentSubject(node), b)
 	if err != nil {
-		return nil, nil, fmt.Errorf("hand over to %s: %w", node, err)
+		return directory.HandReply{}, fmt.Errorf("hand over to %s: %w", node, err)
 	}
-	var rep handReply
+	var rep directory.HandReply
 	if err := json.Unmarshal(msg.Data, &rep); err != nil {
-		return nil, nil, fmt.Errorf("hand-over reply of %s: %w", node, err)
+		return directory.HandReply{}, fmt.Errorf("hand-over reply of %s: %w", node, err)
 	}
-	return rep.Result, rep.Error, nil
+	return rep, nil
 }
 
 // onHandOver relays an intent another node handed over and answers with
@@ -302,14 +301,14 @@ func (n *Node) Hand(ctx context.Context, node string, h directory.HandOver) ([]b
 func (n *Node) onHandOver(ctx context.Context, m *nats.Msg) {
 	var h directory.HandOver
 	if err := json.Unmarshal(m.Data, &h); err != nil || n.cfg.Directory == nil {
-		rep, _ := json.Marshal(handReply{Error: &directory.RelayError{Code: directory.CodeInvalidIntent, Message: "unreadable hand-over"}})
+		rep, _ := json.Marshal(directory.HandReply{Error: &directory.RelayError{Code: directory.CodeInvalidIntent, Message: "unreadable hand-over"}})
 		_ = m.Respond(rep)
 		return
 	}
 	select {
 	case n.route.slots <- struct{}{}:
 	default:
-		rep, _ := json.Marshal(handReply{Error: &directory.RelayError{Code: directory.CodeDeliveryFailed, Message: "node busy"}})
+		rep, _ := json.Marshal(directory.HandReply{Error: &directory.RelayError{Code: directory.CodeDeliveryFailed, Message: "node busy"}})
 		_ = m.Respond(rep)
 		return
 	}
@@ -318,8 +317,7 @@ func (n *Node) onHandOver(ctx context.Context, m *nats.Msg) {
 		timeout := time.Duration(h.TimeoutMs)*time.Millisecond + time.Second
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		res, rerr := n.cfg.Directory.RelayHandOver(rctx, h)
-		rep, err := json.Marshal(handReply{Result: res, Error: rerr})
+		rep, err := json.Marshal(n.cfg.Directory.RelayHandOver(rctx, h))
 		if err != nil {
 			n.lg.Warn("encode hand-over reply", "err", err)
 			return
@@ -331,8 +329,7 @@ func (n *Node) onHandOver(ctx context.Context, m *nats.Msg) {
 // ClaimNonce records the nonce of from for this node; false when another
 // node recorded it first (directory.NodeRouter).
 func (n *Node) ClaimNonce(ctx context.Context, from, nonce string) (bool, error) {
-	sum := sha256.Sum256([]byte(from + "\x00" + nonce))
-	key := hex.EncodeToString(sum[:20])
+	key := nonceKey(from, nonce)
 	kv := n.route.nonces
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -349,4 +346,10 @@ func (n *Node) ClaimNonce(ctx context.Context, from, nonce string) (bool, error)
 	}
 	// The node that accepted the nonce answers its replays itself.
 	return string(e.Value()) == n.cfg.NodeID, nil
+}
+
+// nonceKey is the key of from's nonce in the nonces and delivered buckets.
+func nonceKey(from, nonce string) string {
+	sum := sha256.Sum256([]byte(from + "\x00" + nonce))
+	return hex.EncodeToString(sum[:20])
 }

@@ -32,7 +32,7 @@ func freeRoutePort(t *testing.T) string {
 // startClusterPair starts two in-process nodes of one cluster serving
 // domain on a routed pair of embedded NATS servers, sharing one directory
 // key, and serves both on loopback ports.
-func startClusterPair(t *testing.T, domain string) [2]*liveServer {
+func startClusterPair(t *testing.T, domain string, tune ...func(*Config)) [2]*liveServer {
 	t.Helper()
 	dirs := [2]string{t.TempDir(), t.TempDir()}
 	require.NoError(t, federation.ShareKey(dirs[:]))
@@ -47,6 +47,9 @@ func startClusterPair(t *testing.T, domain string) [2]*liveServer {
 			DefaultPolicy: "allow", AdminToken: browserAdminToken, ViewerToken: browserViewerToken,
 			Cluster: &ClusterConfig{NodeID: []string{"n0", "n1"}[i], Listen: routes[i],
 				Routes: []string{"nats-route://" + routes[1-i]}, Replicas: 2, JoinTimeout: time.Minute}}
+		for _, f := range tune {
+			f(&cfg)
+		}
 		wg.Go(func() { srvs[i], errs[i] = New(context.Background(), cfg) })
 	}
 	wg.Wait()

@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/beamdir/beam/directory"
+)
+
+// The delivered bucket (BEAM_DELIVERED_<domain token>) holds, per bus
+// message its recipient acknowledged, the record the delivering node wrote
+// before it reported the acknowledgement (directory.DeliveryRecord, key:
+// the sender and nonce as in the nonces bucket). A node about to deliver
+// an attempt of a message again reads it first, so an acknowledgement
+// survives the node that received it (docs/ARCHITECTURE.md, "Cluster
+// mode", Bus).
+
+// deliveredTTL is how long a delivery record is kept. A record is needed
+// from the acknowledgement until the owner's next attempt of the message
+// (its retry delay, or its restart): an owner down for longer, or a retry
+// schedule with longer delays, delivers the message again. It bounds the
+// bucket to the acknowledgements of the last hour.
+const deliveredTTL = time.Hour
+
+// deliveredRetry is the pause between tries while the bucket is
+// unavailable (its stream electing a leader after a node died).
+const deliveredRetry = 250 * time.Millisecond
+
+// RecordDelivery stores rec in the delivered bucket, retrying while the
+// bucket is unavailable until ctx ends (directory.NodeRouter).
+func (n *Node) RecordDelivery(ctx context.Context, rec directory.DeliveryRecord) error {
+	rec.Node = n.cfg.NodeID
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode delivery record: %w", err)
+	}
+	key := nonceKey(rec.From, rec.Nonce)
+	for {
+		_, err = n.route.delivered.Put(ctx, key, b)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("record delivery of %s: %w", rec.Nonce, err)
+		}
+		sleep(ctx, deliveredRetry)
+	}
+}
+
+// Delivery returns the delivery record of from's nonce; ok is false when
+// there is none. While the bucket is unavailable it tries again until ctx
+// ends and then returns the error (directory.NodeRouter).
+func (n *Node) Delivery(ctx context.Context, from, nonce string) (directory.DeliveryRecord, bool, error) {
+	key := nonceKey(from, nonce)
+	for {
+		e, err := n.route.delivered.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return directory.DeliveryRecord{}, false, nil
+		case err == nil:
+			var rec directory.DeliveryRecord
+			if err := json.Unmarshal(e.Value(), &rec); err != nil {
+				return directory.DeliveryRecord{}, false, fmt.Errorf("delivery record of %s: %w", nonce, err)
+			}
+			return rec, true, nil
+		}
+		if ctx.Err() != nil {
+			return directory.DeliveryRecord{}, false, fmt.Errorf("read delivery record of %s: %w", nonce, err)
+		}
+		sleep(ctx, deliveredRetry)
+	}
+}

@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/directory"
+)
+
+// deliveredNode returns a node whose delivered bucket lives on js.
+func deliveredNode(t *testing.T, ctx context.Context, js jetstream.JetStream, id string) *Node {
+	t.Helper()
+	kv, err := createKV(ctx, js, jetstream.KeyValueConfig{Bucket: "BEAM_DELIVERED_test", TTL: deliveredTTL})
+	require.NoError(t, err)
+	n := &Node{cfg: Config{NodeID: id}}
+	n.route.delivered = kv
+	return n
+}
+
+// TestDeliveryRecordRoundTrip: a record one node stores is what another
+// node reads for the same sender and nonce, stamped with the recording
+// node; another sender's same nonce has no record.
+func TestDeliveryRecordRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := jetStream(t)
+	holder, owner := deliveredNode(t, ctx, js, "holder"), deliveredNode(t, ctx, js, "owner")
+
+	_, ok, err := owner.Delivery(ctx, "a@x.beam.directory", "n1")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	result := json.RawMessage(`{"nonce":"n1","success":true}`)
+	require.NoError(t, holder.RecordDelivery(ctx, directory.DeliveryRecord{From: "a@x.beam.directory", Nonce: "n1",
+		MessageID: "msg_1", Attempt: 2, Result: result, Node: "forged"}))
+	rec, ok, err := owner.Delivery(ctx, "a@x.beam.directory", "n1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "msg_1", rec.MessageID)
+	require.Equal(t, 2, rec.Attempt)
+	require.Equal(t, "holder", rec.Node)
+	require.JSONEq(t, string(result), string(rec.Result))
+
+	_, ok, err = owner.Delivery(ctx, "b@x.beam.directory", "n1")
+	require.NoError(t, err)
+	require.False(t, ok, "the key is the sender and the nonce")
+}
+
+// TestDeliveryRecordUnavailable: while the bucket cannot be reached a read
+// is an error once its context ends — never "no record", which would let
+// the caller deliver the message unchecked — and a write fails the same
+// way.
+func TestDeliveryRecordUnavailable(t *testing.T) {
+	t.Parallel()
+	s, js := jetStreamServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := deliveredNode(t, ctx, js, "owner")
+	s.Shutdown()
+
+	rctx, rcancel := context.WithTimeout(ctx, time.Second)
+	defer rcancel()
+	_, ok, err := n.Delivery(rctx, "a@x.beam.directory", "n1")
+	require.Error(t, err)
+	require.False(t, ok)
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	defer wcancel()
+	require.Error(t, n.RecordDelivery(wctx, directory.DeliveryRecord{From: "a@x.beam.directory", Nonce: "n1", MessageID: "msg_1"}))
+}
