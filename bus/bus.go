@@ -353,6 +353,24 @@ func (b *Bus) waitFor(nonce string) <-chan tracing.State {
 	return ch
 }
 
+// dropWaiter removes ch from nonce's waiters; the others stay.
+func (b *Bus) dropWaiter(nonce string, ch <-chan tracing.State) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ws := b.waiters[nonce]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(b.waiters, nonce)
+		return
+	}
+	b.waiters[nonce] = ws
+}
+
 func (b *Bus) dropWaiters(nonce string) {
 	b.mu.Lock()
 	delete(b.waiters, nonce)

@@ -16,7 +16,10 @@
 // events (tracing.Log.Append / Do), each committed before the HTTP answer
 // or the frame leaves. While a send records a new nonce it holds the
 // directory's in-memory claim on it (every writer of a new nonce claims it
-// first) from before it looks the nonce up until received is committed.
+// first) until received is committed. A nonce the log may hold in received
+// (ClaimNewBusNonce says so) is looked up first; any other is recorded
+// optimistically, and the log's refusal of received after another state is
+// answered as a resend.
 // The directory answers a POST /intents/send of a bus nonce from the log
 // (cached result, IN_PROGRESS) and never delivers it itself.
 //

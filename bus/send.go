@@ -19,32 +19,35 @@ import (
 // reads nothing back from the log on its way to the recipient.
 //
 // A new nonce is safe to record without a check inside the writer: the
-// send holds the directory's claim on it (ClaimBusNonce) from before it
-// looks the nonce up until the received event is committed, and every
-// writer of a new nonce (the directory's relay, other sends) claims it
-// first. The log itself refuses received after any state but received.
+// send holds the directory's claim on it (ClaimNewBusNonce) until the
+// received event is committed, and every writer of a new nonce (the
+// directory's relay, other sends) claims it first. The log itself refuses
+// received after any state but received, so the send looks the nonce up
+// only when the directory says the log may hold it in received (the bus
+// noted it before, or Recover found it there); otherwise it records
+// received at once and answers a refusal as a resend, as the relay does.
 
 // accept records a new message (or answers a resend of one) and starts its
 // first attempt.
 func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError) {
 	hash := payloadHash(req.payload)
-	release, rerr := b.dir.ClaimBusNonce(req.nonce, req.from, req.to, req.intent)
+	release, lookup, rerr := b.dir.ClaimNewBusNonce(req.nonce, req.from, req.to, req.intent)
 	if rerr != nil {
 		return 0, nil, errf(http.StatusConflict, rerr.Code, "%s", rerr.Message)
 	}
-	exists, err := b.nonceExists(ctx, req.nonce)
-	if err != nil {
-		release()
-		b.lg.Error("bus: look up nonce", "nonce", req.nonce, "err", err)
-		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
-	}
-	if exists {
-		release()
-		ir, ok, err := b.log.Intent(ctx, req.nonce)
-		if err != nil || !ok {
+	if lookup {
+		// The log may hold the nonce in received, where a second received
+		// would pass as an annotation: look it up first.
+		exists, err := b.nonceExists(ctx, req.nonce)
+		if err != nil {
+			release()
+			b.lg.Error("bus: look up nonce", "nonce", req.nonce, "err", err)
 			return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
 		}
-		return b.dedupe(ctx, ir, req, hash)
+		if exists {
+			release()
+			return b.resend(ctx, req, hash)
+		}
 	}
 	ev := tracing.Event{Nonce: req.nonce, State: tracing.Received, From: req.from, To: req.to, IntentType: req.intent,
 		Transport: transportBus}
@@ -62,7 +65,23 @@ func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError
 		ev.Details.Frame = frame
 		ev.Details.ClientTimestamp = req.frame.Timestamp
 	}
-	return b.record(ctx, req, ev, release)
+	return b.record(ctx, req, ev, hash, release)
+}
+
+// resend answers a send whose nonce the log already has.
+func (b *Bus) resend(ctx context.Context, req *sendRequest, hash string) (int, any, *apiError) {
+	ir, ok, err := b.log.Intent(ctx, req.nonce)
+	if err != nil || !ok {
+		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+	}
+	return b.dedupe(ctx, ir, req, hash)
+}
+
+// existed reports whether err is the log's refusal of a received event
+// because its nonce already has a state (other than received).
+func existed(err error) bool {
+	var te *tracing.TransitionError
+	return errors.As(err, &te) && te.To == tracing.Received && te.From != ""
 }
 
 // plan is what a send records together with its received event.
@@ -77,7 +96,7 @@ const (
 // record writes the received event of a new message, with the first step
 // of its delivery when the recipient is a local agent, releases the nonce's
 // claim, and starts the attempt.
-func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Event, release func()) (int, any, *apiError) {
+func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Event, hash string, release func()) (int, any, *apiError) {
 	nonce := req.nonce
 	unlock := b.lock(nonce)
 	events := []tracing.Event{received}
@@ -123,15 +142,25 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 	if err != nil {
 		if how == planDeliver {
 			b.unreserve(req.to)
-			b.dropWaiters(nonce)
+			b.dropWaiter(nonce, wake)
 		}
 		unlock()
+		if existed(err) {
+			// A resend of a nonce the log has (the send did not look it
+			// up, see accept): answer it as such.
+			return b.resend(ctx, req, hash)
+		}
 		var te *tracing.TransitionError
 		if errors.As(err, &te) {
 			return 0, nil, errf(http.StatusConflict, CodeInProgress, "nonce %s was recorded concurrently; resend to get its status", nonce)
 		}
 		var ve *tracing.ValidationError
 		if errors.As(err, &ve) {
+			// The look-up, had accept made it, would have answered a
+			// resend before anything was validated.
+			if exists, lerr := b.nonceExists(ctx, nonce); lerr == nil && exists {
+				return b.resend(ctx, req, hash)
+			}
 			return 0, nil, errf(http.StatusBadRequest, CodeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
 		}
 		b.lg.Error("bus: record message", "nonce", nonce, "err", err)

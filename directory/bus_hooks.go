@@ -162,23 +162,34 @@ func (d *Directory) MaxFrameBytes() int { return d.cfg.MaxFrameBytes }
 // RelayError (IN_PROGRESS, NONCE_REUSE_CONFLICT) saying why the nonce is
 // busy.
 func (d *Directory) ClaimBusNonce(nonce, from, to, intent string) (func(), *RelayError) {
+	release, _, rerr := d.ClaimNewBusNonce(nonce, from, to, intent)
+	return release, rerr
+}
+
+// ClaimNewBusNonce is ClaimBusNonce that also reports whether the log may
+// hold nonce in received (the bus noted it before, or Recover found it
+// there). When it may not, a received event of nonce needs no look-up
+// first: the log refuses it if the nonce has any other state (see
+// busnonces.go), exactly as it refuses the relay's optimistic received.
+func (d *Directory) ClaimNewBusNonce(nonce, from, to, intent string) (release func(), lookup bool, rerr *RelayError) {
 	inf := &inflight{nonce: nonce, from: from, to: to, intentType: intent, origin: TransportBus,
 		done: func([]byte, *RelayError) {}}
 	d.mu.Lock()
-	rerr := d.claimLocked(inf)
+	rerr = d.claimLocked(inf)
 	if rerr == nil {
+		_, lookup = d.busRecv[nonce]
 		// The bus is about to record the nonce as received.
 		d.noteBusReceived(nonce)
 	}
 	d.mu.Unlock()
 	if rerr != nil {
-		return nil, rerr
+		return nil, false, rerr
 	}
 	if rerr := d.claimClusterBusNonce(from, nonce); rerr != nil {
 		d.release(inf)
-		return nil, rerr
+		return nil, false, rerr
 	}
-	return func() { d.release(inf) }, nil
+	return func() { d.release(inf) }, lookup, nil
 }
 
 // DeliverBus hands one attempt of a bus message to its recipient's session.
