@@ -23,7 +23,9 @@
 // where <target> and <origin> are domains with dots replaced by
 // underscores (Token). Replies go to the requester's own inbox prefix
 // _INBOX_<origin>.>. In embedded mode (--nats-listen) every directory runs
-// a NATS server that only pinned peers can log in to (nkey users); peer P
+// a NATS server that only pinned peers can log in to (their nkeys, checked
+// against the current peer table without reloading the server; removing
+// or re-keying a peer disconnects its live connections); peer P
 // may publish only beam.fed.<self>.<P>.* and subscribe only to
 // _INBOX_<P>.> (PeerPermissions), so it can neither speak for another peer
 // nor read anyone's traffic. The directory itself uses an in-process

@@ -415,13 +415,7 @@ func TestSyncSenderTimesOutWhilePeerIsDown(t *testing.T) {
 // peerConn connects to d's NATS server as the directory with key priv.
 func peerConn(t *testing.T, d *fedDir, priv []byte, domain string) *nats.Conn {
 	t.Helper()
-	kp, err := nkeyPair(priv)
-	require.NoError(t, err)
-	pub, err := kp.PublicKey()
-	require.NoError(t, err)
-	serverKey := ed25519.PrivateKey(d.key).Public().(ed25519.PublicKey)
-	nc, err := nats.Connect("nats://"+d.natsAddr, nats.Secure(PeerTLS(serverKey)), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(InboxPrefix(domain)),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	nc, _, _, err := dialAs(d, priv, domain)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc

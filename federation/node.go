@@ -102,8 +102,9 @@ type Config struct {
 	// KeyTTL is how long a resolved remote agent key is cached (5 m).
 	KeyTTL time.Duration
 	// ServerOptions, when set, adjusts the embedded NATS server's options
-	// at start and at every reload (cluster mode adds routes and
-	// JetStream, see federation/cluster).
+	// at start (cluster mode adds routes and JetStream, see
+	// federation/cluster). The options are never reloaded: peers change
+	// the server's client authentication (natsauth.go) instead.
 	ServerOptions func(*server.Options)
 	// QueueGroup, when set, subscribes this directory's subjects in that
 	// queue group, so that of the nodes of a cluster serving one domain
@@ -141,6 +142,7 @@ type Node struct {
 	self   Peer
 
 	ns       *server.Server
+	auth     *natsAuth // the embedded server's client authentication
 	natsHost string
 	natsPort int
 	tls      *tls.Config // the embedded server's certificate (tls.go)
@@ -308,13 +310,17 @@ func (n *Node) startNATS() error {
 		if n.tls, err = ServerTLS(n.cfg.Key, n.cfg.Domain); err != nil {
 			return err
 		}
+		n.auth = newNATSAuth(n.cfg.Domain)
 		n.mu.Lock()
-		opts := n.natsOptionsLocked()
+		n.syncAuthLocked()
 		n.mu.Unlock()
-		ns, err := server.NewServer(opts)
+		ns, err := server.NewServer(n.natsOptions())
 		if err != nil {
 			return fmt.Errorf("nats server: %w", err)
 		}
+		n.auth.mu.Lock()
+		n.auth.ns = ns
+		n.auth.mu.Unlock()
 		ns.SetLoggerV2(&natsLogger{lg: n.lg.With("component", "nats"), m: n.m}, false, false, false)
 		go ns.Start()
 		if !ns.ReadyForConnections(10 * time.Second) {
@@ -352,33 +358,22 @@ func (n *Node) startNATS() error {
 	return n.shared.Flush()
 }
 
-// natsOptionsLocked builds the embedded server's options: this directory
-// unrestricted, each pinned peer publishing only its own subjects towards
-// this directory and subscribing only to its own reply inbox.
-func (n *Node) natsOptionsLocked() *server.Options {
-	selfPub, _ := n.nkey.PublicKey()
-	users := []*server.NkeyUser{{Nkey: selfPub}}
-	domains := make([]string, 0, len(n.peers))
-	for d := range n.peers {
-		domains = append(domains, d)
-	}
-	sort.Strings(domains)
-	for _, d := range domains {
-		u, err := NkeyUser(n.peers[d].PublicKey)
-		if err != nil {
-			continue
-		}
-		users = append(users, &server.NkeyUser{Nkey: u, Permissions: PeerPermissions(n.cfg.Domain, d)})
-	}
+// natsOptions builds the embedded server's options. Clients are admitted
+// by n.auth: this directory unrestricted, each pinned peer publishing only
+// its own subjects towards this directory and subscribing only to its own
+// reply inbox. AlwaysEnableNonce makes the server send the nonce that
+// clients sign with their nkey.
+func (n *Node) natsOptions() *server.Options {
 	opts := &server.Options{
-		TLSConfig:  n.tls,
-		TLSTimeout: 5,
-		ServerName: "beam-" + Token(n.cfg.Domain),
-		Host:       n.natsHost,
-		Port:       n.natsPort,
-		NoSigs:     true,
-		MaxPayload: MaxMessageBytes * 2,
-		Nkeys:      users,
+		TLSConfig:                  n.tls,
+		TLSTimeout:                 5,
+		ServerName:                 "beam-" + Token(n.cfg.Domain),
+		Host:                       n.natsHost,
+		Port:                       n.natsPort,
+		NoSigs:                     true,
+		MaxPayload:                 MaxMessageBytes * 2,
+		AlwaysEnableNonce:          true,
+		CustomClientAuthentication: n.auth,
 	}
 	if n.cfg.ServerOptions != nil {
 		n.cfg.ServerOptions(opts)
@@ -440,17 +435,6 @@ func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
   }
 }
 `, domain, user, list(p.Publish.Allow), list(p.Subscribe.Allow), p.Response.MaxMsgs, p.Response.Expires.String()), nil
-}
-
-// reloadLocked applies the current peers to the embedded server.
-func (n *Node) reloadLocked() error {
-	if n.ns == nil {
-		return nil
-	}
-	if err := n.ns.ReloadOptions(n.natsOptionsLocked()); err != nil {
-		return fmt.Errorf("reload nats permissions: %w", err)
-	}
-	return nil
 }
 
 // connectPeerLocked opens this directory's connection to ps's server
@@ -592,7 +576,8 @@ func (n *Node) Peers() []Peer {
 }
 
 // AddPeer pins p (replacing the URL and key of a peer with its domain),
-// stores it and lets it connect.
+// stores it and lets it connect. The connections of a replaced key are
+// closed.
 func (n *Node) AddPeer(ctx context.Context, p Peer) error {
 	p.Domain = normDomain(p.Domain)
 	if err := ValidDomain(p.Domain); err != nil {
@@ -608,6 +593,13 @@ func (n *Node) AddPeer(ctx context.Context, p Peer) error {
 	if err := n.store.put(ctx, p); err != nil {
 		return err
 	}
+	n.disconnectClients(n.pin(p))
+	return nil
+}
+
+// pin applies an added peer and returns the embedded server's clients to
+// disconnect.
+func (n *Node) pin(p Peer) []uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if old, ok := n.peers[p.Domain]; ok {
@@ -629,11 +621,11 @@ func (n *Node) AddPeer(ctx context.Context, p Peer) error {
 	}
 	n.m.peers.Set(float64(len(n.peers)))
 	n.connectPeerLocked(ps)
-	return n.reloadLocked()
+	return n.syncAuthLocked()
 }
 
-// RemovePeer unpins a peer: its connections are refused from now on and
-// its pending rows die when they are next claimed.
+// RemovePeer unpins a peer: its live connections are closed, new ones
+// are refused and its pending rows die when they are next claimed.
 func (n *Node) RemovePeer(ctx context.Context, domain string) (bool, error) {
 	domain = normDomain(domain)
 	ok, err := n.store.remove(ctx, domain)
@@ -641,7 +633,6 @@ func (n *Node) RemovePeer(ctx context.Context, domain string) (bool, error) {
 		return false, err
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if ps, found := n.peers[domain]; found {
 		if ps.conn != nil {
 			ps.conn.Close()
@@ -651,7 +642,10 @@ func (n *Node) RemovePeer(ctx context.Context, domain string) (bool, error) {
 		ok = true
 	}
 	n.m.peers.Set(float64(len(n.peers)))
-	return ok, n.reloadLocked()
+	cut := n.syncAuthLocked()
+	n.mu.Unlock()
+	n.disconnectClients(cut)
+	return ok, nil
 }
 
 // pinnedKey returns the pinned key of a peer domain.
