@@ -184,6 +184,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cleanup()
 		for _, n := range nodes {
 			cfg.NodeURLs, cfg.NodePIDs = append(cfg.NodeURLs, n.URL), append(cfg.NodePIDs, n.PID)
+			cfg.NodeTokens = append(cfg.NodeTokens, n.OperatorToken)
 		}
 		cfg.Domain = bench.DefaultClusterDomain
 		logger.Info("started beam serve cluster", "nodes", cfg.NodeURLs)

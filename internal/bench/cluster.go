@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -190,4 +192,73 @@ func (s *Summary) setCluster(cfg Config, f *Fleet, before, after []ProcSample, i
 	}
 	r := mb(hwm)
 	s.ServerRSSMB = &r
+}
+
+// awaitClusterSessions waits until every node of cfg's cluster lists every
+// recipient's session (GET /observability/cluster with the node's operator
+// token): a node learns of sessions other nodes hold through a replicated
+// bucket, and an intent sent before it did would be answered OFFLINE.
+// Without tokens (a cluster the bench did not start) it does not wait.
+func awaitClusterSessions(ctx context.Context, hc *http.Client, cfg Config, recipients []*Agent) error {
+	if len(cfg.NodeTokens) != len(cfg.NodeURLs) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for i, base := range cfg.NodeURLs {
+		for {
+			held, err := clusterSessions(ctx, hc, base, cfg.NodeTokens[i])
+			if err == nil && holdsAll(held, recipients) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("bench: node %s does not list every recipient's session: %v", base, err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// clusterSessions returns the agents whose sessions the node at base lists.
+func clusterSessions(ctx context.Context, hc *http.Client, base, token string) (map[string]bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/observability/cluster", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /observability/cluster: %s", resp.Status)
+	}
+	var card struct {
+		Status struct {
+			Sessions []struct {
+				BeamID string `json:"beamId"`
+			} `json:"sessions"`
+		} `json:"status"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&card); err != nil {
+		return nil, fmt.Errorf("GET /observability/cluster: %w", err)
+	}
+	out := map[string]bool{}
+	for _, s := range card.Status.Sessions {
+		out[s.BeamID] = true
+	}
+	return out, nil
+}
+
+// holdsAll reports whether held lists every agent of as.
+func holdsAll(held map[string]bool, as []*Agent) bool {
+	for _, a := range as {
+		if !held[a.BeamID] {
+			return false
+		}
+	}
+	return true
 }

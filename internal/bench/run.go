@@ -97,6 +97,9 @@ type Config struct {
 	// NodePIDs are NodeURLs' processes on this machine (same order), read
 	// for CPU per intent; ServerPID is then ignored.
 	NodePIDs []int
+	// NodeTokens are NodeURLs' operator tokens (same order), used to wait
+	// until every node sees every recipient's session before the run.
+	NodeTokens []string
 	// Clock is the time source for frame timestamps; nil means time.Now.
 	Clock func() time.Time
 	// Logger receives progress logs; nil discards them.
@@ -325,6 +328,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		fleet.track(conn)
 		fleet.wg.Add(1)
 		go fleet.serveRecipient(conn, a, cfg.Clock)
+	}
+	if len(cfg.NodeURLs) > 0 {
+		if err := awaitClusterSessions(ctx, hc, cfg, fleet.Recipients); err != nil {
+			return nil, err
+		}
 	}
 
 	sum := &Summary{
