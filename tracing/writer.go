@@ -820,6 +820,7 @@ func (l *Log) commitBatch(batch []*request) {
 			return
 		}
 	}
+	direct = direct || w.meshDirty()
 	if direct && !taken {
 		w.takePending()
 	}
