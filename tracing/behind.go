@@ -12,10 +12,10 @@ import (
 // Projections written behind the log.
 //
 // A commit must make its events durable before the outcomes they record are
-// reported; the projection rows (intent_log, beam_messages) are derived from
-// those events and need not be. So an ordinary commit writes only the event
-// rows, and the writer keeps the entries whose rows are not written
-// yet in memory (writerState.pend). Every update of one nonce since the last
+// reported; the projection rows (intent_log, beam_messages, beam_mesh) are
+// derived from those events and need not be. So an ordinary commit writes
+// only the event rows, and the writer keeps the entries whose rows are not
+// written yet in memory (writerState.pend). Every update of one nonce since the last
 // write is folded into its entry, so an intent whose events span several
 // commits costs one row write instead of one per commit.
 //
@@ -23,8 +23,6 @@ import (
 // later commit (or one of their own when the writer is idle), when
 //   - they are older than Config.ProjectAfter or more than maxPending,
 //   - a request of the commit is a Do (its function may read any row),
-//   - the commit changes a pipeline envelope (beam_mesh is read after
-//     every hop, so its rows are written with their events),
 //   - a reader asked for them (the read barrier, sync), or
 //   - the log is closing.
 // That transaction also records the seq of the last event folded into the
@@ -37,9 +35,10 @@ import (
 // Reads that name one nonce (Intent, State, Message, MessageState,
 // HasNonce, MessageNonce, MessageByID, FirstDetails, LastDetails, Trace,
 // IntentsByNonce)
-// answer from the pending entry when there is one; every other read of the
-// projections first waits for the rows pending at the time of the call to
-// be written (sync).
+// answer from the pending entry when there is one, MeshEnvelope from the
+// committed rows the writer keeps in memory (meshLive); every other read of
+// the projections first waits for the rows pending at the time of the call
+// to be written (sync).
 
 // defaultProjectAfter is how long a projection row may wait in memory
 // unless Config.ProjectAfter says otherwise.
@@ -84,19 +83,6 @@ func (w *writerState) takePending() {
 func hasFunc(batch []*request) bool {
 	for _, r := range batch {
 		if r.fn != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// meshDirty reports whether the batch changed a pipeline envelope: the
-// rows of those are written with their events (the pipeline reads them
-// after every hop), and so, in that commit, are all pending rows, so that
-// the projections never hold an event after their high-water mark.
-func (w *writerState) meshDirty() bool {
-	for _, e := range w.work {
-		if e.dirty && e.mesh != nil {
 			return true
 		}
 	}

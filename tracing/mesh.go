@@ -364,6 +364,9 @@ func (q *MeshQuery) where() (string, []any) {
 // MeshEnvelopes returns the envelopes q selects, newest first, and how many
 // match without paging.
 func (l *Log) MeshEnvelopes(ctx context.Context, q MeshQuery) ([]MeshRow, int64, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, 0, err
+	}
 	where, args := q.where()
 	var total int64
 	if err := l.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM beam_mesh`+where, args...).Scan(&total); err != nil {
@@ -379,10 +382,15 @@ func (l *Log) MeshEnvelopes(ctx context.Context, q MeshQuery) ([]MeshRow, int64,
 	return out, total, err
 }
 
-// MeshEnvelope returns the envelope with this id.
+// MeshEnvelope returns the envelope with this id: from the rows kept in
+// memory (meshLive) when it is there, otherwise from beam_mesh after the
+// read barrier.
 func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error) {
 	if m, ok := l.meshLive.get(id); ok {
 		return m, true, nil
+	}
+	if err := l.sync(ctx); err != nil {
+		return MeshRow{}, false, err
 	}
 	var m MeshRow
 	err := scanMesh(l.reads.meshByID.QueryRowContext(ctx, id), &m)
@@ -399,6 +407,9 @@ func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error
 // recovery and the scheduler: due says only queued ones due at nowMs (and
 // not paused), otherwise every open one. limit 0 means no limit.
 func (l *Log) MeshOpen(ctx context.Context, due bool, nowMs int64, limit int) ([]MeshRow, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	if due && limit > 0 {
 		rows, err := l.reads.meshDue.QueryContext(ctx, nowMs, limit)
 		return collectRows(rows, err, "due envelopes", scanMesh)
@@ -429,6 +440,9 @@ const (
 // MeshExpired returns open envelopes whose deadline (unix ms) is at or
 // before nowMs.
 func (l *Log) MeshExpired(ctx context.Context, nowMs int64, limit int) ([]string, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := l.reads.meshExpired.QueryContext(ctx, nowMs, max(limit, 1))
 	if err != nil {
 		return nil, fmt.Errorf("expired envelopes: %w", err)
@@ -448,6 +462,9 @@ func (l *Log) MeshExpired(ctx context.Context, nowMs int64, limit int) ([]string
 // MeshRows returns every beam_mesh row in id order (for tests and replay
 // checks).
 func (l *Log) MeshRows(ctx context.Context) ([]MeshRow, error) {
+	if err := l.sync(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := l.rdb.QueryContext(ctx, `SELECT `+meshCols+` FROM beam_mesh ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("read beam_mesh: %w", err)

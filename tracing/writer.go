@@ -820,7 +820,6 @@ func (l *Log) commitBatch(batch []*request) {
 			return
 		}
 	}
-	direct = direct || w.meshDirty()
 	if direct && !taken {
 		w.takePending()
 	}
