@@ -403,6 +403,37 @@ func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error
 	return m, true, nil
 }
 
+// MeshEnvelopeTrace returns the envelope with this id together with its
+// trace (Trace: at most MaxTraceEvents events), both as of the same point of
+// the log. The row is read first and the trace after it, so the trace may
+// end with events committed in between (the writer updates the rows kept in
+// memory just after the commit that made the events readable); those are
+// folded into the returned row, which is then the projection at the trace's
+// last event. A reader that shows a row with the hops of its trace uses
+// this rather than MeshEnvelope and Trace one after the other.
+func (l *Log) MeshEnvelopeTrace(ctx context.Context, id string) (MeshRow, []Event, bool, error) {
+	row, ok, err := l.MeshEnvelope(ctx, id)
+	if err != nil || !ok {
+		return row, nil, ok, err
+	}
+	trace, err := l.Trace(ctx, row.Nonce)
+	if err != nil {
+		return MeshRow{}, nil, false, err
+	}
+	return meshAt(row, trace), trace, true, nil
+}
+
+// meshAt returns row with the events of trace after row.LastSeq folded in:
+// the row as of the trace's last event.
+func meshAt(row MeshRow, trace []Event) MeshRow {
+	for i := range trace {
+		if trace[i].Seq > row.LastSeq {
+			row.Apply(trace[i])
+		}
+	}
+	return row
+}
+
 // MeshOpen returns the ids of envelopes whose status is not terminal, for
 // recovery and the scheduler: due says only queued ones due at nowMs (and
 // not paused), otherwise every open one. limit 0 means no limit.

@@ -62,18 +62,14 @@ func (d *Dashboard) handleMeshList(w http.ResponseWriter, r *http.Request, p pri
 
 func (d *Dashboard) handleMeshEnvelope(w http.ResponseWriter, r *http.Request, p principal) {
 	ctx := r.Context()
-	row, ok, err := d.log.MeshEnvelope(ctx, r.PathValue("id"))
+	// The row and the hops describe the same point of the log.
+	row, trace, ok, err := d.log.MeshEnvelopeTrace(ctx, r.PathValue("id"))
 	if err != nil {
 		d.internalError(w, "read envelope", err)
 		return
 	}
 	if !ok {
 		writeError(w, http.StatusNotFound, "NOT_FOUND", "no envelope "+r.PathValue("id"))
-		return
-	}
-	trace, err := d.log.Trace(ctx, row.Nonce)
-	if err != nil {
-		d.internalError(w, "read envelope trace", err)
 		return
 	}
 	children, _, err := d.log.MeshEnvelopes(ctx, tracing.MeshQuery{ParentID: row.ID, Limit: MaxListLimit})
