@@ -50,20 +50,32 @@ function pre(raw) {
 
 function shortID(id) { return id.length > 13 ? id.slice(0, 13) + "…" : id; }
 
+// liveReload runs load now and again whenever the log moves, until the
+// returned function is called. The stream reports only events after it
+// opened, so load runs again once it is open (and after each reconnect):
+// what happened between the first load and the stream is not missed.
+// Loads never overlap: one asked for while another runs follows it, so the
+// page always ends with a load started after the last event it was told of.
 function liveReload(load) {
   let timer = null;
-  let es = null;
   let closed = false;
-  const connect = () => {
+  let running = false;
+  let again = false;
+  const run = async () => {
     if (closed) return;
-    es = new EventSource("/observability/stream");
-    es.addEventListener("intent", () => {
-      if (timer) return;
-      timer = setTimeout(() => { timer = null; load(); }, 300);
-    });
+    if (running) { again = true; return; }
+    running = true;
+    try { await load(); } finally { running = false; }
+    if (again) { again = false; run(); }
   };
-  connect();
-  return () => { closed = true; clearTimeout(timer); if (es) es.close(); };
+  const es = new EventSource("/observability/stream");
+  es.addEventListener("open", () => run());
+  es.addEventListener("intent", () => {
+    if (timer) return;
+    timer = setTimeout(() => { timer = null; run(); }, 300);
+  });
+  run();
+  return () => { closed = true; clearTimeout(timer); es.close(); };
 }
 
 // renderPipelines lists envelopes (#/pipelines?status=S&dead=1).
@@ -107,7 +119,6 @@ export function renderPipelines(root, { params, isCurrent }) {
       if (isCurrent()) total.textContent = `Could not load envelopes: ${err.message}`;
     }
   }
-  load();
   return liveReload(load);
 }
 
@@ -175,6 +186,5 @@ export function renderPipeline(root, { arg, isCurrent }) {
       if (isCurrent()) body.replaceChildren(el("p", { class: "reason" }, `Could not load envelope: ${err.message}`));
     }
   }
-  load();
   return liveReload(load);
 }
