@@ -116,6 +116,10 @@ type Config struct {
 	// session is attached; the message bus uses it to deliver queued
 	// messages. May be nil.
 	OnAgentConnected func(beamID string)
+	// parkLinger is how long an idle session's reader waits on its
+	// goroutine for the next message before it parks (1 s); tests set it.
+	parkLinger time.Duration
+
 	// Attester signs frames their sender did not sign (API-key sessions,
 	// bus sends, frames a peer vouches for) before they are delivered; nil
 	// means a key that lives only as long as the process (tests).
@@ -186,6 +190,7 @@ func New(cfg Config) (*Directory, error) {
 	def(&cfg.PingInterval, defaultPingInterval)
 	def(&cfg.WriteTimeout, defaultWriteTimeout)
 	def(&cfg.DeliveredDelay, defaultDeliveredDelay)
+	def(&cfg.parkLinger, defaultParkLinger)
 	defInt := func(d *int, v int) {
 		if *d <= 0 {
 			*d = v

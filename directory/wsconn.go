@@ -183,11 +183,11 @@ func (c *idleConn) wait() {
 	_ = waitReadable(c.raw)
 }
 
-// parkLinger is how long a reader waits on its goroutine for the next
-// message before it parks in the read poller: a busy session keeps its
-// goroutine (a wake-up through the poller costs a syscall and a hand-off per
-// message), an idle one gives it up.
-const parkLinger = time.Second
+// defaultParkLinger is how long a reader waits on its goroutine for the
+// next message before it parks in the read poller (Config.parkLinger): a
+// busy session keeps its goroutine (a wake-up through the poller costs a
+// syscall and a hand-off per message), an idle one gives it up.
+const defaultParkLinger = time.Second
 
 // waitFor waits up to d for something to read; false when d passed first.
 func (c *idleConn) waitFor(d time.Duration) bool {
@@ -296,18 +296,18 @@ func (t *frameTracker) frameDone() {
 }
 
 // park stops the reader while nothing has arrived: with the read poller,
-// once nothing came for parkLinger, the connection is armed and park
-// returns true, and resume runs on a new
-// goroutine once the socket is readable or the connection closes (the
-// caller returns and its goroutine ends). Without the poller, or when bytes
-// are already buffered, it waits here (see wait) and returns false.
-func (c *idleConn) park(resume func()) bool {
+// once nothing came for linger (at once when linger is 0), the connection
+// is armed and park returns true, and resume runs on a new goroutine once
+// the socket is readable or the connection closes (the caller returns and
+// its goroutine ends). Without the poller, or when bytes are already
+// buffered, it waits here (see wait) and returns false.
+func (c *idleConn) park(resume func(), linger time.Duration) bool {
 	p := sharedReadPoller()
 	if p == nil || c.raw == nil || c.pending() {
 		c.wait()
 		return false
 	}
-	if c.waitFor(parkLinger) {
+	if linger > 0 && c.waitFor(linger) {
 		return false
 	}
 	c.resume = resume

@@ -317,3 +317,28 @@ func TestIdleSessionParksAgainAfterKeepalive(t *testing.T) {
 	require.Equal(t, "result", m.Type, "no error answered an injected message first: %s", m.raw)
 	require.True(t, resultOf(t, m.Frame).Success)
 }
+
+// A reader woken only by control frames (a keepalive's pong) parks at once
+// instead of lingering for a next message it has no reason to expect: with
+// a linger of an hour, only sessions that skip it after the pong are parked.
+func TestKeepaliveWakeParksWithoutLinger(t *testing.T) {
+	b := setup(t, func(o *setupOpts) { o.cfg = func(c *Config) { c.parkLinger = time.Hour } })
+	const n = 4
+	agents := make([]*agent, n)
+	for i := range agents {
+		agents[i] = b.register("linger" + string(rune('a'+i)))
+		b.connect(agents[i]) // reads, so it answers pings
+	}
+	var sessions []*session
+	for _, a := range agents {
+		s := b.dir.session(a.id)
+		require.NotNil(t, s)
+		require.False(t, s.raw.parked.Load(), "a new session lingers for its first message")
+		sessions = append(sessions, s)
+	}
+	for _, s := range sessions {
+		s.keepalive()
+		require.False(t, s.isClosing(), "the ping was answered")
+	}
+	requireParked(t, sessions)
+}
