@@ -158,6 +158,8 @@ type Directory struct {
 	connNonces map[string]map[string]time.Time // beam ID → used ws.connect nonce → expiry
 	connPruned time.Time                       // last sweep of expired connect nonces
 
+	keepalives *keepaliveWheel // pings every session once per PingInterval (keepalive.go)
+
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -212,7 +214,7 @@ func New(cfg Config) (*Directory, error) {
 			return nil, fmt.Errorf("directory: new: %w", err)
 		}
 	}
-	return &Directory{
+	d := &Directory{
 		cfg:        cfg,
 		log:        cfg.Log,
 		reg:        cfg.Registry,
@@ -228,7 +230,11 @@ func New(cfg Config) (*Directory, error) {
 		attester:   att,
 		stop:       make(chan struct{}),
 		deliv:      delivState{kick: make(chan struct{}, 1)},
-	}, nil
+		keepalives: newKeepaliveWheel(cfg.PingInterval),
+	}
+	d.wg.Add(1)
+	go d.runKeepalives()
+	return d, nil
 }
 
 // Routes registers POST /intents/send, the WebSocket endpoint (/ws and any
@@ -299,7 +305,7 @@ func (d *Directory) Close() error {
 			s.closeWith(1001, "going away")
 		}
 		for _, s := range sessions {
-			<-s.done
+			<-s.doneChan()
 		}
 		d.stopDelivered()
 		d.wg.Wait()

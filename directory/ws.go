@@ -58,8 +58,9 @@ type outMsg struct {
 // has no goroutine where the read poller runs (Linux; elsewhere one, on
 // idleConn.wait's short stack): its reader, writer and workers run only
 // while it has bytes to read, messages to write or messages to handle, and
-// its keepalive is a timer. What an idle session does not need is made on
-// first use: its context (for the intents it sends) and its work queue.
+// its keepalive is an entry on the directory's keepalive wheel. What an
+// idle session does not need is made on first use: its context (for the
+// intents it sends), its work queue and the channel that says it ended.
 type session struct {
 	d           *Directory
 	beamID      string
@@ -73,14 +74,14 @@ type session struct {
 	mu          sync.Mutex
 	closing     bool
 	writing     bool  // a writer goroutine (or the shutdown) runs
+	pingDue     bool  // on the keepalive wheel
 	ended       uint8 // endRead and endShutdown, once each has finished
 	closeCode   websocket.StatusCode
 	closeReason string
 	out         []outMsg           // queued for the writer, at most Config.SendQueue
-	ping        *time.Timer        // the next keepalive
 	ctx         context.Context    // of the intents the session sent; nil until the first
 	cancel      context.CancelFunc // cancels ctx; called by the shutdown
-	done        chan struct{}      // closed when the session is torn down
+	done        chan struct{}      // see doneChan; nil until asked for
 
 	work *sessionWork // messages read and their workers; nil until the first message
 }
@@ -141,7 +142,6 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &session{
 		d: d, beamID: agent.BeamID, auth: auth, conn: conn, raw: lh.conn, cork: lh.cork, connectedAt: d.clock(),
-		done: make(chan struct{}),
 	}
 	s.beam2, _ = sessionProtocols(r.URL.Query()["protocol"], auth)
 	if !d.attach(s) {
@@ -149,11 +149,7 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.enqueue(outMsg{data: connectedMessage(s)})
-	s.mu.Lock()
-	if !s.closing {
-		s.ping = time.AfterFunc(d.cfg.PingInterval, s.keepalive)
-	}
-	s.mu.Unlock()
+	s.scheduleKeepalive()
 	d.reg.Touch(s.beamID)
 	if hook := d.cfg.OnAgentConnected; hook != nil {
 		go hook(s.beamID)
@@ -427,9 +423,6 @@ func (s *session) closeWith(code websocket.StatusCode, reason string) {
 	s.closeCode, s.closeReason = code, reason
 	start := !s.writing
 	s.writing = true
-	if s.ping != nil {
-		s.ping.Stop()
-	}
 	s.mu.Unlock()
 	s.d.detach(s)
 	if start {
@@ -504,6 +497,7 @@ func (s *session) end(half uint8) {
 	if half == endShutdown {
 		cancel = s.cancel
 	}
+	done := s.done
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -513,7 +507,23 @@ func (s *session) end(half uint8) {
 	}
 	s.d.m.sessions.Dec()
 	s.d.lg.Info("agent disconnected", "beamId", s.beamID)
-	close(s.done)
+	if done != nil {
+		close(done)
+	}
+}
+
+// doneChan returns a channel that is closed once the session is torn down
+// (made when first asked for: nothing waits for most sessions).
+func (s *session) doneChan() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		s.done = make(chan struct{})
+		if s.ended == endRead|endShutdown {
+			close(s.done)
+		}
+	}
+	return s.done
 }
 
 // context returns the context of the intents the session sends, made on
@@ -713,8 +723,9 @@ func (s *session) shutdown() {
 	s.end(endShutdown)
 }
 
-// keepalive pings the peer (a timer runs it every PingInterval) and closes
-// the session when no pong comes within PingInterval.
+// keepalive pings the peer (the keepalive wheel runs it every
+// PingInterval) and closes the session when no pong comes within
+// PingInterval.
 func (s *session) keepalive() {
 	if s.isClosing() {
 		return
@@ -732,11 +743,7 @@ func (s *session) keepalive() {
 		s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
 		return
 	}
-	s.mu.Lock()
-	if !s.closing {
-		s.ping.Reset(s.d.cfg.PingInterval)
-	}
-	s.mu.Unlock()
+	s.scheduleKeepalive()
 }
 
 // wsMessage is a decoded client → server message.

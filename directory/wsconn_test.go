@@ -197,7 +197,7 @@ func TestIdleSessionsParkWithoutBuffers(t *testing.T) {
 	s2 := b.dir.session(agents[2].id)
 	s2.closeWith(websocket.StatusGoingAway, "test")
 	select {
-	case <-s2.done:
+	case <-s2.doneChan():
 	case <-time.After(20 * time.Second):
 		t.Fatal("a parked session closed by the directory was not torn down")
 	}
