@@ -73,8 +73,11 @@ type session struct {
 
 	mu          sync.Mutex
 	closing     bool
-	writing     bool  // a writer goroutine (or the shutdown) runs
-	pingDue     bool  // on the keepalive wheel
+	writing     bool // a writer goroutine (or the shutdown) runs
+	pingDue     bool // on the keepalive wheel
+	pingNow     bool // the writer is to send a ping
+	pinged      bool // a ping was sent; pongsAtPing is the pong count then
+	pongsAtPing uint32
 	ended       uint8 // endRead and endShutdown, once each has finished
 	closeCode   websocket.StatusCode
 	closeReason string
@@ -605,7 +608,9 @@ func (s *session) writer() {
 			s.shutdown()
 			return
 		}
-		if len(s.out) == 0 {
+		ping := s.pingNow
+		s.pingNow = false
+		if len(s.out) == 0 && !ping {
 			s.writing = false
 			s.out = nil // an idle session keeps no buffer
 			s.mu.Unlock()
@@ -613,7 +618,7 @@ func (s *session) writer() {
 		}
 		batch, s.out = s.out, batch[:0]
 		s.mu.Unlock()
-		err := s.writeBatch(batch)
+		err := s.writeBatch(batch, ping)
 		clear(batch)
 		if err != nil {
 			s.d.lg.Info("websocket write failed", "beamId", s.beamID, "err", err)
@@ -629,8 +634,8 @@ func (s *session) writer() {
 // WriteTimeout; an intent counts as written, and is handed to the delivered
 // recorder, only once the write that carried its frame returned. On a write
 // error the intents whose frames were not known to be written are failed as
-// undelivered.
-func (s *session) writeBatch(batch []outMsg) error {
+// undelivered. With ping set, a ping goes out first, in the same write.
+func (s *session) writeBatch(batch []outMsg, ping bool) error {
 	var written, pending []*inflight
 	defer func() {
 		s.d.queueDelivered(written)
@@ -651,6 +656,12 @@ func (s *session) writeBatch(batch []outMsg) error {
 		return err
 	}
 	s.cork.cork()
+	if ping {
+		// Between whole frames: only this goroutine writes data frames,
+		// and a control frame the library writes meanwhile (a pong) reaches
+		// the cork in one piece (wsWriteBuffer holds a whole one).
+		_, _ = s.cork.Write(pingFrame) // corked: collected, cannot fail
+	}
 	for i, m := range batch {
 		if s.isClosing() {
 			if err := flush(); err != nil {
@@ -723,25 +734,34 @@ func (s *session) shutdown() {
 	s.end(endShutdown)
 }
 
-// keepalive pings the peer (the keepalive wheel runs it every
-// PingInterval) and closes the session when no pong comes within
-// PingInterval.
+// pingFrame is a server's ping with no payload (FIN, opcode 9, length 0).
+var pingFrame = []byte{0x89, 0x00}
+
+// keepalive runs once per PingInterval (from the keepalive wheel): it
+// closes the session when the peer answered no pong since the last ping
+// (so a ping goes unanswered for at most PingInterval plus a wheel tick),
+// and otherwise has the writer send the next ping. The pongs are counted
+// by the connection's frame tracker as the reader reads them, so no
+// goroutine waits for one and the library keeps no record of the ping.
 func (s *session) keepalive() {
-	if s.isClosing() {
+	pongs := s.raw.pongCount()
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
 		return
 	}
-	// Not derived from the session's context: a child would leave its
-	// bookkeeping (a children map, a Done channel) in every idle session.
-	// A closed connection ends the ping anyway.
-	ctx, cancel := context.WithTimeout(context.Background(), s.d.cfg.PingInterval)
-	err := s.conn.Ping(ctx)
-	cancel()
-	if err != nil {
-		if !s.isClosing() {
-			s.d.lg.Info("websocket keepalive failed", "beamId", s.beamID, "err", err)
-		}
+	if s.pinged && pongs == s.pongsAtPing {
+		s.mu.Unlock()
+		s.d.lg.Info("websocket keepalive failed", "beamId", s.beamID, "err", "no pong within the ping interval")
 		s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
 		return
+	}
+	s.pinged, s.pongsAtPing, s.pingNow = true, pongs, true
+	start := !s.writing
+	s.writing = true
+	s.mu.Unlock()
+	if start {
+		go s.writer()
 	}
 	s.scheduleKeepalive()
 }

@@ -105,6 +105,14 @@ func (c *idleConn) takeBuffered(p []byte) (n int, ok bool) {
 	return n, true
 }
 
+// pongCount is how many pong frames the peer's stream has carried so far
+// (wrapping), counted as the library reads them.
+func (c *idleConn) pongCount() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frames.pongs
+}
+
 // idleAfterControl reports whether the library is asking for the next
 // frame right after a control frame, outside a fragmented message, with
 // nothing buffered.
@@ -219,6 +227,7 @@ type frameTracker struct {
 	inMsg   bool  // a fragmented data message is open
 	control bool  // the last complete frame was a control frame
 	broken  bool
+	pongs   uint32 // complete pong frames seen (wrapping)
 }
 
 // afterControl reports whether the stream so far ends right after a
@@ -283,6 +292,9 @@ func (t *frameTracker) feed(p []byte) {
 func (t *frameTracker) frameDone() {
 	if t.op >= 8 {
 		t.control = true
+		if t.op == 0xA {
+			t.pongs++
+		}
 		return
 	}
 	t.control = false
