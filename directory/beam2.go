@@ -193,7 +193,7 @@ func (d *Directory) handleWSIntentJWS(s *session, token string) {
 	sink := &jwsSink{}
 	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, JWS: token, resultJWS: sink}
 	nonce := f.Nonce
-	d.submit(s.ctx, f, opts, func(res []byte, rerr *RelayError) {
+	d.submit(s.context(), f, opts, func(res []byte, rerr *RelayError) {
 		if rerr == nil {
 			if t := sink.get(); t != "" {
 				s.enqueue(outMsg{data: withJWSMember(resultMessage(res), t)})

@@ -116,6 +116,10 @@ type Config struct {
 	// session is attached; the message bus uses it to deliver queued
 	// messages. May be nil.
 	OnAgentConnected func(beamID string)
+	// parkLinger is how long an idle session's reader waits on its
+	// goroutine for the next message before it parks (1 s); tests set it.
+	parkLinger time.Duration
+
 	// Attester signs frames their sender did not sign (API-key sessions,
 	// bus sends, frames a peer vouches for) before they are delivered; nil
 	// means a key that lives only as long as the process (tests).
@@ -154,6 +158,8 @@ type Directory struct {
 	connNonces map[string]map[string]time.Time // beam ID → used ws.connect nonce → expiry
 	connPruned time.Time                       // last sweep of expired connect nonces
 
+	keepalives *keepaliveWheel // pings every session once per PingInterval (keepalive.go)
+
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -186,6 +192,7 @@ func New(cfg Config) (*Directory, error) {
 	def(&cfg.PingInterval, defaultPingInterval)
 	def(&cfg.WriteTimeout, defaultWriteTimeout)
 	def(&cfg.DeliveredDelay, defaultDeliveredDelay)
+	def(&cfg.parkLinger, defaultParkLinger)
 	defInt := func(d *int, v int) {
 		if *d <= 0 {
 			*d = v
@@ -207,7 +214,7 @@ func New(cfg Config) (*Directory, error) {
 			return nil, fmt.Errorf("directory: new: %w", err)
 		}
 	}
-	return &Directory{
+	d := &Directory{
 		cfg:        cfg,
 		log:        cfg.Log,
 		reg:        cfg.Registry,
@@ -223,7 +230,11 @@ func New(cfg Config) (*Directory, error) {
 		attester:   att,
 		stop:       make(chan struct{}),
 		deliv:      delivState{kick: make(chan struct{}, 1)},
-	}, nil
+		keepalives: newKeepaliveWheel(cfg.PingInterval),
+	}
+	d.wg.Add(1)
+	go d.runKeepalives()
+	return d, nil
 }
 
 // Routes registers POST /intents/send, the WebSocket endpoint (/ws and any
@@ -294,7 +305,7 @@ func (d *Directory) Close() error {
 			s.closeWith(1001, "going away")
 		}
 		for _, s := range sessions {
-			<-s.done
+			<-s.doneChan()
 		}
 		d.stopDelivered()
 		d.wg.Wait()

@@ -55,9 +55,12 @@ type outMsg struct {
 }
 
 // session is an attached WebSocket session of one agent. An idle session
-// costs one goroutine (readLoop, on the HTTP server's connection
-// goroutine): its writer and its workers run only while it has messages to
-// write or to handle, and its keepalive is a timer.
+// has no goroutine where the read poller runs (Linux; elsewhere one, on
+// idleConn.wait's short stack): its reader, writer and workers run only
+// while it has bytes to read, messages to write or messages to handle, and
+// its keepalive is an entry on the directory's keepalive wheel. What an
+// idle session does not need is made on first use: its context (for the
+// intents it sends), its work queue and the channel that says it ended.
 type session struct {
 	d           *Directory
 	beamID      string
@@ -67,23 +70,39 @@ type session struct {
 	raw         *idleConn  // under conn's reads: holds a buffer only while bytes wait
 	cork        *frameCork // under conn's write buffer: the writer's batches go out in one write
 	connectedAt time.Time
-	ctx         context.Context
-	cancel      context.CancelFunc
 
 	mu          sync.Mutex
 	closing     bool
+	writing     bool // a writer goroutine (or the shutdown) runs
+	pingDue     bool // on the keepalive wheel
+	pingNow     bool // the writer is to send a ping
+	pinged      bool // a ping was sent; pongsAtPing is the pong count then
+	pongsAtPing uint32
+	ended       uint8 // endRead and endShutdown, once each has finished
 	closeCode   websocket.StatusCode
 	closeReason string
-	out         []outMsg      // queued for the writer, at most Config.SendQueue
-	writing     bool          // a writer goroutine (or the shutdown) runs
-	ping        *time.Timer   // the next keepalive
-	writerDone  chan struct{} // closed when the shutdown is complete
-	done        chan struct{} // closed when the session is torn down
+	out         []outMsg           // queued for the writer, at most Config.SendQueue
+	ctx         context.Context    // of the intents the session sent; nil until the first
+	cancel      context.CancelFunc // cancels ctx; called by the shutdown
+	done        chan struct{}      // see doneChan; nil until asked for
 
-	wmu     sync.Mutex
-	wcond   sync.Cond // on wmu: space in work, or a worker exited
-	work    [][]byte  // messages read, for the workers
-	workers int       // running workers
+	work *sessionWork // messages read and their workers; nil until the first message
+}
+
+// The two halves of a session's teardown: the reader has ended, and the
+// shutdown (close frame, queued intents failed) is complete.
+const (
+	endRead uint8 = 1 << iota
+	endShutdown
+)
+
+// sessionWork holds the messages a session read for its workers. Only the
+// session's reader makes it (on the first message) and dispatches.
+type sessionWork struct {
+	mu      sync.Mutex
+	cond    sync.Cond // on mu: space in queue, or a worker exited
+	queue   [][]byte
+	workers int // running workers
 }
 
 // session returns the current session of beamID, or nil.
@@ -124,24 +143,16 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 		_ = conn.Close(websocket.StatusPolicyViolation, closeReason(err.Error()))
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{
 		d: d, beamID: agent.BeamID, auth: auth, conn: conn, raw: lh.conn, cork: lh.cork, connectedAt: d.clock(),
-		ctx: ctx, cancel: cancel, writerDone: make(chan struct{}), done: make(chan struct{}),
 	}
-	s.wcond.L = &s.wmu
 	s.beam2, _ = sessionProtocols(r.URL.Query()["protocol"], auth)
 	if !d.attach(s) {
-		cancel()
 		_ = conn.Close(websocket.StatusGoingAway, "going away")
 		return
 	}
 	s.enqueue(outMsg{data: connectedMessage(s)})
-	s.mu.Lock()
-	if !s.closing {
-		s.ping = time.AfterFunc(d.cfg.PingInterval, s.keepalive)
-	}
-	s.mu.Unlock()
+	s.scheduleKeepalive()
 	d.reg.Touch(s.beamID)
 	if hook := d.cfg.OnAgentConnected; hook != nil {
 		go hook(s.beamID)
@@ -156,12 +167,13 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 // Buffer sizes the WebSocket library gets for a connection. They are
 // small on purpose: reads are buffered by idleConn only while bytes are
 // waiting, and a batch of frames is collected by the session's frameCork,
-// so the library's own buffers only need to hold a frame header or a
-// control frame (at most 125 bytes of payload) — memory every idle session
-// would otherwise keep.
+// so the library's own buffers only need to hold a frame header or, for
+// writes, a whole control frame (a 2-byte header and at most 125 bytes of
+// payload, so a ping or a close frame is one write) — memory every idle
+// session would otherwise keep.
 const (
 	wsReadBuffer  = 64
-	wsWriteBuffer = 256
+	wsWriteBuffer = 128
 )
 
 // leanHijack hands the WebSocket library small read and write buffers on
@@ -414,9 +426,6 @@ func (s *session) closeWith(code websocket.StatusCode, reason string) {
 	s.closeCode, s.closeReason = code, reason
 	start := !s.writing
 	s.writing = true
-	if s.ping != nil {
-		s.ping.Stop()
-	}
 	s.mu.Unlock()
 	s.d.detach(s)
 	if start {
@@ -439,17 +448,20 @@ func (s *session) readLoop() { s.read(false) }
 // read is readLoop's body; resumed says the read poller found the
 // connection readable (or closed) after a park.
 func (s *session) read(resumed bool) {
+	linger := s.d.cfg.parkLinger
 	for {
 		// While the peer sends nothing the session parks: in the read
 		// poller without a goroutine, or (without one) on a short stack in
-		// idleConn.wait, holding no buffer either way.
-		if !resumed && s.raw.park(s.resumeRead) {
+		// idleConn.wait, holding no buffer either way. A reader that just
+		// handled a message first lingers on its goroutine for the next.
+		if !resumed && s.raw.park(s.resumeRead, linger) {
 			return
 		}
 		resumed = false
+		linger = s.d.cfg.parkLinger
 		// A context without Done: the library then arms no cancellation
 		// per read. The read ends when the connection is closed, which
-		// shutdown does before it cancels s.ctx.
+		// shutdown does before it cancels the session's context.
 		_, data, err := s.conn.Read(context.Background())
 		if err != nil {
 			if st := websocket.CloseStatus(err); st == -1 && !s.isClosing() && !errors.Is(err, context.Canceled) {
@@ -458,20 +470,77 @@ func (s *session) read(resumed bool) {
 			break
 		}
 		if s.raw.takeInjected() {
-			continue // not the peer's: the read went idle after a control frame
+			// Not the peer's: only control frames (a keepalive's pong)
+			// came, so the peer is as idle as before and the reader parks
+			// at once instead of lingering.
+			linger = 0
+			continue
 		}
 		s.dispatch(data)
 	}
-	s.wmu.Lock()
-	for s.workers > 0 {
-		s.wcond.Wait()
+	if w := s.work; w != nil {
+		w.mu.Lock()
+		for w.workers > 0 {
+			w.cond.Wait()
+		}
+		w.mu.Unlock()
 	}
-	s.wmu.Unlock()
 	s.closeWith(websocket.StatusNormalClosure, "")
-	<-s.writerDone
+	s.end(endRead)
+}
+
+// end records that one half of the teardown (endRead, endShutdown) has
+// finished; the second to finish completes it. The shutdown's half cancels
+// the session's context.
+func (s *session) end(half uint8) {
+	s.mu.Lock()
+	s.ended |= half
+	complete := s.ended == endRead|endShutdown
+	var cancel context.CancelFunc
+	if half == endShutdown {
+		cancel = s.cancel
+	}
+	done := s.done
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if !complete {
+		return
+	}
 	s.d.m.sessions.Dec()
 	s.d.lg.Info("agent disconnected", "beamId", s.beamID)
-	close(s.done)
+	if done != nil {
+		close(done)
+	}
+}
+
+// doneChan returns a channel that is closed once the session is torn down
+// (made when first asked for: nothing waits for most sessions).
+func (s *session) doneChan() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		s.done = make(chan struct{})
+		if s.ended == endRead|endShutdown {
+			close(s.done)
+		}
+	}
+	return s.done
+}
+
+// context returns the context of the intents the session sends, made on
+// first use; it is cancelled once the session is shut down.
+func (s *session) context() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx == nil {
+		s.ctx, s.cancel = context.WithCancel(context.Background())
+		if s.ended&endShutdown != 0 {
+			s.cancel()
+		}
+	}
+	return s.ctx
 }
 
 // resumeRead continues reading after a park (on the poller's new
@@ -480,41 +549,48 @@ func (s *session) resumeRead() { s.read(true) }
 
 // dispatch queues a message read for the workers, starting one when fewer
 // than Config.SessionWorkers run (workers exit when nothing is queued). It
-// waits while 4×SessionWorkers messages are queued.
+// waits while 4×SessionWorkers messages are queued. Only the reader calls
+// it.
 func (s *session) dispatch(data []byte) {
-	s.wmu.Lock()
-	for len(s.work) >= 4*s.d.cfg.SessionWorkers {
-		s.wcond.Wait()
+	w := s.work
+	if w == nil {
+		w = &sessionWork{}
+		w.cond.L = &w.mu
+		s.work = w
 	}
-	s.work = append(s.work, data)
-	start := s.workers < s.d.cfg.SessionWorkers
-	if start {
-		s.workers++
+	w.mu.Lock()
+	for len(w.queue) >= 4*s.d.cfg.SessionWorkers {
+		w.cond.Wait()
 	}
-	s.wmu.Unlock()
+	w.queue = append(w.queue, data)
+	start := w.workers < s.d.cfg.SessionWorkers
 	if start {
-		go s.worker()
+		w.workers++
+	}
+	w.mu.Unlock()
+	if start {
+		go s.worker(w)
 	}
 }
 
 // worker handles queued messages until none is left.
-func (s *session) worker() {
+func (s *session) worker(w *sessionWork) {
 	for {
-		s.wmu.Lock()
-		if len(s.work) == 0 {
-			s.workers--
-			if s.workers == 0 {
-				s.work = nil
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.workers--
+			if w.workers == 0 {
+				w.queue = nil
 			}
-			s.wcond.Broadcast()
-			s.wmu.Unlock()
+			w.cond.Broadcast()
+			w.mu.Unlock()
 			return
 		}
-		data := s.work[0]
-		s.work[0] = nil
-		s.work = s.work[1:]
-		s.wcond.Broadcast()
-		s.wmu.Unlock()
+		data := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		w.cond.Broadcast()
+		w.mu.Unlock()
 		s.d.handleMessage(s, data)
 	}
 }
@@ -532,7 +608,9 @@ func (s *session) writer() {
 			s.shutdown()
 			return
 		}
-		if len(s.out) == 0 {
+		ping := s.pingNow
+		s.pingNow = false
+		if len(s.out) == 0 && !ping {
 			s.writing = false
 			s.out = nil // an idle session keeps no buffer
 			s.mu.Unlock()
@@ -540,7 +618,7 @@ func (s *session) writer() {
 		}
 		batch, s.out = s.out, batch[:0]
 		s.mu.Unlock()
-		err := s.writeBatch(batch)
+		err := s.writeBatch(batch, ping)
 		clear(batch)
 		if err != nil {
 			s.d.lg.Info("websocket write failed", "beamId", s.beamID, "err", err)
@@ -556,8 +634,8 @@ func (s *session) writer() {
 // WriteTimeout; an intent counts as written, and is handed to the delivered
 // recorder, only once the write that carried its frame returned. On a write
 // error the intents whose frames were not known to be written are failed as
-// undelivered.
-func (s *session) writeBatch(batch []outMsg) error {
+// undelivered. With ping set, a ping goes out first, in the same write.
+func (s *session) writeBatch(batch []outMsg, ping bool) error {
 	var written, pending []*inflight
 	defer func() {
 		s.d.queueDelivered(written)
@@ -578,6 +656,12 @@ func (s *session) writeBatch(batch []outMsg) error {
 		return err
 	}
 	s.cork.cork()
+	if ping {
+		// Between whole frames: only this goroutine writes data frames,
+		// and a control frame the library writes meanwhile (a pong) reaches
+		// the cork in one piece (wsWriteBuffer holds a whole one).
+		_, _ = s.cork.Write(pingFrame) // corked: collected, cannot fail
+	}
 	for i, m := range batch {
 		if s.isClosing() {
 			if err := flush(); err != nil {
@@ -647,31 +731,39 @@ func (s *session) shutdown() {
 	s.mu.Unlock()
 	s.failQueued(queued)
 	_ = s.conn.Close(code, reason)
-	s.cancel()
-	close(s.writerDone)
+	s.end(endShutdown)
 }
 
-// keepalive pings the peer (a timer runs it every PingInterval) and closes
-// the session when no pong comes within PingInterval.
+// pingFrame is a server's ping with no payload (FIN, opcode 9, length 0).
+var pingFrame = []byte{0x89, 0x00}
+
+// keepalive runs once per PingInterval (from the keepalive wheel): it
+// closes the session when the peer answered no pong since the last ping
+// (so a ping goes unanswered for at most PingInterval plus a wheel tick),
+// and otherwise has the writer send the next ping. The pongs are counted
+// by the connection's frame tracker as the reader reads them, so no
+// goroutine waits for one and the library keeps no record of the ping.
 func (s *session) keepalive() {
-	if s.isClosing() {
+	pongs := s.raw.pongCount()
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.d.cfg.PingInterval)
-	err := s.conn.Ping(ctx)
-	cancel()
-	if err != nil {
-		if !s.isClosing() {
-			s.d.lg.Info("websocket keepalive failed", "beamId", s.beamID, "err", err)
-		}
+	if s.pinged && pongs == s.pongsAtPing {
+		s.mu.Unlock()
+		s.d.lg.Info("websocket keepalive failed", "beamId", s.beamID, "err", "no pong within the ping interval")
 		s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
 		return
 	}
-	s.mu.Lock()
-	if !s.closing {
-		s.ping.Reset(s.d.cfg.PingInterval)
-	}
+	s.pinged, s.pongsAtPing, s.pingNow = true, pongs, true
+	start := !s.writing
+	s.writing = true
 	s.mu.Unlock()
+	if start {
+		go s.writer()
+	}
+	s.scheduleKeepalive()
 }
 
 // wsMessage is a decoded client → server message.
@@ -758,7 +850,7 @@ func (d *Directory) handleWSIntent(s *session, env *wsEnvelope) {
 	}
 	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, allowUnsigned: s.auth == AuthAPIKey}
 	nonce := f.Nonce
-	d.submit(s.ctx, f, opts, func(res []byte, rerr *RelayError) { s.sendOutcome(nonce, res, rerr) })
+	d.submit(s.context(), f, opts, func(res []byte, rerr *RelayError) { s.sendOutcome(nonce, res, rerr) })
 }
 
 // handleWSResult takes the beam/1 result frame of a message: decoded once

@@ -105,6 +105,14 @@ func (c *idleConn) takeBuffered(p []byte) (n int, ok bool) {
 	return n, true
 }
 
+// pongCount is how many pong frames the peer's stream has carried so far
+// (wrapping), counted as the library reads them.
+func (c *idleConn) pongCount() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frames.pongs
+}
+
 // idleAfterControl reports whether the library is asking for the next
 // frame right after a control frame, outside a fragmented message, with
 // nothing buffered.
@@ -183,11 +191,11 @@ func (c *idleConn) wait() {
 	_ = waitReadable(c.raw)
 }
 
-// parkLinger is how long a reader waits on its goroutine for the next
-// message before it parks in the read poller: a busy session keeps its
-// goroutine (a wake-up through the poller costs a syscall and a hand-off per
-// message), an idle one gives it up.
-const parkLinger = time.Second
+// defaultParkLinger is how long a reader waits on its goroutine for the
+// next message before it parks in the read poller (Config.parkLinger): a
+// busy session keeps its goroutine (a wake-up through the poller costs a
+// syscall and a hand-off per message), an idle one gives it up.
+const defaultParkLinger = time.Second
 
 // waitFor waits up to d for something to read; false when d passed first.
 func (c *idleConn) waitFor(d time.Duration) bool {
@@ -219,6 +227,7 @@ type frameTracker struct {
 	inMsg   bool  // a fragmented data message is open
 	control bool  // the last complete frame was a control frame
 	broken  bool
+	pongs   uint32 // complete pong frames seen (wrapping)
 }
 
 // afterControl reports whether the stream so far ends right after a
@@ -283,6 +292,9 @@ func (t *frameTracker) feed(p []byte) {
 func (t *frameTracker) frameDone() {
 	if t.op >= 8 {
 		t.control = true
+		if t.op == 0xA {
+			t.pongs++
+		}
 		return
 	}
 	t.control = false
@@ -296,18 +308,18 @@ func (t *frameTracker) frameDone() {
 }
 
 // park stops the reader while nothing has arrived: with the read poller,
-// once nothing came for parkLinger, the connection is armed and park
-// returns true, and resume runs on a new
-// goroutine once the socket is readable or the connection closes (the
-// caller returns and its goroutine ends). Without the poller, or when bytes
-// are already buffered, it waits here (see wait) and returns false.
-func (c *idleConn) park(resume func()) bool {
+// once nothing came for linger (at once when linger is 0), the connection
+// is armed and park returns true, and resume runs on a new goroutine once
+// the socket is readable or the connection closes (the caller returns and
+// its goroutine ends). Without the poller, or when bytes are already
+// buffered, it waits here (see wait) and returns false.
+func (c *idleConn) park(resume func(), linger time.Duration) bool {
 	p := sharedReadPoller()
 	if p == nil || c.raw == nil || c.pending() {
 		c.wait()
 		return false
 	}
-	if c.waitFor(parkLinger) {
+	if linger > 0 && c.waitFor(linger) {
 		return false
 	}
 	c.resume = resume

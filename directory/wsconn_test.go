@@ -2,8 +2,10 @@ package directory
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
+	"net/url"
 	"runtime"
 	"strings"
 	"testing"
@@ -197,7 +199,7 @@ func TestIdleSessionsParkWithoutBuffers(t *testing.T) {
 	s2 := b.dir.session(agents[2].id)
 	s2.closeWith(websocket.StatusGoingAway, "test")
 	select {
-	case <-s2.done:
+	case <-s2.doneChan():
 	case <-time.After(20 * time.Second):
 		t.Fatal("a parked session closed by the directory was not torn down")
 	}
@@ -300,8 +302,7 @@ func TestIdleSessionParksAgainAfterKeepalive(t *testing.T) {
 	for _, a := range agents {
 		s := b.dir.session(a.id)
 		require.NotNil(t, s)
-		s.keepalive()
-		require.False(t, s.isClosing(), "the ping was answered")
+		requirePingAnswered(t, s)
 	}
 	var parked []*session
 	for _, a := range agents {
@@ -316,4 +317,73 @@ func TestIdleSessionParksAgainAfterKeepalive(t *testing.T) {
 	m := clients[0].next()
 	require.Equal(t, "result", m.Type, "no error answered an injected message first: %s", m.raw)
 	require.True(t, resultOf(t, m.Frame).Success)
+}
+
+// A reader woken only by control frames (a keepalive's pong) parks at once
+// instead of lingering for a next message it has no reason to expect: with
+// a linger of an hour, only sessions that skip it after the pong are parked.
+func TestKeepaliveWakeParksWithoutLinger(t *testing.T) {
+	b := setup(t, func(o *setupOpts) { o.cfg = func(c *Config) { c.parkLinger = time.Hour } })
+	const n = 4
+	agents := make([]*agent, n)
+	for i := range agents {
+		agents[i] = b.register("linger" + string(rune('a'+i)))
+		b.connect(agents[i]) // reads, so it answers pings
+	}
+	var sessions []*session
+	for _, a := range agents {
+		s := b.dir.session(a.id)
+		require.NotNil(t, s)
+		require.False(t, s.raw.parked.Load(), "a new session lingers for its first message")
+		sessions = append(sessions, s)
+	}
+	for _, s := range sessions {
+		requirePingAnswered(t, s)
+	}
+	requireParked(t, sessions)
+}
+
+// requirePingAnswered runs one keepalive round of s and waits until the
+// peer's pong was read; a second round then finds it and keeps the session.
+func requirePingAnswered(t *testing.T, s *session) {
+	t.Helper()
+	before := s.raw.pongCount()
+	s.keepalive()
+	require.Eventually(t, func() bool { return s.raw.pongCount() != before }, 10*time.Second, time.Millisecond, "no pong read")
+	s.keepalive()
+	require.False(t, s.isClosing(), "the ping was answered")
+}
+
+// A session whose peer answers no ping is closed at the next round, with
+// 1001 "keepalive timeout"; one whose peer answers stays.
+func TestKeepaliveRoundClosesWithoutPong(t *testing.T) {
+	b := setup(t)
+	alice, bob := b.register("alice"), b.register("bob")
+	b.connect(alice) // reads, so it answers pings
+	// bob never reads, so it never answers a ping.
+	conn, err := b.dial("beamId="+url.QueryEscape(bob.id)+"&apiKey="+url.QueryEscape(bob.apiKey), false)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.dir.Online(bob.id) }, 5*time.Second, 5*time.Millisecond)
+	sa, sb := b.dir.session(alice.id), b.dir.session(bob.id)
+	requirePingAnswered(t, sa)
+	sb.keepalive()
+	require.False(t, sb.isClosing(), "the first round only pings")
+	sb.keepalive()
+	require.True(t, sb.isClosing(), "no pong since the ping")
+	select {
+	case <-sb.doneChan():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the unresponsive session was not torn down")
+	}
+	sa.keepalive()
+	require.False(t, sa.isClosing())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for err == nil { // the connected message comes first
+		_, _, err = conn.conn.Read(ctx)
+	}
+	var ce websocket.CloseError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, websocket.StatusGoingAway, ce.Code)
+	require.Equal(t, "keepalive timeout", ce.Reason)
 }

@@ -103,8 +103,7 @@ func TestWriterSendsAQueuedBatchInOrderInFewWrites(t *testing.T) {
 		defer s.cork.mu.Unlock()
 		return !s.cork.corked && s.cork.buf == nil
 	}, 5*time.Second, time.Millisecond)
-	s.keepalive()
-	require.False(t, s.isClosing(), "the ping was answered")
+	requirePingAnswered(t, s)
 }
 
 func TestFailedBatchWriteIsNotRecordedAsDelivered(t *testing.T) {
