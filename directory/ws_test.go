@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,13 +206,19 @@ func TestSessionReplacement(t *testing.T) {
 	require.Equal(t, http.StatusOK, waitHTTP(t, out).status)
 }
 
-// smallBuffers shrinks the kernel socket buffers of accepted connections so
-// that a client that does not read blocks the server's writes quickly.
-type smallBuffers struct{ net.Listener }
+// smallBuffers shrinks the kernel socket buffers of the connections it
+// accepts once on is set, so that a client that does not read blocks the
+// server's writes quickly. Connections accepted before keep their buffers:
+// a sender whose results are written into a tiny buffer would itself be
+// disconnected as too slow whenever its reader is scheduled late.
+type smallBuffers struct {
+	net.Listener
+	on *atomic.Bool
+}
 
 func (l smallBuffers) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
+	if tc, ok := c.(*net.TCPConn); ok && l.on.Load() {
 		_ = tc.SetWriteBuffer(4096)
 	}
 	return c, err
@@ -219,12 +226,14 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 
 func TestSlowConsumerIsDisconnected(t *testing.T) {
 	t.Parallel()
+	shrink := new(atomic.Bool)
 	b := setup(t, func(o *setupOpts) {
 		o.cfg = func(c *Config) { c.SendQueue = 4 }
-		o.listener = func(l net.Listener) net.Listener { return smallBuffers{l} }
+		o.listener = func(l net.Listener) net.Listener { return smallBuffers{l, shrink} }
 	})
 	alice, slow, carol := b.register("alice"), b.register("slow"), b.register("carol")
 	ac, cc := b.connect(alice), b.connect(carol)
+	shrink.Store(true)
 
 	// The slow agent connects with a tiny receive buffer and never reads.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
