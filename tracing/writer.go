@@ -67,6 +67,9 @@ type entry struct {
 	// stored says the rows exist in the database (in the current
 	// transaction), so they are updated rather than inserted.
 	stored bool
+	// from is the seq of the first event folded into the entry since its
+	// rows were last written (0: the rows hold every event), see behind.go.
+	from int64
 }
 
 func (e *entry) clone() *entry {
@@ -148,6 +151,17 @@ type writerState struct {
 	// log), then the projection rows written by flush.
 	evArgs, insArgs, upsArgs, msgArgs []driver.NamedValue
 	dirty                             []*entry
+
+	// inserted and updated count the intent_log rows the current
+	// transaction wrote (beam_log_projection_rows_written_total).
+	inserted, updated int
+
+	// hold, during a commit that writes the rows because they are due,
+	// keeps the rows of unfinished intents that were not held before in
+	// memory; heldMark is the last seq of the previous commit that wrote
+	// rows (behind.go).
+	hold     bool
+	heldMark int64
 }
 
 func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnector) error {
@@ -199,6 +213,7 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 		e.orig = e.row.Status
 		e.dirty = false
 		e.stored = true
+		e.from = 0
 		w.work[nonce] = e
 		return e, nil
 	}
@@ -337,11 +352,13 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 		return err
 	}
 	if e.stored {
+		w.updated++
 		w.args = intentUpdateNV(w.args[:0], &e.row)
 		if err := ts.exec(stUpdIntent, w.args); err != nil {
 			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
 		}
 	} else {
+		w.inserted++
 		w.args = intentNV(w.args[:0], &e.row)
 		if err := ts.execMulti(mIntentInsert, w.args); err != nil {
 			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
@@ -367,6 +384,7 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 	}
 	e.dirty = false
 	e.stored = true
+	e.from = 0
 	return nil
 }
 
@@ -387,7 +405,7 @@ func (w *writerState) flush(ts *txStmts) error {
 	// splitting pages in the middle.
 	dirty := w.dirty[:0]
 	for _, e := range w.work {
-		if e.dirty {
+		if e.dirty && !w.held(e) {
 			dirty = append(dirty, e)
 		}
 	}
@@ -419,7 +437,10 @@ func (w *writerState) flush(ts *txStmts) error {
 		}
 		e.dirty = false
 		e.stored = true
+		e.from = 0
 	}
+	w.inserted += len(ins) / intentWidth
+	w.updated += len(ups) / intentWidth
 	if err := ts.execMulti(mIntentInsert, ins); err != nil {
 		return fmt.Errorf("insert intent_log rows: %w", err)
 	}
@@ -479,6 +500,7 @@ func (w *writerState) merge(pmu *sync.RWMutex, now time.Time) {
 
 // discard drops the working set after a failed transaction.
 func (w *writerState) discard() {
+	w.inserted, w.updated = 0, 0
 	clear(w.work)
 	clear(w.newIDs)
 	clear(w.absent)
@@ -707,7 +729,7 @@ func (l *Log) run() {
 			l.qmu.Unlock()
 			// Idle with projection rows due, or closing: write them.
 			if len(l.w.pend) > 0 {
-				l.commitBatch(nil)
+				l.commitBatch(nil, closed)
 			}
 			if closed {
 				l.qmu.Lock()
@@ -752,7 +774,7 @@ func (l *Log) run() {
 				n += len(r.events)
 			}
 			if len(batch) > 0 {
-				l.commitBatch(batch)
+				l.commitBatch(batch, false)
 			}
 		}
 		clear(local)
@@ -766,13 +788,15 @@ func reject(r *request, err error, reason string) {
 }
 
 // commitBatch runs one group-commit transaction for batch (which may be
-// empty when only the pending projection rows are due).
-func (l *Log) commitBatch(batch []*request) {
+// empty when only the pending projection rows are due, or closing).
+func (l *Log) commitBatch(batch []*request, closing bool) {
 	w := &l.w
 	t0 := time.Now()
 	seq0 := w.nextSeq
 	ctx := context.Background()
-	direct := l.projectNow(batch, t0)
+	mode := l.projectNow(batch, t0, closing)
+	w.hold = mode == projectDue
+	defer func() { w.hold = false }()
 	fail := func(err error) {
 		w.discard()
 		w.nextSeq = seq0
@@ -795,7 +819,7 @@ func (l *Log) commitBatch(batch []*request) {
 		return
 	}
 	taken := false
-	if direct && hasFunc(batch) {
+	if mode == projectAll && hasFunc(batch) {
 		// The functions may read any projection row.
 		w.takePending()
 		taken = true
@@ -820,6 +844,7 @@ func (l *Log) commitBatch(batch []*request) {
 			return
 		}
 	}
+	direct := mode != projectNone
 	if direct && !taken {
 		w.takePending()
 	}
@@ -832,8 +857,10 @@ func (l *Log) commitBatch(batch []*request) {
 		fail(err)
 		return
 	}
+	var mark int64
 	if direct {
-		if err := ts.exec(stSetProjSeq, append(w.args[:0], driver.NamedValue{Ordinal: 1, Value: w.nextSeq - 1})); err != nil {
+		mark = w.projMark(w.nextSeq - 1)
+		if err := ts.exec(stSetProjSeq, append(w.args[:0], driver.NamedValue{Ordinal: 1, Value: mark})); err != nil {
 			_ = tx.Rollback()
 			fail(fmt.Errorf("record projection seq: %w", err))
 			return
@@ -844,7 +871,6 @@ func (l *Log) commitBatch(batch []*request) {
 		return
 	}
 	took := time.Since(t0)
-	l.m.commit.Observe(took.Seconds())
 	l.ckpt.committed()
 	l.qmu.Lock()
 	queued := len(l.queue)
@@ -854,10 +880,14 @@ func (l *Log) commitBatch(batch []*request) {
 
 	l.meshLive.update(w.work)
 	if direct {
-		l.pendingWritten(w.nextSeq - 1)
+		l.pendingWritten(mark, t0)
 	}
 	w.merge(&l.pmu, t0)
+	l.m.rowsInserted.Add(float64(w.inserted))
+	l.m.rowsUpdated.Add(float64(w.updated))
+	w.inserted, w.updated = 0, 0
 	l.m.pending.Set(float64(len(w.pend)))
+	l.m.commit.Observe(took.Seconds()) // after the state above: tests wait for it
 	l.addGaugeDeltas(&w.deltas, w.nextSeq-1)
 	n := w.nextSeq - seq0
 	if n > 0 {
