@@ -131,15 +131,19 @@ type writerState struct {
 
 	work   map[string]*entry // nonces touched by the current batch
 	newIDs map[string]bool   // bus message ids created in the current batch
-	absent map[string]bool   // nonces without a row at the start of the batch
-	keys   []any
-	ov     []overlay
-	ovm    map[string]State // replaces ov for requests of more than ovMapMin events
-	ovBig  map[string]State
-	reqIDs []string
-	snaps  []snapshot
-	args   []driver.NamedValue
-	deltas [8]int64
+	// idTaken holds the bus message ids that prefetch looked up in the
+	// current batch: true for one that beam_messages holds.
+	idTaken map[string]bool
+	ids     []any
+	absent  map[string]bool // nonces without a row at the start of the batch
+	keys    []any
+	ov      []overlay
+	ovm     map[string]State // replaces ov for requests of more than ovMapMin events
+	ovBig   map[string]State
+	reqIDs  []string
+	snaps   []snapshot
+	args    []driver.NamedValue
+	deltas  [8]int64
 
 	// gatherWant and gatherFor describe the last round of commits for
 	// gather: requests queued at its end plus those it released, and its
@@ -173,6 +177,7 @@ func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnect
 	w.wc = wc
 	w.work = make(map[string]*entry)
 	w.newIDs = make(map[string]bool)
+	w.idTaken = make(map[string]bool)
 	w.absent = make(map[string]bool)
 	w.pend = make(map[string]*entry)
 	w.pendIDs = make(map[string]string)
@@ -265,25 +270,49 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 // remembers the nonces that have none, so that validation does not query
 // SQLite once per new nonce. A nonce found absent may still get its first
 // event from an earlier request of the batch: it is then in the working set,
-// which lookup consults first.
+// which lookup consults first. The bus message ids that those nonces' events
+// name are looked up the same way (validateFirst checks that a new
+// message's id is unused).
 func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
-	keys := w.keys[:0]
+	keys, ids := w.keys[:0], w.ids[:0]
 	defer func() {
 		clear(keys)
-		w.keys = keys[:0]
+		clear(ids)
+		w.keys, w.ids = keys[:0], ids[:0]
 	}()
 	for _, r := range batch {
 		for i := range r.events {
-			n := r.events[i].Nonce
+			ev := &r.events[i]
+			n := ev.Nonce
 			if w.work[n] != nil || w.pend[n] != nil || w.cache[n] != nil || w.absent[n] {
 				continue
 			}
 			w.absent[n] = true
 			keys = append(keys, n)
+			if b := ev.Details.Bus; b != nil && b.MessageID != "" {
+				if _, ok := w.idTaken[b.MessageID]; !ok && !w.newIDs[b.MessageID] && w.pendIDs[b.MessageID] == "" {
+					w.idTaken[b.MessageID] = false
+					ids = append(ids, b.MessageID)
+				}
+			}
 		}
 	}
 	if len(keys) == 0 {
 		return nil
+	}
+	if len(ids) > 0 {
+		err := ts.queryMulti(mIDIn, ids, func(rows *sql.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			w.idTaken[id] = true
+			return nil
+		})
+		if err != nil {
+			clear(w.idTaken)
+			return fmt.Errorf("read beam_messages ids: %w", err)
+		}
 	}
 	found := keys[:0:0]
 	err := ts.queryMulti(mIntentIn, keys, func(rows *sql.Rows) error {
@@ -495,6 +524,7 @@ func (w *writerState) merge(pmu *sync.RWMutex, now time.Time) {
 	}
 	clear(w.work)
 	clear(w.newIDs)
+	clear(w.idTaken)
 	clear(w.absent)
 }
 
@@ -503,6 +533,7 @@ func (w *writerState) discard() {
 	w.inserted, w.updated = 0, 0
 	clear(w.work)
 	clear(w.newIDs)
+	clear(w.idTaken)
 	clear(w.absent)
 	clear(w.evArgs)
 	w.evArgs = w.evArgs[:0]
@@ -937,6 +968,9 @@ func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 	if w.newIDs[id] || w.pendIDs[id] != "" {
 		return true, nil
 	}
+	if taken, ok := w.idTaken[id]; ok {
+		return taken, nil
+	}
 	var nonce string
 	err := ts.get(stSelMessageID).QueryRow(id).Scan(&nonce)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -1099,6 +1133,7 @@ func (w *writerState) runDo(tx *sqlx.Tx, ts *txStmts, r *request, seqStart int64
 	}
 	ferr := callFn(r.fn, tx)
 	clear(w.absent) // fn may have written anything
+	clear(w.idTaken)
 	if ferr == nil {
 		if _, err := tx.Exec(`RELEASE beam_request`); err != nil {
 			return fmt.Errorf("release savepoint: %w", err)
