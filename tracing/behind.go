@@ -21,17 +21,18 @@ import (
 //
 // The pending rows are written by the same writer, in the transaction of a
 // later commit (or one of their own when the writer is idle), when
-//   - they are older than Config.ProjectAfter or more than maxPending
-//     (the rows of intents still open then wait once more, see held),
+//   - they are older than Config.ProjectAfter (the rows of intents still
+//     open then wait once more, see held) or more than maxPending,
 //   - a request of the commit is a Do (its function may read any row),
 //   - a reader asked for them (the read barrier, sync), or
 //   - the log is closing.
-// That transaction also records the seq of the last event folded into the
-// projections (projection_seq), so the table and the mark always agree. On
+// That transaction also records the projections' high-water mark
+// (projection_seq): every event up to it is in the rows. It is the commit's
+// last seq, or, when rows are held, the seq before the first event a held
+// row lacks; rows written in the same commit may then hold later events. On
 // Open, the events after the mark are folded again (catchUp) before the log
-// serves: a restart after SIGKILL loses no row. (Each row also skips the
-// events it already holds, by last_seq, should a row ever be ahead of the
-// mark.)
+// serves, each row skipping the events it already holds (by last_seq): a
+// restart after SIGKILL loses no row and folds none twice.
 //
 // Reads that name one nonce (Intent, State, Message, MessageState,
 // HasNonce, MessageNonce, MessageByID, FirstDetails, LastDetails, Trace,
