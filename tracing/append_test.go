@@ -489,3 +489,54 @@ func TestOpenErrors(t *testing.T) {
 	_, err = Open(ctx, Config{Path: t.TempDir() + "/missing/dir/x.db"})
 	require.Error(t, err)
 }
+
+// TestBusMessageIDsOfOneBatch: the message ids of a batch's new nonces are
+// looked up together; an id on disk, one claimed earlier in the batch and
+// one released by a rejected call earlier in the batch are each judged as
+// a call of their own would be.
+func TestBusMessageIDsOfOneBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, holdRows)
+	ctx := context.Background()
+	b.append(busReceived("on-disk", "id-disk"))
+	require.NoError(t, b.log.Sync(ctx))
+
+	release := b.blockWriter()
+	type call struct {
+		fn  func(*sqlx.Tx) error
+		ev  Event
+		err chan error
+	}
+	calls := []*call{
+		{ev: busReceived("b1", "id-disk")},
+		{ev: busReceived("b2", "id-x")},
+		{ev: busReceived("b3", "id-x")},
+		{ev: busReceived("b4", "id-y"), fn: func(*sqlx.Tx) error { return errors.New("no") }},
+		{ev: busReceived("b5", "id-y")},
+	}
+	for i, c := range calls {
+		c.err = make(chan error, 1)
+		go func() {
+			var err error
+			if c.fn != nil {
+				_, err = b.log.Do(ctx, c.fn, c.ev)
+			} else {
+				_, err = b.log.Append(ctx, c.ev)
+			}
+			c.err <- err
+		}()
+		b.waitQueued(i + 1)
+	}
+	release()
+	var ve *ValidationError
+	var fe *FuncError
+	require.ErrorAs(t, <-calls[0].err, &ve, "an id on disk is taken")
+	require.NoError(t, <-calls[1].err)
+	require.ErrorAs(t, <-calls[2].err, &ve, "an id claimed earlier in the batch is taken")
+	require.ErrorAs(t, <-calls[3].err, &fe)
+	require.NoError(t, <-calls[4].err, "a rejected call's id is free again")
+	n, ok, err := b.log.MessageNonce(ctx, "id-y")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "b5", n)
+}

@@ -21,16 +21,18 @@ import (
 //
 // The pending rows are written by the same writer, in the transaction of a
 // later commit (or one of their own when the writer is idle), when
-//   - they are older than Config.ProjectAfter or more than maxPending,
+//   - they are older than Config.ProjectAfter (the rows of intents still
+//     open then wait once more, see held) or more than maxPending,
 //   - a request of the commit is a Do (its function may read any row),
 //   - a reader asked for them (the read barrier, sync), or
 //   - the log is closing.
-// That transaction also records the seq of the last event folded into the
-// projections (projection_seq), so the table and the mark always agree. On
+// That transaction also records the projections' high-water mark
+// (projection_seq): every event up to it is in the rows. It is the commit's
+// last seq, or, when rows are held, the seq before the first event a held
+// row lacks; rows written in the same commit may then hold later events. On
 // Open, the events after the mark are folded again (catchUp) before the log
-// serves: a restart after SIGKILL loses no row. (Each row also skips the
-// events it already holds, by last_seq, should a row ever be ahead of the
-// mark.)
+// serves, each row skipping the events it already holds (by last_seq): a
+// restart after SIGKILL loses no row and folds none twice.
 //
 // Reads that name one nonce (Intent, State, Message, MessageState,
 // HasNonce, MessageNonce, MessageByID, FirstDetails, LastDetails, Trace,
@@ -48,28 +50,86 @@ const defaultProjectAfter = 100 * time.Millisecond
 // with the next commit.
 const maxPending = 8192
 
-// projectNow reports whether the commit of batch writes the pending
-// projection rows and its own (true), or only the events (false).
-func (l *Log) projectNow(batch []*request, now time.Time) bool {
+// projectMode says which projection rows a commit writes.
+type projectMode uint8
+
+const (
+	// projectNone: only the events.
+	projectNone projectMode = iota
+	// projectDue: the rows are due (by age, or the writer is idle); those
+	// of unfinished intents wait once more (see held).
+	projectDue
+	// projectAll: every pending row.
+	projectAll
+)
+
+// projectNow says which projection rows the commit of batch writes;
+// closing is the writer's last commit.
+func (l *Log) projectNow(batch []*request, now time.Time, closing bool) projectMode {
 	w := &l.w
 	for _, r := range batch {
 		if r.fn != nil || r.kind == kindSync {
-			return true
+			return projectAll
 		}
 	}
-	if len(w.pend) == 0 {
-		return false
+	switch {
+	case closing || len(w.pend) >= maxPending:
+		return projectAll
+	case len(w.pend) == 0:
+		return projectNone
+	case now.Sub(w.pendSince) >= l.cfg.ProjectAfter || len(batch) == 0:
+		return projectDue
 	}
-	return len(w.pend) >= maxPending || now.Sub(w.pendSince) >= l.cfg.ProjectAfter || len(batch) == 0
+	return projectNone
+}
+
+// held reports whether e's rows wait for a later commit although they are
+// due: an intent whose rows are due while it is still open would be written
+// now and again once it finishes (an upsert that moves its status index
+// entry), so its rows wait, once, for the next due commit, by which time
+// most intents have finished and are written once, in their final state.
+// Rows already held at the previous commit that wrote rows (their first
+// unwritten event is at or before heldMark) are written either way, so no
+// row waits more than about twice ProjectAfter; a read barrier, a Do,
+// maxPending and Close write every row.
+func (w *writerState) held(e *entry) bool {
+	return w.hold && !e.row.Status.Terminal() && e.from > w.heldMark
+}
+
+// projMark returns the projections' high-water mark after a commit that
+// wrote the rows and whose last event is last: last itself, unless rows are
+// held, then the seq before the first event any held row lacks. On Open,
+// catchUp folds the events after the mark; rows written past it skip the
+// events they hold (by last_seq).
+func (w *writerState) projMark(last int64) int64 {
+	if !w.hold {
+		return last
+	}
+	mark := last
+	for _, e := range w.work {
+		if e.dirty && e.from > 0 {
+			mark = min(mark, e.from-1)
+		}
+	}
+	for nonce, p := range w.pend {
+		if w.work[nonce] == nil && p.from > 0 {
+			mark = min(mark, p.from-1)
+		}
+	}
+	return mark
 }
 
 // takePending marks the pending entries for writing in the current
 // transaction: those the batch touched are in the working set already
-// (lookup copied them there), the others are copied there.
+// (lookup copied them there; flush skips the held ones, which merge puts
+// back into pend), the others are copied there unless held.
 func (w *writerState) takePending() {
 	for nonce, p := range w.pend {
 		if e := w.work[nonce]; e != nil {
 			e.dirty = true
+			continue
+		}
+		if w.held(p) {
 			continue
 		}
 		e := p.clone()
@@ -90,17 +150,31 @@ func hasFunc(batch []*request) bool {
 }
 
 // pendingWritten forgets the pending entries after the commit that wrote
-// them (and every row of its own batch): the projections hold every event
-// up to seq.
-func (l *Log) pendingWritten(seq int64) {
+// them (and the rows of its own batch): the projections hold every event
+// up to mark. Held entries stay (merge adds those of the batch), and the
+// time they wait for starts again at now.
+func (l *Log) pendingWritten(mark int64, now time.Time) {
 	w := &l.w
 	if len(w.pend) > 0 {
 		l.pmu.Lock()
-		clear(w.pend)
-		clear(w.pendIDs)
+		if w.hold {
+			for nonce, p := range w.pend {
+				if e := w.work[nonce]; e != nil && !e.dirty {
+					delete(w.pend, nonce)
+					if p.msg != nil {
+						delete(w.pendIDs, p.msg.ID)
+					}
+				}
+			}
+		} else {
+			clear(w.pend)
+			clear(w.pendIDs)
+		}
+		w.pendSince = now
 		l.pmu.Unlock()
 	}
-	l.projSeq.Store(seq)
+	w.heldMark = w.nextSeq - 1
+	l.projSeq.Store(mark)
 	l.qmu.Lock()
 	if l.projectTimer != nil {
 		l.projectTimer.Stop()
@@ -268,5 +342,8 @@ func (w *writerState) fold(e *entry, ev *Event) *entry {
 		e.mesh.Apply(*ev)
 	}
 	e.dirty = true
+	if e.from == 0 {
+		e.from = ev.Seq
+	}
 	return e
 }

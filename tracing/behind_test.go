@@ -281,3 +281,95 @@ func TestMeshRowsWrittenBehind(t *testing.T) {
 	require.Equal(t, want, got)
 	require.Equal(t, want, rebuilt)
 }
+
+// dueCommit makes the idle writer write the rows that are due, as the
+// ProjectAfter timer does, and waits until that commit is done.
+func (b *testBundle) dueCommit() {
+	b.t.Helper()
+	commits := b.metric("beam_log_commit_seconds")
+	b.log.qmu.Lock()
+	b.log.projectDue = true
+	b.log.qcond.Signal()
+	b.log.qmu.Unlock()
+	require.Eventually(b.t, func() bool { return b.metric("beam_log_commit_seconds") > commits },
+		10*time.Second, time.Millisecond)
+}
+
+// TestDueRowsOfOpenIntentsWaitOnce: when rows are due, a finished intent's
+// row is written (once, in its final state) while an open intent's row waits
+// for the next due commit, and is written then even if the intent is still
+// open. The mark stays before the held row's events, so a restart in
+// between folds them again and the projections equal a rebuild.
+func TestDueRowsOfOpenIntentsWaitOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, holdRows)
+	ctx := context.Background()
+	b.append(received("h-done"))
+	b.append(busReceived("h-open", "msg-open"))
+	for _, s := range []State{Validated, Dispatched, Delivered, Acked} {
+		b.append(ev("h-done", s))
+	}
+	b.append(ev("h-open", Validated))
+
+	b.dueCommit()
+	status, onDisk := storedIntent(t, b.log, "h-done")
+	require.True(t, onDisk)
+	require.Equal(t, string(Acked), status)
+	_, onDisk = storedIntent(t, b.log, "h-open")
+	require.False(t, onDisk, "the open intent's row was written while it was open")
+	require.Equal(t, 1.0, b.metric("beam_log_projection_pending_rows"))
+	require.Equal(t, int64(1), projSeqOnDisk(t, b.log.ReadDB()), "the mark must stay before h-open's first event")
+	require.Equal(t, 1.0, b.metric("beam_log_projection_rows_written_total", "how", "insert"))
+	st, ok, err := b.log.State(ctx, "h-open")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, Validated, st)
+	_, err = b.log.Append(ctx, busReceived("h-dup", "msg-open"))
+	var verr *ValidationError
+	require.ErrorAs(t, err, &verr, "the held message's id must stay taken")
+
+	// A crash now: Open folds the held row's events from the mark on.
+	path := crashImage(t, b.log)
+	img, err := Open(ctx, Config{Path: path})
+	require.NoError(t, err)
+	defer img.Close()
+	require.Equal(t, img.LastSeq(), projSeqOnDisk(t, img.ReadDB()))
+	folded, err := img.Snapshot(ctx)
+	require.NoError(t, err)
+	_, err = img.Rebuild(ctx)
+	require.NoError(t, err)
+	rebuilt, err := img.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Equal(t, rebuilt, folded)
+
+	// The next due commit writes the held row, still open, and a row that
+	// became pending since waits in its turn.
+	b.append(ev("h-open", Dispatched))
+	b.append(received("h-new"))
+	b.dueCommit()
+	status, onDisk = storedIntent(t, b.log, "h-open")
+	require.True(t, onDisk)
+	require.Equal(t, string(Dispatched), status)
+	_, onDisk = storedIntent(t, b.log, "h-new")
+	require.False(t, onDisk)
+	require.Equal(t, b.log.LastSeq()-1, projSeqOnDisk(t, b.log.ReadDB()))
+	b.dueCommit()
+	_, onDisk = storedIntent(t, b.log, "h-new")
+	require.True(t, onDisk, "a row waits for one due commit, not two")
+	require.Equal(t, b.log.LastSeq(), projSeqOnDisk(t, b.log.ReadDB()))
+	require.Equal(t, 0.0, b.metric("beam_log_projection_pending_rows"))
+	require.Equal(t, 3.0, b.metric("beam_log_projection_rows_written_total", "how", "insert"))
+	require.Equal(t, 0.0, b.metric("beam_log_projection_rows_written_total", "how", "update"))
+
+	// A read barrier writes held rows too.
+	b.append(ev("h-open", Delivered))
+	b.append(received("h-last"))
+	b.dueCommit()
+	_, onDisk = storedIntent(t, b.log, "h-last")
+	require.False(t, onDisk)
+	require.NoError(t, b.log.Sync(ctx))
+	_, onDisk = storedIntent(t, b.log, "h-last")
+	require.True(t, onDisk)
+	require.Equal(t, b.log.LastSeq(), projSeqOnDisk(t, b.log.ReadDB()))
+	require.Equal(t, 1.0, b.metric("beam_log_projection_rows_written_total", "how", "update"))
+}

@@ -25,7 +25,9 @@ type metrics struct {
 	intents  *prometheus.GaugeVec
 	rejected *prometheus.CounterVec
 	pending  prometheus.Gauge
-	gauges   [8]prometheus.Gauge // per state, in States order
+	// rowsInserted and rowsUpdated count intent_log rows written.
+	rowsInserted, rowsUpdated prometheus.Counter
+	gauges                    [8]prometheus.Gauge // per state, in States order
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -62,6 +64,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Intents whose projection rows wait in memory to be written behind their events.",
 		}),
 	}
+	written := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "beam_log_projection_rows_written_total",
+		Help: "intent_log rows written behind the log: inserted (an intent's first row) or updated (a row written before).",
+	}, []string{"how"})
+	m.rowsInserted, m.rowsUpdated = written.WithLabelValues("insert"), written.WithLabelValues("update")
 	for i, s := range States {
 		m.gauges[i] = m.intents.WithLabelValues(string(s))
 	}
@@ -71,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appended, m.append, m.batch, m.commit, m.intents, m.rejected, m.pending} {
+	for _, c := range []prometheus.Collector{m.appended, m.append, m.batch, m.commit, m.intents, m.rejected, m.pending, written} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -70,7 +70,8 @@ func (l *Log) runRebuild(r *request) {
 		reject(r, fmt.Errorf("rebuild projections: %w", err), rejectError)
 		return
 	}
-	l.pendingWritten(w.nextSeq - 1)
+	w.hold = false
+	l.pendingWritten(w.nextSeq-1, start)
 	l.m.pending.Set(0)
 	l.setGauges(w.counts)
 	stats.Duration = time.Since(start)

@@ -39,6 +39,7 @@ const (
 	mMessageInsert
 	mIntentIn  // SELECT intent_log rows by a list of nonces
 	mMessageIn // SELECT beam_messages rows by a list of nonces
+	mIDIn      // SELECT the beam_messages ids among a list of ids
 	multiKinds
 )
 
@@ -84,7 +85,7 @@ const intentUpsertSet = ` ON CONFLICT(first_seq) DO UPDATE SET from_beam_id=excl
 
 func multiWidth(k multiKind) int {
 	switch k {
-	case mIntentIn, mMessageIn:
+	case mIntentIn, mMessageIn, mIDIn:
 		return 1
 	case mEvents:
 		return eventInsertWidth
@@ -98,6 +99,8 @@ func multiWidth(k multiKind) int {
 func multiSQL(k multiKind, rows int) string {
 	var head, tail string
 	switch k {
+	case mIDIn:
+		return `SELECT id FROM beam_messages WHERE id IN (` + strings.Repeat("?,", rows-1) + `?)`
 	case mIntentIn, mMessageIn:
 		table, cols := "intent_log", intentCols
 		if k == mMessageIn {

@@ -67,6 +67,9 @@ type entry struct {
 	// stored says the rows exist in the database (in the current
 	// transaction), so they are updated rather than inserted.
 	stored bool
+	// from is the seq of the first event folded into the entry since its
+	// rows were last written (0: the rows hold every event), see behind.go.
+	from int64
 }
 
 func (e *entry) clone() *entry {
@@ -128,15 +131,19 @@ type writerState struct {
 
 	work   map[string]*entry // nonces touched by the current batch
 	newIDs map[string]bool   // bus message ids created in the current batch
-	absent map[string]bool   // nonces without a row at the start of the batch
-	keys   []any
-	ov     []overlay
-	ovm    map[string]State // replaces ov for requests of more than ovMapMin events
-	ovBig  map[string]State
-	reqIDs []string
-	snaps  []snapshot
-	args   []driver.NamedValue
-	deltas [8]int64
+	// idTaken holds the bus message ids that prefetch looked up in the
+	// current batch: true for one that beam_messages holds.
+	idTaken map[string]bool
+	ids     []any
+	absent  map[string]bool // nonces without a row at the start of the batch
+	keys    []any
+	ov      []overlay
+	ovm     map[string]State // replaces ov for requests of more than ovMapMin events
+	ovBig   map[string]State
+	reqIDs  []string
+	snaps   []snapshot
+	args    []driver.NamedValue
+	deltas  [8]int64
 
 	// gatherWant and gatherFor describe the last round of commits for
 	// gather: requests queued at its end plus those it released, and its
@@ -148,6 +155,17 @@ type writerState struct {
 	// log), then the projection rows written by flush.
 	evArgs, insArgs, upsArgs, msgArgs []driver.NamedValue
 	dirty                             []*entry
+
+	// inserted and updated count the intent_log rows the current
+	// transaction wrote (beam_log_projection_rows_written_total).
+	inserted, updated int
+
+	// hold, during a commit that writes the rows because they are due,
+	// keeps the rows of unfinished intents that were not held before in
+	// memory; heldMark is the last seq of the previous commit that wrote
+	// rows (behind.go).
+	hold     bool
+	heldMark int64
 }
 
 func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnector) error {
@@ -159,6 +177,7 @@ func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnect
 	w.wc = wc
 	w.work = make(map[string]*entry)
 	w.newIDs = make(map[string]bool)
+	w.idTaken = make(map[string]bool)
 	w.absent = make(map[string]bool)
 	w.pend = make(map[string]*entry)
 	w.pendIDs = make(map[string]string)
@@ -199,6 +218,7 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 		e.orig = e.row.Status
 		e.dirty = false
 		e.stored = true
+		e.from = 0
 		w.work[nonce] = e
 		return e, nil
 	}
@@ -250,25 +270,49 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 // remembers the nonces that have none, so that validation does not query
 // SQLite once per new nonce. A nonce found absent may still get its first
 // event from an earlier request of the batch: it is then in the working set,
-// which lookup consults first.
+// which lookup consults first. The bus message ids that those nonces' events
+// name are looked up the same way (validateFirst checks that a new
+// message's id is unused).
 func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
-	keys := w.keys[:0]
+	keys, ids := w.keys[:0], w.ids[:0]
 	defer func() {
 		clear(keys)
-		w.keys = keys[:0]
+		clear(ids)
+		w.keys, w.ids = keys[:0], ids[:0]
 	}()
 	for _, r := range batch {
 		for i := range r.events {
-			n := r.events[i].Nonce
+			ev := &r.events[i]
+			n := ev.Nonce
 			if w.work[n] != nil || w.pend[n] != nil || w.cache[n] != nil || w.absent[n] {
 				continue
 			}
 			w.absent[n] = true
 			keys = append(keys, n)
+			if b := ev.Details.Bus; b != nil && b.MessageID != "" {
+				if _, ok := w.idTaken[b.MessageID]; !ok && !w.newIDs[b.MessageID] && w.pendIDs[b.MessageID] == "" {
+					w.idTaken[b.MessageID] = false
+					ids = append(ids, b.MessageID)
+				}
+			}
 		}
 	}
 	if len(keys) == 0 {
 		return nil
+	}
+	if len(ids) > 0 {
+		err := ts.queryMulti(mIDIn, ids, func(rows *sql.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			w.idTaken[id] = true
+			return nil
+		})
+		if err != nil {
+			clear(w.idTaken)
+			return fmt.Errorf("read beam_messages ids: %w", err)
+		}
 	}
 	found := keys[:0:0]
 	err := ts.queryMulti(mIntentIn, keys, func(rows *sql.Rows) error {
@@ -337,11 +381,13 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 		return err
 	}
 	if e.stored {
+		w.updated++
 		w.args = intentUpdateNV(w.args[:0], &e.row)
 		if err := ts.exec(stUpdIntent, w.args); err != nil {
 			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
 		}
 	} else {
+		w.inserted++
 		w.args = intentNV(w.args[:0], &e.row)
 		if err := ts.execMulti(mIntentInsert, w.args); err != nil {
 			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
@@ -367,6 +413,7 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 	}
 	e.dirty = false
 	e.stored = true
+	e.from = 0
 	return nil
 }
 
@@ -387,7 +434,7 @@ func (w *writerState) flush(ts *txStmts) error {
 	// splitting pages in the middle.
 	dirty := w.dirty[:0]
 	for _, e := range w.work {
-		if e.dirty {
+		if e.dirty && !w.held(e) {
 			dirty = append(dirty, e)
 		}
 	}
@@ -419,7 +466,10 @@ func (w *writerState) flush(ts *txStmts) error {
 		}
 		e.dirty = false
 		e.stored = true
+		e.from = 0
 	}
+	w.inserted += len(ins) / intentWidth
+	w.updated += len(ups) / intentWidth
 	if err := ts.execMulti(mIntentInsert, ins); err != nil {
 		return fmt.Errorf("insert intent_log rows: %w", err)
 	}
@@ -474,13 +524,16 @@ func (w *writerState) merge(pmu *sync.RWMutex, now time.Time) {
 	}
 	clear(w.work)
 	clear(w.newIDs)
+	clear(w.idTaken)
 	clear(w.absent)
 }
 
 // discard drops the working set after a failed transaction.
 func (w *writerState) discard() {
+	w.inserted, w.updated = 0, 0
 	clear(w.work)
 	clear(w.newIDs)
+	clear(w.idTaken)
 	clear(w.absent)
 	clear(w.evArgs)
 	w.evArgs = w.evArgs[:0]
@@ -707,7 +760,7 @@ func (l *Log) run() {
 			l.qmu.Unlock()
 			// Idle with projection rows due, or closing: write them.
 			if len(l.w.pend) > 0 {
-				l.commitBatch(nil)
+				l.commitBatch(nil, closed)
 			}
 			if closed {
 				l.qmu.Lock()
@@ -752,7 +805,7 @@ func (l *Log) run() {
 				n += len(r.events)
 			}
 			if len(batch) > 0 {
-				l.commitBatch(batch)
+				l.commitBatch(batch, false)
 			}
 		}
 		clear(local)
@@ -766,13 +819,15 @@ func reject(r *request, err error, reason string) {
 }
 
 // commitBatch runs one group-commit transaction for batch (which may be
-// empty when only the pending projection rows are due).
-func (l *Log) commitBatch(batch []*request) {
+// empty when only the pending projection rows are due, or closing).
+func (l *Log) commitBatch(batch []*request, closing bool) {
 	w := &l.w
 	t0 := time.Now()
 	seq0 := w.nextSeq
 	ctx := context.Background()
-	direct := l.projectNow(batch, t0)
+	mode := l.projectNow(batch, t0, closing)
+	w.hold = mode == projectDue
+	defer func() { w.hold = false }()
 	fail := func(err error) {
 		w.discard()
 		w.nextSeq = seq0
@@ -795,7 +850,7 @@ func (l *Log) commitBatch(batch []*request) {
 		return
 	}
 	taken := false
-	if direct && hasFunc(batch) {
+	if mode == projectAll && hasFunc(batch) {
 		// The functions may read any projection row.
 		w.takePending()
 		taken = true
@@ -820,6 +875,7 @@ func (l *Log) commitBatch(batch []*request) {
 			return
 		}
 	}
+	direct := mode != projectNone
 	if direct && !taken {
 		w.takePending()
 	}
@@ -832,8 +888,10 @@ func (l *Log) commitBatch(batch []*request) {
 		fail(err)
 		return
 	}
+	var mark int64
 	if direct {
-		if err := ts.exec(stSetProjSeq, append(w.args[:0], driver.NamedValue{Ordinal: 1, Value: w.nextSeq - 1})); err != nil {
+		mark = w.projMark(w.nextSeq - 1)
+		if err := ts.exec(stSetProjSeq, append(w.args[:0], driver.NamedValue{Ordinal: 1, Value: mark})); err != nil {
 			_ = tx.Rollback()
 			fail(fmt.Errorf("record projection seq: %w", err))
 			return
@@ -844,7 +902,6 @@ func (l *Log) commitBatch(batch []*request) {
 		return
 	}
 	took := time.Since(t0)
-	l.m.commit.Observe(took.Seconds())
 	l.ckpt.committed()
 	l.qmu.Lock()
 	queued := len(l.queue)
@@ -854,10 +911,14 @@ func (l *Log) commitBatch(batch []*request) {
 
 	l.meshLive.update(w.work)
 	if direct {
-		l.pendingWritten(w.nextSeq - 1)
+		l.pendingWritten(mark, t0)
 	}
 	w.merge(&l.pmu, t0)
+	l.m.rowsInserted.Add(float64(w.inserted))
+	l.m.rowsUpdated.Add(float64(w.updated))
+	w.inserted, w.updated = 0, 0
 	l.m.pending.Set(float64(len(w.pend)))
+	l.m.commit.Observe(took.Seconds()) // after the state above: tests wait for it
 	l.addGaugeDeltas(&w.deltas, w.nextSeq-1)
 	n := w.nextSeq - seq0
 	if n > 0 {
@@ -906,6 +967,9 @@ func (w *writerState) stateOf(ts *txStmts, nonce string) (State, bool, error) {
 func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 	if w.newIDs[id] || w.pendIDs[id] != "" {
 		return true, nil
+	}
+	if taken, ok := w.idTaken[id]; ok {
+		return taken, nil
 	}
 	var nonce string
 	err := ts.get(stSelMessageID).QueryRow(id).Scan(&nonce)
@@ -1069,6 +1133,7 @@ func (w *writerState) runDo(tx *sqlx.Tx, ts *txStmts, r *request, seqStart int64
 	}
 	ferr := callFn(r.fn, tx)
 	clear(w.absent) // fn may have written anything
+	clear(w.idTaken)
 	if ferr == nil {
 		if _, err := tx.Exec(`RELEASE beam_request`); err != nil {
 			return fmt.Errorf("release savepoint: %w", err)
