@@ -84,6 +84,8 @@ type Engine struct {
 	running map[string]bool // ids with an attempt being started
 	wg      sync.WaitGroup
 	stop    chan struct{}
+	warm    chan func()   // hop workers waiting for more work (goWarm)
+	idle    time.Duration // how long a hop worker waits for work
 }
 
 // New checks cfg and builds an engine. Call Recover, then Start.
@@ -128,6 +130,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, log: cfg.Log, dir: cfg.Directory, reg: cfg.Registry, lg: cfg.Logger.With("component", "mesh"),
 		m: m, hub: newHub(m), seed: maphash.MakeSeed(), running: map[string]bool{},
 		stop: make(chan struct{}),
+		warm: make(chan func()), idle: warmIdle,
 	}, nil
 }
 
@@ -215,7 +218,7 @@ func (e *Engine) startAttempt(id string) {
 	e.running[id] = true
 	e.wg.Add(1)
 	e.mu.Unlock()
-	go func() {
+	e.goWarm(func() {
 		defer e.wg.Done()
 		defer func() {
 			e.mu.Lock()
@@ -225,7 +228,41 @@ func (e *Engine) startAttempt(id string) {
 		if err := e.attempt(context.Background(), id); err != nil && !e.isClosed() {
 			e.lg.Warn("mesh attempt", "id", id, "err", err)
 		}
-	}()
+	})
+}
+
+// warmIdle is how long a hop worker waits for more work before it exits.
+const warmIdle = time.Second
+
+// goWarm runs f on its own goroutine: on a hop worker that finished earlier
+// work and is waiting for more when there is one, on a new one otherwise.
+// Each hop runs its attempt, its delivery and its outcome on such
+// goroutines; started fresh for every one, they grew their stacks again
+// each time (the attestation's signature, the log append, the encoders).
+func (e *Engine) goWarm(f func()) {
+	select {
+	case e.warm <- f:
+	default:
+		go e.warmLoop(f)
+	}
+}
+
+// warmLoop runs f, then whatever goWarm hands it, until it has waited
+// e.idle for work or the engine closes.
+func (e *Engine) warmLoop(f func()) {
+	t := time.NewTimer(e.idle)
+	defer t.Stop()
+	for {
+		f()
+		t.Reset(e.idle)
+		select {
+		case f = <-e.warm:
+		case <-t.C:
+			return
+		case <-e.stop:
+			return
+		}
+	}
 }
 
 // Recover resumes every envelope a previous process left in flight: a hop

@@ -344,7 +344,7 @@ func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.
 	err := e.dir.DeliverBus(directory.BusDelivery{
 		Frame: frame, SenderKey: to.senderKey, MessageID: env.ID, Attempt: n, Auth: auth, Timeout: timeout,
 		OnOutcome: func(o directory.BusOutcome) {
-			go e.outcome(id, n, to.transport, o.Result, o.ErrorCode, o.Error)
+			e.goWarm(func() { e.outcome(id, n, to.transport, o.Result, o.ErrorCode, o.Error) })
 		},
 	})
 	if err != nil {
@@ -610,7 +610,9 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	}
 	if eager != nil {
 		// Outside the envelope's lock, which the caller holds.
-		go e.deliver(row.ID, 1, eager.env, hopTarget{actor: eager.actor, senderKey: eager.key, transport: directory.TransportWS}, eager.now)
+		id, env, now := row.ID, eager.env, eager.now
+		to := hopTarget{actor: eager.actor, senderKey: eager.key, transport: directory.TransportWS}
+		e.goWarm(func() { e.deliver(id, 1, env, to, now) })
 	}
 	for _, id := range starts {
 		e.startAttempt(id)
