@@ -32,6 +32,7 @@ type jsAgent struct {
 	beamID string
 	stdin  io.WriteCloser
 	events chan jsEvent
+	early  []jsEvent // "handled" lines read while waiting for "connected"
 }
 
 // jsEvent is one line the agent printed.
@@ -105,14 +106,41 @@ func startJSAgent(t *testing.T, ctx context.Context, baseURL, name, org string, 
 // next returns the next event, which must be of kind.
 func (a *jsAgent) next(kind string) jsEvent {
 	a.t.Helper()
+	ev := a.nextAny(kind)
+	require.Equal(a.t, kind, ev.Event, "agent printed %+v", ev)
+	return ev
+}
+
+// nextAny returns the next event; want says what the caller waits for.
+func (a *jsAgent) nextAny(want string) jsEvent {
+	a.t.Helper()
 	select {
 	case ev, ok := <-a.events:
-		require.True(a.t, ok, "agent process exited while waiting for %q", kind)
-		require.Equal(a.t, kind, ev.Event, "agent printed %+v", ev)
+		require.True(a.t, ok, "agent process exited while waiting for %q", want)
 		return ev
 	case <-time.After(30 * time.Second):
-		require.FailNow(a.t, "no event from the agent within 30s", "waiting for %q", kind)
+		require.FailNow(a.t, "no event from the agent within 30s", "waiting for %q", want)
 		return jsEvent{}
+	}
+}
+
+// connected waits for the agent's "connected" line. An intent queued for
+// the agent can reach its handler before its connect() call returns (the
+// directory writes it right behind the connected message, and the SDK runs
+// the handler for both frames of one read before the call's continuation),
+// so "handled" lines before it are kept for handledNonces.
+func (a *jsAgent) connected() {
+	a.t.Helper()
+	for {
+		ev := a.nextAny("connected")
+		switch ev.Event {
+		case "connected":
+			return
+		case "handled":
+			a.early = append(a.early, ev)
+		default:
+			require.FailNow(a.t, "unexpected event while connecting", "agent printed %+v", ev)
+		}
 	}
 }
 
@@ -128,7 +156,12 @@ func (a *jsAgent) handledNonces(n int) map[string]jsEvent {
 	a.t.Helper()
 	out := map[string]jsEvent{}
 	for len(out) < n {
-		ev := a.next("handled")
+		var ev jsEvent
+		if len(a.early) > 0 {
+			ev, a.early = a.early[0], a.early[1:]
+		} else {
+			ev = a.next("handled")
+		}
 		out[ev.Nonce] = ev
 	}
 	return out
@@ -249,7 +282,7 @@ func TestSDK051AgentGetsAttestedDurableSends(t *testing.T) {
 	// Offline: accepted and queued; delivered when the agent connects.
 	offline := sendAll(1, "queued")
 	worker.command("connect")
-	worker.next("connected")
+	worker.connected()
 	check(offline, 1)
 
 	// Online: delivered at once.
