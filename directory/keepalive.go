@@ -14,8 +14,10 @@ const keepaliveSlotsPerInterval = 16
 // for the whole directory instead of a timer per session: a session waiting
 // for its next ping costs one slot entry (a pointer), not a runtime timer and
 // the closure it runs. Each tick takes the sessions due in the current slot
-// and pings those still open, each on its own goroutine (the ping waits for
-// the pong); a session whose pong came is scheduled again. A session closed
+// and pings those still open on the wheel's own goroutine (a ping only
+// queues a frame for the session's writer; the close of a session that
+// missed its pong runs on its own); a session whose pong came is scheduled
+// again. A session closed
 // meanwhile stays in its slot until its tick (at most one interval) and is
 // dropped then.
 type keepaliveWheel struct {
@@ -72,7 +74,7 @@ func (d *Directory) runKeepalives() {
 			closing := s.closing
 			s.mu.Unlock()
 			if !closing {
-				go s.keepalive()
+				s.keepalive()
 			}
 		}
 	}

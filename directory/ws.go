@@ -753,7 +753,8 @@ func (s *session) keepalive() {
 	if s.pinged && pongs == s.pongsAtPing {
 		s.mu.Unlock()
 		s.d.lg.Info("websocket keepalive failed", "beamId", s.beamID, "err", "no pong within the ping interval")
-		s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
+		// Off the wheel's goroutine: detaching may tell the cluster.
+		go s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
 		return
 	}
 	s.pinged, s.pongsAtPing, s.pingNow = true, pongs, true
