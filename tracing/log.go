@@ -116,6 +116,9 @@ type Log struct {
 	// (counts.go).
 	countMu sync.Mutex
 	tc      terminalCounts
+
+	// keyScan stops the row key scan and waits for it (rowkeys.go).
+	keyScan func()
 }
 
 var bindOnce sync.Once
@@ -265,6 +268,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		}
 		l.startTerminalCount()
 	}
+	l.startRowKeyScan()
 	go l.runCheckpointer()
 	go l.run()
 	return l, nil
@@ -466,6 +470,7 @@ func groupStates(ctx context.Context, q queryer, query string) (map[State]int64,
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		l.stopTerminalCount()
+		l.stopRowKeyScan()
 		l.qmu.Lock()
 		l.closed = true
 		l.qcond.Signal()

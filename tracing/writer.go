@@ -166,6 +166,10 @@ type writerState struct {
 	// rows (behind.go).
 	hold     bool
 	heldMark int64
+
+	// keys tells which nonces and message ids certainly have no row
+	// (rowkeys.go).
+	rows rowKeys
 }
 
 func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnector) error {
@@ -222,7 +226,7 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 		w.work[nonce] = e
 		return e, nil
 	}
-	if w.absent[nonce] {
+	if w.absent[nonce] || !w.rows.mayHaveNonce(nonce) {
 		return nil, nil
 	}
 	e := &entry{stored: true}
@@ -288,18 +292,20 @@ func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
 				continue
 			}
 			w.absent[n] = true
-			keys = append(keys, n)
+			if w.rows.mayHaveNonce(n) {
+				keys = append(keys, n)
+			}
 			if b := ev.Details.Bus; b != nil && b.MessageID != "" {
 				if _, ok := w.idTaken[b.MessageID]; !ok && !w.newIDs[b.MessageID] && w.pendIDs[b.MessageID] == "" {
 					w.idTaken[b.MessageID] = false
-					ids = append(ids, b.MessageID)
+					if w.rows.mayHaveID(b.MessageID) {
+						ids = append(ids, b.MessageID)
+					}
 				}
 			}
 		}
 	}
-	if len(keys) == 0 {
-		return nil
-	}
+	w.rows.lookedUp += len(keys) + len(ids)
 	if len(ids) > 0 {
 		err := ts.queryMulti(mIDIn, ids, func(rows *sql.Rows) error {
 			var id string
@@ -313,6 +319,9 @@ func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
 			clear(w.idTaken)
 			return fmt.Errorf("read beam_messages ids: %w", err)
 		}
+	}
+	if len(keys) == 0 {
+		return nil
 	}
 	found := keys[:0:0]
 	err := ts.queryMulti(mIntentIn, keys, func(rows *sql.Rows) error {
@@ -355,6 +364,14 @@ func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
 	return nil
 }
 
+// addKeys adds the keys of the rows about to be inserted for e (rowkeys.go).
+func (w *writerState) addKeys(e *entry) {
+	w.rows.added.nonces.add(e.row.Nonce)
+	if e.msg != nil {
+		w.rows.added.ids.add(e.msg.ID)
+	}
+}
+
 // addEvent queues the log row of ev (first is the nonce's first seq).
 func (w *writerState) addEvent(ev *Event, details string, first int64) {
 	w.evArgs = eventNV(w.evArgs, ev, details, first)
@@ -388,6 +405,7 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 		}
 	} else {
 		w.inserted++
+		w.addKeys(e)
 		w.args = intentNV(w.args[:0], &e.row)
 		if err := ts.execMulti(mIntentInsert, w.args); err != nil {
 			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
@@ -447,6 +465,7 @@ func (w *writerState) flush(ts *txStmts) error {
 		if e.stored {
 			ups = intentNV(ups, &e.row)
 		} else {
+			w.addKeys(e)
 			ins = intentNV(ins, &e.row)
 		}
 		if e.msg != nil {
@@ -970,6 +989,9 @@ func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 	}
 	if taken, ok := w.idTaken[id]; ok {
 		return taken, nil
+	}
+	if !w.rows.mayHaveID(id) {
+		return false, nil
 	}
 	var nonce string
 	err := ts.get(stSelMessageID).QueryRow(id).Scan(&nonce)
