@@ -167,7 +167,7 @@ type writerState struct {
 	hold     bool
 	heldMark int64
 
-	// keys tells which nonces and message ids certainly have no row
+	// rows tells which nonces and message ids certainly have no row
 	// (rowkeys.go).
 	rows rowKeys
 }
