@@ -26,16 +26,21 @@ type writeConnector struct {
 }
 
 // Connect implements driver.Connector.
-func (c *writeConnector) Connect(context.Context) (driver.Conn, error) {
+func (c *writeConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	dc, err := c.drv.Open(c.dsn)
 	if err != nil {
+		return nil, err
+	}
+	tc, err := newTxConn(ctx, dc)
+	if err != nil {
+		_ = dc.Close()
 		return nil, err
 	}
 	c.mu.Lock()
 	c.conn = dc
 	c.gen++
 	c.mu.Unlock()
-	return dc, nil
+	return tc, nil
 }
 
 // Driver implements driver.Connector.

@@ -86,3 +86,36 @@ func TestBatchRolledBackInsideSQLiteFailsOnlyThatBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, snapshotProjections(t, b.log))
 }
+
+// A COMMIT that fails leaves SQLite's transaction open (a deferred foreign
+// key still violated at commit). The write connection ends it, so only that
+// batch fails and the next one commits.
+func TestBatchWhoseCommitFailsFailsOnlyThatBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.log.wdb.ExecContext(ctx, `PRAGMA foreign_keys = ON`)
+	require.NoError(t, err)
+	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`CREATE TEMP TABLE parent(id INTEGER PRIMARY KEY);
+			CREATE TEMP TABLE child(p INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)`)
+		return err
+	})
+	require.NoError(t, err)
+
+	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`INSERT INTO temp.child VALUES (1)`)
+		return err
+	}, received("doomed"))
+	require.ErrorContains(t, err, "FOREIGN KEY")
+	_, ok, err := b.log.State(ctx, "doomed")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	evs, err := b.log.Append(ctx, received("after"))
+	require.NoError(t, err, "the connection is out of the failed transaction")
+	require.Equal(t, int64(1), evs[0].Seq, "the failed batch gives its seq back")
+	var children int
+	require.NoError(t, b.log.wdb.GetContext(ctx, &children, `SELECT count(*) FROM temp.child`))
+	require.Zero(t, children, "the failed batch's writes were rolled back")
+}
