@@ -68,12 +68,19 @@ func readmeShellBlocks(t *testing.T) []readmeBlock {
 	return blocks
 }
 
-func freePort(t *testing.T) string {
+// freePorts maps each of names to a distinct free port. The listeners that
+// found them stay open until all are found: one closed at once could hand
+// the same port out twice.
+func freePorts(t *testing.T, names ...string) map[string]string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	ports := make(map[string]string, len(names))
+	for _, name := range names {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		ports[name] = fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
 }
 
 // readmeRule says how the README test runs the README lines it matches
@@ -173,10 +180,7 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 	}
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	ports := map[string]string{}
-	for _, p := range []string{"3100", "3101", "3200", "3201", "4222", "4223"} {
-		ports[p] = freePort(t)
-	}
+	ports := freePorts(t, "3100", "3101", "3200", "3201", "4222", "4223")
 	rules := readmeRules()
 	var (
 		script  strings.Builder
