@@ -575,6 +575,7 @@ func (s *session) dispatch(data []byte) {
 
 // worker handles queued messages until none is left.
 func (s *session) worker(w *sessionWork) {
+	growStack()
 	for {
 		w.mu.Lock()
 		if len(w.queue) == 0 {
@@ -945,3 +946,26 @@ func intentMessage(f *wire.IntentFrame, senderKey string) ([]byte, error) {
 	b = append(b, key...)
 	return append(b, '}'), nil
 }
+
+// workerStackFrame is the frame growStack takes: with what the goroutine
+// has used by then, the runtime grows a new worker's stack once, to 16 KB,
+// which handling an intent (the Ed25519 verification's tables, SHA-512's
+// state) fits in.
+const workerStackFrame = 8 << 10
+
+// growStack grows a new goroutine's stack, while it is still shallow, in
+// one step to the size a message's handling needs. Otherwise the runtime
+// doubles it two or three times in the middle of the handling, each time
+// copying the deeper stack: 3.5 % of the server's CPU with 64 intents in
+// flight, since a session's workers exit when its queue is empty.
+//
+//go:noinline
+func growStack() {
+	var frame [workerStackFrame]byte
+	keepFrame(frame[:])
+}
+
+// keepFrame keeps growStack's frame from being optimised away.
+//
+//go:noinline
+func keepFrame([]byte) {}
