@@ -3,6 +3,7 @@ module github.com/beamdir/beam
 go 1.26.0
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
