@@ -53,17 +53,12 @@ func newTxConn(ctx context.Context, dc driver.Conn) (*txConn, error) {
 		dst *driver.StmtExecContext
 		sql string
 	}{{&c.begin, "BEGIN IMMEDIATE"}, {&c.commit, "COMMIT"}, {&c.rollback, "ROLLBACK"}} {
-		s, err := c.pc.PrepareContext(ctx, p.sql)
+		es, err := prepareExec(ctx, c.pc, p.sql)
 		if err != nil {
 			c.closeStmts()
-			return nil, fmt.Errorf("prepare %s: %w", p.sql, err)
+			return nil, err
 		}
-		c.stmts = append(c.stmts, s)
-		es, ok := s.(driver.StmtExecContext)
-		if !ok {
-			c.closeStmts()
-			return nil, fmt.Errorf("driver statement %T cannot execute with a context", s)
-		}
+		c.stmts = append(c.stmts, es)
 		*p.dst = es
 	}
 	return c, nil

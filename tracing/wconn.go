@@ -113,22 +113,36 @@ func (d *execStmts) ensure(ctx context.Context, wc *writeConnector) error {
 		if !execOnDriver(id) {
 			continue
 		}
-		q := sqlOf(id)
-		s, err := prep.PrepareContext(ctx, q)
+		es, err := prepareExec(ctx, prep, sqlOf(id))
 		if err != nil {
 			d.close()
-			return fmt.Errorf("prepare %q: %w", q[:min(len(q), 40)], err)
+			return err
 		}
-		d.all = append(d.all, s)
-		es, ok := s.(driver.StmtExecContext)
-		if !ok {
-			d.close()
-			return fmt.Errorf("driver statement %T cannot execute with a context", s)
-		}
+		d.all = append(d.all, es)
 		d.stmts[id] = es
 	}
 	d.gen = gen
 	return nil
+}
+
+// execStmt is a driver statement that executes with a context.
+type execStmt interface {
+	driver.Stmt
+	driver.StmtExecContext
+}
+
+// prepareExec prepares query on a driver connection as an execStmt.
+func prepareExec(ctx context.Context, prep driver.ConnPrepareContext, query string) (execStmt, error) {
+	s, err := prep.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %q: %w", query[:min(len(query), 40)], err)
+	}
+	es, ok := s.(execStmt)
+	if !ok {
+		_ = s.Close()
+		return nil, fmt.Errorf("driver statement %T cannot execute with a context", s)
+	}
+	return es, nil
 }
 
 // exec runs statement id with args, numbering them first.
