@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha512"
 	"encoding/binary"
@@ -77,8 +78,14 @@ func FuzzVerifyEd25519MatchesStdlib(f *testing.F) {
 	f.Add([]byte{}, []byte{}, uint8(6), uint16(0))
 	f.Fuzz(func(t *testing.T, seed, msg []byte, mode uint8, at uint16) {
 		pub, msg, sig := verifyCase(seed, msg, mode, at)
-		require.Equal(t, ed25519.Verify(pub, msg, sig), verifyEd25519(pub, msg, sig),
-			"mode %d at %d pub %x sig %x", mode%7, at, []byte(pub), sig)
+		want := ed25519.Verify(pub, msg, sig)
+		// The first call decodes the key, the next ones take its point
+		// from keyPoints, and the keyTableUses-th and later multiply with
+		// its table.
+		for use := range keyTableUses + 1 {
+			require.Equal(t, want, verifyEd25519(pub, msg, sig),
+				"mode %d at %d use %d pub %x sig %x", mode%7, at, use, []byte(pub), sig)
+		}
 	})
 }
 
@@ -95,8 +102,9 @@ func TestVerifyEd25519AgreesOnEveryKind(t *testing.T) {
 		mode := uint8(i % 7)
 		pub, msg, sig := verifyCase(seed[:], seed[:], mode, uint16(i*31))
 		want := ed25519.Verify(pub, msg, sig)
-		require.Equal(t, want, verifyEd25519(pub, msg, sig), "case %d mode %d", i, mode)
-		require.Equal(t, want, verifyEd25519(pub, msg, sig), "case %d mode %d, key point cached", i, mode)
+		for use := range keyTableUses + 1 {
+			require.Equal(t, want, verifyEd25519(pub, msg, sig), "case %d mode %d use %d", i, mode, use)
+		}
 		if want {
 			accepted[mode]++
 		}
@@ -104,4 +112,67 @@ func TestVerifyEd25519AgreesOnEveryKind(t *testing.T) {
 	require.Equal(t, (n+6)/7, accepted[0], "every valid signature verifies")
 	require.Zero(t, accepted[1]+accepted[2]+accepted[3], "no damaged signature verifies")
 	require.Positive(t, accepted[6], "small-order keys accept R = [S]B, as crypto/ed25519 does")
+
+	keyPoints.mu.Lock()
+	defer keyPoints.mu.Unlock()
+	tables := 0
+	for _, e := range keyPoints.m {
+		if e.table.Load() != nil {
+			tables++
+		}
+	}
+	require.Positive(t, tables, "keys used %d times have tables", keyTableUses)
+	require.LessOrEqual(t, keyPoints.tables, keyTablesMax)
+}
+
+// combScalar makes a canonical scalar from fuzz input: the bytes themselves
+// when they are canonical (so edge values such as 0, L-1 and long runs of
+// the digit 8 are reachable), else their reduction.
+func combScalar(b []byte) *edwards25519.Scalar {
+	if len(b) == 32 {
+		if s, err := edwards25519.NewScalar().SetCanonicalBytes(b); err == nil {
+			return s
+		}
+	}
+	var wide [64]byte
+	copy(wide[:], b)
+	s, _ := edwards25519.NewScalar().SetUniformBytes(wide[:])
+	return s
+}
+
+func FuzzCombMatchesDoubleScalarMult(f *testing.F) {
+	lMinus1 := groupOrder
+	lMinus1[0]--
+	eights := bytes.Repeat([]byte{0x88}, 32)
+	eights[31] = 0x08
+	for _, a := range [][]byte{make([]byte, 32), {1}, lMinus1[:], eights} {
+		for _, b := range [][]byte{make([]byte, 32), lMinus1[:], eights, []byte("b")} {
+			f.Add([]byte("point"), a, b, uint8(0))
+			f.Add([]byte("point"), a, b, uint8(len(oddKeys)))
+		}
+	}
+	f.Fuzz(func(t *testing.T, seed, ab, bb []byte, odd uint8) {
+		// P is [h]B for a hash h of seed, or one of the odd keys that
+		// decode (small-order points among them).
+		h := sha512.Sum512(seed)
+		hs, _ := edwards25519.NewScalar().SetUniformBytes(h[:])
+		p := new(edwards25519.Point).ScalarBaseMult(hs)
+		if int(odd) < len(oddKeys) {
+			q, err := new(edwards25519.Point).SetBytes(oddKeys[odd][:])
+			if err != nil {
+				return
+			}
+			p = q
+		}
+		a, b := combScalar(ab), combScalar(bb)
+		for _, s := range []*edwards25519.Scalar{a, b} {
+			d := radix16(s.Bytes())
+			for i, v := range d {
+				require.True(t, v >= -8 && v < 8, "digit %d is %d", i, v)
+			}
+		}
+		want := new(edwards25519.Point).VarTimeDoubleScalarBaseMult(a, p, b)
+		got := combDoubleMult(newCombTable(p), a, b)
+		require.Equal(t, 1, want.Equal(got), "[a]P + [b]B: a %x b %x P %x", a.Bytes(), b.Bytes(), p.Bytes())
+	})
 }
