@@ -13,9 +13,12 @@ import (
 // (or a timeout) that settles an intent whose delivered is still queued
 // takes it out of the queue, and the settling caller appends delivered
 // together with acked or failed: one append instead of two for a recipient
-// that answers quickly. A settle that finds delivered being written or
-// being recorded waits for that commit (and has it issued at once), so
-// delivered always precedes the intent's outcome in the log.
+// that answers quickly. A settle that finds the frame still being written
+// waits for the write, and queueDelivered hands delivered to it in the same
+// way (a recipient on a fast link often answers before the session writer
+// has returned from its write). A settle that finds delivered being
+// recorded waits for that commit. Either way delivered precedes the
+// intent's outcome in the log.
 
 // deliveredChunk is the most delivered events of one append.
 const deliveredChunk = 512
@@ -28,7 +31,6 @@ const deliveredFlushCount = 256
 type delivState struct {
 	queue   []*inflight
 	since   time.Time // when the oldest queued entry was queued
-	urgent  bool      // a settle waits: record without delay
 	started bool      // the recorder goroutine runs (or ran)
 	closing bool      // Close: record what is queued and exit
 	stopped bool      // the recorder exited: record synchronously
@@ -43,13 +45,31 @@ func (d *Directory) kickDelivered() {
 	}
 }
 
-// queueDelivered hands intents whose frames were written to the recorder.
-// It does not wait for the commit.
+// queueDelivered hands intents whose frames were written to the recorder,
+// or to the settle that waits for one (see the top of this file). It does
+// not wait for the commit.
 func (d *Directory) queueDelivered(infs []*inflight) {
 	if len(infs) == 0 {
 		return
 	}
 	d.mu.Lock()
+	rest := infs[:0]
+	for _, inf := range infs {
+		if inf.finished {
+			// Settled while it was written: the settle waits on
+			// deliveredCh and records delivered with its own events.
+			inf.delivering = false
+			inf.needDelivered = true
+			close(inf.deliveredCh)
+			continue
+		}
+		rest = append(rest, inf)
+	}
+	infs = rest
+	if len(infs) == 0 {
+		d.mu.Unlock()
+		return
+	}
 	if d.deliv.stopped || d.deliv.closing && !d.deliv.started {
 		d.mu.Unlock()
 		d.recordDelivered(infs)
@@ -65,10 +85,6 @@ func (d *Directory) queueDelivered(infs []*inflight) {
 	}
 	for _, inf := range infs {
 		inf.delivQueued = true
-		if inf.finished {
-			// Settled while it was written: its settle waits.
-			d.deliv.urgent = true
-		}
 		d.deliv.queue = append(d.deliv.queue, inf)
 	}
 	d.mu.Unlock()
@@ -94,7 +110,7 @@ func (d *Directory) deliveredLoop() {
 			continue
 		}
 		wait := time.Until(d.deliv.since.Add(d.cfg.DeliveredDelay))
-		if !d.deliv.urgent && !d.deliv.closing && len(d.deliv.queue) < deliveredFlushCount && wait > 0 {
+		if !d.deliv.closing && len(d.deliv.queue) < deliveredFlushCount && wait > 0 {
 			d.mu.Unlock()
 			timer.Reset(wait)
 			select {
@@ -106,7 +122,6 @@ func (d *Directory) deliveredLoop() {
 		}
 		queue := d.deliv.queue
 		d.deliv.queue = spare[:0]
-		d.deliv.urgent = false
 		batch := queue[:0]
 		for _, inf := range queue {
 			if inf.delivQueued { // not taken by a settle

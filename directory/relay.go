@@ -118,7 +118,8 @@ type inflight struct {
 	delivering  bool // being written, queued for or being recorded by the delivered recorder
 	delivered   bool // delivered is committed
 	delivQueued bool // written; delivered waits in the recorder's queue
-	// needDelivered: settle took delivered out of the recorder's queue; the
+	// needDelivered: settle took delivered out of the recorder's queue (or
+	// queueDelivered handed it to a settle waiting for the write); the
 	// settling caller records it before its own events.
 	needDelivered bool
 	deliveredCh   chan struct{} // closed when delivering ends
@@ -623,8 +624,10 @@ func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registr
 }
 
 // settle ends inf's wait. It returns false when inf was settled already.
-// When a writer is recording delivered for inf, settle waits for that
-// commit, so the caller's events always follow it.
+// When inf's frame is being written, settle waits for the write; when
+// delivered is being recorded, for that commit. So the caller's events
+// always follow delivered, or carry it (needDelivered, or, for a result,
+// isDelivered false).
 func (d *Directory) settle(inf *inflight) bool {
 	d.mu.Lock()
 	if inf.finished {
@@ -647,15 +650,14 @@ func (d *Directory) settle(inf *inflight) bool {
 			inf.needDelivered = true
 			close(inf.deliveredCh)
 		} else {
-			// Being written or being recorded: wait for the commit, and
-			// have it issued now rather than after the delay.
+			// Being written: wait for the write, after which
+			// queueDelivered hands delivered to the caller as above.
+			// Being recorded: wait for that commit.
 			wait = inf.deliveredCh
-			d.deliv.urgent = true
 		}
 	}
 	d.mu.Unlock()
 	if wait != nil {
-		d.kickDelivered()
 		<-wait
 	}
 	return true

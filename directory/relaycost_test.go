@@ -2,13 +2,17 @@ package directory
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/url"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -147,6 +151,77 @@ func TestTimeoutAfterQueuedDelivered(t *testing.T) {
 	require.Equal(t, http.StatusGatewayTimeout, o.status)
 	require.Equal(t, []tracing.State{tracing.Received, tracing.Validated, tracing.Dispatched, tracing.Delivered, tracing.Failed},
 		b.states(f.Nonce))
+}
+
+// A timeout that settles an intent while its frame is still being written
+// (the recipient does not read, so the write blocks) waits for the write,
+// then records delivered once, with failed.
+func TestTimeoutWhileFrameIsWritten(t *testing.T) {
+	t.Parallel()
+	const (
+		intents      = 32
+		payloadBytes = 240 << 10 // a frame may have 256 KiB; 32 of them are more than loopback's socket buffers hold
+	)
+	b := setup(t, func(o *setupOpts) {
+		o.cfg = func(c *Config) {
+			c.DeliveredDelay = time.Minute
+			c.HTTPTimeout = 500 * time.Millisecond
+			c.WriteTimeout = time.Minute
+			c.MaxFrameBytes = wire.MaxFrameBytes
+			c.MaxBodyBytes = 2 * wire.MaxFrameBytes
+		}
+	})
+	alice, bob := b.register("alice"), b.register("bob")
+	bc, err := b.dial("beamId="+url.QueryEscape(bob.id)+"&apiKey="+url.QueryEscape(bob.apiKey), false)
+	require.NoError(t, err)
+	bc.conn.SetReadLimit(4 * payloadBytes)
+	_, data, err := bc.conn.Read(context.Background())
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"connected"`)
+	require.Eventually(t, func() bool { return b.dir.Online(bob.id) }, 5*time.Second, 5*time.Millisecond)
+
+	var nonces []string
+	var outs []<-chan httpOutcome
+	for i := range intents {
+		f := b.frame(alice, bob.id, "task.delegate", fmt.Sprintf(`{"n":%d,"blob":"%s"}`, i, strings.Repeat("x", payloadBytes)))
+		nonces = append(nonces, f.Nonce)
+		outs = append(outs, b.sendAsync(f))
+	}
+	// The timeouts fire while a frame is being written: its claim is
+	// settled, and its delivery has begun but is not written.
+	writing := map[string]bool{}
+	require.Eventually(t, func() bool {
+		b.dir.mu.Lock()
+		defer b.dir.mu.Unlock()
+		for _, n := range nonces {
+			if inf := b.dir.claims[n]; inf != nil && inf.finished && inf.delivering && !inf.delivQueued {
+				writing[n] = true
+			}
+		}
+		return len(writing) > 0
+	}, 10*time.Second, 5*time.Millisecond)
+
+	// Reading lets the writes finish.
+	go func() {
+		for {
+			if _, _, err := bc.conn.Read(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+	for i, out := range outs {
+		require.Equal(t, http.StatusGatewayTimeout, waitHTTP(t, out).status, "intent %d", i)
+	}
+	written := []tracing.State{tracing.Received, tracing.Validated, tracing.Dispatched, tracing.Delivered, tracing.Failed}
+	for _, n := range nonces {
+		states := b.states(n)
+		if writing[n] {
+			require.Equal(t, written, states, "settled while written")
+			continue
+		}
+		require.Contains(t, [][]tracing.State{written,
+			{tracing.Received, tracing.Validated, tracing.Dispatched, tracing.Failed}}, states)
+	}
 }
 
 // An idle session costs about one goroutine (its reader): the writer,
