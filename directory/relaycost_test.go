@@ -159,8 +159,9 @@ func TestTimeoutAfterQueuedDelivered(t *testing.T) {
 func TestTimeoutWhileFrameIsWritten(t *testing.T) {
 	t.Parallel()
 	const (
-		intents      = 32
-		payloadBytes = 240 << 10 // a frame may have 256 KiB; 32 of them are more than loopback's socket buffers hold
+		payloadBytes = 240 << 10 // a frame may have 256 KiB
+		perRound     = 16        // 3.8 MB of frames per round
+		maxRounds    = 16
 	)
 	b := setup(t, func(o *setupOpts) {
 		o.cfg = func(c *Config) {
@@ -180,17 +181,13 @@ func TestTimeoutWhileFrameIsWritten(t *testing.T) {
 	require.Contains(t, string(data), `"connected"`)
 	require.Eventually(t, func() bool { return b.dir.Online(bob.id) }, 5*time.Second, 5*time.Millisecond)
 
+	// Frames go out until one blocks (the socket buffers' sizes depend on
+	// the machine) and a timeout fires while it does: that claim is
+	// settled, and its delivery has begun but is not written.
 	var nonces []string
 	var outs []<-chan httpOutcome
-	for i := range intents {
-		f := b.frame(alice, bob.id, "task.delegate", fmt.Sprintf(`{"n":%d,"blob":"%s"}`, i, strings.Repeat("x", payloadBytes)))
-		nonces = append(nonces, f.Nonce)
-		outs = append(outs, b.sendAsync(f))
-	}
-	// The timeouts fire while a frame is being written: its claim is
-	// settled, and its delivery has begun but is not written.
 	writing := map[string]bool{}
-	require.Eventually(t, func() bool {
+	blocked := func() bool {
 		b.dir.mu.Lock()
 		defer b.dir.mu.Unlock()
 		for _, n := range nonces {
@@ -199,7 +196,35 @@ func TestTimeoutWhileFrameIsWritten(t *testing.T) {
 			}
 		}
 		return len(writing) > 0
-	}, 10*time.Second, 5*time.Millisecond)
+	}
+	for round := 0; !blocked(); round++ {
+		require.Less(t, round, maxRounds, "no frame write blocked with %d frames queued", len(nonces))
+		for range perRound {
+			f := b.frame(alice, bob.id, "task.delegate",
+				fmt.Sprintf(`{"n":%d,"blob":"%s"}`, len(nonces), strings.Repeat("x", payloadBytes)))
+			nonces = append(nonces, f.Nonce)
+			outs = append(outs, b.sendAsync(f))
+		}
+		require.Eventually(t, func() bool {
+			for _, n := range nonces[len(nonces)-perRound:] {
+				if st, _, err := b.log.State(context.Background(), n); err != nil || st == tracing.Received {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 5*time.Millisecond, "round %d dispatched", round)
+		// Wait for the round's timeouts: each claim settled (or released).
+		require.Eventually(t, func() bool {
+			b.dir.mu.Lock()
+			defer b.dir.mu.Unlock()
+			for _, n := range nonces[len(nonces)-perRound:] {
+				if inf := b.dir.claims[n]; inf != nil && !inf.finished {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 5*time.Millisecond, "round %d timed out", round)
+	}
 
 	// Reading lets the writes finish.
 	go func() {

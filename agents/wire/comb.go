@@ -22,12 +22,13 @@ import (
 // encoding) as the double-scalar multiplication's: combDoubleMult is held
 // to it by FuzzCombMatchesDoubleScalarMult, and verifyEd25519 to
 // crypto/ed25519 by FuzzVerifyEd25519MatchesStdlib.
+//
+// A table is combRows·combDigit points of 160 bytes: 20 KB.
 const (
-	combGroups = 4                          // digits d_{4r+j}, j < combGroups, share row r
-	combRows   = 64 / combGroups            // rows of a table
-	combDigit  = 8                          // multiples per row: 1..8 (a digit's sign is a negation)
-	combShift  = 4 * combGroups             // bits between two rows: row r+1 = 2^combShift · row r
-	combBytes  = combRows * combDigit * 160 // a table's size (a Point is 160 bytes)
+	combGroups = 4               // digits d_{4r+j}, j < combGroups, share row r
+	combRows   = 64 / combGroups // rows of a table
+	combDigit  = 8               // multiples per row: 1..8 (a digit's sign is a negation)
+	combShift  = 4 * combGroups  // bits between two rows: row r+1 = 2^combShift · row r
 )
 
 // combTable holds (m+1)·16^(combGroups·r)·P in t[r][m] for one point P.
