@@ -139,7 +139,7 @@ func VerifySignature(msg []byte, sigB64 string, pub ed25519.PublicKey) error {
 	if len(pub) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w: public key is %d bytes", ErrBadSignature, len(pub))
 	}
-	if !verifyEd25519(pub, msg, sig) {
+	if !ed25519.Verify(pub, msg, sig) {
 		return ErrBadSignature
 	}
 	return nil
