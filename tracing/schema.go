@@ -124,10 +124,15 @@ CREATE INDEX IF NOT EXISTS beam_messages_created_at ON beam_messages(created_at)
 
 const eventCols = `seq, nonce, state, at, from_beam_id, to_beam_id, intent_type, transport, attempt, details`
 
-// eventInsertCols are the columns the writer inserts per event.
-const eventInsertCols = eventCols + `, first_seq`
+// eventInsertCols are the columns the writer inserts per event. seq is not
+// among them: the writer inserts its events in seq order, consecutive with
+// the last row, so SQLite's next rowid (the largest plus one) is the seq the
+// writer gave the event, and SQLite appends the row without first searching
+// the table for a row with that seq. flushEvents checks that the rowids
+// came out as the seqs.
+const eventInsertCols = `nonce, state, at, from_beam_id, to_beam_id, intent_type, transport, attempt, details, first_seq`
 
-const eventInsertWidth = 11
+const eventInsertWidth = 10
 
 const intentCols = `nonce, from_beam_id, to_beam_id, intent_type, owner, status, requested_at, client_timestamp,
   attempt, transport, timeout_ms, error_code, completed_at, round_trip_latency_ms, result_json, updated_at, last_seq,

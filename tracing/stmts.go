@@ -143,7 +143,7 @@ func multiSQL(k multiKind, rows int) string {
 // party and transport columns are empty on most events after the first; an
 // empty one is bound as NULL and stored as the empty string (eventNV),
 // which spares the driver a C string per value.
-const eventRowSQL = `(?,?,?,?,coalesce(?,''),coalesce(?,''),coalesce(?,''),coalesce(?,''),?,?,?)`
+const eventRowSQL = `(?,?,?,coalesce(?,''),coalesce(?,''),coalesce(?,''),coalesce(?,''),?,?,?)`
 
 func multiID(k multiKind, level int) stmtID {
 	return stSingles + stmtID(int(k)*multiLevels+level)
@@ -245,19 +245,25 @@ func (ts *txStmts) queryMulti(k multiKind, args []any, row func(*sql.Rows) error
 }
 
 // execMulti inserts the rows in args (multiWidth(k) values each) with as
-// few statements as the prepared row counts allow.
-func (ts *txStmts) execMulti(k multiKind, args []driver.NamedValue) error {
+// few statements as the prepared row counts allow, in their order. It
+// returns the rowid of the last row inserted.
+func (ts *txStmts) execMulti(k multiKind, args []driver.NamedValue) (lastRowID int64, err error) {
 	width := multiWidth(k)
 	n := len(args) / width
 	done := 0
+	var res driver.Result
 	for level := multiLevels - 1; level >= 0; level-- {
 		size := 1 << level
 		for n-done >= size {
-			if err := ts.d.exec(ts.ctx, multiID(k, level), args[done*width:(done+size)*width]); err != nil {
-				return err
+			res, err = ts.d.execResult(ts.ctx, multiID(k, level), args[done*width:(done+size)*width])
+			if err != nil {
+				return 0, err
 			}
 			done += size
 		}
 	}
-	return nil
+	if res == nil {
+		return 0, nil
+	}
+	return res.LastInsertId()
 }

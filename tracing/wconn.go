@@ -147,11 +147,16 @@ func prepareExec(ctx context.Context, prep driver.ConnPrepareContext, query stri
 
 // exec runs statement id with args, numbering them first.
 func (d *execStmts) exec(ctx context.Context, id stmtID, args []driver.NamedValue) error {
+	_, err := d.execResult(ctx, id, args)
+	return err
+}
+
+// execResult is exec returning the driver's result.
+func (d *execStmts) execResult(ctx context.Context, id stmtID, args []driver.NamedValue) (driver.Result, error) {
 	for i := range args {
 		args[i].Ordinal = i + 1
 	}
-	_, err := d.stmts[id].ExecContext(ctx, args)
-	return err
+	return d.stmts[id].ExecContext(ctx, args)
 }
 
 // Helpers that append driver values (driver.Value types only: int64,
@@ -199,9 +204,9 @@ func nvJSON(a []driver.NamedValue, r RawJSON) []driver.NamedValue {
 	return append(a, driver.NamedValue{Value: string(r)})
 }
 
-// eventNV appends the row of one event (eventInsertCols).
+// eventNV appends the row of one event (eventInsertCols: its seq becomes
+// the rowid SQLite assigns).
 func eventNV(a []driver.NamedValue, ev *Event, details string, first int64) []driver.NamedValue {
-	a = nvInt(a, ev.Seq)
 	a = nvText(a, ev.Nonce)
 	a = nvText(a, string(ev.State))
 	a = nvInt(a, ev.At.UnixMicro())

@@ -155,6 +155,11 @@ type writerState struct {
 	// log), then the projection rows written by flush.
 	evArgs, insArgs, upsArgs, msgArgs []driver.NamedValue
 	dirty                             []*entry
+	// evFirst and evNext are the seq of the first event row in evArgs and
+	// the one after its last; evGap says the rows' seqs are not
+	// consecutive (which the insert cannot store).
+	evFirst, evNext int64
+	evGap           bool
 
 	// inserted and updated count the intent_log rows the current
 	// transaction wrote (beam_log_projection_rows_written_total).
@@ -374,21 +379,43 @@ func (w *writerState) addKeys(e *entry) {
 
 // addEvent queues the log row of ev (first is the nonce's first seq).
 func (w *writerState) addEvent(ev *Event, details string, first int64) {
+	if len(w.evArgs) == 0 {
+		w.evFirst = ev.Seq
+	} else if ev.Seq != w.evNext {
+		w.evGap = true
+	}
+	w.evNext = ev.Seq + 1
 	w.evArgs = eventNV(w.evArgs, ev, details, first)
 }
 
-// flushEvents inserts the queued event rows.
+// flushEvents inserts the queued event rows. Their seqs are the rowids
+// SQLite gives them (eventInsertCols); a batch whose rowids came out
+// otherwise fails, and with it the transaction.
 func (w *writerState) flushEvents(ts *txStmts) error {
 	if len(w.evArgs) == 0 {
 		return nil
 	}
-	err := ts.execMulti(mEvents, w.evArgs)
-	clear(w.evArgs)
-	w.evArgs = w.evArgs[:0]
+	first, last := w.evFirst, w.evNext-1
+	if w.evGap {
+		w.clearEvents()
+		return fmt.Errorf("insert events: seqs %d..%d are not consecutive", first, last)
+	}
+	lastRowID, err := ts.execMulti(mEvents, w.evArgs)
+	w.clearEvents()
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
+	if lastRowID != last {
+		return fmt.Errorf("insert events %d..%d: the last row got seq %d: the table is out of step with the log", first, last, lastRowID)
+	}
 	return nil
+}
+
+// clearEvents empties the queue of event rows.
+func (w *writerState) clearEvents() {
+	clear(w.evArgs)
+	w.evArgs = w.evArgs[:0]
+	w.evGap = false
 }
 
 // write upserts the projection rows of e one by one (used by Do, whose
@@ -407,7 +434,7 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 		w.inserted++
 		w.addKeys(e)
 		w.args = intentNV(w.args[:0], &e.row)
-		if err := ts.execMulti(mIntentInsert, w.args); err != nil {
+		if _, err := ts.execMulti(mIntentInsert, w.args); err != nil {
 			return fmt.Errorf("write intent_log %q: %w", e.row.Nonce, err)
 		}
 	}
@@ -419,7 +446,7 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 			}
 		} else {
 			w.args = messageNV(w.args[:0], e.msg)
-			if err := ts.execMulti(mMessageInsert, w.args); err != nil {
+			if _, err := ts.execMulti(mMessageInsert, w.args); err != nil {
 				return fmt.Errorf("write beam_messages %q: %w", e.row.Nonce, err)
 			}
 		}
@@ -489,13 +516,13 @@ func (w *writerState) flush(ts *txStmts) error {
 	}
 	w.inserted += len(ins) / intentWidth
 	w.updated += len(ups) / intentWidth
-	if err := ts.execMulti(mIntentInsert, ins); err != nil {
+	if _, err := ts.execMulti(mIntentInsert, ins); err != nil {
 		return fmt.Errorf("insert intent_log rows: %w", err)
 	}
-	if err := ts.execMulti(mIntentUpsert, ups); err != nil {
+	if _, err := ts.execMulti(mIntentUpsert, ups); err != nil {
 		return fmt.Errorf("update intent_log rows: %w", err)
 	}
-	if err := ts.execMulti(mMessageInsert, msg); err != nil {
+	if _, err := ts.execMulti(mMessageInsert, msg); err != nil {
 		return fmt.Errorf("insert beam_messages rows: %w", err)
 	}
 	return nil
@@ -554,8 +581,7 @@ func (w *writerState) discard() {
 	clear(w.newIDs)
 	clear(w.idTaken)
 	clear(w.absent)
-	clear(w.evArgs)
-	w.evArgs = w.evArgs[:0]
+	w.clearEvents()
 }
 
 // Append validates the events, hands them to the writer and waits until

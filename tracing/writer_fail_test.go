@@ -119,3 +119,32 @@ func TestBatchWhoseCommitFailsFailsOnlyThatBatch(t *testing.T) {
 	require.NoError(t, b.log.wdb.GetContext(ctx, &children, `SELECT count(*) FROM temp.child`))
 	require.Zero(t, children, "the failed batch's writes were rolled back")
 }
+
+// The event insert leaves seq to SQLite (the next rowid), which is the seq
+// the writer gave the event only while the table ends where the log does. A
+// row the writer did not put there (here through a Do function) must make
+// the next batch fail, not shift its events to other seqs than the ones
+// Append reports.
+func TestEventRowsOutOfStepWithTheLogFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	evs, err := b.log.Append(ctx, received("n1"), ev("n1", Validated))
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2}, []int64{evs[0].Seq, evs[1].Seq})
+	var rowids []int64
+	require.NoError(t, b.log.ReadDB().SelectContext(ctx, &rowids, `SELECT rowid FROM intent_trace_events ORDER BY rowid`))
+	require.Equal(t, []int64{1, 2}, rowids)
+
+	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`INSERT INTO intent_trace_events(seq, nonce, state, at) VALUES (3, 'stray', 'received', 1)`)
+		return err
+	})
+	require.NoError(t, err)
+
+	_, err = b.log.Append(ctx, received("n2"), ev("n2", Validated))
+	require.ErrorContains(t, err, "out of step")
+	var n int
+	require.NoError(t, b.log.ReadDB().GetContext(ctx, &n, `SELECT COUNT(*) FROM intent_trace_events WHERE nonce = 'n2'`))
+	require.Zero(t, n)
+}
