@@ -277,7 +277,7 @@ func (l *Log) catchUp(ctx context.Context) error {
 		return fmt.Errorf("catch up projections: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	ts, err := w.bind(ctx, tx)
+	ts, err := w.bind(ctx, nil, tx)
 	if err != nil {
 		return fmt.Errorf("catch up projections: %w", err)
 	}

@@ -229,7 +229,7 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 			return st, fmt.Errorf("recreate projection tables: %w", err)
 		}
 	}
-	ts, err := w.bind(ctx, tx)
+	ts, err := w.bind(ctx, nil, tx)
 	if err != nil {
 		return st, err
 	}

@@ -195,11 +195,23 @@ func closeStmts(stmts []*sql.Stmt) {
 // txStmts binds the writer's prepared statements to one transaction, each
 // on first use; d holds those run on the driver directly.
 type txStmts struct {
-	ctx   context.Context
+	ctx context.Context
+	// tx is the transaction, or nil for one begun on the driver
+	// (writeConnector.begin); the statements then run through db, whose
+	// one connection is the transaction's.
 	tx    *sqlx.Tx
+	db    *sqlx.DB
 	stmts []*sql.Stmt
 	d     *execStmts
 	bound [stmtCount]*sql.Stmt
+}
+
+// queryRow runs q, which is not prepared, in the transaction.
+func (ts *txStmts) queryRow(q string, args ...any) *sql.Row {
+	if ts.tx == nil {
+		return ts.db.QueryRowContext(ts.ctx, q, args...)
+	}
+	return ts.tx.QueryRowContext(ts.ctx, q, args...)
 }
 
 // exec runs a single-row statement that is run on the driver.
@@ -208,6 +220,9 @@ func (ts *txStmts) exec(id stmtID, args []driver.NamedValue) error {
 }
 
 func (ts *txStmts) get(id stmtID) *sql.Stmt {
+	if ts.tx == nil {
+		return ts.stmts[id]
+	}
 	if s := ts.bound[id]; s != nil {
 		return s
 	}

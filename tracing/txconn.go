@@ -30,6 +30,8 @@ type txConn struct {
 
 	begin, commit, rollback driver.StmtExecContext
 	stmts                   []driver.Stmt
+	// closed, when set, is called by Close.
+	closed func()
 }
 
 // newTxConn wraps dc, which must offer the interfaces database/sql uses
@@ -73,6 +75,9 @@ func (c *txConn) closeStmts() {
 
 // Close implements driver.Conn.
 func (c *txConn) Close() error {
+	if c.closed != nil {
+		c.closed()
+	}
 	c.closeStmts()
 	return c.Conn.Close()
 }

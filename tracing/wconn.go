@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -22,7 +23,8 @@ type writeConnector struct {
 
 	mu   sync.Mutex
 	conn driver.Conn
-	gen  uint64 // incremented for every new connection
+	tc   *txConn // conn as database/sql holds it; nil once closed
+	gen  uint64  // incremented for every new connection
 }
 
 // Connect implements driver.Connector.
@@ -36,11 +38,41 @@ func (c *writeConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = dc.Close()
 		return nil, err
 	}
+	tc.closed = func() {
+		c.mu.Lock()
+		if c.tc == tc {
+			c.tc = nil
+		}
+		c.mu.Unlock()
+	}
 	c.mu.Lock()
 	c.conn = dc
+	c.tc = tc
 	c.gen++
 	c.mu.Unlock()
 	return tc, nil
+}
+
+// begin starts a transaction on the write connection below database/sql,
+// for a batch that needs no *sqlx.Tx (no Do function). database/sql
+// starts a goroutine for every transaction it begins, to watch the
+// context, and wakes it at the end: on a commit of one event that was a
+// hand-off between cores per commit. It is safe for the reason the direct
+// statements are: only the writer goroutine uses the write pool, and while
+// the transaction is open it does so only through calls that take the
+// pool's one connection, which is this one. It fails when database/sql has
+// no connection open; the caller then begins through database/sql.
+func (c *writeConnector) begin(ctx context.Context) (txEnd, error) {
+	c.mu.Lock()
+	tc := c.tc
+	c.mu.Unlock()
+	if tc == nil {
+		return txEnd{}, errors.New("no write connection open")
+	}
+	if _, err := tc.begin.ExecContext(ctx, nil); err != nil {
+		return txEnd{}, err
+	}
+	return txEnd{tc}, nil
 }
 
 // Driver implements driver.Connector.

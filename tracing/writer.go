@@ -155,6 +155,9 @@ type writerState struct {
 	// log), then the projection rows written by flush.
 	evArgs, insArgs, upsArgs, msgArgs []driver.NamedValue
 	dirty                             []*entry
+	// directTxs counts the transactions begun below database/sql
+	// (writeConnector.begin).
+	directTxs atomic.Int64
 	// evFirst and evNext are the seq of the first event row in evArgs and
 	// the one after its last; evGap says the rows' seqs are not
 	// consecutive (which the insert cannot store).
@@ -201,11 +204,11 @@ func (w *writerState) closeStmts() {
 
 // bind binds the writer's statements to tx, preparing the driver
 // statements first if the write connection is new.
-func (w *writerState) bind(ctx context.Context, tx *sqlx.Tx) (*txStmts, error) {
+func (w *writerState) bind(ctx context.Context, db *sqlx.DB, tx *sqlx.Tx) (*txStmts, error) {
 	if err := w.dst.ensure(ctx, w.wc); err != nil {
 		return nil, err
 	}
-	return &txStmts{ctx: ctx, tx: tx, stmts: w.stmts, d: &w.dst}, nil
+	return &txStmts{ctx: ctx, tx: tx, db: db, stmts: w.stmts, d: &w.dst}, nil
 }
 
 // lookup returns the working entry of nonce for the current batch, loading
@@ -245,7 +248,7 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 		if err == nil && e.row.Nonce != nonce {
 			// Two nonces share a hash: read by nonce (no index yet, so
 			// slow, and practically never).
-			err = scanIntent(ts.tx.QueryRow(`SELECT `+intentCols+` FROM intent_log NOT INDEXED WHERE nonce = ?`, nonce), &e.row)
+			err = scanIntent(ts.queryRow(`SELECT `+intentCols+` FROM intent_log NOT INDEXED WHERE nonce = ?`, nonce), &e.row)
 		}
 	} else {
 		err = scanIntent(ts.get(stSelIntent).QueryRow(nonce), &e.row)
@@ -883,14 +886,34 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 			close(r.done)
 		}
 	}
-	tx, err := l.wdb.BeginTxx(ctx, nil)
+	var (
+		tx  *sqlx.Tx
+		end txEnd
+		err error
+	)
+	if !hasFunc(batch) {
+		end, err = w.wc.begin(ctx)
+		if end.c != nil {
+			w.directTxs.Add(1)
+		}
+	}
+	if end.c == nil {
+		tx, err = l.wdb.BeginTxx(ctx, nil)
+	}
 	if err != nil {
 		fail(fmt.Errorf("begin: %w", err))
 		return
 	}
-	ts, err := w.bind(ctx, tx)
+	rollback := func() {
+		if tx != nil {
+			_ = tx.Rollback()
+		} else {
+			_ = end.Rollback()
+		}
+	}
+	ts, err := w.bind(ctx, l.wdb, tx)
 	if err != nil {
-		_ = tx.Rollback()
+		rollback()
 		fail(err)
 		return
 	}
@@ -900,13 +923,13 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 		w.takePending()
 		taken = true
 		if err := w.flush(ts); err != nil {
-			_ = tx.Rollback()
+			rollback()
 			fail(err)
 			return
 		}
 	}
 	if err := w.prefetch(ts, batch); err != nil {
-		_ = tx.Rollback()
+		rollback()
 		fail(err)
 		return
 	}
@@ -915,7 +938,7 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 			continue
 		}
 		if err := l.applyRequest(tx, ts, r); err != nil {
-			_ = tx.Rollback()
+			rollback()
 			fail(err)
 			return
 		}
@@ -929,7 +952,7 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 		flush = w.flush
 	}
 	if err := flush(ts); err != nil {
-		_ = tx.Rollback()
+		rollback()
 		fail(err)
 		return
 	}
@@ -937,12 +960,16 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 	if direct {
 		mark = w.projMark(w.nextSeq - 1)
 		if err := ts.exec(stSetProjSeq, append(w.args[:0], driver.NamedValue{Ordinal: 1, Value: mark})); err != nil {
-			_ = tx.Rollback()
+			rollback()
 			fail(fmt.Errorf("record projection seq: %w", err))
 			return
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	commit := end.Commit
+	if tx != nil {
+		commit = tx.Commit
+	}
+	if err := commit(); err != nil {
 		fail(fmt.Errorf("commit: %w", err))
 		return
 	}

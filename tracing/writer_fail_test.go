@@ -94,16 +94,9 @@ func TestBatchWhoseCommitFailsFailsOnlyThatBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	_, err := b.log.wdb.ExecContext(ctx, `PRAGMA foreign_keys = ON`)
-	require.NoError(t, err)
-	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
-		_, err := tx.Exec(`CREATE TEMP TABLE parent(id INTEGER PRIMARY KEY);
-			CREATE TEMP TABLE child(p INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)`)
-		return err
-	})
-	require.NoError(t, err)
+	deferredForeignKey(t, b, "")
 
-	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
+	_, err := b.log.Do(ctx, func(tx *sqlx.Tx) error {
 		_, err := tx.Exec(`INSERT INTO temp.child VALUES (1)`)
 		return err
 	}, received("doomed"))
@@ -147,4 +140,50 @@ func TestEventRowsOutOfStepWithTheLogFail(t *testing.T) {
 	var n int
 	require.NoError(t, b.log.ReadDB().GetContext(ctx, &n, `SELECT COUNT(*) FROM intent_trace_events WHERE nonce = 'n2'`))
 	require.Zero(t, n)
+}
+
+// A batch without a Do function runs its transaction on the driver
+// connection, below database/sql. When its COMMIT fails (here a deferred
+// foreign key that a trigger on the event insert breaks), the batch fails
+// alone and the connection is out of the transaction for the next one.
+func TestDirectBatchWhoseCommitFailsFailsOnlyThatBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	deferredForeignKey(t, b, `CREATE TEMP TRIGGER doom AFTER INSERT ON main.intent_trace_events
+		WHEN NEW.nonce = 'doomed' BEGIN INSERT INTO child VALUES (1); END`)
+	before := b.log.w.directTxs.Load()
+
+	_, err := b.log.Append(ctx, received("doomed"))
+	require.ErrorContains(t, err, "FOREIGN KEY")
+	_, ok, err := b.log.State(ctx, "doomed")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	evs, err := b.log.Append(ctx, received("after"), ev("after", Validated))
+	require.NoError(t, err, "the connection is out of the failed transaction")
+	require.Equal(t, int64(1), evs[0].Seq, "the failed batch gives its seq back")
+	var children, events int
+	require.NoError(t, b.log.wdb.GetContext(ctx, &children, `SELECT count(*) FROM temp.child`))
+	require.Zero(t, children, "the failed batch's writes were rolled back")
+	require.NoError(t, b.log.ReadDB().GetContext(ctx, &events, `SELECT count(*) FROM intent_trace_events`))
+	require.Equal(t, 2, events)
+	require.GreaterOrEqual(t, b.log.w.directTxs.Load()-before, int64(2), "both appends began on the driver connection")
+}
+
+// deferredForeignKey turns foreign keys on for the write connection and
+// creates temp.parent and temp.child, whose reference to it is checked at
+// COMMIT, and then runs extra; a row in child makes the transaction's
+// COMMIT fail.
+func deferredForeignKey(t *testing.T, b *testBundle, extra string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := b.log.wdb.ExecContext(ctx, `PRAGMA foreign_keys = ON`)
+	require.NoError(t, err)
+	_, err = b.log.Do(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`CREATE TEMP TABLE parent(id INTEGER PRIMARY KEY);
+			CREATE TEMP TABLE child(p INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);` + extra)
+		return err
+	})
+	require.NoError(t, err)
 }
