@@ -425,6 +425,17 @@ func TestDoFailingFuncRejectsOnlyItsRequest(t *testing.T) {
 	// Seqs stay contiguous: the rejected calls' seqs were reused.
 	require.Equal(t, []int64{2, 3}, []int64{ra.evs[0].Seq, ra.evs[1].Seq})
 	require.Equal(t, []int64{4, 5}, []int64{rc.evs[0].Seq, rc.evs[1].Seq})
+	// The rows carry those seqs: the rolled-back rows gave their rowids back.
+	var rows []struct {
+		Seq   int64
+		Nonce string
+		State string
+	}
+	require.NoError(t, b.log.ReadDB().Select(&rows, `SELECT seq, nonce, state FROM intent_trace_events ORDER BY seq`))
+	require.Len(t, rows, 5)
+	for i, want := range []Event{{Seq: 1, Nonce: "shared", State: Received}, ra.evs[0], ra.evs[1], rc.evs[0], rc.evs[1]} {
+		require.Equal(t, []any{want.Seq, want.Nonce, string(want.State)}, []any{rows[i].Seq, rows[i].Nonce, rows[i].State}, i)
+	}
 
 	for nonce, want := range map[string]bool{"a": true, "b": false, "p": false, "c": true} {
 		_, ok, err := b.log.State(ctx, nonce)
