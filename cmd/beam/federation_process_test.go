@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,15 +23,6 @@ import (
 	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/tracing"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
 
 func showSelf(t *testing.T, dataDir, domain, natsAddr string) string {
 	t.Helper()

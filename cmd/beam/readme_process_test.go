@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,17 +67,12 @@ func readmeShellBlocks(t *testing.T) []readmeBlock {
 	return blocks
 }
 
-// freePorts maps each of names to a distinct free port. The listeners that
-// found them stay open until all are found: one closed at once could hand
-// the same port out twice.
+// freePorts maps each of names to a distinct free port (freePort).
 func freePorts(t *testing.T, names ...string) map[string]string {
 	t.Helper()
 	ports := make(map[string]string, len(names))
 	for _, name := range names {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer ln.Close()
-		ports[name] = fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+		ports[name] = fmt.Sprint(freePort(t))
 	}
 	return ports
 }
@@ -181,6 +175,13 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
 	ports := freePorts(t, "3100", "3101", "3200", "3201", "4222", "4223")
+	// One pass over each line: replacing port by port could rewrite a port
+	// put there by an earlier replacement (3101 → 31003, then 3100 → …).
+	var swaps []string
+	for from, to := range ports {
+		swaps = append(swaps, "127.0.0.1:"+from, "127.0.0.1:"+to, "localhost:"+from, "localhost:"+to)
+	}
+	portSwap := strings.NewReplacer(swaps...)
 	rules := readmeRules()
 	var (
 		script  strings.Builder
@@ -204,10 +205,7 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 			if line == "" || strings.HasPrefix(line, "#") {
 				continue
 			}
-			for from, to := range ports {
-				line = strings.ReplaceAll(line, "127.0.0.1:"+from, "127.0.0.1:"+to)
-				line = strings.ReplaceAll(line, "localhost:"+from, "localhost:"+to)
-			}
+			line = portSwap.Replace(line)
 			var rule *readmeRule
 			for i := range rules {
 				if rules[i].match.MatchString(line) {
