@@ -158,11 +158,6 @@ type writerState struct {
 	// directTxs counts the transactions begun below database/sql
 	// (writeConnector.begin).
 	directTxs atomic.Int64
-	// evFirst and evNext are the seq of the first event row in evArgs and
-	// the one after its last; evGap says the rows' seqs are not
-	// consecutive (which the insert cannot store).
-	evFirst, evNext int64
-	evGap           bool
 
 	// inserted and updated count the intent_log rows the current
 	// transaction wrote (beam_log_projection_rows_written_total).
@@ -382,27 +377,21 @@ func (w *writerState) addKeys(e *entry) {
 
 // addEvent queues the log row of ev (first is the nonce's first seq).
 func (w *writerState) addEvent(ev *Event, details string, first int64) {
-	if len(w.evArgs) == 0 {
-		w.evFirst = ev.Seq
-	} else if ev.Seq != w.evNext {
-		w.evGap = true
-	}
-	w.evNext = ev.Seq + 1
 	w.evArgs = eventNV(w.evArgs, ev, details, first)
 }
 
-// flushEvents inserts the queued event rows. Their seqs are the rowids
-// SQLite gives them (eventInsertCols); a batch whose rowids came out
-// otherwise fails, and with it the transaction.
+// flushEvents inserts the queued event rows. They are those of the seqs
+// assigned last (applyEvents gives each event the next seq as it queues
+// its row), so they end at nextSeq-1, and their seqs are the rowids SQLite
+// gives them (eventInsertCols): SQLite numbers the rows it appends
+// consecutively, so they are all right when the last is. A batch whose
+// rowids came out otherwise fails, and with it the transaction.
 func (w *writerState) flushEvents(ts *txStmts) error {
 	if len(w.evArgs) == 0 {
 		return nil
 	}
-	first, last := w.evFirst, w.evNext-1
-	if w.evGap {
-		w.clearEvents()
-		return fmt.Errorf("insert events: seqs %d..%d are not consecutive", first, last)
-	}
+	last := w.nextSeq - 1
+	first := last - int64(len(w.evArgs)/eventInsertWidth) + 1
 	lastRowID, err := ts.execMulti(mEvents, w.evArgs)
 	w.clearEvents()
 	if err != nil {
@@ -418,7 +407,6 @@ func (w *writerState) flushEvents(ts *txStmts) error {
 func (w *writerState) clearEvents() {
 	clear(w.evArgs)
 	w.evArgs = w.evArgs[:0]
-	w.evGap = false
 }
 
 // write upserts the projection rows of e one by one (used by Do, whose
