@@ -58,9 +58,7 @@ func (d *Directory) queueDelivered(infs []*inflight) {
 		if inf.finished {
 			// Settled while it was written: the settle waits on
 			// deliveredCh and records delivered with its own events.
-			inf.delivering = false
-			inf.needDelivered = true
-			close(inf.deliveredCh)
+			inf.handDelivered()
 			continue
 		}
 		rest = append(rest, inf)

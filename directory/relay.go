@@ -623,6 +623,15 @@ func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registr
 	}
 }
 
+// handDelivered gives the recording of inf's delivered to the caller that
+// settles it: that caller appends it before (with) its own events. The
+// caller holds d.mu.
+func (inf *inflight) handDelivered() {
+	inf.delivering = false
+	inf.needDelivered = true
+	close(inf.deliveredCh)
+}
+
 // settle ends inf's wait. It returns false when inf was settled already.
 // When inf's frame is being written, settle waits for the write; when
 // delivered is being recorded, for that commit. So the caller's events
@@ -646,9 +655,7 @@ func (d *Directory) settle(inf *inflight) bool {
 			// attempt, the bus) records it with its own events, in the
 			// same append.
 			inf.delivQueued = false
-			inf.delivering = false
-			inf.needDelivered = true
-			close(inf.deliveredCh)
+			inf.handDelivered()
 		} else {
 			// Being written: wait for the write, after which
 			// queueDelivered hands delivered to the caller as above.
