@@ -52,8 +52,12 @@ type HandReply struct {
 }
 
 // recordTimeout bounds the wait for the cluster to store a delivery record
-// (a stream may be electing a leader after a node died).
-const recordTimeout = 10 * time.Second
+// before the outcome is reported (a stream may be electing a leader after
+// a node died); recordKeep bounds the tries in the background after it.
+const (
+	recordTimeout = 10 * time.Second
+	recordKeep    = time.Hour
+)
 
 // recordReadTimeout bounds the read of a delivery record before a
 // handed-over attempt is delivered.
@@ -82,8 +86,12 @@ func (d *Directory) ClusterDelivery(ctx context.Context, from, nonce, messageID 
 // reported anywhere. Nothing is recorded for another intent, a result that
 // is not an acknowledgement (a failure, an async acceptance) or without
 // cluster mode. If the cluster cannot store it in time the outcome is
-// reported anyway: the owner's log still records the acknowledgement, and
-// only a node dying before that may deliver the message again.
+// reported anyway — the owner's log still records the acknowledgement —
+// and the record is stored in the background once the cluster can take it
+// (until recordKeep or Close): an owner that died before it learned the
+// outcome reads it before its next attempt, and a read fails while the
+// record's bucket is unavailable, so only this node dying too may deliver
+// the message again.
 func (d *Directory) recordBusAck(inf *inflight, rf *wire.ResultFrame) {
 	r := d.nodeRouter()
 	if r == nil || !rf.Success || wire.IsAsyncAcceptance(rf) {
@@ -103,10 +111,35 @@ func (d *Directory) recordBusAck(inf *inflight, rf *wire.ResultFrame) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
-	if err := r.RecordDelivery(ctx, rec); err != nil {
-		d.lg.Warn("the cluster did not store a bus acknowledgement; reporting it anyway", "nonce", inf.nonce,
-			"messageId", rec.MessageID, "err", err)
+	err := r.RecordDelivery(ctx, rec)
+	if err == nil {
+		return
 	}
+	d.lg.Warn("the cluster did not store a bus acknowledgement yet; reporting it now and storing it in the background",
+		"nonce", inf.nonce, "messageId", rec.MessageID, "err", err)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), recordKeep)
+		defer cancel()
+		go func() {
+			select {
+			case <-d.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := r.RecordDelivery(ctx, rec); err != nil {
+			d.lg.Warn("the cluster never stored a bus acknowledgement", "nonce", rec.Nonce, "messageId", rec.MessageID, "err", err)
+			return
+		}
+		d.lg.Info("the cluster stored a bus acknowledgement late", "nonce", rec.Nonce, "messageId", rec.MessageID)
+	}()
 }
 
 // recordedHandOver answers a handed-over bus attempt from the cluster's

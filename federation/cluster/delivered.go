@@ -28,8 +28,13 @@ import (
 const deliveredTTL = time.Hour
 
 // deliveredRetry is the pause between tries while the bucket is
-// unavailable (its stream electing a leader after a node died).
-const deliveredRetry = 250 * time.Millisecond
+// unavailable (its stream electing a leader after a node died);
+// deliveredTry bounds one try of a write, so a write made while the
+// stream has no leader is made again soon after it has one.
+const (
+	deliveredRetry = 250 * time.Millisecond
+	deliveredTry   = time.Second
+)
 
 // RecordDelivery stores rec in the delivered bucket, retrying while the
 // bucket is unavailable until ctx ends (directory.NodeRouter).
@@ -41,7 +46,9 @@ func (n *Node) RecordDelivery(ctx context.Context, rec directory.DeliveryRecord)
 	}
 	key := nonceKey(rec.From, rec.Nonce)
 	for {
-		_, err = n.route.delivered.Put(ctx, key, b)
+		tctx, cancel := context.WithTimeout(ctx, deliveredTry)
+		_, err = n.route.delivered.Put(tctx, key, b)
+		cancel()
 		if err == nil {
 			return nil
 		}

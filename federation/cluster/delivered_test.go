@@ -3,9 +3,12 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -72,4 +75,48 @@ func TestDeliveryRecordUnavailable(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(ctx, time.Second)
 	defer wcancel()
 	require.Error(t, n.RecordDelivery(wctx, directory.DeliveryRecord{From: "a@x.beam.directory", Nonce: "n1", MessageID: "msg_1"}))
+}
+
+// TestDeliveryRecordStoredOnceTheBucketIsBack: a write started while the
+// bucket is unavailable keeps trying and stores the record once the
+// server is back (the holder's background write after its report), and
+// the record is then what a read finds.
+func TestDeliveryRecordStoredOnceTheBucketIsBack(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true}
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	opts.Port = s.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	n := deliveredNode(t, ctx, js, "holder")
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	rec := directory.DeliveryRecord{From: "a@x.beam.directory", Nonce: "n1", MessageID: "msg_1", Attempt: 1}
+	stored := make(chan error, 1)
+	go func() { stored <- n.RecordDelivery(ctx, rec) }()
+	select {
+	case err := <-stored:
+		require.FailNow(t, "the write ended while the server was down", "err: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	back, err := server.NewServer(opts)
+	require.NoError(t, err)
+	back.Start()
+	t.Cleanup(back.Shutdown)
+	require.True(t, back.ReadyForConnections(10*time.Second))
+	require.NoError(t, <-stored)
+	got, ok, err := n.Delivery(ctx, rec.From, rec.Nonce)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "msg_1", got.MessageID)
+	require.Equal(t, "holder", got.Node)
 }

@@ -93,6 +93,18 @@ func (n *Node) startRouting(ctx, runCtx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: watch sessions: %w", err)
 	}
+	rt.sub, err = n.nc.Subscribe(n.intentSubject(n.cfg.NodeID), func(m *nats.Msg) { n.onHandOver(runCtx, m) })
+	if err != nil {
+		_ = w.Stop()
+		return fmt.Errorf("cluster: subscribe hand-overs: %w", err)
+	}
+	rt.sub.SetPendingLimits(16384, 64<<20)
+	if n.cfg.Directory != nil {
+		n.cfg.Directory.SetNodeRouter(n)
+	}
+	// The watch is read only now: a session it reports wakes the messages
+	// waiting for that agent, and they find it only through the router
+	// installed above.
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
@@ -107,14 +119,6 @@ func (n *Node) startRouting(ctx, runCtx context.Context) error {
 		defer n.wg.Done()
 		n.writeSessions(runCtx)
 	}()
-	rt.sub, err = n.nc.Subscribe(n.intentSubject(n.cfg.NodeID), func(m *nats.Msg) { n.onHandOver(runCtx, m) })
-	if err != nil {
-		return fmt.Errorf("cluster: subscribe hand-overs: %w", err)
-	}
-	rt.sub.SetPendingLimits(16384, 64<<20)
-	if n.cfg.Directory != nil {
-		n.cfg.Directory.SetNodeRouter(n)
-	}
 	return nil
 }
 
@@ -124,23 +128,43 @@ func (n *Node) noteSession(e jetstream.KeyValueEntry) {
 	if err != nil {
 		return
 	}
-	id := string(raw)
-	rt := &n.route
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(rt.where, id)
+	var se sessionEntry
+	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &se) != nil {
 		return
 	}
-	var se sessionEntry
-	if json.Unmarshal(e.Value(), &se) != nil {
-		return
+	if n.route.note(n.cfg.NodeID, string(raw), se, e.Operation() == jetstream.KeyValuePut) {
+		n.sessionReachable(string(raw))
+	}
+}
+
+// note records se as where id's session is held (put), or forgets it. It
+// reports whether the session became reachable on another node: it was
+// not before (no entry, another node, or an entry gone stale while its
+// holder could not refresh it), so the messages waiting here for the agent
+// go there now.
+func (rt *router) note(self, id string, se sessionEntry, put bool) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if !put {
+		delete(rt.where, id)
+		return false
 	}
 	prev, had := rt.where[id]
 	rt.where[id] = se
-	if se.Node != n.cfg.NodeID && (!had || prev.Node != se.Node) && n.cfg.Directory != nil {
-		// Messages waiting here for the agent go to its new node.
-		go n.cfg.Directory.RemoteSessionUp(id)
+	return rt.reachable(self, se) && !(had && prev.Node == se.Node && rt.reachable(self, prev))
+}
+
+// reachable reports whether se names another node that holds the session
+// (as NodeFor finds it). The caller holds rt.mu.
+func (rt *router) reachable(self string, se sessionEntry) bool {
+	return se.Node != self && time.Since(se.At) <= sessionTTL && (rt.live == nil || rt.live[se.Node])
+}
+
+// sessionReachable wakes the messages waiting on this node for beamID,
+// whose session another node holds.
+func (n *Node) sessionReachable(beamID string) {
+	if n.cfg.Directory != nil {
+		go n.cfg.Directory.RemoteSessionUp(beamID)
 	}
 }
 
@@ -246,21 +270,42 @@ func (n *Node) NodeFor(beamID string) (string, bool) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	se, ok := rt.where[beamID]
-	if !ok || se.Node == n.cfg.NodeID || time.Since(se.At) > sessionTTL || (rt.live != nil && !rt.live[se.Node]) {
+	if !ok || !rt.reachable(n.cfg.NodeID, se) {
 		return "", false
 	}
 	return se.Node, true
 }
 
-// setLive records the nodes present in the nodes bucket.
+// setLive records the nodes present in the nodes bucket. The sessions of
+// a node that rejoins it (its entry had expired while it could not refresh
+// it) become reachable again, and the messages waiting for them are woken.
 func (n *Node) setLive(nodes []NodeInfo) {
 	live := make(map[string]bool, len(nodes))
 	for _, info := range nodes {
 		live[info.NodeID] = true
 	}
-	n.route.mu.Lock()
-	n.route.live = live
-	n.route.mu.Unlock()
+	for _, id := range n.route.setLive(n.cfg.NodeID, live) {
+		n.sessionReachable(id)
+	}
+}
+
+// setLive installs live and returns the agents whose sessions it makes
+// reachable: held by a node that was not live before.
+func (rt *router) setLive(self string, live map[string]bool) []string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	prev := rt.live
+	rt.live = live
+	if prev == nil {
+		return nil // every node counted as live until now
+	}
+	var woken []string
+	for id, se := range rt.where {
+		if !prev[se.Node] && rt.reachable(self, se) {
+			woken = append(woken, id)
+		}
+	}
+	return woken
 }
 
 // Sessions returns where each agent's session is held, as this node knows
