@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
@@ -32,7 +33,9 @@ const settledFromRecord = "clusterDeliveryRecord"
 // checkRecord looks up the cluster's delivery record of row, a message
 // about to be attempted after n earlier attempts, and reports whether it
 // handled the message: settled it as acked from the record, or, when the
-// record cannot be read, put the attempt off without counting it. A first
+// record cannot be read, put the attempt off without counting it (until
+// the records settle, when this node joined its cluster just now:
+// directory.RecordsSettling). A first
 // attempt (n == 0) cannot have been acknowledged and is not looked up.
 // The caller holds the nonce's lock.
 func (b *Bus) checkRecord(ctx context.Context, row tracing.MessageRow, n int) (bool, error) {
@@ -45,9 +48,13 @@ func (b *Bus) checkRecord(ctx context.Context, row tracing.MessageRow, n int) (b
 	switch {
 	case err != nil:
 		b.lg.Warn("bus attempt put off: the cluster's delivery record cannot be read", "nonce", row.Nonce, "err", err)
+		delay := recordUnavailableDelay
+		if settling, ok := errors.AsType[*directory.RecordsSettling](err); ok {
+			delay = max(delay, settling.Wait)
+		}
 		ev := event(row, tracing.Queued, transportBus, n)
 		ev.Details = tracing.Details{Error: "the cluster's delivery record cannot be read: " + err.Error(),
-			NextRetryAt: b.clock().Add(recordUnavailableDelay).UnixMilli(),
+			NextRetryAt: b.clock().Add(delay).UnixMilli(),
 			Extra:       map[string]any{"interrupted": "delivery record unavailable"}}
 		return true, b.append(ev)
 	case ok:

@@ -73,7 +73,7 @@ type HandOver struct {
 // SetNodeRouter installs the cluster's router. Call it before serving.
 func (d *Directory) SetNodeRouter(r NodeRouter) {
 	d.mu.Lock()
-	d.nodes = r
+	d.nodes, d.nodesSince = r, d.clock()
 	d.mu.Unlock()
 }
 

@@ -3,6 +3,7 @@ package directory
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
@@ -63,14 +64,39 @@ const (
 // handed-over attempt is delivered.
 const recordReadTimeout = 3 * time.Second
 
+// recordSettle is how long after this node joined its cluster a missing
+// delivery record is not taken as "not acknowledged": a node that could not
+// store a record while the cluster was without this node (its stream had
+// no leader) stores it within a second or two of the stream having one
+// again, which is at the latest when this node joins.
+const recordSettle = 5 * time.Second
+
+// RecordsSettling is ClusterDelivery's error while delivery records stored
+// late may still arrive: this node joined its cluster Joined ago, and
+// missing records mean "not acknowledged" after Wait more.
+type RecordsSettling struct {
+	Joined, Wait time.Duration
+}
+
+func (e *RecordsSettling) Error() string {
+	return fmt.Sprintf("this node joined the cluster %s ago: delivery records stored late may still arrive",
+		e.Joined.Round(time.Millisecond))
+}
+
 // ClusterDelivery returns the cluster's delivery record of the bus message
 // messageID (from's nonce): ok is false when its recipient has not
 // acknowledged it, or without cluster mode. An error means the record
-// could not be read: the caller must not deliver the message now.
+// could not be read, or that records may still be arriving (recordSettle):
+// the caller must not deliver the message now.
 func (d *Directory) ClusterDelivery(ctx context.Context, from, nonce, messageID string) (DeliveryRecord, bool, error) {
-	r := d.nodeRouter()
+	d.mu.Lock()
+	r, since := d.nodes, d.nodesSince
+	d.mu.Unlock()
 	if r == nil {
 		return DeliveryRecord{}, false, nil
+	}
+	if joined := d.clock().Sub(since); joined < recordSettle {
+		return DeliveryRecord{}, false, &RecordsSettling{Joined: joined, Wait: recordSettle - joined}
 	}
 	rec, ok, err := r.Delivery(ctx, from, nonce)
 	if err != nil || !ok || rec.MessageID != messageID {

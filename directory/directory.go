@@ -152,6 +152,7 @@ type Directory struct {
 	closed         bool
 	remote         Remote     // federation router; nil without federation
 	nodes          NodeRouter // cluster router (cluster.go); nil without cluster mode
+	nodesSince     time.Time  // when nodes was installed
 	attester       *attest.Attester
 
 	connMu     sync.Mutex

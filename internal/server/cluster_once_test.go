@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/testclock"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -122,4 +124,31 @@ func TestClusterBusSettlesFromDeliveryRecord(t *testing.T) {
 	h.Bus.MessageID = "msg_other"
 	rep = nodes[1].srv.dir.RelayHandOver(ctx, h)
 	require.False(t, rep.Recorded)
+}
+
+// TestClusterDeliveryRecordsSettleAfterJoining: for a few seconds after a
+// node joins its cluster, a missing delivery record is an error (the bus
+// puts the attempt off) rather than "not acknowledged": a node that could
+// not store its record while the cluster was without this node stores it
+// soon after. Then a missing record reads as none.
+func TestClusterDeliveryRecordsSettleAfterJoining(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := testclock.NewNow()
+	nodes := startClusterPair(t, "acme.beam.directory", func(c *Config) { c.Clock = clock.Now })
+	dir := nodes[0].srv.dir
+
+	clock.Advance(2 * time.Second)
+	_, ok, err := dir.ClusterDelivery(ctx, "alice@acme.beam.directory", "n1", "msg_1")
+	require.ErrorContains(t, err, "joined the cluster 2s ago")
+	settling, isSettling := errors.AsType[*directory.RecordsSettling](err)
+	require.True(t, isSettling)
+	require.Equal(t, 3*time.Second, settling.Wait, "the bus puts its attempt off until then")
+	require.False(t, ok)
+
+	clock.Advance(3 * time.Second)
+	_, ok, err = dir.ClusterDelivery(ctx, "alice@acme.beam.directory", "n1", "msg_1")
+	require.NoError(t, err)
+	require.False(t, ok, "no record: not acknowledged")
 }
