@@ -19,6 +19,7 @@ import (
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/demo"
+	"github.com/beamdir/beam/internal/gcpace"
 	"github.com/beamdir/beam/internal/server"
 )
 
@@ -238,6 +239,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "dashboard: http://%s/dashboard/ (API index: http://%s/)\n", ln.Addr(), ln.Addr())
 	fmt.Fprintf(stdout, "beam serving on http://%s\n", ln.Addr())
 	logger.Info("beam serving", "addr", ln.Addr().String(), "dataDir", f.dataDir)
+
+	paceCtx, stopPacing := context.WithCancel(ctx)
+	defer stopPacing()
+	go gcpace.Run(paceCtx, logger)
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()

@@ -1,0 +1,131 @@
+package gcpace
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const mib = 1 << 20
+
+// TestPercentBoundsHeadroomInBytes: a small live heap keeps the runtime's
+// default; a large one that allocates little grows by about Headroom
+// between collections, down to MinPercent; an allocation rate that would
+// collect more often than once per MinCycle keeps the headroom at what is
+// allocated in MinCycle.
+func TestPercentBoundsHeadroomInBytes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		live, rate uint64
+		want       int
+	}{
+		{"nothing live", 0, 0, MaxPercent},
+		{"small heap", 20 * mib, 0, MaxPercent},
+		{"as large as the headroom", 32 * mib, 0, MaxPercent},
+		{"twice the headroom", 64 * mib, 0, 50},
+		{"very large", 1024 * mib, 0, MinPercent},
+		{"large and busy", 96 * mib, 10 * mib, MaxPercent},
+		{"large, some traffic", 200 * mib, 8 * mib, 40},
+		{"large, light traffic", 96 * mib, 1 * mib, 33},
+	} {
+		require.Equal(t, c.want, Percent(c.live, Headroom, c.rate), c.name)
+	}
+}
+
+// TestPacerFollowsTheAllocationRate: a large heap that goes idle gets a
+// lower percentage; the first second of a burst restores the default; the
+// rate over the window keeps it up after the burst, until the burst has
+// left the window; small changes are left alone.
+func TestPacerFollowsTheAllocationRate(t *testing.T) {
+	t.Parallel()
+	live := uint64(128 * mib)
+	var allocs uint64
+	p := newPacer(allocs)
+
+	pct, change := p.step(live, allocs)
+	require.True(t, change)
+	require.Equal(t, 25, pct, "idle: Headroom over 128 MiB")
+	pct, change = p.step(live, allocs)
+	require.False(t, change, "nothing changed")
+	require.Equal(t, 25, pct)
+
+	allocs += 50 * mib // a second of a burst
+	pct, change = p.step(live, allocs)
+	require.True(t, change)
+	require.Equal(t, MaxPercent, pct, "500 MiB in MinCycle is more than what is live")
+
+	pct, change = p.step(live, allocs)
+	require.True(t, change)
+	require.Equal(t, 39, pct, "the burst is over but within the window: 5 MiB/s, 50 MiB in MinCycle")
+	for range window - 2 {
+		pct, change = p.step(live, allocs)
+		require.False(t, change)
+		require.Equal(t, 39, pct)
+	}
+	pct, change = p.step(live, allocs)
+	require.True(t, change)
+	require.Equal(t, 25, pct, "the burst left the window")
+
+	pct, change = p.step(live+8*mib, allocs)
+	require.False(t, change, "a live heap 8 MiB larger moves the percentage by less than 5")
+	require.Equal(t, 25, pct)
+}
+
+// TestRunLeavesAnOperatorsGOGCAlone: with GOGC in the environment Run
+// returns at once and the percentage stays the operator's.
+func TestRunLeavesAnOperatorsGOGCAlone(t *testing.T) {
+	t.Setenv("GOGC", "300")
+	old := debug.SetGCPercent(300)
+	defer debug.SetGCPercent(old)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		Run(ctx, slog.New(slog.DiscardHandler))
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		require.FailNow(t, "Run did not return")
+	}
+	require.Equal(t, 300, debug.SetGCPercent(300))
+}
+
+// gogc reads the GC percentage in force without changing it.
+func gogc() int64 {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
+}
+
+// TestRunLowersThePercentageOfALargeIdleHeap: with 256 MiB live and
+// nothing allocated, Run sets MinPercent within a few seconds, and puts
+// back the percentage it found when it stops.
+func TestRunLowersThePercentageOfALargeIdleHeap(t *testing.T) {
+	old := debug.SetGCPercent(MaxPercent)
+	defer debug.SetGCPercent(old)
+	live := make([]byte, 256*mib)
+	for i := range live {
+		live[i] = byte(i)
+	}
+	runtime.GC() // the live heap metric is updated at the end of a collection
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		Run(ctx, slog.New(slog.DiscardHandler))
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return gogc() == MinPercent }, time.Minute, 50*time.Millisecond)
+	cancel()
+	<-done
+	require.Equal(t, int64(MaxPercent), gogc())
+	runtime.KeepAlive(live)
+}
