@@ -299,6 +299,13 @@ func (rt *router) setLive(self string, live map[string]bool) []string {
 	if prev == nil {
 		return nil // every node counted as live until now
 	}
+	back := false
+	for node := range live {
+		back = back || !prev[node]
+	}
+	if !back {
+		return nil // the common case: no walk over every session
+	}
 	var woken []string
 	for id, se := range rt.where {
 		if !prev[se.Node] && rt.reachable(self, se) {
