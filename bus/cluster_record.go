@@ -35,9 +35,8 @@ const settledFromRecord = "clusterDeliveryRecord"
 // handled the message: settled it as acked from the record, or, when the
 // record cannot be read, put the attempt off without counting it (until
 // the records settle, when this node joined its cluster just now:
-// directory.RecordsSettling). A first
-// attempt (n == 0) cannot have been acknowledged and is not looked up.
-// The caller holds the nonce's lock.
+// directory.RecordsSettling). A first attempt (n == 0) cannot have been
+// acknowledged and is not looked up. The caller holds the nonce's lock.
 func (b *Bus) checkRecord(ctx context.Context, row tracing.MessageRow, n int) (bool, error) {
 	if n == 0 {
 		return false, nil

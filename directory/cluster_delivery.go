@@ -78,6 +78,7 @@ type RecordsSettling struct {
 	Joined, Wait time.Duration
 }
 
+// Error says how long ago this node joined.
 func (e *RecordsSettling) Error() string {
 	return fmt.Sprintf("this node joined the cluster %s ago: delivery records stored late may still arrive",
 		e.Joined.Round(time.Millisecond))
