@@ -98,6 +98,7 @@ func Run(ctx context.Context, logger *slog.Logger) {
 		}
 	}
 	p := newPacer(samples[1].Value.Uint64())
+	// Start from the default; the one found is put back when Run ends.
 	defer debug.SetGCPercent(debug.SetGCPercent(MaxPercent))
 	t := time.NewTicker(interval)
 	defer t.Stop()
