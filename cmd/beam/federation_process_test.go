@@ -194,21 +194,15 @@ func (d *deliveryCounter) requireOnce(t *testing.T, nonces []string) {
 // (or stopped) directory's log; "error" counts what could not be read.
 func messageStates(dataDir string, nonces []string) map[tracing.State]int {
 	out := map[tracing.State]int{}
-	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
-	if err != nil {
-		out["error"] = len(nonces)
-		return out
-	}
-	defer lg.Close()
 	for _, nonce := range nonces {
-		m, ok, err := lg.Message(context.Background(), nonce)
+		steps, err := readEvents(dataDir, nonce)
 		switch {
 		case err != nil:
 			out["error"]++
-		case !ok:
+		case len(steps) == 0:
 			out["missing"]++
 		default:
-			out[m.Status]++
+			out[steps[len(steps)-1].State]++
 		}
 	}
 	return out

@@ -181,7 +181,9 @@ func (m *meshPeers) requireCrossing(nonce string) {
 	for _, dir := range []string{m.fp.alpha.DataDir, m.fp.beta.DataDir} {
 		var evs []tracing.Event
 		require.Eventually(m.t, func() bool {
-			lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dir, "beam.db")})
+			// Read-only: the directories are running (readEvents). Trace
+			// finds the events once the nonce's row is written behind them.
+			lg, err := tracing.OpenReadOnly(context.Background(), filepath.Join(dir, "beam.db"))
 			require.NoError(m.t, err)
 			defer lg.Close()
 			evs, err = lg.Trace(context.Background(), nonce)

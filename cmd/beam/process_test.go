@@ -18,6 +18,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/internal/beamtest"
+	"github.com/beamdir/beam/internal/dirlock"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -287,28 +288,53 @@ func TestOfflineCommands(t *testing.T) {
 	require.Contains(t, out, "beam ")
 }
 
+// openLog opens the log of a data directory whose server is not running
+// (its lock is checked), for reading and writing: opening folds the events
+// its projection rows lack.
 func openLog(t *testing.T, dataDir string) *tracing.Log {
 	t.Helper()
+	lock, err := dirlock.Acquire(dataDir)
+	require.NoError(t, err, "the log of a running server is read with readEvents")
+	require.NoError(t, lock.Release())
 	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lg.Close() })
 	return lg
 }
 
-// queryState reads a nonce's state from the data directory of a running
-// process through a separate read-only connection.
-func queryState(t *testing.T, dataDir, nonce string) (tracing.State, error) {
-	t.Helper()
-	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+// eventStep is one event of a nonce as the events table holds it.
+type eventStep struct {
+	State     tracing.State `db:"state"`
+	Transport string        `db:"transport"`
+}
+
+// readEvents returns the events of nonce, in order, from the log of a data
+// directory whose server may be running. It reads the events table through
+// a read-only connection: a running server writes its projection rows
+// behind its events, so they may lag, and opening its log for writing
+// would fold its pending rows into them behind its back (its own insert of
+// those rows then fails, and every commit after it).
+func readEvents(dataDir, nonce string) ([]eventStep, error) {
+	lg, err := tracing.OpenReadOnly(context.Background(), filepath.Join(dataDir, "beam.db"))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer lg.Close()
-	st, ok, err := lg.State(context.Background(), nonce)
-	if err != nil || !ok {
+	var steps []eventStep
+	err = lg.ReadDB().SelectContext(context.Background(), &steps,
+		`SELECT state, transport FROM intent_trace_events WHERE nonce = ? ORDER BY seq`, nonce)
+	return steps, err
+}
+
+// queryState reads a nonce's state (its last event's) from the data
+// directory of a process, running or not, without writing to it.
+func queryState(t *testing.T, dataDir, nonce string) (tracing.State, error) {
+	t.Helper()
+	steps, err := readEvents(dataDir, nonce)
+	if err != nil || len(steps) == 0 {
 		return "", errors.Join(err, errors.New("no state"))
 	}
-	return st, nil
+	return steps[len(steps)-1].State, nil
 }
 
 // requireProjectionsEqualRebuild snapshots the projections, rebuilds them
