@@ -372,7 +372,7 @@ func (m *meshPeers) crashOriginMidHop(t *testing.T, hold string, answered bool) 
 
 	// alpha forwarded the intent twice (before the crash and after it)
 	// and beta delivered it once.
-	evs, err := openLog(t, m.fp.alpha.DataDir).Trace(context.Background(), nonces[0])
+	evs, err := readEvents(m.fp.alpha.DataDir, nonces[0])
 	require.NoError(t, err)
 	forwards := 0
 	var prev tracing.State
@@ -383,7 +383,7 @@ func (m *meshPeers) crashOriginMidHop(t *testing.T, hold string, answered bool) 
 		prev = ev.State
 	}
 	require.Equal(t, 2, forwards, "alpha forwarded the hop's intent again after the restart")
-	evs, err = openLog(t, m.fp.beta.DataDir).Trace(context.Background(), nonces[0])
+	evs, err = readEvents(m.fp.beta.DataDir, nonces[0])
 	require.NoError(t, err)
 	var received, delivered int
 	for _, ev := range evs {

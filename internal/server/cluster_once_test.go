@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,7 +110,13 @@ func TestClusterBusSettlesFromDeliveryRecord(t *testing.T) {
 	require.NoError(t, err)
 	h := directory.HandOver{Frame: frame, Unsigned: true, TimeoutMs: 5000, FromNode: "n0",
 		Bus: &directory.BusMark{MessageID: rec.MessageID, Attempt: 3, Auth: directory.BusAuthAPIKey}, Admitted: time.Now()}
-	rep := nodes[1].srv.dir.RelayHandOver(ctx, h)
+	// For its first seconds in the cluster node 1 answers "retry"
+	// (directory.RecordsSettling), as it does to the owner's attempts.
+	var rep directory.HandReply
+	require.Eventually(t, func() bool {
+		rep = nodes[1].srv.dir.RelayHandOver(ctx, h)
+		return rep.Error == nil || !strings.Contains(rep.Error.Message, "joined the cluster")
+	}, 30*time.Second, 100*time.Millisecond)
 	require.Nil(t, rep.Error)
 	require.True(t, rep.Recorded)
 	rf, err := wire.DecodeResultFrame(rep.Result)
