@@ -6,7 +6,7 @@
 // grew into. A directory holding many idle sessions has a large live heap
 // that allocates little, so that headroom is mostly memory the process
 // keeps for nothing: with 19,000 idle agents and light traffic, pacing it
-// took 16-31 % off the server's RSS. Run lowers the GC percentage so the
+// took 16-27 % off the server's RSS. Run lowers the GC percentage so the
 // heap grows by about Headroom bytes between collections while the live
 // heap is larger than that and the process allocates slowly, and leaves
 // the default for small heaps and busy processes.
