@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/beamdir/beam/internal/dirlock"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
@@ -59,6 +62,10 @@ const (
 	MaxTraceEvents = 10000
 )
 
+// writerLockSuffix names the file, beside the database, whose lock the
+// writer holds.
+const writerLockSuffix = "-writer.lock"
+
 // SQLite's page caches, per connection. Each connection keeps its own, and
 // they fill with whatever pages it touched until they reach their cap, so
 // with a large database the caps are memory the process holds for good: in
@@ -84,6 +91,9 @@ type Log struct {
 	rdb    *sqlx.DB
 	reads  *readStmts
 	m      *metrics
+	// writerLock is held while the log is open for writing (Open): one
+	// writer per log file. Nil for OpenReadOnly.
+	writerLock *dirlock.Lock
 
 	qmu    sync.Mutex
 	qcond  *sync.Cond
@@ -175,6 +185,26 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		cfg.MaxCachedIntents = 1 << 18
 	}
 
+	// One writer per log: a second one (another process, or another Open
+	// in this one) would fold this writer's pending projection rows behind
+	// its back, and this writer's own insert of them would then fail, and
+	// every commit after it. Readers alongside a writer use OpenReadOnly.
+	lock, err := dirlock.AcquireFile(cfg.Path + writerLockSuffix)
+	var held *dirlock.HeldError
+	switch {
+	case errors.As(err, &held):
+		who := "another handle"
+		if held.PID > 0 && held.PID != os.Getpid() {
+			who = "process " + strconv.Itoa(held.PID)
+		}
+		return nil, fmt.Errorf("open log %s: %s has it open for writing (lock %s); read it with OpenReadOnly, or stop that writer first",
+			cfg.Path, who, held.Path)
+	case errors.Is(err, dirlock.ErrUnsupported):
+		lock = nil // no file locks here: nothing guards against a second writer
+	case err != nil:
+		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
+	}
+
 	wq := url.Values{}
 	wq.Add("_pragma", "busy_timeout(10000)")
 	wq.Add("_pragma", "journal_mode(WAL)")
@@ -185,6 +215,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	wq.Set("_txlock", "immediate")
 	wc, err := newWriteConnector(cfg.Path + "?" + wq.Encode())
 	if err != nil {
+		_ = lock.Release()
 		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
 	}
 	wdb := sqlx.NewDb(sql.OpenDB(wc), "sqlite")
@@ -198,6 +229,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		clock:      cfg.Clock,
 		logger:     cfg.Logger,
 		wdb:        wdb,
+		writerLock: lock,
 		writerDone: make(chan struct{}),
 		subs:       make(map[*Subscription]struct{}),
 	}
@@ -213,6 +245,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 			_ = l.ckpt.db.Close()
 		}
 		_ = wdb.Close()
+		_ = lock.Release()
 		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
 	}
 	migrated, err := l.createSchema(ctx)
@@ -513,7 +546,8 @@ func (l *Log) Close() error {
 			errW = l.wdb.Close()
 		}
 		errR := l.rdb.Close()
-		if err := errors.Join(errC, errW, errR); err != nil {
+		errL := l.writerLock.Release() // after the writer's connection: nil for OpenReadOnly
+		if err := errors.Join(errC, errW, errR, errL); err != nil {
 			l.closeErr = fmt.Errorf("close log: %w", err)
 		}
 	})

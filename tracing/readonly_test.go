@@ -37,3 +37,34 @@ func TestOpenReadOnlyReadsALiveLog(t *testing.T) {
 	_, statErr := os.Stat(missing)
 	require.ErrorIs(t, statErr, os.ErrNotExist, "a read-only open creates nothing")
 }
+
+// TestSecondWriterIsRefused: while a log is open for writing, a second
+// Open of the same file (here, in the same process) is refused with an
+// error that names the way to read it; OpenReadOnly still reads it; after
+// Close the file opens for writing again.
+func TestSecondWriterIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "beam.db")
+	first, err := Open(ctx, Config{Path: path})
+	require.NoError(t, err)
+	_, err = first.Append(ctx, Event{Nonce: "n1", State: Received, From: "a@x.beam.directory", To: "b@x.beam.directory", IntentType: "t"})
+	require.NoError(t, err)
+
+	_, err = Open(ctx, Config{Path: path})
+	require.ErrorContains(t, err, "open for writing")
+	require.ErrorContains(t, err, "OpenReadOnly")
+
+	ro, err := OpenReadOnly(ctx, path)
+	require.NoError(t, err)
+	require.NoError(t, ro.Close())
+
+	require.NoError(t, first.Close())
+	again, err := Open(ctx, Config{Path: path})
+	require.NoError(t, err)
+	st, ok, err := again.State(ctx, "n1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, Received, st)
+	require.NoError(t, again.Close())
+}

@@ -3,12 +3,12 @@
 package dirlock
 
 import (
-	"errors"
+	"fmt"
 	"os"
 )
 
 // flock is not available on this platform; data directories cannot be
 // guarded, and Acquire refuses rather than pretend.
 func flock(*os.File) error {
-	return errors.New("data-directory locking needs a unix system")
+	return fmt.Errorf("locking a file: %w", ErrUnsupported)
 }

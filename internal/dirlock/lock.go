@@ -10,6 +10,9 @@ import (
 	"syscall"
 )
 
+// ErrUnsupported: this platform has no flock, so nothing can be locked.
+var ErrUnsupported = errors.New("file locks need a unix system")
+
 // FileName is the name of the lock file inside a data directory.
 const FileName = "beam.lock"
 
@@ -44,7 +47,14 @@ func Acquire(dataDir string) (*Lock, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	path := filepath.Join(dataDir, FileName)
+	return AcquireFile(filepath.Join(dataDir, FileName))
+}
+
+// AcquireFile takes the exclusive lock of the lock file at path as Acquire
+// does, in a directory that exists. It returns a *HeldError when another
+// process, or another open of the file in this one, holds it, and an error
+// wrapping ErrUnsupported where files cannot be locked.
+func AcquireFile(path string) (*Lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
