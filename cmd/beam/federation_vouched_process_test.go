@@ -128,6 +128,13 @@ func runVouchedDurable(t *testing.T, alphaDir, betaDir string, alphaArgs, betaAr
 	counter.mu.Lock()
 	require.NotContains(t, counter.seen, strictNonce, "the strict agent never sees an attested message")
 	counter.mu.Unlock()
+	logs := map[string]*tracing.Log{} // one writer per log: each is opened once
+	logOf := func(dir string) *tracing.Log {
+		if logs[dir] == nil {
+			logs[dir] = openLog(t, dir)
+		}
+		return logs[dir]
+	}
 	for _, side := range []struct {
 		dir    string
 		states []tracing.State
@@ -136,7 +143,7 @@ func runVouchedDurable(t *testing.T, alphaDir, betaDir string, alphaArgs, betaAr
 		{alphaDir, []tracing.State{tracing.Received, tracing.Dispatched, tracing.Failed}},
 		{betaDir, []tracing.State{tracing.Received, tracing.Failed}},
 	} {
-		tr, err := openLog(t, side.dir).Trace(ctx, strictNonce)
+		tr, err := logOf(side.dir).Trace(ctx, strictNonce)
 		require.NoError(t, err)
 		var got []tracing.State
 		for _, ev := range tr {
@@ -155,7 +162,7 @@ func runVouchedDurable(t *testing.T, alphaDir, betaDir string, alphaArgs, betaAr
 	for _, want := range []string{`"state":"PENDING"`, `"state":"CLAIMED"`, `"state":"PUBLISHED"`, `"lastError":`, "beta.beam.directory"} {
 		require.Contains(t, out, want)
 	}
-	btr, err := openLog(t, betaDir).Trace(ctx, nonce)
+	btr, err := logOf(betaDir).Trace(ctx, nonce)
 	require.NoError(t, err)
 	require.Equal(t, "alpha.beam.directory", btr[0].Details.Extra["vouchedBy"])
 	require.Equal(t, wire.AttestAPIKey, btr[0].Details.Extra["vouchedAuth"])
