@@ -10,7 +10,9 @@ import (
 )
 
 // Headroom is the heap growth between collections that Run aims for once
-// the live heap is larger than it and the process allocates little.
+// the live heap is larger than it and the process allocates little, and
+// the least it lets any heap grow: a small live heap would otherwise be
+// collected every few megabytes of allocation under load.
 const Headroom = 32 << 20
 
 // MinCycle bounds how often a lowered percentage may make the collector
@@ -20,12 +22,13 @@ const Headroom = 32 << 20
 // directory keeps the default.
 const MinCycle = 10 * time.Second
 
-// The GC percentage Run sets stays within [MinPercent, MaxPercent]:
-// MaxPercent is the runtime's default, and MinPercent bounds the extra
-// collections of a very large live heap.
+// DefaultPercent is the runtime's default GC percentage: the heap may grow
+// by as much as is live. Run lets a heap larger than Headroom grow by no
+// more than that, and a smaller one by Headroom; MinPercent bounds the
+// extra collections of a very large live heap.
 const (
-	MinPercent = 25
-	MaxPercent = 100
+	MinPercent     = 25
+	DefaultPercent = 100
 )
 
 // interval is how often Run samples the heap; window is how many intervals
@@ -39,13 +42,15 @@ const (
 // Percent returns the GC percentage that lets a heap with live bytes in
 // use grow by headroom bytes, or by what it allocates in MinCycle at
 // ratePerSec bytes a second if that is more, before the next collection;
-// within [MinPercent, MaxPercent].
+// but by no more than the larger of headroom and live (the runtime's
+// default), and by no less than MinPercent of live.
 func Percent(live, headroom, ratePerSec uint64) int {
 	if live == 0 {
-		return MaxPercent
+		return DefaultPercent
 	}
 	grow := max(headroom, ratePerSec*uint64(MinCycle/time.Second))
-	return int(max(min(grow*100/live, MaxPercent), MinPercent))
+	grow = min(grow, max(live, headroom))
+	return int(max(grow*100/live, MinPercent))
 }
 
 // pacer turns samples of the live heap and of the bytes allocated so far,
@@ -57,7 +62,7 @@ type pacer struct {
 }
 
 func newPacer(allocs uint64) *pacer {
-	p := &pacer{current: MaxPercent}
+	p := &pacer{current: DefaultPercent}
 	for i := range p.allocs {
 		p.allocs[i] = allocs
 	}
@@ -75,7 +80,7 @@ func (p *pacer) step(live, allocs uint64) (int, bool) {
 	overWindow := (allocs - p.allocs[(p.k+1)%n]) / window
 	perSec := uint64(float64(max(last, overWindow)) / interval.Seconds())
 	next := Percent(live, Headroom, perSec)
-	if next == p.current || (next != MaxPercent && next != MinPercent && abs(next-p.current) < 5) {
+	if next == p.current || (next != DefaultPercent && next != MinPercent && abs(next-p.current) < max(5, p.current/10)) {
 		return p.current, false
 	}
 	p.current = next
@@ -99,7 +104,7 @@ func Run(ctx context.Context, logger *slog.Logger) {
 	}
 	p := newPacer(samples[1].Value.Uint64())
 	// Start from the default; the one found is put back when Run ends.
-	defer debug.SetGCPercent(debug.SetGCPercent(MaxPercent))
+	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

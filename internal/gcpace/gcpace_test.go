@@ -14,8 +14,8 @@ import (
 
 const mib = 1 << 20
 
-// TestPercentBoundsHeadroomInBytes: a small live heap keeps the runtime's
-// default; a large one that allocates little grows by about Headroom
+// TestPercentBoundsHeadroomInBytes: a small live heap may grow by
+// Headroom, whatever its allocation rate; a large one that allocates little grows by about Headroom
 // between collections, down to MinPercent; an allocation rate that would
 // collect more often than once per MinCycle keeps the headroom at what is
 // allocated in MinCycle.
@@ -26,12 +26,14 @@ func TestPercentBoundsHeadroomInBytes(t *testing.T) {
 		live, rate uint64
 		want       int
 	}{
-		{"nothing live", 0, 0, MaxPercent},
-		{"small heap", 20 * mib, 0, MaxPercent},
-		{"as large as the headroom", 32 * mib, 0, MaxPercent},
+		{"nothing live", 0, 0, DefaultPercent},
+		{"small heap", 20 * mib, 0, 160},
+		{"tiny heap, busy", 4 * mib, 50 * mib, 800},
+		{"as large as the headroom", 32 * mib, 0, DefaultPercent},
+		{"as large as the headroom, busy", 32 * mib, 50 * mib, DefaultPercent},
 		{"twice the headroom", 64 * mib, 0, 50},
 		{"very large", 1024 * mib, 0, MinPercent},
-		{"large and busy", 96 * mib, 10 * mib, MaxPercent},
+		{"large and busy", 96 * mib, 10 * mib, DefaultPercent},
 		{"large, some traffic", 200 * mib, 8 * mib, 40},
 		{"large, light traffic", 96 * mib, 1 * mib, 33},
 	} {
@@ -59,7 +61,7 @@ func TestPacerFollowsTheAllocationRate(t *testing.T) {
 	allocs += 50 * mib // a second of a burst
 	pct, change = p.step(live, allocs)
 	require.True(t, change)
-	require.Equal(t, MaxPercent, pct, "500 MiB in MinCycle is more than what is live")
+	require.Equal(t, DefaultPercent, pct, "500 MiB in MinCycle is more than what is live")
 
 	pct, change = p.step(live, allocs)
 	require.True(t, change)
@@ -110,7 +112,7 @@ func gogc() int64 {
 // nothing allocated, Run sets MinPercent within a few seconds, and puts
 // back the percentage it found when it stops.
 func TestRunLowersThePercentageOfALargeIdleHeap(t *testing.T) {
-	old := debug.SetGCPercent(MaxPercent)
+	old := debug.SetGCPercent(DefaultPercent)
 	defer debug.SetGCPercent(old)
 	live := make([]byte, 256*mib)
 	for i := range live {
@@ -126,6 +128,29 @@ func TestRunLowersThePercentageOfALargeIdleHeap(t *testing.T) {
 	require.Eventually(t, func() bool { return gogc() == MinPercent }, time.Minute, 50*time.Millisecond)
 	cancel()
 	<-done
-	require.Equal(t, int64(MaxPercent), gogc())
+	require.Equal(t, int64(DefaultPercent), gogc())
 	runtime.KeepAlive(live)
+}
+
+// TestRunRaisesThePercentageOfASmallHeap: a test process's live heap is a
+// few MiB; Run lets it grow by Headroom, so the runtime's heap goal rises
+// to at least Headroom, where the default would collect every few MiB.
+func TestRunRaisesThePercentageOfASmallHeap(t *testing.T) {
+	old := debug.SetGCPercent(DefaultPercent)
+	defer debug.SetGCPercent(old)
+	runtime.GC()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		Run(ctx, slog.New(slog.DiscardHandler))
+		close(done)
+	}()
+	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	require.Eventually(t, func() bool {
+		metrics.Read(goal)
+		return gogc() > DefaultPercent && goal[0].Value.Uint64() >= Headroom*9/10
+	}, time.Minute, 50*time.Millisecond)
+	cancel()
+	<-done
+	require.Equal(t, int64(DefaultPercent), gogc())
 }
