@@ -31,6 +31,10 @@ const (
 	DefaultPercent = 100
 )
 
+// releaseGap is the least time between two returns of the heap's excess
+// to the system (see release): each costs a forced collection.
+const releaseGap = 30 * time.Second
+
 // interval is how often Run samples the heap; window is how many intervals
 // the allocation rate is taken over (the larger of that and the last
 // interval's rate counts, so a burst is seen at once).
@@ -39,30 +43,45 @@ const (
 	window   = 10
 )
 
-// Percent returns the GC percentage that lets a heap with live bytes in
-// use grow by headroom bytes, or by what it allocates in MinCycle at
-// ratePerSec bytes a second if that is more, before the next collection;
-// but by no more than the larger of headroom and live (the runtime's
-// default), and by no less than MinPercent of live.
-func Percent(live, headroom, ratePerSec uint64) int {
-	if live == 0 {
+// Percent returns the GC percentage that lets a heap grow by headroom
+// bytes, or by what it allocates in MinCycle at ratePerSec bytes a second
+// if that is more, before the next collection; but by no more than the
+// larger of headroom and base (the runtime's default), and by no less than
+// MinPercent of base. base is what the runtime scales the percentage by:
+// the live heap plus the goroutine stacks and globals it scans.
+//
+// The runtime never lets its heap goal fall below heapMinimum scaled by
+// the percentage, so for a tiny base the percentage is also kept low
+// enough that this minimum is no more than base plus the growth.
+func Percent(base, headroom, ratePerSec uint64) int {
+	if base == 0 {
 		return DefaultPercent
 	}
 	grow := max(headroom, ratePerSec*uint64(MinCycle/time.Second))
-	grow = min(grow, max(live, headroom))
-	return int(max(grow*100/live, MinPercent))
+	grow = min(grow, max(base, headroom))
+	pct := min(grow*100/base, (base+grow)*100/heapMinimum)
+	return int(max(pct, MinPercent))
 }
 
-// pacer turns samples of the live heap and of the bytes allocated so far,
+// heapMinimum is the runtime's least heap goal at the default percentage
+// (4 MiB, scaled by the percentage in force).
+const heapMinimum = 4 << 20
+
+// pacer turns samples of the GC's base (see Percent) and of the bytes
+// allocated so far,
 // one per interval, into GC percentages.
 type pacer struct {
 	allocs  [window + 1]uint64 // cumulative allocations, a ring of samples
 	k       int                // samples taken
 	current int                // the percentage in force
+	// lastRate is the bytes a second allocated over the last interval;
+	// released is the sample (k) of the last release, or -1.
+	lastRate uint64
+	released int
 }
 
 func newPacer(allocs uint64) *pacer {
-	p := &pacer{current: DefaultPercent}
+	p := &pacer{current: DefaultPercent, released: -1}
 	for i := range p.allocs {
 		p.allocs[i] = allocs
 	}
@@ -72,14 +91,15 @@ func newPacer(allocs uint64) *pacer {
 // step takes one interval's sample and returns the percentage to set, and
 // false when the one in force should stay (the same, or a change too small
 // to be worth a new heap goal).
-func (p *pacer) step(live, allocs uint64) (int, bool) {
+func (p *pacer) step(base, allocs uint64) (int, bool) {
 	p.k++
 	n := len(p.allocs)
 	p.allocs[p.k%n] = allocs
 	last := allocs - p.allocs[(p.k-1)%n]
 	overWindow := (allocs - p.allocs[(p.k+1)%n]) / window
+	p.lastRate = uint64(float64(last) / interval.Seconds())
 	perSec := uint64(float64(max(last, overWindow)) / interval.Seconds())
-	next := Percent(live, Headroom, perSec)
+	next := Percent(base, Headroom, perSec)
 	if next == p.current || (next != DefaultPercent && next != MinPercent && abs(next-p.current) < max(5, p.current/10)) {
 		return p.current, false
 	}
@@ -87,14 +107,44 @@ func (p *pacer) step(live, allocs uint64) (int, bool) {
 	return next, true
 }
 
-// Run sets the GC percentage from the live heap and the allocation rate
-// (Percent with Headroom) every second until ctx ends, and then restores
-// the one it found. It returns at once when the environment sets GOGC.
+// release reports whether the heap's excess should be returned to the
+// system now, given the bytes the heap holds in the process's memory
+// (objects, unused parts of spans, and free pages not yet returned) and the
+// heap goal in force. The excess is what the heap holds beyond its goal:
+// pages the heap will not grow into before its next collection (a heap
+// that allocates steadily holds about its goal). There is such an excess
+// when the goal falls: after a burst, once the pacer lowers the
+// percentage, or when many sessions end at once. It is returned when it is
+// at least Headroom, the last interval allocated less than it in MinCycle
+// (the process has gone quiet), and no release happened within releaseGap.
+// The runtime's own scavenger returns such pages too, but over minutes.
+func (p *pacer) release(held, goal uint64) bool {
+	if held < goal || held-goal < Headroom {
+		return false
+	}
+	if p.lastRate*uint64(MinCycle/time.Second) >= held-goal {
+		return false
+	}
+	if p.released >= 0 && p.k-p.released < int(releaseGap/interval) {
+		return false
+	}
+	p.released = p.k
+	return true
+}
+
+// Run sets the GC percentage from the GC's base and the allocation rate
+// (Percent with Headroom) every second, and returns the heap's excess to
+// the system once the process goes quiet (release), until ctx ends; then it
+// restores the percentage it found. It returns at once when the environment
+// sets GOGC.
 func Run(ctx context.Context, logger *slog.Logger) {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return
 	}
-	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"}}
+	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"}, {Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}
 	metrics.Read(samples)
 	for _, s := range samples {
 		if s.Value.Kind() != metrics.KindUint64 {
@@ -114,9 +164,16 @@ func Run(ctx context.Context, logger *slog.Logger) {
 		case <-t.C:
 		}
 		metrics.Read(samples)
-		if pct, change := p.step(samples[0].Value.Uint64(), samples[1].Value.Uint64()); change {
+		base := samples[0].Value.Uint64() + samples[6].Value.Uint64() + samples[7].Value.Uint64()
+		if pct, change := p.step(base, samples[1].Value.Uint64()); change {
 			debug.SetGCPercent(pct)
-			logger.Debug("gc percentage", "percent", pct, "liveHeapBytes", samples[0].Value.Uint64())
+			logger.Debug("gc percentage", "percent", pct, "liveHeapBytes", samples[0].Value.Uint64(), "baseBytes", base)
+			metrics.Read(samples) // the goal of the new percentage
+		}
+		held := samples[3].Value.Uint64() + samples[4].Value.Uint64() + samples[5].Value.Uint64()
+		if goal := samples[2].Value.Uint64(); p.release(held, goal) {
+			debug.FreeOSMemory()
+			logger.Debug("returned the heap's excess to the system", "heldBytes", held, "goalBytes", goal)
 		}
 	}
 }

@@ -29,6 +29,7 @@ func TestPercentBoundsHeadroomInBytes(t *testing.T) {
 		{"nothing live", 0, 0, DefaultPercent},
 		{"small heap", 20 * mib, 0, 160},
 		{"tiny heap, busy", 4 * mib, 50 * mib, 800},
+		{"half a MiB: held to the runtime's heap minimum", mib / 2, 0, 812},
 		{"as large as the headroom", 32 * mib, 0, DefaultPercent},
 		{"as large as the headroom, busy", 32 * mib, 50 * mib, DefaultPercent},
 		{"twice the headroom", 64 * mib, 0, 50},
@@ -134,7 +135,7 @@ func TestRunLowersThePercentageOfALargeIdleHeap(t *testing.T) {
 
 // TestRunRaisesThePercentageOfASmallHeap: a test process's live heap is a
 // few MiB; Run lets it grow by Headroom, so the runtime's heap goal rises
-// to at least Headroom, where the default would collect every few MiB.
+// to about Headroom, where the default would collect every few MiB.
 func TestRunRaisesThePercentageOfASmallHeap(t *testing.T) {
 	old := debug.SetGCPercent(DefaultPercent)
 	defer debug.SetGCPercent(old)
@@ -150,7 +151,67 @@ func TestRunRaisesThePercentageOfASmallHeap(t *testing.T) {
 		metrics.Read(goal)
 		return gogc() > DefaultPercent && goal[0].Value.Uint64() >= Headroom*9/10
 	}, time.Minute, 50*time.Millisecond)
+	require.Less(t, goal[0].Value.Uint64(), uint64(2*Headroom),
+		"the goal is about Headroom: the runtime's heap minimum, scaled by the percentage, must not raise it")
 	cancel()
 	<-done
 	require.Equal(t, int64(DefaultPercent), gogc())
+}
+
+// TestReleaseOnlyTheExcessOfAQuietHeap: the pages a heap holds beyond its
+// goal are returned once it is quiet and they are at least Headroom; not
+// while it allocates enough to use them within MinCycle, and not again
+// within releaseGap.
+func TestReleaseOnlyTheExcessOfAQuietHeap(t *testing.T) {
+	t.Parallel()
+	var allocs uint64
+	p := newPacer(allocs)
+	p.step(100*mib, allocs)
+
+	require.False(t, p.release(150*mib, 130*mib), "20 MiB over the goal is less than Headroom")
+	require.False(t, p.release(100*mib, 130*mib), "under the goal")
+
+	allocs += 10 * mib
+	p.step(100*mib, allocs)
+	require.False(t, p.release(200*mib, 130*mib), "10 MiB/s would use 70 MiB within MinCycle")
+
+	p.step(100*mib, allocs)
+	require.True(t, p.release(200*mib, 130*mib), "quiet, 70 MiB over the goal")
+	for range int(releaseGap/interval) - 1 {
+		p.step(100*mib, allocs)
+		require.False(t, p.release(200*mib, 130*mib), "within releaseGap of the last release")
+	}
+	p.step(100*mib, allocs)
+	require.True(t, p.release(200*mib, 130*mib), "releaseGap later")
+}
+
+// TestRunReturnsTheExcessOfAQuietHeap: after 200 MiB of garbage is
+// collected, the runtime keeps the free pages (its scavenger returns them
+// over minutes); Run returns them within seconds.
+func TestRunReturnsTheExcessOfAQuietHeap(t *testing.T) {
+	old := debug.SetGCPercent(DefaultPercent)
+	defer debug.SetGCPercent(old)
+	garbage := make([][]byte, 0, 200)
+	for range 200 {
+		garbage = append(garbage, make([]byte, mib))
+	}
+	runtime.KeepAlive(garbage)
+	garbage = nil
+	runtime.GC()
+	free := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(free)
+	require.Greater(t, free[0].Value.Uint64(), uint64(150*mib), "the collected garbage is held as free pages")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		Run(ctx, slog.New(slog.DiscardHandler))
+		close(done)
+	}()
+	require.Eventually(t, func() bool {
+		metrics.Read(free)
+		return free[0].Value.Uint64() < Headroom
+	}, time.Minute, 50*time.Millisecond)
+	cancel()
+	<-done
 }
