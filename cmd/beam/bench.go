@@ -32,6 +32,7 @@ type benchFlags struct {
 	senders          int
 	recipients       int
 	idleAgents       int
+	idleSettle       time.Duration
 	registerParallel int
 	payloadBytes     int
 	timeout          time.Duration
@@ -78,6 +79,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.senders, "senders", 0, "sending agents (default min(concurrency, 8))")
 	fs.IntVar(&f.recipients, "recipients", 0, "answering agents (default min(concurrency, 8))")
 	fs.IntVar(&f.idleAgents, "idle-agents", 0, "agents to register and keep connected but idle; the server's RSS is reported once they are connected")
+	fs.DurationVar(&f.idleSettle, "idle-settle", 30*time.Second, "with --idle-agents: how long the agents stay idle before the server's RSS is read again, once the garbage of the connects is collected and returned (0: no second reading)")
 	fs.IntVar(&f.registerParallel, "register-parallel", 16, "registrations in flight at most")
 	fs.IntVar(&f.payloadBytes, "payload-bytes", 64, "filler bytes in each intent's payload")
 	fs.DurationVar(&f.timeout, "timeout", 35*time.Second, "how long one intent may take")
@@ -158,7 +160,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := bench.Config{
 		URL: f.url, Mode: bench.Mode(f.mode), Count: f.count, Concurrency: f.concurrency,
 		Rate: f.rate, Duration: f.duration, Warmup: f.warmup,
-		Senders: f.senders, Recipients: f.recipients, IdleAgents: f.idleAgents,
+		Senders: f.senders, Recipients: f.recipients, IdleAgents: f.idleAgents, IdleSettle: f.idleSettle,
 		RegisterParallel: f.registerParallel, PayloadBytes: f.payloadBytes, Timeout: f.timeout,
 		ServerPID: f.serverPID, OperatorToken: f.operatorToken, Logger: logger,
 		PeerURL: f.peerURL, Domain: f.domain, PeerDomain: f.peerDomain, PeerServerPID: f.peerServerPID,

@@ -97,17 +97,7 @@ func runIdle(ctx context.Context, f *Fleet, cfg Config, sum *Summary) error {
 		sum.Notes = append(sum.Notes, "idle RSS: "+err.Error())
 		return nil
 	}
-	v := mb(after.RSS)
-	sum.ServerRSSIdleMB = &v
-	if before.RSS > 0 {
-		per := float64(after.RSS-before.RSS) / float64(n)
-		kb := math.Round(per/1024*100) / 100
-		sum.ServerRSSKBPerIdleAgent = &kb
-		if n < cfg.IdleAgents {
-			x := mb(before.RSS + int64(per*float64(cfg.IdleAgents)))
-			sum.ServerRSSIdleExtrapolatedMB = &x
-		}
-	}
+	sum.ServerRSSIdleMB, sum.ServerRSSKBPerIdleAgent, sum.ServerRSSIdleExtrapolatedMB = idleRSS(before, after, n, cfg.IdleAgents)
 	if afterM, afterGC := serverMemory(ctx, cfg, sum); beforeM != nil && afterM != nil {
 		per := func(k string) float64 { return math.Round((afterM[k]-beforeM[k])/float64(n)*100) / 100 }
 		fig := &IdleFigures{
@@ -123,7 +113,44 @@ func runIdle(ctx context.Context, f *Fleet, cfg Config, sum *Summary) error {
 		}
 		sum.ServerPerIdleAgent = fig
 	}
+	if cfg.IdleSettle > 0 {
+		lg.Info("leaving the idle agents idle", "for", cfg.IdleSettle)
+		t := time.NewTimer(cfg.IdleSettle)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		settled, err := ReadProc(cfg.ServerPID)
+		if err != nil {
+			sum.Notes = append(sum.Notes, "settled idle RSS: "+err.Error())
+			return nil
+		}
+		sum.IdleSettleS = cfg.IdleSettle.Seconds()
+		sum.ServerRSSIdleSettledMB, sum.ServerRSSKBPerIdleAgentSettled, sum.ServerRSSIdleSettledExtrapolatedMB = idleRSS(before, settled, n, cfg.IdleAgents)
+	}
 	return nil
+}
+
+// idleRSS turns the server's RSS before the n idle agents registered and
+// with them connected into the summary's figures: the RSS with them, the
+// KB per agent and, when fewer than asked (want) connected, the RSS
+// extrapolated to want.
+func idleRSS(before, with ProcSample, n, want int) (rssMB, kbPerAgent, extrapolatedMB *float64) {
+	v := mb(with.RSS)
+	rssMB = &v
+	if before.RSS <= 0 {
+		return rssMB, nil, nil
+	}
+	per := float64(with.RSS-before.RSS) / float64(n)
+	kb := math.Round(per/1024*100) / 100
+	kbPerAgent = &kb
+	if n < want {
+		x := mb(before.RSS + int64(per*float64(want)))
+		extrapolatedMB = &x
+	}
+	return rssMB, kbPerAgent, extrapolatedMB
 }
 
 // idleCapacity returns how many idle agents the descriptor limits of this

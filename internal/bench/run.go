@@ -61,6 +61,11 @@ type Config struct {
 	// IdleAgents are registered and connected, then left idle for the whole
 	// run; the server's RSS is sampled once they are all connected.
 	IdleAgents int
+	// IdleSettle, when positive, is how long the idle agents stay idle
+	// before the server's RSS is read again (the settled figures): the
+	// first reading is taken as soon as they are connected, while the
+	// garbage of the connects is still part of the RSS.
+	IdleSettle time.Duration
 	// RegisterParallel bounds concurrent registrations (default 16).
 	RegisterParallel int
 	// PayloadBytes is the size of the filler string in each intent's
@@ -153,6 +158,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Senders > MaxAgents || c.Recipients > MaxAgents {
 		return c, fmt.Errorf("bench: at most %d senders and %d recipients", MaxAgents, MaxAgents)
+	}
+	if c.IdleSettle < 0 {
+		return c, fmt.Errorf("bench: negative idle settle time %v", c.IdleSettle)
 	}
 	if c.IdleAgents < 0 || c.IdleAgents > MaxIdleAgents {
 		return c, fmt.Errorf("bench: idle agents %d out of range 0..%d", c.IdleAgents, MaxIdleAgents)

@@ -173,6 +173,7 @@ func TestConfigBounds(t *testing.T) {
 		{URL: "http://x", Rate: -1, Duration: time.Second},
 		{URL: "http://x", Rate: 1e9, Duration: time.Hour},
 		{URL: "http://x", IdleAgents: MaxIdleAgents + 1},
+		{URL: "http://x", IdleAgents: 1, IdleSettle: -time.Second},
 		{URL: "http://x", PayloadBytes: MaxPayloadBytes + 1},
 		{URL: "http://x", Senders: MaxAgents + 1},
 	} {

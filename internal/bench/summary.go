@@ -88,6 +88,14 @@ type Summary struct {
 	// agent times the number asked for: an extrapolation, not a
 	// measurement.
 	ServerRSSIdleExtrapolatedMB *float64 `json:"server_rss_idle_extrapolated_mb,omitempty"`
+	// IdleSettleS is how long the idle agents stayed idle before the
+	// settled reading; ServerRSSIdleSettledMB, ServerRSSKBPerIdleAgentSettled
+	// and ServerRSSIdleSettledExtrapolatedMB are the three figures above
+	// read then.
+	IdleSettleS                        float64  `json:"idle_settle_s,omitempty"`
+	ServerRSSIdleSettledMB             *float64 `json:"server_rss_idle_settled_mb,omitempty"`
+	ServerRSSKBPerIdleAgentSettled     *float64 `json:"server_rss_kb_per_idle_agent_settled,omitempty"`
+	ServerRSSIdleSettledExtrapolatedMB *float64 `json:"server_rss_idle_settled_extrapolated_mb,omitempty"`
 	// ServerPerIdleAgent breaks the growth down (needs the operator token).
 	ServerPerIdleAgent *IdleFigures `json:"server_per_idle_agent,omitempty"`
 
@@ -235,6 +243,14 @@ func (s *Summary) idleLines() []string {
 	if s.ServerRSSIdleExtrapolatedMB != nil {
 		out = append(out, fmt.Sprintf("EXTRAPOLATED, not measured: server RSS with %d idle agents ≈ %.1f MB (RSS before + %d × the measured growth per agent)",
 			s.IdleAgents, *s.ServerRSSIdleExtrapolatedMB, s.IdleAgents))
+	}
+	if s.ServerRSSIdleSettledMB != nil {
+		out = append(out, fmt.Sprintf("after %.0fs idle: server RSS %s MB, %s KB per idle agent",
+			s.IdleSettleS, num(s.ServerRSSIdleSettledMB), num(s.ServerRSSKBPerIdleAgentSettled)))
+	}
+	if s.ServerRSSIdleSettledExtrapolatedMB != nil {
+		out = append(out, fmt.Sprintf("EXTRAPOLATED, not measured: server RSS with %d idle agents after %.0fs idle ≈ %.1f MB",
+			s.IdleAgents, s.IdleSettleS, *s.ServerRSSIdleSettledExtrapolatedMB))
 	}
 	return out
 }
