@@ -68,8 +68,8 @@ func Percent(base, headroom, ratePerSec uint64) int {
 const heapMinimum = 4 << 20
 
 // pacer turns samples of the GC's base (see Percent) and of the bytes
-// allocated so far,
-// one per interval, into GC percentages.
+// allocated so far, one per interval, into GC percentages and decisions to
+// release the heap's excess.
 type pacer struct {
 	allocs  [window + 1]uint64 // cumulative allocations, a ring of samples
 	k       int                // samples taken
@@ -132,6 +132,30 @@ func (p *pacer) release(held, goal uint64) bool {
 	return true
 }
 
+// sampled are the runtime metrics Run reads, indexed by the s constants.
+var sampled = [...]string{
+	sLive:    "/gc/heap/live:bytes",
+	sAllocs:  "/gc/heap/allocs:bytes",
+	sGoal:    "/gc/heap/goal:bytes",
+	sObjects: "/memory/classes/heap/objects:bytes",
+	sUnused:  "/memory/classes/heap/unused:bytes",
+	sFree:    "/memory/classes/heap/free:bytes",
+	sStacks:  "/gc/scan/stack:bytes",
+	sGlobals: "/gc/scan/globals:bytes",
+}
+
+// Indexes into sampled.
+const (
+	sLive = iota
+	sAllocs
+	sGoal
+	sObjects
+	sUnused
+	sFree
+	sStacks
+	sGlobals
+)
+
 // Run sets the GC percentage from the GC's base and the allocation rate
 // (Percent with Headroom) every second, and returns the heap's excess to
 // the system once the process goes quiet (release), until ctx ends; then it
@@ -141,10 +165,11 @@ func Run(ctx context.Context, logger *slog.Logger) {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return
 	}
-	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"},
-		{Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"}, {Name: "/memory/classes/heap/free:bytes"},
-		{Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}
+	samples := make([]metrics.Sample, len(sampled))
+	for i, name := range sampled {
+		samples[i].Name = name
+	}
+	v := func(i int) uint64 { return samples[i].Value.Uint64() }
 	metrics.Read(samples)
 	for _, s := range samples {
 		if s.Value.Kind() != metrics.KindUint64 {
@@ -152,7 +177,7 @@ func Run(ctx context.Context, logger *slog.Logger) {
 			return
 		}
 	}
-	p := newPacer(samples[1].Value.Uint64())
+	p := newPacer(v(sAllocs))
 	// Start from the default; the one found is put back when Run ends.
 	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
 	t := time.NewTicker(interval)
@@ -164,14 +189,14 @@ func Run(ctx context.Context, logger *slog.Logger) {
 		case <-t.C:
 		}
 		metrics.Read(samples)
-		base := samples[0].Value.Uint64() + samples[6].Value.Uint64() + samples[7].Value.Uint64()
-		if pct, change := p.step(base, samples[1].Value.Uint64()); change {
+		base := v(sLive) + v(sStacks) + v(sGlobals)
+		if pct, change := p.step(base, v(sAllocs)); change {
 			debug.SetGCPercent(pct)
-			logger.Debug("gc percentage", "percent", pct, "liveHeapBytes", samples[0].Value.Uint64(), "baseBytes", base)
+			logger.Debug("gc percentage", "percent", pct, "liveHeapBytes", v(sLive), "baseBytes", base)
 			metrics.Read(samples) // the goal of the new percentage
 		}
-		held := samples[3].Value.Uint64() + samples[4].Value.Uint64() + samples[5].Value.Uint64()
-		if goal := samples[2].Value.Uint64(); p.release(held, goal) {
+		held := v(sObjects) + v(sUnused) + v(sFree)
+		if goal := v(sGoal); p.release(held, goal) {
 			debug.FreeOSMemory()
 			logger.Debug("returned the heap's excess to the system", "heldBytes", held, "goalBytes", goal)
 		}
