@@ -74,9 +74,7 @@ type pacer struct {
 	allocs  [window + 1]uint64 // cumulative allocations, a ring of samples
 	k       int                // samples taken
 	current int                // the percentage in force
-	// lastRate is the bytes a second allocated over the last interval;
 	// released is the sample (k) of the last release, or -1.
-	lastRate uint64
 	released int
 }
 
@@ -95,9 +93,8 @@ func (p *pacer) step(base, allocs uint64) (int, bool) {
 	p.k++
 	n := len(p.allocs)
 	p.allocs[p.k%n] = allocs
-	last := allocs - p.allocs[(p.k-1)%n]
+	last := p.lastBytes()
 	overWindow := (allocs - p.allocs[(p.k+1)%n]) / window
-	p.lastRate = uint64(float64(last) / interval.Seconds())
 	perSec := uint64(float64(max(last, overWindow)) / interval.Seconds())
 	next := Percent(base, Headroom, perSec)
 	if next == p.current || (next != DefaultPercent && next != MinPercent && abs(next-p.current) < max(5, p.current/10)) {
@@ -105,6 +102,12 @@ func (p *pacer) step(base, allocs uint64) (int, bool) {
 	}
 	p.current = next
 	return next, true
+}
+
+// lastBytes is what the process allocated in the last interval sampled.
+func (p *pacer) lastBytes() uint64 {
+	n := len(p.allocs)
+	return p.allocs[p.k%n] - p.allocs[(p.k+n-1)%n]
 }
 
 // release reports whether the heap's excess should be returned to the
@@ -122,7 +125,8 @@ func (p *pacer) release(held, goal uint64) bool {
 	if held < goal || held-goal < Headroom {
 		return false
 	}
-	if p.lastRate*uint64(MinCycle/time.Second) >= held-goal {
+	rate := uint64(float64(p.lastBytes()) / interval.Seconds())
+	if rate*uint64(MinCycle/time.Second) >= held-goal {
 		return false
 	}
 	if p.released >= 0 && p.k-p.released < int(releaseGap/interval) {
