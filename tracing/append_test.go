@@ -551,3 +551,57 @@ func TestBusMessageIDsOfOneBatch(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "b5", n)
 }
+
+// TestLoneAppendsCommitInTheCallersGoroutine: with nothing else to write, an
+// append is committed by its caller, without a hand-off to the writer
+// goroutine and back, and is as durable and as visible as any other.
+func TestLoneAppendsCommitInTheCallersGoroutine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const n = 20
+	for i := range n {
+		b.append(received(fmt.Sprint("n", i)))
+		b.append(ev(fmt.Sprint("n", i), Validated))
+	}
+	// The projection timer or a WAL restart may send a few to the writer.
+	require.GreaterOrEqual(t, b.log.ownCommits.Load(), int64(n))
+	require.Equal(t, int64(2*n), b.log.LastSeq())
+	b.reopen()
+	for i := range n {
+		st, _, err := b.log.State(ctx, fmt.Sprint("n", i))
+		require.NoError(t, err)
+		require.Equal(t, Validated, st)
+	}
+}
+
+// TestBusyLogStillGathersBatches: callers that find the queue empty only
+// because the writer just took it must not commit alone, or every other
+// commit would carry one request and pay a whole fsync.
+func TestBusyLogStillGathersBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const callers, each = 32, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, callers*each)
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				_, err := b.log.Append(ctx, received(fmt.Sprint("c", c, "-", i)))
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(callers*each), b.log.LastSeq())
+	commits := b.metric("beam_log_batch_events")
+	own := float64(b.log.ownCommits.Load())
+	require.Less(t, own, 1+commits/10, "%v of %v commits carried one caller's request alone", own, commits)
+}

@@ -103,6 +103,10 @@ type Log struct {
 	// it is not gathering); gatherGen tells its deadline timers apart.
 	gatherTarget int
 	gatherGen    uint64
+	// writing says a goroutine holds the writer's state and connection: the
+	// writer goroutine with a batch, or an appender that found the writer
+	// idle and commits its own request (see wait).
+	writing bool
 
 	writerDone chan struct{}
 	// ckpt runs the WAL checkpoints; needRestart asks the writer to
@@ -110,10 +114,12 @@ type Log struct {
 	ckpt        *checkpointer
 	needRestart atomic.Bool
 	walRestarts atomic.Int64 // for tests
+	ownCommits  atomic.Int64 // commits made by a caller of wait, for tests
 	closeOnce   sync.Once
 	closeErr    error
 
-	// Owned by the writer goroutine (and by Open before it starts).
+	// Owned by whoever has set writing (and by Open before the writer
+	// starts).
 	w writerState
 	// pmu guards w.pend and w.pendIDs for readers (behind.go); projSeq is
 	// the projections' high-water mark; projectDue and projectTimer (under

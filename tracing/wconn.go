@@ -14,9 +14,11 @@ import (
 // insert statements on it directly, below database/sql: that skips
 // database/sql's per-call locking, argument conversion and allocations.
 //
-// It is safe because the writer goroutine is the only user of the write
-// pool (one connection): database/sql touches the connection only during
-// calls the writer itself makes, never at the same time as a direct call.
+// It is safe because one goroutine at a time writes (the writer, or a
+// caller committing while the writer is idle: Log.writing), and only it
+// uses the write pool (one connection): database/sql touches the
+// connection only during calls that goroutine makes, never at the same
+// time as a direct call.
 type writeConnector struct {
 	drv driver.Driver
 	dsn string
@@ -58,7 +60,7 @@ func (c *writeConnector) Connect(ctx context.Context) (driver.Conn, error) {
 // starts a goroutine for every transaction it begins, to watch the
 // context, and wakes it at the end: on a commit of one event that was a
 // hand-off between cores per commit. It is safe for the reason the direct
-// statements are: only the writer goroutine uses the write pool, and while
+// statements are: only the goroutine that writes uses the write pool, and while
 // the transaction is open it does so only through calls that take the
 // pool's one connection, which is this one. It fails when database/sql has
 // no connection open; the caller then begins through database/sql.

@@ -98,7 +98,8 @@ type overlay struct {
 	state State
 }
 
-// writerState is owned by the writer goroutine.
+// writerState is owned by the goroutine that writes: the writer goroutine,
+// or a caller committing its own request (Log.writing).
 type writerState struct {
 	nextSeq  int64
 	cache    map[string]*entry // non-terminal nonces, as committed
@@ -635,11 +636,17 @@ func (l *Log) wait(ctx context.Context, r *request) error {
 		l.m.rejected.WithLabelValues(rejectClosed).Inc()
 		return ErrClosed
 	}
-	l.queue = append(l.queue, r)
-	if len(l.queue) == 1 || len(l.queue) >= l.gatherTarget || r.kind == kindRebuild {
-		l.qcond.Signal()
+	if l.idleLocked(r) {
+		l.writing = true
+		l.qmu.Unlock()
+		l.commitOwn(r)
+	} else {
+		l.queue = append(l.queue, r)
+		if len(l.queue) == 1 || len(l.queue) >= l.gatherTarget || r.kind == kindRebuild {
+			l.qcond.Signal()
+		}
+		l.qmu.Unlock()
 	}
-	l.qmu.Unlock()
 	select {
 	case <-r.done:
 	case <-ctx.Done():
@@ -654,6 +661,37 @@ func (l *Log) wait(ctx context.Context, r *request) error {
 		return r.err
 	}
 	return nil
+}
+
+// idleLocked reports whether the caller of wait may commit r itself: the
+// writer is idle with nothing queued or due, r is a plain append, and the
+// last commit carried one request with none waiting when it ended. One
+// request in flight then costs no hand-off to the writer goroutine and
+// back, which is most of the scheduler's work per commit when there is
+// nothing to batch; under load the writer gathers as before (a caller
+// committing alone the moment the queue empties would split its batches).
+// qmu is held.
+func (l *Log) idleLocked(r *request) bool {
+	return !l.writing && len(l.queue) == 0 && !l.projectDue && r.kind == kindAppend &&
+		l.w.gatherWant <= 1 && !l.needRestart.Load()
+}
+
+// commitOwn commits r, alone, in the caller's goroutine, which has set
+// writing; then hands the writer's state back to the writer goroutine,
+// waking it if work came meanwhile.
+func (l *Log) commitOwn(r *request) {
+	r.state.Store(reqTaken)
+	l.w.gatherWant, l.w.gatherFor = 0, 0
+	l.commitBatch([]*request{r}, false)
+	l.ownCommits.Add(1)
+	l.qmu.Lock()
+	l.writing = false
+	if len(l.queue) > 0 || l.closed || l.projectDue {
+		l.qcond.Signal()
+	} else {
+		l.armProjectTimer()
+	}
+	l.qmu.Unlock()
 }
 
 // newRequest copies and checks the events (everything that does not depend
@@ -784,12 +822,21 @@ func (l *Log) run() {
 	defer close(l.writerDone)
 	var local []*request
 	var batch []*request
+	held := false
 	for {
 		l.qmu.Lock()
-		for len(l.queue) == 0 && !l.closed && !l.projectDue {
-			l.armProjectTimer()
+		// The writer holds writing from taking work until it comes back
+		// here; then a caller of wait may commit while the writer waits.
+		if held {
+			l.writing = false
+		}
+		for l.writing || len(l.queue) == 0 && !l.closed && !l.projectDue {
+			if !l.writing {
+				l.armProjectTimer()
+			}
 			l.qcond.Wait()
 		}
+		l.writing, held = true, true
 		if len(l.queue) == 0 {
 			closed := l.closed
 			l.projectDue = false
