@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -604,4 +606,66 @@ func TestBusyLogStillGathersBatches(t *testing.T) {
 	commits := b.metric("beam_log_batch_events")
 	own := float64(b.log.ownCommits.Load())
 	require.Less(t, own, 1+commits/10, "%v of %v commits carried one caller's request alone", own, commits)
+}
+
+// TestAppendsAcknowledgedAroundCloseAreKept: appenders that commit their
+// own requests and appenders the writer batches, stopped by Close in the
+// middle, lose nothing that was acknowledged and write nothing that was
+// refused.
+func TestAppendsAcknowledgedAroundCloseAreKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const appenders = 6
+	var acked atomic.Int64
+	kept := make([][]string, appenders)
+	var wg sync.WaitGroup
+	for a := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				nonce := fmt.Sprint("a", a, "-", i)
+				// Half the appenders send pairs, so that the log sees both
+				// lone requests and several at once.
+				evs := []Event{received(nonce)}
+				if a%2 == 0 {
+					evs = append(evs, ev(nonce, Validated))
+				}
+				_, err := b.log.Append(ctx, evs...)
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				kept[a] = append(kept[a], nonce)
+				acked.Add(1)
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return acked.Load() >= 600 }, 20*time.Second, time.Millisecond)
+	require.NoError(t, b.log.Close())
+	wg.Wait()
+	own := b.log.ownCommits.Load()
+	commits := int64(b.metric("beam_log_batch_events"))
+	require.Positive(t, own, "some requests were committed by their callers")
+	require.Greater(t, commits, own, "some were committed by the writer")
+
+	b.open()
+	var want int64
+	for a, nonces := range kept {
+		for _, nonce := range nonces {
+			st, _, err := b.log.State(ctx, nonce)
+			require.NoError(t, err)
+			if a%2 == 0 {
+				require.Equal(t, Validated, st, nonce)
+				want += 2
+			} else {
+				require.Equal(t, Received, st, nonce)
+				want++
+			}
+		}
+	}
+	require.Equal(t, want, b.log.LastSeq(), "only acknowledged appends were written")
 }
