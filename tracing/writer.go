@@ -628,7 +628,8 @@ func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Even
 	return r.events, nil
 }
 
-// wait enqueues r and waits for its outcome.
+// wait enqueues r and waits for its outcome, or commits r itself when the
+// writer is idle (idleLocked).
 func (l *Log) wait(ctx context.Context, r *request) error {
 	l.qmu.Lock()
 	if l.closed {
@@ -827,6 +828,7 @@ func (l *Log) run() {
 		l.qmu.Lock()
 		// The writer holds writing from taking work until it comes back
 		// here; then a caller of wait may commit while the writer waits.
+		// Before the first batch a caller may already hold it.
 		if held {
 			l.writing = false
 		}
