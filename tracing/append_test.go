@@ -102,9 +102,7 @@ func TestAppendAtomicPerCall(t *testing.T) {
 	tr, err := b.log.Trace(ctx, "n1")
 	require.NoError(t, err)
 	require.Empty(t, tr)
-	st, _, err := b.log.State(ctx, "ok")
-	require.NoError(t, err)
-	require.Equal(t, Received, st, "the valid event of the rejected call is not written either")
+	require.Equal(t, Received, b.state("ok"), "the valid event of the rejected call is not written either")
 	require.Equal(t, int64(1), b.log.LastSeq())
 
 	// The next call gets the next seq: nothing was consumed.
@@ -197,9 +195,7 @@ func TestAppendAckedIsTerminalAndRetries(t *testing.T) {
 	late := ev("f", Failed)
 	late.Details.Extra = map[string]any{"lateResult": true}
 	b.append(late, ev("f", Queued), ev("f", Dispatched))
-	st, _, err := b.log.State(ctx, "f")
-	require.NoError(t, err)
-	require.Equal(t, Dispatched, st)
+	require.Equal(t, Dispatched, b.state("f"))
 }
 
 func TestAppendDuplicateBusMessageID(t *testing.T) {
@@ -560,7 +556,6 @@ func TestBusMessageIDsOfOneBatch(t *testing.T) {
 func TestLoneAppendsCommitInTheCallersGoroutine(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
 	const n = 20
 	for i := range n {
 		b.append(received(fmt.Sprint("n", i)))
@@ -571,9 +566,7 @@ func TestLoneAppendsCommitInTheCallersGoroutine(t *testing.T) {
 	require.Equal(t, int64(2*n), b.log.LastSeq())
 	b.reopen()
 	for i := range n {
-		st, _, err := b.log.State(ctx, fmt.Sprint("n", i))
-		require.NoError(t, err)
-		require.Equal(t, Validated, st)
+		require.Equal(t, Validated, b.state(fmt.Sprint("n", i)))
 	}
 }
 
@@ -656,8 +649,7 @@ func TestAppendsAcknowledgedAroundCloseAreKept(t *testing.T) {
 	var want int64
 	for a, nonces := range kept {
 		for _, nonce := range nonces {
-			st, _, err := b.log.State(ctx, nonce)
-			require.NoError(t, err)
+			st := b.state(nonce)
 			if a%2 == 0 {
 				require.Equal(t, Validated, st, nonce)
 				want += 2

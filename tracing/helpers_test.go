@@ -66,6 +66,14 @@ func (b *testBundle) append(evs ...Event) []Event {
 	return out
 }
 
+// state returns nonce's state in the log ("" when it has none).
+func (b *testBundle) state(nonce string) State {
+	b.t.Helper()
+	st, _, err := b.log.State(context.Background(), nonce)
+	require.NoError(b.t, err)
+	return st
+}
+
 // blockWriter makes the writer run a Do function that waits until the
 // returned release function is called, so that requests submitted in the
 // meantime queue up and share the next batch.
