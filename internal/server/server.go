@@ -230,6 +230,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mux.HandleFunc("GET /openapi.json", handleOpenAPI)
 	s.mountPprof()
 	// Metrics name peers, outbox states and error codes: operators only.
 	s.mux.Handle("GET /metrics", s.operatorOnly(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}).ServeHTTP))
