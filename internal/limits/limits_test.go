@@ -64,20 +64,7 @@ func TestKeyedBucketsRefillPerKey(t *testing.T) {
 
 func TestListenerCapsConnectionsPerAddress(t *testing.T) {
 	t.Parallel()
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ln := NewListener(inner, 0, 2)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 8)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	inner, accepted := serveCapped(t, 0, 2)
 	var clients []net.Conn
 	for range 3 {
 		c, err := net.Dial("tcp", inner.Addr().String())
@@ -87,7 +74,7 @@ func TestListenerCapsConnectionsPerAddress(t *testing.T) {
 	first, second := <-accepted, <-accepted
 	// The third is closed by the listener: its read ends.
 	require.NoError(t, clients[2].SetReadDeadline(time.Now().Add(10*time.Second)))
-	_, err = clients[2].Read(make([]byte, 1))
+	_, err := clients[2].Read(make([]byte, 1))
 	require.Error(t, err)
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the third connection was not closed")
@@ -109,6 +96,27 @@ func TestListenerCapsConnectionsPerAddress(t *testing.T) {
 	}
 }
 
+// serveCapped listens on loopback with the caps and hands each accepted
+// connection to the returned channel until the test ends.
+func serveCapped(t *testing.T, total, perAddr int) (net.Listener, <-chan net.Conn) {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ln := NewListener(inner, total, perAddr)
+	t.Cleanup(func() { _ = ln.Close() })
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return inner, accepted
+}
+
 // dialFrom connects to ln from the loopback address src.
 func dialFrom(t *testing.T, src string, ln net.Listener) net.Conn {
 	t.Helper()
@@ -121,20 +129,7 @@ func dialFrom(t *testing.T, src string, ln net.Listener) net.Conn {
 
 func TestListenerKeepsAReserveForLightAddresses(t *testing.T) {
 	t.Parallel()
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ln := NewListener(inner, 8, 4) // reserve: the last 2 slots, for addresses holding none
-	defer ln.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	inner, accepted := serveCapped(t, 8, 4) // reserve: the last 2 slots, for addresses holding none
 	for range 4 {
 		dialFrom(t, "127.0.0.2", inner)
 	}
