@@ -211,6 +211,10 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
 	}
 
+	if err := restrictFiles(cfg.Path); err != nil {
+		_ = lock.Release()
+		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
+	}
 	wq := url.Values{}
 	wq.Add("_pragma", "busy_timeout(10000)")
 	wq.Add("_pragma", "journal_mode(WAL)")

@@ -5,12 +5,13 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/beamdir/beam/internal/limits"
 )
 
 // session is one logged-in browser.
@@ -140,12 +141,10 @@ func (l *loginLimiter) failed(client string, now time.Time) {
 	l.limiter(client, now).AllowN(now, 1)
 }
 
+// clientAddr is the login limiter's key of r's address (an IPv6 address
+// stands for its /64, see limits.HostKey).
 func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	return limits.HostKey(r.RemoteAddr)
 }
 
 // roleOf returns the role a token grants. Both tokens are always compared,

@@ -61,9 +61,7 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 	s.mu.Unlock()
 	release := func() {
 		s.mu.Lock()
-		if s.open[c.digest]--; s.open[c.digest] <= 0 {
-			delete(s.open, c.digest)
-		}
+		s.addOpen(c.digest, -1)
 		if pending != nil && s.idem[scope] == pending {
 			delete(s.idem, scope)
 		}
@@ -112,9 +110,7 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 	s.jobs[id] = j
 	s.track(j, 1)
 	s.index(j)
-	if s.open[c.digest]--; s.open[c.digest] <= 0 {
-		delete(s.open, c.digest)
-	}
+	s.addOpen(c.digest, -1) // the reservation: track counted the job
 	if pending != nil {
 		pending.status, pending.body, pending.pending = http.StatusCreated, body, false
 	}

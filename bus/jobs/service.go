@@ -153,8 +153,10 @@ func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 	return nil
 }
 
-// track adds (delta 1) or removes (-1) j from the counts and the dead
-// set. Caller holds mu.
+// track adds (delta 1) or removes (-1) j from the counts, its publisher's
+// open+claimed count and the dead set. Only a committed status change
+// moves a job between them, so a job in flight (busy, out of the claim
+// index) still counts against its publisher's OpenCap. Caller holds mu.
 func (s *Service) track(j *job, delta int) {
 	m := s.counts[j.row.Namespace]
 	if m == nil {
@@ -168,12 +170,23 @@ func (s *Service) track(j *job, delta int) {
 			delete(s.counts, j.row.Namespace)
 		}
 	}
+	if j.row.Status == tracing.JobOpen || j.row.Status == tracing.JobClaimed {
+		s.addOpen(j.row.Publisher, delta)
+	}
 	if j.row.Status == tracing.JobDead {
 		if delta > 0 {
 			s.dead[j.row.ID] = j
 		} else {
 			delete(s.dead, j.row.ID)
 		}
+	}
+}
+
+// addOpen adds delta to the open+claimed count of publisher. Caller holds
+// mu.
+func (s *Service) addOpen(publisher string, delta int) {
+	if s.open[publisher] += delta; s.open[publisher] <= 0 {
+		delete(s.open, publisher)
 	}
 }
 
@@ -189,26 +202,18 @@ func (s *Service) slim(j *job) {
 func (s *Service) index(j *job) {
 	switch j.row.Status {
 	case tracing.JobOpen:
-		s.open[j.row.Publisher]++
 		if j.row.RunAt > s.clock().UnixMilli() {
 			s.delayed.add(j)
 		} else {
 			s.addReady(j)
 		}
 	case tracing.JobClaimed:
-		s.open[j.row.Publisher]++
 		s.leases.add(j)
 	}
 }
 
 // unindex takes j out of every index. Caller holds mu.
 func (s *Service) unindex(j *job) {
-	if j.row.Status == tracing.JobOpen || j.row.Status == tracing.JobClaimed {
-		s.open[j.row.Publisher]--
-		if s.open[j.row.Publisher] <= 0 {
-			delete(s.open, j.row.Publisher)
-		}
-	}
 	if j.grp != nil {
 		j.grp.h.remove(j)
 		j.grp = nil

@@ -15,6 +15,8 @@ type limitFlags struct {
 	registerRate, connect, intents, sends rateFlag
 	maxConns, maxConnsPerAddr             int
 	readTimeout, writeTimeout, idleTmo    time.Duration
+	intentMaxConns, intentMaxConnsPerAddr int
+	intentIdleTmo                         time.Duration
 }
 
 // rateFlag is a limits.Rate flag in ParseRate's N/DURATION form.
@@ -49,6 +51,9 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.readTimeout, "read-timeout", d.ReadTimeout, "how long a client may take to send a request body")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", d.WriteTimeout, "how long one response may take (0: the longest result timeout plus 30s; streams are exempt)")
 	fs.DurationVar(&f.idleTmo, "idle-timeout", d.IdleTimeout, "how long an idle keep-alive connection stays open")
+	fs.IntVar(&f.intentMaxConns, "intent-max-conns", d.IntentMaxConns, "most open connections to the Intent Protocol listener (0: no cap)")
+	fs.IntVar(&f.intentMaxConnsPerAddr, "intent-max-conns-per-addr", d.IntentMaxConnsPerAddr, "most open Intent Protocol connections from one client address (0: no cap)")
+	fs.DurationVar(&f.intentIdleTmo, "intent-idle-timeout", d.IntentIdleTimeout, "how long an Intent Protocol connection may wait for its next request (a new one: for its headers, at most 10s)")
 }
 
 // config returns the server's limits as the flags set them.
@@ -57,6 +62,7 @@ func (f *limitFlags) config() server.Limits {
 		Register: *f.registerRate.r, Connect: *f.connect.r, Intents: *f.intents.r, BusSends: *f.sends.r,
 		MaxConns: f.maxConns, MaxConnsPerAddr: f.maxConnsPerAddr,
 		ReadTimeout: f.readTimeout, WriteTimeout: f.writeTimeout, IdleTimeout: f.idleTmo,
+		IntentMaxConns: f.intentMaxConns, IntentMaxConnsPerAddr: f.intentMaxConnsPerAddr, IntentIdleTimeout: f.intentIdleTmo,
 	}
 	if f.off {
 		l.Register, l.Connect, l.Intents, l.BusSends = limits.Rate{}, limits.Rate{}, limits.Rate{}, limits.Rate{}

@@ -92,10 +92,10 @@ func patternMatches(pattern, from string) bool {
 		return true
 	case pattern == from:
 		return true
-	case strings.HasPrefix(pattern, "*@"):
+	case strings.HasPrefix(pattern, "*@"), strings.HasPrefix(pattern, "*."):
+		// "*@d": from's domain is d; "*.d": from's domain ends in ".d"
+		// (a pattern holds no '@', so the suffix lies in the domain).
 		return strings.HasSuffix(from, pattern[1:])
-	case strings.HasPrefix(pattern, "*."):
-		return strings.Contains(from, pattern[1:])
 	}
 	return false
 }

@@ -140,8 +140,11 @@ func TestPolicyEvaluation(t *testing.T) {
 		{"domain suffix no match", PolicyDeny, []Rule{rule(1, "x", "*@beta.beam.directory", "allow")}, acmeB, acmeA, "x", false},
 		{"personal domain suffix", PolicyDeny, []Rule{rule(1, "x", "*@beam.directory", "allow")}, persP, acmeA, "x", true},
 		{"personal domain suffix excludes orgs", PolicyDeny, []Rule{rule(1, "x", "*@beam.directory", "allow")}, betaC, acmeA, "x", false},
-		{"dot substring", PolicyDeny, []Rule{rule(1, "x", "*.acme.beam.directory", "allow")}, subAcme, acmeA, "x", true},
-		{"dot substring no match", PolicyDeny, []Rule{rule(1, "x", "*.acme.beam.directory", "allow")}, betaC, acmeA, "x", false},
+		{"dot suffix", PolicyDeny, []Rule{rule(1, "x", "*.acme.beam.directory", "allow")}, subAcme, acmeA, "x", true},
+		{"dot suffix no match", PolicyDeny, []Rule{rule(1, "x", "*.acme.beam.directory", "allow")}, betaC, acmeA, "x", false},
+		{"dot suffix in the middle", PolicyDeny, []Rule{rule(1, "x", "*.acme.beam.directory", "allow")}, "m@x.acme.beam.directory.evil.example", acmeA, "x", false},
+		{"dot suffix is not the org itself", PolicyDeny, []Rule{rule(1, "x", "*.acme.beam.directory", "allow")}, acmeB, acmeA, "x", false},
+		{"dot suffix deny in the middle", PolicyAllow, []Rule{rule(1, "x", "*.beam", "deny")}, betaC, acmeA, "x", true},
 		{"allow wildcard intent", PolicyDeny, []Rule{rule(1, "*", betaC, "allow")}, betaC, acmeA, "whatever", true},
 		{"allow other intent falls back", PolicyDeny, []Rule{rule(1, "y", betaC, "allow")}, betaC, acmeA, "x", false},
 	}

@@ -110,7 +110,7 @@
 // Allowed(from, to, intentType) evaluates the target's rules whose
 // intent_type is intentType or "*" and whose allowed_from matches from ("*";
 // an exact Beam ID; "*@domain" = from ends with "@domain"; "*.x" = from
-// contains ".x"): any matching deny denies; else any matching allow allows;
+// ends with ".x", i.e. its domain lies beneath x): any matching deny denies; else any matching allow allows;
 // else Config.DefaultPolicy decides (same-org: both are org agents of the
 // same org; allow; deny). ACLs are managed by the target agent (API key or
 // signature) or an operator, never anonymously.

@@ -83,7 +83,8 @@ func StartServer(ctx context.Context, opts ServerOptions) (*ServerProcess, error
 	// run holds far more connections than the default cap. The Intent Protocol listener is off unless
 	// Args turn it on (a later flag wins), so that several servers never
 	// contend for its port.
-	args := []string{"serve", "--listen", listen, "--intent-listen=", "--data-dir", opts.DataDir, "--no-rate-limits", "--max-conns-per-addr", "0", "--max-conns", "0"}
+	args := []string{"serve", "--listen", listen, "--intent-listen=", "--data-dir", opts.DataDir, "--no-rate-limits", "--max-conns-per-addr", "0", "--max-conns", "0",
+		"--intent-max-conns", "0", "--intent-max-conns-per-addr", "0"}
 	if opts.Synchronous != "" {
 		args = append(args, "--sqlite-synchronous", opts.Synchronous)
 	}

@@ -42,10 +42,15 @@ type Lock struct {
 
 // Acquire takes the exclusive lock of dataDir without waiting, creating the
 // directory and the lock file when missing, and writes the caller's PID
-// into the file. It returns a *HeldError when another process holds it.
+// into the file. The directory is left with mode 0700 (an existing one is
+// tightened): only its owner may list or open what it holds. It returns a
+// *HeldError when another process holds it.
 func Acquire(dataDir string) (*Lock, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("restrict data directory %s to mode 0700: %w", dataDir, err)
 	}
 	return AcquireFile(filepath.Join(dataDir, FileName))
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,20 +64,7 @@ func TestKeyedBucketsRefillPerKey(t *testing.T) {
 
 func TestListenerCapsConnectionsPerAddress(t *testing.T) {
 	t.Parallel()
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ln := NewListener(inner, 0, 2)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 8)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	inner, accepted := serveCapped(t, 0, 2)
 	var clients []net.Conn
 	for range 3 {
 		c, err := net.Dial("tcp", inner.Addr().String())
@@ -86,7 +74,7 @@ func TestListenerCapsConnectionsPerAddress(t *testing.T) {
 	first, second := <-accepted, <-accepted
 	// The third is closed by the listener: its read ends.
 	require.NoError(t, clients[2].SetReadDeadline(time.Now().Add(10*time.Second)))
-	_, err = clients[2].Read(make([]byte, 1))
+	_, err := clients[2].Read(make([]byte, 1))
 	require.Error(t, err)
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the third connection was not closed")
@@ -106,4 +94,94 @@ func TestListenerCapsConnectionsPerAddress(t *testing.T) {
 	for _, c := range clients {
 		c.Close()
 	}
+}
+
+// serveCapped listens on loopback with the caps and hands each accepted
+// connection to the returned channel until the test ends.
+func serveCapped(t *testing.T, total, perAddr int) (net.Listener, <-chan net.Conn) {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ln := NewListener(inner, total, perAddr)
+	t.Cleanup(func() { _ = ln.Close() })
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return inner, accepted
+}
+
+// dialFrom connects to ln from the loopback address src.
+func dialFrom(t *testing.T, src string, ln net.Listener) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestListenerKeepsAReserveForLightAddresses(t *testing.T) {
+	t.Parallel()
+	inner, accepted := serveCapped(t, 8, 4) // reserve: the last 2 slots, for addresses holding none
+	for range 4 {
+		dialFrom(t, "127.0.0.2", inner)
+	}
+	for range 4 {
+		<-accepted
+	}
+	heavy := make([]net.Conn, 0, 4)
+	for range 4 {
+		heavy = append(heavy, dialFrom(t, "127.0.0.3", inner))
+	}
+	for range 2 {
+		<-accepted
+	}
+	// 127.0.0.3's third and fourth are closed: only the reserve is left.
+	var closed atomic.Int32
+	for _, c := range heavy {
+		go func() {
+			if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, net.ErrClosed) {
+				closed.Add(1)
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return closed.Load() == 2 }, 10*time.Second, 10*time.Millisecond)
+	// Two new addresses get the reserved slots.
+	dialFrom(t, "127.0.0.4", inner)
+	dialFrom(t, "127.0.0.5", inner)
+	for range 2 {
+		select {
+		case <-accepted:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a new address got no reserved slot")
+		}
+	}
+}
+
+func TestAddrKeyGroupsIPv6By64(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"192.0.2.7:443":                  "192.0.2.7",
+		"[::ffff:192.0.2.7]:443":         "192.0.2.7",
+		"[2001:db8:1:2:aaaa::1]:80":      "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff:ffff::9]:80": "2001:db8:1:2::/64",
+		"[2001:db8:1:3::1]:80":           "2001:db8:1:3::/64",
+		"[fe80::1%eth0]:80":              "fe80::/64",
+		"[::1]:80":                       "::/64",
+		"2001:db8:1:2::5":                "2001:db8:1:2::/64",
+		"not an address":                 "not an address",
+	} {
+		require.Equal(t, want, HostKey(in), in)
+	}
+	a := &net.TCPAddr{IP: net.ParseIP("2001:db8:1:2::1"), Port: 1}
+	b := &net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:dead:beef::2"), Port: 2}
+	require.Equal(t, AddrKey(a), AddrKey(b))
+	require.Equal(t, "192.0.2.7", AddrKey(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")}))
 }

@@ -3,34 +3,48 @@ package limits
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
 	"syscall"
 )
 
 // Listener caps the connections a net.Listener has open: at most total at
 // once (Accept waits for one to close), and at most perAddr from one client
-// IP address (further ones are closed as soon as they are accepted). Zero
-// disables a cap.
+// address (further ones are closed as soon as they are accepted). Zero
+// disables a cap. Addresses are grouped as AddrKey groups them.
+//
+// The total cap is shared fairly: the last quarter of it is a reserve that
+// only addresses holding fewer than ReserveShare(total) connections may
+// use. Once fewer than total/4 slots are free, a connection from an
+// address above that share is closed at once, so a few addresses at their
+// per-address cap cannot take every slot and leave newcomers waiting.
 type Listener struct {
 	net.Listener
-	perAddr int
-	sem     chan struct{}
+	total, perAddr int
+	sem            chan struct{}
 
 	mu    sync.Mutex
+	open  int
 	count map[string]int
 }
 
 // NewListener wraps ln with the caps.
 func NewListener(ln net.Listener, total, perAddr int) *Listener {
-	l := &Listener{Listener: ln, perAddr: perAddr, count: make(map[string]int)}
+	l := &Listener{Listener: ln, total: total, perAddr: perAddr, count: make(map[string]int)}
 	if total > 0 {
 		l.sem = make(chan struct{}, total)
 	}
 	return l
 }
 
+// ReserveShare is how many connections an address may hold and still be
+// let into the reserved last quarter of a total cap: total/256, at least 1.
+func ReserveShare(total int) int {
+	return max(1, total/256)
+}
+
 // Accept waits for a free slot, then returns the next connection whose
-// address is under its cap.
+// address is under its caps.
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		if l.sem != nil {
@@ -41,7 +55,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.releaseSlot()
 			return nil, err
 		}
-		host := hostOf(c.RemoteAddr())
+		host := AddrKey(c.RemoteAddr())
 		if !l.take(host) {
 			_ = c.Close()
 			l.releaseSlot()
@@ -57,39 +71,76 @@ func (l *Listener) releaseSlot() {
 	}
 }
 
+// take counts a connection of host, or reports that host is over its cap
+// or not allowed into the reserve.
 func (l *Listener) take(host string) bool {
-	if l.perAddr <= 0 {
+	if l.perAddr <= 0 && l.total <= 0 {
 		return true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.count[host] >= l.perAddr {
+	n := l.count[host]
+	if l.perAddr > 0 && n >= l.perAddr {
+		return false
+	}
+	if l.total > 0 && l.total-l.open <= l.total/4 && n >= ReserveShare(l.total) {
 		return false
 	}
 	l.count[host]++
+	l.open++
 	return true
 }
 
 func (l *Listener) put(host string) {
-	if l.perAddr > 0 {
+	if l.perAddr > 0 || l.total > 0 {
 		l.mu.Lock()
 		if l.count[host]--; l.count[host] <= 0 {
 			delete(l.count, host)
 		}
+		l.open--
 		l.mu.Unlock()
 	}
 	l.releaseSlot()
 }
 
-func hostOf(a net.Addr) string {
+// AddrKey is the key under which per-address limits count a client: its IP
+// address, except that IPv6 addresses are grouped by their /64 prefix (one
+// host or site usually holds a whole /64, so counting each address alone
+// would give it billions of separate allowances). IPv4-mapped IPv6
+// addresses count as IPv4. An address that does not parse is its own key.
+func AddrKey(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ipKey(ip)
+		}
 	}
-	host, _, err := net.SplitHostPort(a.String())
+	return HostKey(a.String())
+}
+
+// HostKey is AddrKey for an address in "host:port" or plain host form, as
+// http.Request.RemoteAddr carries it.
+func HostKey(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(host)
 	if err != nil {
-		return a.String()
+		return host
 	}
-	return host
+	return ipKey(ip)
+}
+
+func ipKey(ip netip.Addr) string {
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, err := ip.WithZone("").Prefix(64)
+	if err != nil {
+		return ip.String()
+	}
+	return p.String()
 }
 
 // limitedConn gives its slot back once, on the first Close.

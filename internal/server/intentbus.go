@@ -1,9 +1,11 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/bus/jobs"
+	"github.com/beamdir/beam/internal/limits"
 )
 
 // intentBus is the Intent Protocol job bus and its own HTTP server.
@@ -49,12 +52,14 @@ func (s *Server) openIntentBus(ctx context.Context) error {
 	if s.dash != nil {
 		s.dash.SetJobs(svc)
 	}
+	idle := cmp.Or(s.cfg.Limits.IntentIdleTimeout, 2*time.Minute)
 	s.intent = &intentBus{svc: svc, secret: secret, secretIsNew: isNew, srv: &http.Server{
 		Handler:           svc.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(idle, defaultReadHeaderTimeout),
 		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       idle,
 		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}}
 	return nil
 }
@@ -76,10 +81,14 @@ func (s *Server) IntentSecret() (string, bool) {
 	return s.intent.secret, s.intent.secretIsNew
 }
 
-// ServeIntent answers the Intent Protocol on ln until Shutdown.
+// ServeIntent answers the Intent Protocol on ln until Shutdown, under the
+// IntentMaxConns caps.
 func (s *Server) ServeIntent(ln net.Listener) error {
 	if s.intent == nil {
 		return errors.New("intent bus is off")
+	}
+	if lim := s.cfg.Limits; lim.IntentMaxConns > 0 || lim.IntentMaxConnsPerAddr > 0 {
+		ln = limits.NewListener(ln, lim.IntentMaxConns, lim.IntentMaxConnsPerAddr)
 	}
 	err := s.intent.srv.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,6 +37,15 @@ type Limits struct {
 	// defaultReadHeaderTimeout, so a client cannot hold a connection by
 	// sending its headers slowly even with the other limits off.
 	ReadHeaderTimeout time.Duration
+	// IntentMaxConns and IntentMaxConnsPerAddr are the connection caps of
+	// the Intent Protocol listener, counted apart from the main
+	// listener's, so a flood of one cannot starve the other.
+	IntentMaxConns        int
+	IntentMaxConnsPerAddr int
+	// IntentIdleTimeout closes an Intent Protocol connection that waits
+	// longer for its next request (or, when new, for its first request's
+	// headers, at most defaultReadHeaderTimeout); zero means 2 minutes.
+	IntentIdleTimeout time.Duration
 }
 
 // defaultReadHeaderTimeout is the header deadline when Limits sets none.
@@ -54,6 +62,10 @@ var DefaultLimits = Limits{
 	ReadTimeout:     30 * time.Second,
 	WriteTimeout:    0, // derived from the result timeouts, see writeTimeout
 	IdleTimeout:     120 * time.Second,
+
+	IntentMaxConns:        1024,
+	IntentMaxConnsPerAddr: 64,
+	IntentIdleTimeout:     120 * time.Second,
 }
 
 // rateLimits are the keyed buckets of one server.
@@ -127,14 +139,11 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// clientIP is the address the request came from. Forwarding headers are
+// clientIP is the key of the address the request came from (an IPv6
+// address stands for its /64, see limits.HostKey). Forwarding headers are
 // not trusted: behind a proxy, every client shares the proxy's limits.
 func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	return limits.HostKey(r.RemoteAddr)
 }
 
 // writeTimeout is the configured WriteTimeout, or one long enough for the
