@@ -99,7 +99,7 @@ function routeLine(env, id) {
   for (const a of r.next || []) parts.push(el("span", { class: "hop-next" }, actorName(a)));
   if (!parts.length) return el("span", { class: "muted", id }, "—");
   const line = el("span", { class: "mesh-route", id });
-  parts.forEach((p, i) => { if (i) line.append(el("span", { class: "arrow", "aria-hidden": "true" }, "→")); line.append(p); });
+  parts.forEach((p, i) => { if (i) line.append(" ", el("span", { class: "arrow", "aria-hidden": "true" }, "→"), " "); line.append(p); });
   return line;
 }
 
