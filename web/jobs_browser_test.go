@@ -17,11 +17,12 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// TestBrowserJobsPage: the Jobs page shows the Intent Protocol queues by
-// namespace and status and the dead letters, and its Retry button moves a
-// dead job back to open.
-func TestBrowserJobsPage(t *testing.T) {
-	b := setup(t)
+// shopJobs starts the job bus on the bundle's log and publishes two jobs
+// in namespace shop: one open, one dead ("carrier down"), whose id it
+// returns.
+func (b *bundle) shopJobs() (*jobs.Service, string) {
+	t := b.t
+	t.Helper()
 	svc, err := jobs.Open(context.Background(), jobs.Config{Log: b.log, Secret: "main"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Close() })
@@ -41,6 +42,15 @@ func TestBrowserJobsPage(t *testing.T) {
 	dead := call("POST", "/intent", `{"goal":"sms","payload":2,"namespace":"shop","max_attempts":1}`)["id"].(string)
 	cl := call("POST", "/claim?namespace=shop&goal=sms", "")
 	call("POST", "/fail/"+dead, fmt.Sprintf(`{"claim_token":%q,"error":"carrier down"}`, cl["claim_token"]))
+	return svc, dead
+}
+
+// TestBrowserJobsPage: the Jobs page shows the Intent Protocol queues by
+// namespace and status and the dead letters, and its Retry button moves a
+// dead job back to open.
+func TestBrowserJobsPage(t *testing.T) {
+	b := setup(t)
+	svc, dead := b.shopJobs()
 
 	ctx := browsertest.Start(t)
 	browsertest.Run(t, ctx, 20*time.Second,
