@@ -1385,6 +1385,7 @@ function renderFederation(root, { isCurrent }) {
 
     if (peers) {
       known.add("peers");
+      known.add("backlog"); // shown per peer in the table
       const custom = peers.every((p) => p && typeof p === "object" && p.domain);
       let table;
       if (custom) {
