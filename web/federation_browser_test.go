@@ -34,10 +34,7 @@ func TestBrowserFederationPeerDown(t *testing.T) {
 	})
 	ctx := browsertest.Start(t)
 	shots := browsertest.NewShooter(t, "federation")
-	browsertest.Run(t, ctx, 20*time.Second,
-		chromedp.Navigate(b.url("/dashboard/login")), chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(chromedp.CSS(".sidebar")))
+	b.browserLogin(ctx)
 	for _, w := range []int{1440, 390} {
 		browsertest.Run(t, ctx, 10*time.Second, chromedp.EmulateViewport(int64(w), 900), chromedp.Navigate(b.url("/dashboard/#/federation")))
 		browsertest.WaitJS(t, ctx, 10*time.Second, `document.querySelector("#federation-dead tbody tr") && !document.querySelector("#m-fed-waiting .skeleton")`)

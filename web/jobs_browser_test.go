@@ -53,13 +53,8 @@ func TestBrowserJobsPage(t *testing.T) {
 	svc, dead := b.shopJobs()
 
 	ctx := browsertest.Start(t)
-	browsertest.Run(t, ctx, 20*time.Second,
-		chromedp.Navigate(b.url("/dashboard/login")),
-		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), adminToken),
-		chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(chromedp.CSS(".sidebar")),
-		chromedp.Navigate(b.url("/dashboard/#/jobs")))
+	b.browserLogin(ctx)
+	browsertest.Run(t, ctx, 10*time.Second, chromedp.Navigate(b.url("/dashboard/#/jobs")))
 	browsertest.WaitJS(t, ctx, 10*time.Second, `!!document.querySelector('#jobs-queues tr[data-ns="shop"]')`)
 	cells := browsertest.Eval[[]string](t, ctx, `[...document.querySelectorAll('#jobs-queues tr[data-ns="shop"] td')].map(td => td.textContent)`)
 	require.Equal(t, []string{"shop", "1", "0", "0", "1"}, cells)

@@ -92,6 +92,16 @@ func (b *bundle) appendPeerOutage(nonce string, retries int, at time.Time) {
 	require.NoError(b.t, err)
 }
 
+// browserLogin signs the browser in to the bundle's dashboard with the
+// operator token.
+func (b *bundle) browserLogin(ctx context.Context) {
+	b.t.Helper()
+	browsertest.Run(b.t, ctx, 20*time.Second,
+		chromedp.Navigate(b.url("/dashboard/login")), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.CSS(".sidebar")))
+}
+
 // TestBrowserPipelineListAndEnvelope: the pipelines list names each
 // envelope's route, creator and creation time; the envelope page gives
 // every hop its times and names the actor of each waterfall row; on a
@@ -103,10 +113,7 @@ func TestBrowserPipelineListAndEnvelope(t *testing.T) {
 	shots := browsertest.NewShooter(t, "pipelines")
 	route := []string{"warehouse@demo.beam.directory", "finance@demo.beam.directory", "partner-desk@demo.beam.directory"}
 	b.appendEnvelope("env-1", "procurement@demo.beam.directory", route, time.Now().Add(-2*time.Minute))
-	browsertest.Run(t, ctx, 20*time.Second,
-		chromedp.Navigate(b.url("/dashboard/login")), chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(chromedp.CSS(".sidebar")))
+	b.browserLogin(ctx)
 
 	row := `document.querySelector('#mesh-table tr[data-id="env-1"]')`
 	for _, w := range []int{1440, 390} {
@@ -152,10 +159,7 @@ func TestBrowserPeerOutageIsOneRow(t *testing.T) {
 	ctx := browsertest.Start(t)
 	shots := browsertest.NewShooter(t, "outage")
 	b.appendPeerOutage("n-outage-1", 11, time.Now().Add(-3*time.Minute))
-	browsertest.Run(t, ctx, 20*time.Second,
-		chromedp.Navigate(b.url("/dashboard/login")), chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(chromedp.CSS(".sidebar")))
+	b.browserLogin(ctx)
 	for _, w := range []int{1440, 390} {
 		browsertest.Run(t, ctx, 10*time.Second, chromedp.EmulateViewport(int64(w), 900), chromedp.Navigate(b.url("/dashboard/#/intents/n-outage-1")))
 		browsertest.WaitJS(t, ctx, 10*time.Second, `document.querySelectorAll("#timeline > li").length > 0`)

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -260,9 +262,19 @@ func seedOrders(ctx context.Context, base string, c *agents.Client) error {
 	return nil
 }
 
-// startWork seeds the job bus and the pipelines; failures are logged, not
-// fatal: the directory's own demo traffic goes on without them.
+// startWork seeds the job bus and the pipelines once per state directory
+// (a restart finds them in the log); failures are logged, not fatal: the
+// directory's own demo traffic goes on without them.
 func startWork(ctx context.Context, lg *slog.Logger, cfg Config, bus *jobBus, procurement *agents.Client) {
+	marker := filepath.Join(cfg.StateDir, "seeded")
+	if _, err := os.Stat(marker); err == nil {
+		return
+	}
+	defer func() {
+		if err := os.WriteFile(marker, []byte("jobs and pipelines seeded\n"), 0o600); err != nil {
+			lg.Warn("demo seed marker not written", "err", err)
+		}
+	}()
 	if bus != nil {
 		if err := bus.seed(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			lg.Warn("demo jobs not seeded", "err", err)
