@@ -12,11 +12,11 @@ import (
 	"github.com/beamdir/beam/internal/browsertest"
 )
 
-// TestBrowserFederationPeerDown: while a peer is down the Federation page
+// TestBrowserFederationRetryAndReplayHints: while a peer is down the Federation page
 // says its waiting messages are being retried, and it names the commands
 // that list and resend the rows the relay gave up on (beam peer outbox,
 // beam peer replay ROW-ID) instead of "the CLI"; it fits a 390 px phone.
-func TestBrowserFederationPeerDown(t *testing.T) {
+func TestBrowserFederationRetryAndReplayHints(t *testing.T) {
 	now := time.Now().UTC()
 	iso := func(d time.Duration) string { return now.Add(-d).Format(time.RFC3339Nano) }
 	status := map[string]any{
@@ -41,7 +41,7 @@ func TestBrowserFederationPeerDown(t *testing.T) {
 		requireNoOverflow(t, ctx, "federation", w)
 		shots.Shot(ctx, fmt.Sprintf("%d-peer-down", w))
 		require.Equal(t, "peer down, retrying", browsertest.Eval[string](t, ctx, `document.querySelector("#m-fed-waiting .hint").textContent`))
-		require.Contains(t, browsertest.Eval[string](t, ctx, `document.querySelector('#federation-peers tr[data-peer="beta.beam.directory"] td[data-col="depth"]').textContent`),
+		require.Contains(t, browsertest.Eval[string](t, ctx, `document.querySelector('#federation-peers tr[data-peer="beta.beam.directory"] td[data-col="link"]').textContent`),
 			"peer down, retrying")
 		hint := browsertest.Eval[string](t, ctx, `document.getElementById("federation-replay-hint").textContent`)
 		require.Contains(t, hint, "beam peer outbox --state DEAD")

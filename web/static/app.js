@@ -1390,7 +1390,7 @@ function renderFederation(root, { isCurrent }) {
       let table;
       if (custom) {
         table = h("table", { class: "data", id: "federation-peers" },
-          h("thead", null, h("tr", null, ...["Peer directory", "Link", "Outbox", "Lag", "Last error", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col" }, t)))),
+          h("thead", null, h("tr", null, ...["Peer directory", "Link", "Outbox", "Lag", "Last error", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col", class: t === "Outbox" || t === "Lag" ? "num" : null }, t)))),
           h("tbody", null, ...peers.map((p) => {
             const ls = linkState(p, links.get(p.domain));
             const bl = (st.backlog && st.backlog[p.domain]) || null;
@@ -1398,9 +1398,9 @@ function renderFederation(root, { isCurrent }) {
             return h("tr", { dataset: { peer: p.domain, link: ls.state } },
             h("td", null, h("div", { class: "agent-cell" }, h("span", { class: `presence link-${ls.state}`, title: ls.text }),
               h("span", { class: "mono" }, p.domain))),
-            h("td", { title: ls.detail || ls.text }, h("span", { class: `chip link-${ls.state}` }, ls.text)),
-            h("td", { class: "num", dataset: { col: "depth" } }, fmtInt(bl ? bl.depth : 0),
+            h("td", { title: ls.detail || ls.text, dataset: { col: "link" } }, h("span", { class: `chip link-${ls.state}` }, ls.text),
               bl && bl.depth && (ls.state === "down" || ls.state === "failing") ? h("div", { class: "reason retrying" }, "peer down, retrying") : null),
+            h("td", { class: "num", dataset: { col: "depth" } }, fmtInt(bl ? bl.depth : 0)),
             h("td", { class: "num", dataset: { col: "lag" } }, bl ? `${Math.round(lag / 1000)} s` : "—"),
             h("td", { dataset: { col: "lastError" }, title: (bl && bl.lastError) || "" }, (bl && bl.lastError) || "—"),
             h("td", { class: "mono muted", title: p.url || "" }, p.url || "—"),
@@ -1425,7 +1425,7 @@ function renderFederation(root, { isCurrent }) {
         dead.length ? h("p", { class: "card-note muted", id: "federation-replay-hint" }, "The relay gave up on these. List them with ",
           h("code", null, "beam peer outbox --state DEAD"), " and send one again with ", h("code", null, "beam peer replay ROW-ID"), ".") : null,
         dead.length ? h("div", { class: "table-wrap" }, labelCells(h("table", { class: "data", id: "federation-dead" },
-          h("thead", null, h("tr", null, ...["Nonce", "Peer", "Kind", "Attempts", "Last error", "Updated", "Replay"].map((t) => h("th", { scope: "col" }, t)))),
+          h("thead", null, h("tr", null, ...["Nonce", "Peer", "Kind", "Attempts", "Last error", "Updated", "Replay"].map((t) => h("th", { scope: "col", class: t === "Attempts" ? "num" : null }, t)))),
           h("tbody", null, ...dead.map((r) => h("tr", null,
             h("td", null, r.nonce ? h("a", { class: "nonce", href: `#/intents/${encodeURIComponent(r.nonce)}`, title: r.nonce }, r.nonce) : "—"),
             h("td", { class: "mono" }, r.peer || "—"),
