@@ -17,11 +17,12 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// TestBrowserJobsPage: the Jobs page shows the Intent Protocol queues by
-// namespace and status and the dead letters, and its Retry button moves a
-// dead job back to open.
-func TestBrowserJobsPage(t *testing.T) {
-	b := setup(t)
+// shopJobs starts the job bus on the bundle's log and publishes two jobs
+// in namespace shop: one open, one dead ("carrier down"), whose id it
+// returns.
+func (b *bundle) shopJobs() (*jobs.Service, string) {
+	t := b.t
+	t.Helper()
 	svc, err := jobs.Open(context.Background(), jobs.Config{Log: b.log, Secret: "main"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Close() })
@@ -41,15 +42,19 @@ func TestBrowserJobsPage(t *testing.T) {
 	dead := call("POST", "/intent", `{"goal":"sms","payload":2,"namespace":"shop","max_attempts":1}`)["id"].(string)
 	cl := call("POST", "/claim?namespace=shop&goal=sms", "")
 	call("POST", "/fail/"+dead, fmt.Sprintf(`{"claim_token":%q,"error":"carrier down"}`, cl["claim_token"]))
+	return svc, dead
+}
+
+// TestBrowserJobsPage: the Jobs page shows the Intent Protocol queues by
+// namespace and status and the dead letters, and its Retry button moves a
+// dead job back to open.
+func TestBrowserJobsPage(t *testing.T) {
+	b := setup(t)
+	svc, dead := b.shopJobs()
 
 	ctx := browsertest.Start(t)
-	browsertest.Run(t, ctx, 20*time.Second,
-		chromedp.Navigate(b.url("/dashboard/login")),
-		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), adminToken),
-		chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(chromedp.CSS(".sidebar")),
-		chromedp.Navigate(b.url("/dashboard/#/jobs")))
+	b.browserLogin(ctx)
+	browsertest.Run(t, ctx, 10*time.Second, chromedp.Navigate(b.url("/dashboard/#/jobs")))
 	browsertest.WaitJS(t, ctx, 10*time.Second, `!!document.querySelector('#jobs-queues tr[data-ns="shop"]')`)
 	cells := browsertest.Eval[[]string](t, ctx, `[...document.querySelectorAll('#jobs-queues tr[data-ns="shop"] td')].map(td => td.textContent)`)
 	require.Equal(t, []string{"shop", "1", "0", "0", "1"}, cells)

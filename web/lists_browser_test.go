@@ -53,10 +53,7 @@ func TestBrowserListsPageInboxAndBulkRequeue(t *testing.T) {
 	b.queueFor("n-q-3", "bob@acme.beam.directory", true)
 	intents := 120 + 103 + 3
 
-	browsertest.Run(t, ctx, 20*time.Second,
-		chromedp.Navigate(b.url("/dashboard/login")), chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(chromedp.CSS(".sidebar")))
+	b.browserLogin(ctx)
 
 	pagerText := func(id string) string {
 		return browsertest.Eval[string](t, ctx, fmt.Sprintf(`document.querySelector("#%s .pager-text").textContent`, id))

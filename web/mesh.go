@@ -29,7 +29,10 @@ type meshHop struct {
 	Error    string          `json:"error,omitempty"`
 	Progress float64         `json:"progress"`
 	Payload  json.RawMessage `json:"payload,omitempty"`
-	At       time.Time       `json:"at"`
+	// At is when the hop was first dispatched; EndedAt when it finished
+	// (absent while it runs).
+	At      time.Time  `json:"at"`
+	EndedAt *time.Time `json:"endedAt,omitempty"`
 }
 
 func (d *Dashboard) handleMeshList(w http.ResponseWriter, r *http.Request, p principal) {
@@ -113,6 +116,8 @@ func meshHops(trace []tracing.Event) []meshHop {
 					cur.Error = st.Error
 				}
 				cur.Progress = st.Progress
+				end := ev.At
+				cur.EndedAt = &end
 				var env struct {
 					Payload json.RawMessage `json:"payload"`
 				}

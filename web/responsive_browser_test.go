@@ -106,6 +106,9 @@ func TestBrowserResponsiveAndWaterfall(t *testing.T) {
 		b.sendEcho(alice, "agent.ping")
 	}
 	offs := b.retryTrace("n-retry-1", time.Now().Add(-2*time.Minute))
+	_, deadJob := b.shopJobs()
+	b.appendEnvelope("env-r1", "procurement@demo.beam.directory", []string{"warehouse@demo.beam.directory", "finance@demo.beam.directory"}, time.Now().Add(-time.Minute))
+	b.appendPeerOutage("n-outage-r1", 5, time.Now().Add(-time.Minute))
 
 	for _, w := range []int{390, 1440} {
 		browsertest.Run(t, ctx, 20*time.Second, chromedp.EmulateViewport(int64(w), 900),
@@ -125,6 +128,11 @@ func TestBrowserResponsiveAndWaterfall(t *testing.T) {
 		{"dead-letters", "#/dead-letters/msg-dead-1", `!!document.querySelector("#dl-detail pre.json")`},
 		{"agents", "#/agents", `document.querySelectorAll("tbody tr.row-link").length === 2`},
 		{"federation", "#/federation", `!!document.getElementById("federation-empty")`},
+		{"jobs", "#/jobs", `document.querySelector('#jobs-queues tr[data-ns="shop"]') && document.querySelector('#jobs-dead-list tr[data-id="` + deadJob + `"]')`},
+		{"pipelines", "#/pipelines", `!!document.querySelector('#mesh-table tr[data-id="env-r1"]')`},
+		{"envelope", "#/pipelines/env-r1", `document.querySelectorAll("#mesh-hops li").length === 2 && document.querySelector("#mesh-waterfall .wf-stage")`},
+		{"dead-letter-list", "#/dead-letters", `document.querySelectorAll("tr[data-id]").length > 0 || document.querySelectorAll("tbody tr").length > 0`},
+		{"outage-trace", "#/intents/n-outage-r1", `!!document.querySelector("#timeline > li.tl-group")`},
 	}
 	for _, w := range []int{1440, 390} {
 		browsertest.Run(t, ctx, 10*time.Second, chromedp.EmulateViewport(int64(w), 900))

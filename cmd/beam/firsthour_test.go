@@ -117,6 +117,7 @@ func TestHelpAndVersion(t *testing.T) {
 
 	_, _, stderr = runCLI(t, "help")
 	require.Contains(t, stderr, "trace      print the events of one intent or job, in order with time deltas")
+	require.Contains(t, stderr, "beam peer show-self|add|list|remove|outbox|replay", "the dashboard sends users to beam peer outbox and replay")
 
 	_, _, stderr = runCLI(t, "trace", "--help")
 	require.Contains(t, stderr, "Prints the events of one intent")

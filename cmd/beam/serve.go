@@ -256,12 +256,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.demo {
 		demoCtx, stopDemo := context.WithCancel(ctx)
 		defer stopDemo()
+		dcfg := demo.Config{
+			DirectoryURL: "http://" + ln.Addr().String(),
+			StateDir:     filepath.Join(f.dataDir, "demo"),
+			Logger:       logger,
+		}
+		if iln != nil {
+			dcfg.JobBusURL = "http://" + iln.Addr().String()
+			dcfg.JobBusKey, _ = srv.IntentSecret()
+		}
 		go func() {
-			err := demo.Run(demoCtx, demo.Config{
-				DirectoryURL: "http://" + ln.Addr().String(),
-				StateDir:     filepath.Join(f.dataDir, "demo"),
-				Logger:       logger,
-			})
+			err := demo.Run(demoCtx, dcfg)
 			if err != nil {
 				logger.Error("demo agents stopped", "err", err)
 			}

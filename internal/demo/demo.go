@@ -5,10 +5,14 @@
 // holds an authenticated WebSocket session and signs every frame, exactly as
 // an external agent would. Some intents succeed, some fail, some are accepted
 // asynchronously, and one agent never connects, so messages sent to it
-// through the bus wait in its inbox.
+// through the bus wait in its inbox. Orders run through a pipeline of the
+// agents (some succeed, one is refused, one waits in review), and a shop
+// publishes jobs on the Intent Protocol job bus that a worker claims,
+// fulfills or fails.
 //
 // demo must not reach into the directory's internals: it only uses the
-// public agent SDK (package agents).
+// public agent SDK (package agents), the pipeline gateway and the job bus
+// over HTTP as any client would.
 package demo
 
 import (
@@ -49,6 +53,10 @@ type Config struct {
 	Interval time.Duration
 	// Logger receives the demo's diagnostics.
 	Logger *slog.Logger
+	// JobBusURL is the base URL of the Intent Protocol job bus and
+	// JobBusKey its BUS_SECRET; without them the demo publishes no jobs.
+	JobBusURL string
+	JobBusKey string
 }
 
 // Run registers and connects the demo agents, then keeps sending intents
@@ -89,12 +97,18 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	handlers(clients)
+	meshHandlers(clients)
 	for _, id := range []string{Procurement, PartnerDesk, Finance, Warehouse} {
 		if err := clients[id].Connect(ctx); err != nil {
 			return fmt.Errorf("demo agent %s: connect: %w", id, err)
 		}
 	}
 	lg.Info("demo agents connected", "agents", len(clients)-1, "offline", Archive)
+	var bus *jobBus
+	if cfg.JobBusURL != "" && cfg.JobBusKey != "" {
+		bus = &jobBus{base: strings.TrimRight(cfg.JobBusURL, "/"), key: cfg.JobBusKey, http: &http.Client{Timeout: 15 * time.Second}}
+	}
+	startWork(ctx, lg, cfg, bus, clients[Procurement])
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	tick := time.NewTimer(cfg.Interval)
@@ -105,7 +119,25 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		case <-tick.C:
 		}
-		go scenario(ctx, lg, clients, rng.IntN(10))
+		n := rng.IntN(12)
+		switch {
+		case n == 10 && bus != nil:
+			go func(r *rand.Rand) {
+				if err := bus.cycle(ctx, r); err != nil && ctx.Err() == nil {
+					lg.Debug("demo job ended with an error", "err", err)
+				}
+			}(rand.New(rand.NewPCG(rng.Uint64(), 11)))
+		case n == 11:
+			order := map[string]any{"order": fmt.Sprintf("PO-%d", 4000+rng.IntN(6000)), "sku": "INV-240", "quantity": 1 + rng.IntN(60)}
+			order["amountEur"] = 184 * order["quantity"].(int)
+			go func() {
+				if _, err := createOrder(ctx, cfg.DirectoryURL, clients[Procurement], order); err != nil && ctx.Err() == nil {
+					lg.Debug("demo pipeline ended with an error", "err", err)
+				}
+			}()
+		default:
+			go scenario(ctx, lg, clients, n%10)
+		}
 		// Exponentially distributed gaps look like real traffic.
 		tick.Reset(time.Duration(rng.ExpFloat64() * float64(cfg.Interval)))
 	}

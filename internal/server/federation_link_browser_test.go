@@ -81,6 +81,7 @@ func TestBrowserFederationPeerDown(t *testing.T) {
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	browsertest.WaitJS(t, bctx, 30*time.Second, row+` && `+row+`.querySelector('[data-col="depth"]').textContent === "1" && `+
 		row+`.querySelector('[data-col="lastError"]').textContent.includes("beta.beam.directory")`)
+	require.Contains(t, browsertest.Eval[string](t, bctx, row+`.querySelector('[data-col="link"]').textContent`), "peer down, retrying")
 	shots.Shot(bctx, "02b-backlog")
 	for _, w := range []int64{390, 1440} {
 		browsertest.Run(t, bctx, 5*time.Second, chromedp.EmulateViewport(w, 900))

@@ -1,8 +1,10 @@
 // beam dashboard: a hash-routed single page over /observability/*.
 import { stackedBars, latencyLines } from "./chart.js";
-import { waterfall, retryFailure } from "./trace.js";
+import { waterfall, retryFailure, foldOutboxRetries } from "./trace.js";
 import { pager, PAGE } from "./pager.js";
 import { renderPipelines, renderPipeline } from "./mesh.js";
+import { rel, fmtTime, fmtClock } from "./fmt.js";
+import { labelCells } from "./cells.js";
 
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ROLE = document.querySelector('meta[name="beam-role"]').content;
@@ -74,25 +76,6 @@ function fmtRate(perMin) {
   return `${perHour >= 10 ? Math.round(perHour) : perHour.toFixed(1)} per hour`;
 }
 const fmtPct = (r) => (r === null || r === undefined ? "—" : `${(r * 100).toFixed(r >= 0.9995 || r === 0 ? 0 : 1)}%`);
-function rel(iso) {
-  if (!iso) return "—";
-  const s = (Date.now() - new Date(iso).getTime()) / 1000;
-  if (s < 5) return "just now";
-  if (s < 60) return `${Math.floor(s)} s ago`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
-  return `${Math.floor(s / 86400)} d ago`;
-}
-function fmtTime(iso) {
-  if (!iso) return "—";
-  const d = new Date(iso);
-  return d.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
-}
-function fmtClock(iso) {
-  const d = new Date(iso);
-  return d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false }) +
-    "." + String(d.getMilliseconds()).padStart(3, "0");
-}
 const timeEl = (iso) => h("time", { datetime: iso || "", title: fmtTime(iso), dataset: { rel: iso || "" } }, rel(iso));
 const stateLabel = (s) => (s || "").replace(/_/g, " ");
 const chip = (state) => h("span", { class: `chip s-${state}` }, stateLabel(state));
@@ -817,6 +800,31 @@ const FACT_KEYS = [
   ["requeued", "Requeued"], ["previousState", "Previous state"], ["waitingFor", "Waiting for"], ["lateResult", "Late result"], ["timeoutMs", "Timeout"], ["latencyMs", "Latency"], ["leaseOwner", "Lease owner"],
 ];
 
+// outboxGroupItem is one timeline entry for a run of federation outbox
+// retries (see foldOutboxRetries): how many, since when, the last error.
+function outboxGroupItem(g, n) {
+  const first = g.stages[0];
+  const last = g.stages[g.stages.length - 1];
+  const tries = g.attempts || g.stages.length;
+  return h("li", { class: "tl-group", dataset: { state: first.state, seq: String(first.seq), count: String(g.stages.length) } },
+    h("div", { class: `tl-dot s-${g.gaveUp ? "dead_letter" : "retry"}`, "aria-hidden": "true" }),
+    h("div", { class: "tl-card b-in_flight" },
+      h("div", { class: "tl-top" },
+        h("span", { class: "idx" }, `Stages ${first.index}–${last.index} of ${n}`),
+        h("h3", { class: "stage-name" }, g.label),
+        h("span", { class: "chip s-retry outbox-count" }, `× ${tries} attempt${tries === 1 ? "" : "s"}`),
+        h("span", { class: "when" }, h("time", { datetime: first.at, title: fmtTime(first.at) }, fmtClock(first.at)), " – ",
+          h("time", { datetime: last.at, title: fmtTime(last.at) }, fmtClock(last.at)))),
+      h("div", { class: "tl-meta" },
+        g.peer ? h("span", { class: "chip muted plain" }, `peer: ${g.peer}`) : null,
+        h("span", { class: "chip muted plain" }, `${g.stages.length} outbox steps folded`),
+        h("span", { class: "chip muted plain" }, `seq ${first.seq}–${last.seq}`)),
+      g.lastError ? h("div", { class: "tl-facts" }, h("div", { class: "fact" }, h("b", null, "Last error"), g.lastError)) : null,
+      h("p", { class: "reason" }, g.gaveUp
+        ? "The relay gave up on this peer: beam peer outbox --state DEAD lists the row, beam peer replay ROW-ID sends it again."
+        : "The federation outbox keeps the message and retries with a backoff until the peer is back; nothing is lost.")));
+}
+
 function renderTrace(root, { arg, isCurrent }) {
   const nonce = arg;
   const head = h("section", { class: "card trace-head" },
@@ -877,7 +885,8 @@ function renderTrace(root, { arg, isCurrent }) {
       h("div", { class: "card-body stack" }, ...(linkCards.length ? linkCards : [h("p", { class: "muted" }, "No federation hop or bus message for this intent.")])));
 
     const n = t.stages.length;
-    const timeline = h("ol", { class: "timeline", id: "timeline" }, ...t.stages.map((s) => {
+    const timeline = h("ol", { class: "timeline", id: "timeline" }, ...foldOutboxRetries(t.stages).map((s) => {
+      if (s.group) return outboxGroupItem(s, n);
       let details = {};
       try { details = s.details || {}; } catch { details = {}; }
       const facts = FACT_KEYS.filter(([k]) => details[k] !== undefined && details[k] !== null && details[k] !== "")
@@ -1128,19 +1137,35 @@ function renderDeadLetters(root, { arg, isCurrent }) {
 const JOB_TONE = { open: "queued", claimed: "dispatched", fulfilled: "acked", dead: "dead_letter" };
 const jobChip = (st) => h("span", { class: `chip s-${JOB_TONE[st] || st}` }, st);
 
+// jobCard is one section of the Jobs page: a heading row (with a count)
+// and a body.
+function jobCard(id, title) {
+  const sub = h("span", { class: "sub" });
+  const body = h("div");
+  const card = h("section", { class: "card", "aria-label": title, id }, h("div", { class: "card-head" }, h("h2", null, title), sub), body);
+  return { card, sub, body };
+}
+
 function renderJobs(root, { isCurrent }) {
   root.append(pageHead("Jobs", "Intent Protocol v2.1 queues: intents published by pull workers' publishers, by namespace and status."));
   root.append(h("div", { class: "grid metrics four" }, metric("Open", "jobs-open"), metric("Claimed", "jobs-claimed"),
     metric("Fulfilled", "jobs-fulfilled"), metric("Dead", "jobs-dead")));
-  const queues = h("section", { class: "card", "aria-label": "Queues", id: "jobs-queues" });
-  const recent = h("section", { class: "card", "aria-label": "Recent jobs", id: "jobs-recent" });
-  const dead = h("section", { class: "card", "aria-label": "Dead jobs", id: "jobs-dead-list" });
-  root.append(queues, recent, dead);
+  const queues = jobCard("jobs-queues", "Queues");
+  const recent = jobCard("jobs-recent", "Recent intents");
+  const dead = jobCard("jobs-dead-list", "Dead letters");
+  root.append(h("div", { class: "stack" }, queues.card, recent.card, dead.card));
 
+  // table builds a table; cols are [title, width, numeric].
   function table(cols, rows) {
-    return h("div", { class: "table-wrap" }, h("table", { class: "data" },
-      h("thead", null, h("tr", null, ...cols.map((c) => h("th", { scope: "col" }, c)))), h("tbody", null, ...rows)));
+    const t = h("table", { class: "data" },
+      h("thead", null, h("tr", null, ...cols.map(([c, w, num]) => {
+        const th = h("th", { scope: "col", class: num ? "num" : null }, c);
+        if (w) th.style.width = w;
+        return th;
+      }))), h("tbody", null, ...rows));
+    return h("div", { class: "table-wrap" }, labelCells(t));
   }
+  const empty = (title, text) => h("div", { class: "card-body" }, emptyState(ICONS.inbox, title, text));
   function action(j, op, label) {
     const b = h("button", { class: "btn small", type: "button", dataset: { job: j.id, op } }, label);
     b.addEventListener("click", async () => {
@@ -1157,37 +1182,43 @@ function renderJobs(root, { isCurrent }) {
     return b;
   }
   const traceLink = (j) => h("a", { class: "nonce", href: `#/intents/${encodeURIComponent(j.nonce)}`, title: j.nonce }, j.id);
+  const STATUSES = ["open", "claimed", "fulfilled", "dead"];
 
   async function load() {
     try {
       const d = await api("/observability/jobs");
       if (!isCurrent()) return;
       if (!d.enabled) {
-        put(queues, emptyState(ICONS.inbox, "The intent bus is off", "Start beam serve with --intent-listen to serve the Intent Protocol."));
-        put(recent); put(dead);
+        put(queues.body, empty("The intent bus is off", "Start beam serve with --intent-listen to serve the Intent Protocol."));
+        put(recent.body); put(dead.body);
         return;
       }
       const tot = { open: 0, claimed: 0, fulfilled: 0, dead: 0 };
       d.queues.forEach((q) => { for (const k in tot) tot[k] += q[k]; });
-      setMetric("jobs-open", fmtInt(tot.open));
-      setMetric("jobs-claimed", fmtInt(tot.claimed));
-      setMetric("jobs-fulfilled", fmtInt(tot.fulfilled));
+      setMetric("jobs-open", fmtInt(tot.open), "waiting for a worker");
+      setMetric("jobs-claimed", fmtInt(tot.claimed), "held by a worker's lease");
+      setMetric("jobs-fulfilled", fmtInt(tot.fulfilled), "done, result stored", tot.fulfilled ? "ok" : null);
       setMetric("jobs-dead", fmtInt(tot.dead), tot.dead ? "retry or cancel below" : "nothing waiting", tot.dead ? "err" : null);
-      put(queues, h("h2", null, "Queues"), d.queues.length ? table(["Namespace", "Open", "Claimed", "Fulfilled", "Dead"],
+      queues.sub.textContent = `${fmtInt(d.queues.length)} namespace${d.queues.length === 1 ? "" : "s"}`;
+      put(queues.body, d.queues.length ? table([["Namespace"], ["Open", "110px", true], ["Claimed", "110px", true], ["Fulfilled", "110px", true], ["Dead", "110px", true]],
         d.queues.map((q) => h("tr", { dataset: { ns: q.namespace } }, h("td", { class: "mono" }, q.namespace),
-          ...["open", "claimed", "fulfilled", "dead"].map((k) => h("td", { class: "num" }, fmtInt(q[k]))))))
-        : emptyState(ICONS.inbox, "No jobs yet", "Publish with POST /intent on the intent bus listener."));
-      put(recent, h("h2", null, "Recent intents"), table(["Id", "Namespace", "Goal", "Status", "Priority", "Attempts", "Updated", ""],
-        d.recent.map((j) => h("tr", null, h("td", null, traceLink(j)), h("td", { class: "mono" }, j.namespace), h("td", null, j.goal),
-          h("td", null, jobChip(j.status)), h("td", { class: "num" }, String(j.priority)),
-          h("td", { class: "num" }, `${j.claimAttempts} / ${j.maxAttempts}`), h("td", null, timeEl(j.updatedAt)),
-          h("td", null, d.canAct && (j.status === "open" || j.status === "claimed") ? action(j, "cancel", "Cancel") : null)))));
-      put(dead, h("h2", null, "Dead letters"), d.dead.length ? table(["Id", "Namespace", "Goal", "Attempts", "Reason", "Dead since", ""],
+          ...STATUSES.map((k) => h("td", { class: "num", dataset: { status: k } }, fmtInt(q[k]))))))
+        : empty("No jobs yet", "Publish with POST /intent on the intent bus listener."));
+      recent.sub.textContent = `newest ${fmtInt(d.recent.length)}`;
+      put(recent.body, d.recent.length ? table([["Id", "150px"], ["Namespace", "110px"], ["Goal"], ["Status", "110px"], ["Priority", "90px", true],
+        ["Attempts", "100px", true], ["Updated", "110px"], ["", "90px"]],
+      d.recent.map((j) => h("tr", { dataset: { id: j.id, status: j.status } }, h("td", null, traceLink(j)), h("td", { class: "mono" }, j.namespace), h("td", null, j.goal),
+        h("td", null, jobChip(j.status)), h("td", { class: "num" }, String(j.priority)),
+        h("td", { class: "num" }, `${j.claimAttempts} / ${j.maxAttempts}`), h("td", null, timeEl(j.updatedAt)),
+        h("td", null, d.canAct && (j.status === "open" || j.status === "claimed") ? action(j, "cancel", "Cancel") : null))))
+        : empty("No jobs yet", "Jobs show here as soon as one is published."));
+      dead.sub.textContent = d.dead.length ? `${fmtInt(d.dead.length)} waiting` : "";
+      put(dead.body, d.dead.length ? table([["Id", "150px"], ["Namespace", "110px"], ["Goal", "140px"], ["Attempts", "100px", true], ["Reason"], ["Dead since", "110px"], ["", "90px"]],
         d.dead.map((j) => h("tr", { dataset: { id: j.id } }, h("td", null, traceLink(j)), h("td", { class: "mono" }, j.namespace),
           h("td", null, j.goal), h("td", { class: "num" }, String(j.claimAttempts)), h("td", { title: j.reason }, j.reason || "—"),
           h("td", null, timeEl(j.updatedAt)),
           h("td", null, d.canAct ? action(j, "retry", "Retry") : null))))
-        : emptyState(ICONS.inbox, "No dead jobs", "Jobs land here when their attempts run out or an admin cancels them."));
+        : empty("No dead jobs", "Jobs land here when their attempts run out or an admin cancels them."));
     } catch (err) {
       if (isCurrent()) showError(root, err);
     }
@@ -1336,9 +1367,10 @@ function renderFederation(root, { isCurrent }) {
         const up = (peers || []).filter((p) => linkState(p, links.get(p.domain)).state === "up").length;
         const count = peers ? peers.length : 0;
         setMetric("fed-peers", fmtInt(peers ? count : null), peers ? `${fmtInt(up)} link${up === 1 ? "" : "s"} up` : "\u00a0", count ? (up === count ? "ok" : "warn") : null);
-        setMetric("fed-waiting", fmtInt(waiting), waiting ? "pending or claimed" : "nothing waiting", waiting ? "warn" : null);
+        const down = (peers || []).some((p) => ["down", "failing"].includes(linkState(p, links.get(p.domain)).state));
+        setMetric("fed-waiting", fmtInt(waiting), waiting ? (down ? "peer down, retrying" : "pending or claimed") : "nothing waiting", waiting ? "warn" : null);
         setMetric("fed-published", fmtInt(n("PUBLISHED")), "confirmed by the peer");
-        setMetric("fed-dead", fmtInt(n("DEAD")), n("DEAD") ? "gave up; replay from the CLI" : "none", n("DEAD") ? "err" : null);
+        setMetric("fed-dead", fmtInt(n("DEAD")), n("DEAD") ? "gave up; resend with beam peer replay ROW-ID" : "none", n("DEAD") ? "err" : null);
       });
       known.add("outbox");
     }
@@ -1353,11 +1385,12 @@ function renderFederation(root, { isCurrent }) {
 
     if (peers) {
       known.add("peers");
+      known.add("backlog"); // shown per peer in the table
       const custom = peers.every((p) => p && typeof p === "object" && p.domain);
       let table;
       if (custom) {
         table = h("table", { class: "data", id: "federation-peers" },
-          h("thead", null, h("tr", null, ...["Peer directory", "Link", "Outbox", "Lag", "Last error", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col" }, t)))),
+          h("thead", null, h("tr", null, ...["Peer directory", "Link", "Outbox", "Lag", "Last error", "NATS address", "Pinned", "Last contact"].map((t) => h("th", { scope: "col", class: t === "Outbox" || t === "Lag" ? "num" : null }, t)))),
           h("tbody", null, ...peers.map((p) => {
             const ls = linkState(p, links.get(p.domain));
             const bl = (st.backlog && st.backlog[p.domain]) || null;
@@ -1365,7 +1398,8 @@ function renderFederation(root, { isCurrent }) {
             return h("tr", { dataset: { peer: p.domain, link: ls.state } },
             h("td", null, h("div", { class: "agent-cell" }, h("span", { class: `presence link-${ls.state}`, title: ls.text }),
               h("span", { class: "mono" }, p.domain))),
-            h("td", { title: ls.detail || ls.text }, h("span", { class: `chip link-${ls.state}` }, ls.text)),
+            h("td", { title: ls.detail || ls.text, dataset: { col: "link" } }, h("span", { class: `chip link-${ls.state}` }, ls.text),
+              bl && bl.depth && (ls.state === "down" || ls.state === "failing") ? h("div", { class: "reason retrying" }, "peer down, retrying") : null),
             h("td", { class: "num", dataset: { col: "depth" } }, fmtInt(bl ? bl.depth : 0)),
             h("td", { class: "num", dataset: { col: "lag" } }, bl ? `${Math.round(lag / 1000)} s` : "—"),
             h("td", { dataset: { col: "lastError" }, title: (bl && bl.lastError) || "" }, (bl && bl.lastError) || "—"),
@@ -1381,22 +1415,25 @@ function renderFederation(root, { isCurrent }) {
             typeof p[k] === "object" ? JSON.stringify(p[k]) : String(p[k] ?? "—")))))));
       }
       parts.push(h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Peers"), h("span", { class: "sub" }, `${peers.length} pinned`)),
-        peers.length ? h("div", { class: "table-wrap" }, table)
+        peers.length ? h("div", { class: "table-wrap" }, labelCells(table))
           : emptyState(ICONS.globe, "No peers yet", "Pin a peer directory (beam peer add) to start relaying.")));
     }
 
     if (dead) {
       known.add("dead");
       parts.push(h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", null, "Dead outbox rows"), h("span", { class: "sub" }, `${dead.length}`)),
-        dead.length ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "federation-dead" },
-          h("thead", null, h("tr", null, ...["Nonce", "Peer", "Kind", "Attempts", "Last error", "Updated"].map((t) => h("th", { scope: "col" }, t)))),
+        dead.length ? h("p", { class: "card-note muted", id: "federation-replay-hint" }, "The relay gave up on these. List them with ",
+          h("code", null, "beam peer outbox --state DEAD"), " and send one again with ", h("code", null, "beam peer replay ROW-ID"), ".") : null,
+        dead.length ? h("div", { class: "table-wrap" }, labelCells(h("table", { class: "data", id: "federation-dead" },
+          h("thead", null, h("tr", null, ...["Nonce", "Peer", "Kind", "Attempts", "Last error", "Updated", "Replay"].map((t) => h("th", { scope: "col", class: t === "Attempts" ? "num" : null }, t)))),
           h("tbody", null, ...dead.map((r) => h("tr", null,
             h("td", null, r.nonce ? h("a", { class: "nonce", href: `#/intents/${encodeURIComponent(r.nonce)}`, title: r.nonce }, r.nonce) : "—"),
             h("td", { class: "mono" }, r.peer || "—"),
             h("td", null, r.kind || "—"),
             h("td", { class: "num" }, `${r.attempts ?? "—"} / ${r.maxAttempts ?? "—"}`),
             h("td", { title: r.lastError || "" }, r.lastError || "—"),
-            h("td", null, when(r.updatedAt)))))))
+            h("td", null, when(r.updatedAt)),
+            h("td", { class: "mono", title: "run on the directory's host" }, r.id !== undefined ? `beam peer replay ${r.id}` : "—")))))))
           : h("div", { class: "card-body" }, h("p", { class: "muted" }, "No dead outbox rows: every relayed event reached its peer or is still being retried."))));
     }
 

@@ -58,6 +58,55 @@ export function stageKind(s) {
   return "active";
 }
 
+// stageActor names the pipeline actor a stage of an envelope's trace
+// belongs to: the actor its mesh step names (on a queued hop step, the
+// actor it waits for), the creator on the created step, x-sink on the
+// sink step, else the actor of the step before (the directory's own
+// delivered event names none). "" outside pipelines.
+function stageActors(stages) {
+  let last = "";
+  return stages.map((s) => {
+    const m = (s.details && s.details.mesh) || null;
+    if (m && m.kind === "created") { last = m.actor || last; return m.creator || last; }
+    if (m && m.kind === "sink") return "x-sink";
+    if (m && m.actor) last = m.actor;
+    return last;
+  });
+}
+
+// localName is the part of a Beam ID before the @.
+const localName = (id) => (id.indexOf("@") > 0 ? id.slice(0, id.indexOf("@")) : id);
+
+// foldOutboxRetries groups runs of two or more consecutive federation
+// outbox annotations (a durable cross-directory send claimed and retried
+// while its peer is down) into one item: {group: true, stages, attempts,
+// lastError, peer, gaveUp, label}. Every other stage stays itself.
+export function foldOutboxRetries(stages) {
+  const out = [];
+  let run = [];
+  const flush = () => {
+    if (run.length >= 2) {
+      const steps = run.map((s) => s.details.outbox);
+      const lastError = [...steps].reverse().find((o) => o.lastError)?.lastError || "";
+      const gaveUp = steps.some((o) => o.state === "DEAD");
+      out.push({
+        group: true, stages: run, lastError, gaveUp,
+        attempts: Math.max(0, ...steps.map((o) => Number(o.attempts) || 0)),
+        peer: steps.find((o) => o.peer)?.peer || "",
+        label: gaveUp ? "peer down, gave up" : lastError ? "peer down, retrying" : "relaying to the peer",
+      });
+    } else out.push(...run);
+    run = [];
+  };
+  for (const s of stages) {
+    if (s.annotation && s.details && s.details.outbox && typeof s.details.outbox === "object") { run.push(s); continue; }
+    flush();
+    out.push(s);
+  }
+  flush();
+  return out;
+}
+
 const KIND_LABEL = {
   active: "in progress", wait: "waiting in queue", retry: "failed attempt, waiting to retry", success: "acked", error: "failed",
 };
@@ -118,7 +167,28 @@ export function waterfall(t, onPick) {
   });
 
   let shownAttempt = 0;
-  stages.forEach((s, i) => {
+  const actors = stageActors(stages);
+  const indexOf = new Map(stages.map((s, i) => [s, i]));
+  const actorLabel = (a) => (a ? h("span", { class: "wf-actor", title: a }, localName(a)) : null);
+  for (const item of foldOutboxRetries(stages)) {
+    if (item.group) {
+      // Retries of a relay to a peer that is down: one row, with a count.
+      const first = indexOf.get(item.stages[0]);
+      const lastIdx = indexOf.get(item.stages[item.stages.length - 1]);
+      const start = times[first] - t0;
+      const end = lastIdx + 1 < stages.length ? times[lastIdx + 1] - t0 : (ongoing ? tEnd - t0 : times[lastIdx] - t0);
+      const count = `${item.attempts || item.stages.length} attempt${(item.attempts || item.stages.length) === 1 ? "" : "s"}`;
+      rows.push(row("wf-stage wf-outbox rk-retry", [h("span", { class: "wf-dot k-retry" }), h("span", { class: "wf-name" }, item.label)],
+        [bar("retry", start, end, `${item.label}${item.peer ? ` (${item.peer})` : ""}: ${count} in ${fmtSpan(end - start)}${item.lastError ? ` · ${item.lastError}` : ""}`),
+          durLabel(start, end, `×${item.attempts || item.stages.length} · ${fmtSpan(end - start)}`)],
+        { tabindex: "0", dataset: { seq: String(item.stages[0].seq), state: item.stages[0].state, kind: "outbox-retry", count: String(item.stages.length) },
+          title: `${item.label}: ${count}${item.lastError ? `, last error: ${item.lastError}` : ""}`,
+          onclick: () => onPick && onPick(item.stages[0].seq),
+          onkeydown: (e) => { if (e.key === "Enter") onPick && onPick(item.stages[0].seq); } }));
+      continue;
+    }
+    const s = item;
+    const i = indexOf.get(s);
     if (s.attempt && s.attempt !== shownAttempt && attempts.has(s.attempt) && attempts.get(s.attempt).firstIndex === i && attempts.size > 1) {
       shownAttempt = s.attempt;
       const a = attempts.get(s.attempt);
@@ -135,7 +205,7 @@ export function waterfall(t, onPick) {
     if (kind === "retry" && i + 1 === stages.length && s.details && s.details.nextRetryAt) end = Number(s.details.nextRetryAt) - t0;
     const d = s.details || {};
     const name = kind === "retry" ? "failed → retry wait" : s.state.replace(/_/g, " ");
-    const label = [h("span", { class: `wf-dot k-${kind}` }), h("span", { class: "wf-name" }, name)];
+    const label = [h("span", { class: `wf-dot k-${kind}` }), actorLabel(actors[i]), h("span", { class: "wf-name" }, name)];
     const parts = [];
     if (kind === "retry") {
       // The failed attempt as a mark, the wait until the retry as a span.
@@ -150,12 +220,12 @@ export function waterfall(t, onPick) {
       parts.push(durLabel(start, end, text));
     }
     rows.push(row(`wf-stage rk-${kind}`, label, parts, {
-      tabindex: "0", dataset: { seq: String(s.seq), state: s.state, kind },
-      title: `${name} at +${fmtSpan(start)}${s.transport ? ` via ${s.transport}` : ""}`,
+      tabindex: "0", dataset: actors[i] ? { seq: String(s.seq), state: s.state, kind, actor: actors[i] } : { seq: String(s.seq), state: s.state, kind },
+      title: `${actors[i] ? `${actors[i]}: ` : ""}${name} at +${fmtSpan(start)}${s.transport ? ` via ${s.transport}` : ""}`,
       onclick: () => onPick && onPick(s.seq),
       onkeydown: (e) => { if (e.key === "Enter") onPick && onPick(s.seq); },
     }));
-  });
+  }
 
   // The time axis.
   const axis = h("div", { class: "wf-track wf-axis-track" });
