@@ -30,7 +30,14 @@ type readmeBlock struct {
 // know fails the test, so a new kind of block cannot slip past it.
 func readmeShellBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	return shellBlocks(t, filepath.Join("..", "..", "README.md"))
+}
+
+// shellBlocks returns every fenced shell block of the Markdown file at path
+// in order, failing the test on a fence in a language it does not know.
+func shellBlocks(t *testing.T, path string) []readmeBlock {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var (
 		blocks  []readmeBlock
@@ -55,7 +62,7 @@ func readmeShellBlocks(t *testing.T) []readmeBlock {
 			case "go", "":
 				// Go source and configuration text, not commands.
 			default:
-				t.Fatalf("README.md line %d: a ```%s block; the README process test knows sh, bash, go and plain blocks", n+1, fence)
+				t.Fatalf("%s line %d: a ```%s block; the process tests know sh, bash, go and plain blocks", path, n+1, fence)
 			}
 		case inFence && cur != nil:
 			cur.lines = append(cur.lines, line)
@@ -63,7 +70,7 @@ func readmeShellBlocks(t *testing.T) []readmeBlock {
 			section = line
 		}
 	}
-	require.False(t, inFence, "README.md ends inside a fenced block")
+	require.False(t, inFence, "%s ends inside a fenced block", path)
 	return blocks
 }
 
