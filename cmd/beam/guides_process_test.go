@@ -161,44 +161,15 @@ func runGuide(t *testing.T, path, bin string) {
 	fmt.Fprintf(&script, "echo '@@@ %d'\nfor p in $(jobs -p); do kill $p 2>/dev/null || true; done\nwait\n", len(lines))
 
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"),
+	run := runMarked(t, dir, script.String(), len(lines), 2*time.Minute, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"),
 		"BEAM_URL=http://127.0.0.1:"+ports["3100"], "BEAM_LISTEN=127.0.0.1:"+ports["3100"], "BEAM_INTENT_LISTEN=127.0.0.1:"+ports["3200"])
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// The background processes are in the script's process group: stop
-	// them all when the test ends.
-	t.Cleanup(func() {
-		if cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-	})
-	out, err := cmd.Output()
-	outputs := make([]string, len(lines)+1)
-	last := -1
-	for _, l := range strings.SplitAfter(string(out), "\n") {
-		if rest, ok := strings.CutPrefix(l, "@@@ "); ok {
-			last, _ = strconv.Atoi(strings.TrimSpace(rest))
-			continue
-		}
-		if last >= 0 {
-			outputs[last] += l
-		}
-	}
-	if err != nil {
+	out, outputs, last := run.out, run.outputs, run.last
+	if run.err != nil {
 		failed := "(before the first command)"
 		if last >= 0 && last < len(lines) {
 			failed = fmt.Sprintf("%q (in %q)", lines[last].command, lines[last].section)
 		}
-		var logs strings.Builder
-		files, _ := filepath.Glob(filepath.Join(dir, "background*.log"))
-		for _, f := range files {
-			data, _ := os.ReadFile(f)
-			fmt.Fprintf(&logs, "--- %s\n%s", filepath.Base(f), data)
-		}
-		require.NoError(t, err, "%s: command %s failed\noutput:\n%s\nscript:\n%s\nbackground logs:\n%s", path, failed, outputs[max(last, 0)], script.String(), logs.String())
+		require.NoError(t, run.err, "%s: command %s failed\noutput:\n%s\nscript:\n%s\nbackground logs:\n%s", path, failed, outputs[max(last, 0)], script.String(), backgroundLogs(dir))
 	}
 	require.Equal(t, len(lines), last, "%s: the script ran to its end:\n%s", path, out)
 	for i, l := range lines {
@@ -206,4 +177,58 @@ func runGuide(t *testing.T, path, bin string) {
 			require.Contains(t, outputs[i], w, "%s: the output of %q", path, l.command)
 		}
 	}
+}
+
+// markedRun is what a script of marked commands did (runMarked).
+type markedRun struct {
+	out []byte
+	// outputs holds each command's output, cut at the markers.
+	outputs []string
+	// last is the last marker the script reached (-1: none).
+	last int
+	err  error
+}
+
+// runMarked runs script with bash in dir, with env added to the test's
+// environment, in a process group of its own that is killed when the test
+// ends (with every background process the script started), and cuts its
+// output at the markers "@@@ N" (0 <= N <= commands) it echoes before each
+// command and at its end.
+func runMarked(t *testing.T, dir, script string, commands int, timeout time.Duration, env ...string) markedRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	t.Cleanup(func() {
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	out, err := cmd.Output()
+	run := markedRun{out: out, outputs: make([]string, commands+1), last: -1, err: err}
+	for _, l := range strings.SplitAfter(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(l, "@@@ "); ok {
+			run.last, _ = strconv.Atoi(strings.TrimSpace(rest))
+			continue
+		}
+		if run.last >= 0 && run.last <= commands {
+			run.outputs[run.last] += l
+		}
+	}
+	return run
+}
+
+// backgroundLogs returns the background*.log files of dir, each after a
+// line with its name.
+func backgroundLogs(dir string) string {
+	var b strings.Builder
+	files, _ := filepath.Glob(filepath.Join(dir, "background*.log"))
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		fmt.Fprintf(&b, "--- %s\n%s", filepath.Base(f), data)
+	}
+	return b.String()
 }
