@@ -100,6 +100,8 @@ func guideLines(t *testing.T, path string) []guideLine {
 // replaced by free ones, curl fails on an HTTP error status, and each
 // command must exit 0 and print what its trailing `# "…"` or `# {…}`
 // comment shows. A fence in a language the test does not know fails it.
+// Every `beam serve` gets BEAM_LISTEN and BEAM_INTENT_LISTEN on free ports,
+// so a guide that runs two names its listeners on both.
 func TestGuidesRunAsWritten(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "flock"} {
