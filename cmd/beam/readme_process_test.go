@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +27,14 @@ type readmeBlock struct {
 // know fails the test, so a new kind of block cannot slip past it.
 func readmeShellBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	return shellBlocks(t, filepath.Join("..", "..", "README.md"))
+}
+
+// shellBlocks returns every fenced shell block of the Markdown file at path
+// in order, failing the test on a fence in a language it does not know.
+func shellBlocks(t *testing.T, path string) []readmeBlock {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var (
 		blocks  []readmeBlock
@@ -55,7 +59,7 @@ func readmeShellBlocks(t *testing.T) []readmeBlock {
 			case "go", "":
 				// Go source and configuration text, not commands.
 			default:
-				t.Fatalf("README.md line %d: a ```%s block; the README process test knows sh, bash, go and plain blocks", n+1, fence)
+				t.Fatalf("%s line %d: a ```%s block; the process tests know sh, bash, go and plain blocks", path, n+1, fence)
 			}
 		case inFence && cur != nil:
 			cur.lines = append(cur.lines, line)
@@ -63,7 +67,7 @@ func readmeShellBlocks(t *testing.T) []readmeBlock {
 			section = line
 		}
 	}
-	require.False(t, inFence, "README.md ends inside a fenced block")
+	require.False(t, inFence, "%s ends inside a fenced block", path)
 	return blocks
 }
 
@@ -226,49 +230,16 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 	fmt.Fprintf(&script, "echo '@@@ %d'\nstop\n", len(lines))
 
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
-	cmd.Dir = dir
 	bin := beamtest.Binary(t)
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "BEAM_BIN="+bin, "REPO="+repo,
+	run := runMarked(t, dir, script.String(), len(lines), 4*time.Minute, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "BEAM_BIN="+bin, "REPO="+repo,
 		"BEAM_URL=http://127.0.0.1:"+ports["3100"], "BEAM_LISTEN=127.0.0.1:"+ports["3100"], "BEAM_INTENT_LISTEN=127.0.0.1:"+ports["3200"])
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// The background processes are in the script's process group: stop
-	// them all when the test ends.
-	t.Cleanup(func() {
-		if cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-	})
-	out, err := cmd.Output()
-	logs := func() string {
-		var b strings.Builder
-		files, _ := filepath.Glob(filepath.Join(dir, "background*.log"))
-		for _, f := range files {
-			data, _ := os.ReadFile(f)
-			fmt.Fprintf(&b, "--- %s\n%s", filepath.Base(f), data)
-		}
-		return b.String()
-	}
-	// Each line's output, by the markers.
-	outputs := make([]string, len(lines)+1)
-	last := -1
-	for _, l := range strings.SplitAfter(string(out), "\n") {
-		if rest, ok := strings.CutPrefix(l, "@@@ "); ok {
-			last, _ = strconv.Atoi(strings.TrimSpace(rest))
-			continue
-		}
-		if last >= 0 {
-			outputs[last] += l
-		}
-	}
-	if err != nil {
+	out, outputs, last := run.out, run.outputs, run.last
+	if run.err != nil {
 		failed := "(before the first line)"
 		if last >= 0 && last < len(lines) {
 			failed = lines[last]
 		}
-		require.NoError(t, err, "README line failed: %s\noutput:\n%s\nscript:\n%s\nall output:\n%s\n%s", failed, outputs[max(last, 0)], script.String(), out, logs())
+		require.NoError(t, run.err, "README line failed: %s\noutput:\n%s\nscript:\n%s\nall output:\n%s\n%s", failed, outputs[max(last, 0)], script.String(), out, backgroundLogs(dir))
 	}
 	require.Equal(t, len(lines), last, "the script ran to its end:\n%s", out)
 	for i, line := range lines {
