@@ -385,3 +385,29 @@ func TestMeshAttackDeliveryErrorLeaksTransport(t *testing.T) {
 		require.NotContains(t, string(view), leak)
 	}
 }
+
+// TestMeshOfflineActorWokenAfterRestart: the envelopes waiting for an
+// offline actor are known again after a restart, so the actor connecting
+// to the new process wakes them (they are not left until their deadline).
+func TestMeshOfflineActorWokenAfterRestart(t *testing.T) {
+	t.Parallel()
+	s := startTrustStack(t, "--open-orgs")
+	creator, _ := sdkAgent(t, s.ctx, s.p.URL(), "client@acme.beam.directory")
+	worker, _ := sdkAgent(t, s.ctx, s.p.URL(), "worker@acme.beam.directory")
+	envID := s.createWith(creator, map[string]any{}, worker.BeamID)
+	require.Eventually(t, func() bool {
+		status, _, out := s.call(creator.APIKey, http.MethodGet, "/api/v1/mesh/"+envID, nil)
+		require.Equal(t, http.StatusOK, status, string(out))
+		var row tracing.MeshRow
+		require.NoError(t, json.Unmarshal(out, &row))
+		return row.State == tracing.Queued && row.Reason == "actor offline"
+	}, 10*time.Second, 20*time.Millisecond)
+
+	s.p.Restart()
+	wc := sdkClient(t, s.p.URL(), worker)
+	wc.Handle(agents.MeshIntent, func(ctx context.Context, in *agents.Intent) agents.Reply {
+		return agents.Success(map[string]any{"mesh": map[string]any{"outputs": []any{}}})
+	})
+	require.NoError(t, wc.Connect(s.ctx))
+	s.succeeded(creator, envID)
+}
