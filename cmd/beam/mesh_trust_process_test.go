@@ -154,15 +154,44 @@ func (s *trustStack) createWith(creator *agents.Identity, payload any, route ...
 	return res.ID
 }
 
+// row reads envelope envID as its creator sees it.
+func (s *trustStack) row(creator *agents.Identity, envID string) tracing.MeshRow {
+	s.t.Helper()
+	status, _, out := s.call(creator.APIKey, http.MethodGet, "/api/v1/mesh/"+envID, nil)
+	require.Equal(s.t, http.StatusOK, status, string(out))
+	var row tracing.MeshRow
+	require.NoError(s.t, json.Unmarshal(out, &row))
+	return row
+}
+
+// waitingOffline waits until envelope envID waits for its offline actor
+// and returns its row.
+func (s *trustStack) waitingOffline(creator *agents.Identity, envID string) tracing.MeshRow {
+	s.t.Helper()
+	var row tracing.MeshRow
+	require.Eventually(s.t, func() bool {
+		row = s.row(creator, envID)
+		return row.State == tracing.Queued && row.Reason == "actor offline"
+	}, 10*time.Second, 20*time.Millisecond, "envelope %s waits for its actor", envID)
+	return row
+}
+
+// connectSink connects c as an actor that ends every route (no outputs).
+func (s *trustStack) connectSink(c *agents.Client) {
+	s.t.Helper()
+	c.Handle(agents.MeshIntent, func(ctx context.Context, in *agents.Intent) agents.Reply {
+		return agents.Success(map[string]any{"mesh": map[string]any{"outputs": []any{}}})
+	})
+	require.NoError(s.t, c.Connect(s.ctx))
+}
+
 // finish waits until the envelope is terminal and returns its row and
 // the last event of its trace, as its creator sees them.
 func (s *trustStack) finish(creator *agents.Identity, envID string) (tracing.MeshRow, tracing.Event, string) {
 	s.t.Helper()
 	var row tracing.MeshRow
 	require.Eventually(s.t, func() bool {
-		status, _, out := s.call(creator.APIKey, http.MethodGet, "/api/v1/mesh/"+envID, nil)
-		require.Equal(s.t, http.StatusOK, status, string(out))
-		require.NoError(s.t, json.Unmarshal(out, &row))
+		row = s.row(creator, envID)
 		return row.Status.Terminal()
 	}, 30*time.Second, 20*time.Millisecond, "envelope %s finishes", envID)
 	status, _, out := s.call(creator.APIKey, http.MethodGet, "/api/v1/mesh/"+envID+"/trace", nil)
@@ -306,10 +335,7 @@ func TestMeshAttackEnvelopeFlood(t *testing.T) {
 	require.Contains(t, out, `"errorCode":"TOO_MANY_OPEN_ENVELOPES"`)
 	retryAfter(hdr)
 
-	wc.Handle(agents.MeshIntent, func(ctx context.Context, in *agents.Intent) agents.Reply {
-		return agents.Success(map[string]any{"mesh": map[string]any{"outputs": []any{}}})
-	})
-	require.NoError(t, wc.Connect(s.ctx))
+	s.connectSink(wc)
 	s.succeeded(creator, first)
 	s.succeeded(creator, second)
 
@@ -332,26 +358,12 @@ func TestMeshAttackOfflineActorLogWrites(t *testing.T) {
 	workerID := "worker@acme.beam.directory"
 	_, wc := sdkAgent(t, s.ctx, s.p.URL(), workerID)
 	envID := s.create(creator, workerID)
-	read := func() tracing.MeshRow {
-		status, _, out := s.call(creator.APIKey, http.MethodGet, "/api/v1/mesh/"+envID, nil)
-		require.Equal(t, http.StatusOK, status, string(out))
-		var row tracing.MeshRow
-		require.NoError(t, json.Unmarshal(out, &row))
-		return row
-	}
-	var row tracing.MeshRow
-	require.Eventually(t, func() bool {
-		row = read()
-		return row.State == tracing.Queued && row.Reason == "actor offline"
-	}, 10*time.Second, 20*time.Millisecond)
+	row := s.waitingOffline(creator, envID)
 	require.Equal(t, row.DeadlineAt, row.NextAt, "the wait is due at the deadline, not in a second")
-	require.Never(t, func() bool { return read().LastSeq != row.LastSeq }, 2500*time.Millisecond, 100*time.Millisecond,
-		"no log write while the actor is offline")
+	require.Never(t, func() bool { return s.row(creator, envID).LastSeq != row.LastSeq }, 2500*time.Millisecond,
+		100*time.Millisecond, "no log write while the actor is offline")
 
-	wc.Handle(agents.MeshIntent, func(ctx context.Context, in *agents.Intent) agents.Reply {
-		return agents.Success(map[string]any{"mesh": map[string]any{"outputs": []any{}}})
-	})
-	require.NoError(t, wc.Connect(s.ctx))
+	s.connectSink(wc)
 	s.succeeded(creator, envID)
 }
 
@@ -394,20 +406,11 @@ func TestMeshOfflineActorWokenAfterRestart(t *testing.T) {
 	s := startTrustStack(t, "--open-orgs")
 	creator, _ := sdkAgent(t, s.ctx, s.p.URL(), "client@acme.beam.directory")
 	worker, _ := sdkAgent(t, s.ctx, s.p.URL(), "worker@acme.beam.directory")
-	envID := s.createWith(creator, map[string]any{}, worker.BeamID)
-	require.Eventually(t, func() bool {
-		status, _, out := s.call(creator.APIKey, http.MethodGet, "/api/v1/mesh/"+envID, nil)
-		require.Equal(t, http.StatusOK, status, string(out))
-		var row tracing.MeshRow
-		require.NoError(t, json.Unmarshal(out, &row))
-		return row.State == tracing.Queued && row.Reason == "actor offline"
-	}, 10*time.Second, 20*time.Millisecond)
+	envID := s.create(creator, worker.BeamID)
+	s.waitingOffline(creator, envID)
 
 	s.p.Restart()
 	wc := sdkClient(t, s.p.URL(), worker)
-	wc.Handle(agents.MeshIntent, func(ctx context.Context, in *agents.Intent) agents.Reply {
-		return agents.Success(map[string]any{"mesh": map[string]any{"outputs": []any{}}})
-	})
-	require.NoError(t, wc.Connect(s.ctx))
+	s.connectSink(wc)
 	s.succeeded(creator, envID)
 }
