@@ -38,6 +38,19 @@
 // UNSUPPORTED_PROTOCOL; Send then sends it again as beam/1 with a new nonce
 // unless ClientConfig.StrictProtocol is set.
 //
+// # Pipelines
+//
+// HandleMesh answers pipeline hops (intent mesh.envelope). A MeshHop names
+// who wrote what it carries: From is the frame's authenticated sender, the
+// author of the hop's content — the previous actor (PrevActor), or the
+// envelope's creator (Creator) for the first hop. A handler must not treat
+// a payload past the first hop as the creator's words: the previous actor
+// may have written anything. The directory admits each hop by the actor's
+// own policy (ACL rules, default policy, org membership) with the agent
+// that chose the hop as the sender; an actor that requires sender
+// signatures receives hops only with its acceptAttestedPipelineHops
+// setting, since the directory, not an agent, signs them.
+//
 // # Boundaries
 //
 // The package builds on agents/wire for encoding, signing and verification.

@@ -47,6 +47,12 @@ type MeshEnvelope struct {
 	Hop         int               `json:"hop"`
 	FanoutIndex int               `json:"fanout_index,omitempty"`
 	Creator     string            `json:"creator"`
+	// Author is the actor that last rewrote next ("" while the route is
+	// the creator's).
+	Author string `json:"author,omitempty"`
+	// PrevActor is the actor whose output Payload is ("" for the first
+	// hop).
+	PrevActor string `json:"prev_actor,omitempty"`
 }
 
 // MeshHop is one delivery of an envelope to this actor. Handlers read the
@@ -57,6 +63,15 @@ type MeshHop struct {
 	Envelope MeshEnvelope
 	// Attempt is the delivery attempt of this hop, from 1.
 	Attempt int
+	// From is the authenticated author of this hop's content, the frame's
+	// from: PrevActor, or Creator for the first hop. Never trust the
+	// payload as the creator's words past the first hop.
+	From string
+	// Creator is the agent that created the envelope.
+	Creator string
+	// PrevActor is the actor whose output this hop carries; "" for the
+	// first hop, whose payload is the creator's.
+	PrevActor string
 
 	c       *Client
 	outputs []json.RawMessage
@@ -185,6 +200,7 @@ func (c *Client) HandleMesh(h MeshHandler) {
 		if in.Durable != nil {
 			hop.Attempt = in.Durable.Attempt
 		}
+		hop.From, hop.Creator, hop.PrevActor = in.From, hop.Envelope.Creator, hop.Envelope.PrevActor
 		out, err := h(ctx, hop)
 		if err != nil {
 			var p meshPermanent

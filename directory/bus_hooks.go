@@ -138,11 +138,13 @@ func (d *Directory) SetBusHooks(h BusHooks) {
 	d.busHooks.p.Store(&h)
 }
 
-// busConnected tells the bus that beamID attached a session.
+// busConnected tells the bus (and the pipeline gateway) that beamID
+// attached a session.
 func (d *Directory) busConnected(beamID string) {
 	if h := d.busHooks.p.Load(); h != nil && h.Connected != nil {
 		go h.Connected(beamID)
 	}
+	d.meshConnected(beamID)
 }
 
 // busLateResult hands a result for a bus-owned nonce to the bus.

@@ -109,13 +109,10 @@ func (d *Directory) directHTTP(inf *inflight, f *wire.IntentFrame, sender regist
 	d.mu.Unlock()
 	rf, err := d.postDirect(inf, h, endpoint)
 	if err != nil {
-		// The full error stays in the operator's log; the sender and the
-		// trace get a category only (outbound.go).
-		d.lg.Info("direct http delivery failed", "nonce", inf.nonce, "to", inf.to, "err", err)
-		reason := directFailure(err)
+		reason, msg := d.directFailed(inf.nonce, inf.to, err)
 		extra := map[string]any{"fallbackReason": CodeDirectHTTPFailed, "directHttpError": reason}
 		if d.session(inf.to) == nil {
-			d.fail(inf, nil, CodeDirectHTTPFailed, fmt.Sprintf("Direct HTTP delivery to %s failed: %s", inf.to, reason), true, extra)
+			d.fail(inf, nil, CodeDirectHTTPFailed, msg, true, extra)
 			return
 		}
 		d.deliverWS(inf, f, sender, nil, extra)
@@ -125,6 +122,16 @@ func (d *Directory) directHTTP(inf *inflight, f *wire.IntentFrame, sender regist
 	inf.finished = true
 	d.mu.Unlock()
 	d.finishWithResult(inf, rf, nil)
+}
+
+// directFailed logs a failed direct-HTTP delivery in full for the operator
+// and returns what the sender and the trace get instead: the failure's
+// category (directFailure) and the message naming it. The error itself
+// (resolver addresses, transport detail) never leaves the server's log.
+func (d *Directory) directFailed(nonce, to string, err error) (reason, msg string) {
+	d.lg.Info("direct http delivery failed", "nonce", nonce, "to", to, "err", err)
+	reason = directFailure(err)
+	return reason, fmt.Sprintf("Direct HTTP delivery to %s failed: %s", to, reason)
 }
 
 // postDirect POSTs the intent to endpoint and maps the response to a

@@ -142,6 +142,7 @@ type Directory struct {
 	sessions  map[string]*session  // beam ID → current session
 	recovered map[string]time.Time // delivered intents resumed by Recover → deadline
 	busHooks  busHookSlot          // the message bus's callbacks (bus_hooks.go)
+	meshHook  meshHookSlot         // the pipeline gateway's callback (mesh_hooks.go)
 	// busRecv holds the nonces the bus may keep in received, each with the
 	// generation it was last noted at (busnonces.go).
 	busRecv        map[string]uint64

@@ -332,14 +332,8 @@ func (d *Directory) checkSignature(f *wire.IntentFrame, sender registry.Agent, o
 // checkAdmission applies policy, the replay window and the delivered-size
 // limit to an authentic frame. It returns "" when the frame may proceed.
 func (d *Directory) checkAdmission(f *wire.IntentFrame, now time.Time) (code, msg string) {
-	if _, local := d.reg.Get(f.To); local {
-		if ok, reason := d.reg.Allowed(f.From, f.To, f.Intent); !ok {
-			msg := fmt.Sprintf("ACL denied intent %s from %s to %s", f.Intent, f.From, f.To)
-			if reason != "" {
-				msg += " (" + reason + ")"
-			}
-			return CodeForbidden, msg
-		}
+	if code, msg := d.checkPolicy(f.From, f.To, f.Intent); code != "" {
+		return code, msg
 	}
 	if code, msg := d.checkCatalog(f); code != "" {
 		return code, msg
@@ -357,6 +351,23 @@ func (d *Directory) checkAdmission(f *wire.IntentFrame, now time.Time) (code, ms
 	}
 	if size > d.cfg.MaxFrameBytes {
 		return CodeFrameTooLarge, fmt.Sprintf("delivered frame would be %d bytes; recipients accept at most %d", size, d.cfg.MaxFrameBytes)
+	}
+	return "", ""
+}
+
+// checkPolicy applies a local recipient's policy to an intent from from:
+// its ACL rules (deny first), the default policy and org membership. It
+// returns "" when the intent may proceed.
+func (d *Directory) checkPolicy(from, to, intent string) (code, msg string) {
+	if _, local := d.reg.Get(to); !local {
+		return "", ""
+	}
+	if ok, reason := d.reg.Allowed(from, to, intent); !ok {
+		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", intent, from, to)
+		if reason != "" {
+			msg += " (" + reason + ")"
+		}
+		return CodeForbidden, msg
 	}
 	return "", ""
 }

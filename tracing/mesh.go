@@ -274,6 +274,7 @@ CREATE TABLE IF NOT EXISTS beam_mesh(
 
 const indexMesh = `
 CREATE INDEX IF NOT EXISTS beam_mesh_creator_created ON beam_mesh(creator, created_at);
+CREATE INDEX IF NOT EXISTS beam_mesh_creator_status ON beam_mesh(creator, status);
 CREATE INDEX IF NOT EXISTS beam_mesh_status ON beam_mesh(status);
 CREATE INDEX IF NOT EXISTS beam_mesh_parent ON beam_mesh(parent_id);
 `
@@ -467,6 +468,20 @@ const (
 	selectMeshExpired = `SELECT id FROM beam_mesh WHERE status IN ('pending','running','paused')
 	  AND deadline_at > 0 AND deadline_at <= ? ORDER BY deadline_at LIMIT ?`
 )
+
+// MeshOpenCount counts the open (pending, running or paused) envelopes
+// of creator, fan-out children included, counting no further than limit.
+func (l *Log) MeshOpenCount(ctx context.Context, creator string, limit int) (int, error) {
+	if err := l.sync(ctx); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := l.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM beam_mesh WHERE creator = ?
+	  AND status IN ('pending','running','paused') LIMIT ?)`, creator, max(limit, 1)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count open envelopes of %s: %w", creator, err)
+	}
+	return n, nil
+}
 
 // MeshExpired returns open envelopes whose deadline (unix ms) is at or
 // before nowMs.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net/http"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/httpjson"
+	"github.com/beamdir/beam/internal/limits"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -53,6 +55,9 @@ func (e *Engine) api(h func(http.ResponseWriter, *http.Request) error) http.Hand
 func (e *Engine) writeErr(w http.ResponseWriter, err error) {
 	var ie *InputError
 	if errors.As(err, &ie) {
+		if ie.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(limits.RetryAfterSeconds(ie.RetryAfter)))
+		}
 		httpjson.Error(w, ie.Status, ie.Code, ie.Msg)
 		return
 	}
@@ -207,6 +212,42 @@ func (e *Engine) readJSON(w http.ResponseWriter, r *http.Request, v any, limit i
 	return nil
 }
 
+// openRetryAfter is the Retry-After of a creation refused for too many
+// open envelopes: a guess, since only their actors can finish them.
+const openRetryAfter = 5 * time.Second
+
+// createLimited is Create for an agent's own request: within its creation
+// rate (AllowCreate) and its cap of open envelopes (MaxOpenPerCreator),
+// else a 429 InputError with Retry-After.
+func (e *Engine) createLimited(ctx context.Context, req CreateRequest) (tracing.MeshRow, error) {
+	if e.cfg.AllowCreate != nil {
+		if ok, wait := e.cfg.AllowCreate(req.Creator); !ok {
+			ie := inputErr(http.StatusTooManyRequests, CodeRateLimited, "too many envelopes created by %s; retry later", req.Creator)
+			ie.RetryAfter = wait
+			return tracing.MeshRow{}, ie
+		}
+	}
+	if e.cfg.MaxOpenPerCreator <= 0 {
+		return e.Create(ctx, req)
+	}
+	// One creator's check and creation at a time, so that racing requests
+	// cannot pass the check together.
+	mu := &e.creates[maphash.String(e.seed, req.Creator)%uint64(len(e.creates))]
+	mu.Lock()
+	defer mu.Unlock()
+	n, err := e.log.MeshOpenCount(ctx, req.Creator, e.cfg.MaxOpenPerCreator)
+	if err != nil {
+		return tracing.MeshRow{}, err
+	}
+	if n >= e.cfg.MaxOpenPerCreator {
+		ie := inputErr(http.StatusTooManyRequests, CodeTooManyOpen,
+			"%s has %d open envelopes, the most one creator may have; retry when some have finished", req.Creator, n)
+		ie.RetryAfter = openRetryAfter
+		return tracing.MeshRow{}, ie
+	}
+	return e.Create(ctx, req)
+}
+
 // parseRoute reads a route as a list of actors, or as {curr, next}.
 func parseRoute(raw json.RawMessage, actor string) ([]string, error) {
 	raw = bytes.TrimSpace(raw)
@@ -281,7 +322,13 @@ func (e *Engine) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	} else if b.Creator != "" && b.Creator != p.agent {
 		return inputErr(http.StatusForbidden, CodeForbidden, "an agent creates envelopes only as itself")
 	}
-	row, err := e.Create(r.Context(), CreateRequest{Creator: creator, Route: route, Payload: b.Payload, Headers: b.Headers, Timeout: timeout})
+	req := CreateRequest{Creator: creator, Route: route, Payload: b.Payload, Headers: b.Headers, Timeout: timeout}
+	var row tracing.MeshRow
+	if p.operator {
+		row, err = e.Create(r.Context(), req)
+	} else {
+		row, err = e.createLimited(r.Context(), req)
+	}
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,9 @@
 // It must not write SQL (the log's tables are read through tracing's query
 // methods), must not keep state that is not rebuilt from the log (apart from
 // ephemeral FLY events, subscriptions and a memo of decoded envelopes keyed by
-// their bytes), and must not invent a transport:
+// their bytes; the envelopes waiting for offline actors are rebuilt by
+// Recover), must not judge a hop's admission itself (the directory's
+// CheckPipelineHop is the relay's own policy check), and must not invent a
+// transport:
 // frames go through the directory.
 package mesh

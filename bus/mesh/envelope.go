@@ -152,6 +152,32 @@ type Envelope struct {
 	Hop         int    `json:"hop"`
 	FanoutIndex int    `json:"fanout_index,omitempty"`
 	Creator     string `json:"creator"`
+	// Author is the agent that chose route.curr and route.next: the actor
+	// that last rewrote next ("" while the route is the creator's). Hops
+	// are admitted by their actor's policy with Author as the sender.
+	Author string `json:"author,omitempty"`
+	// PrevActor is set in the envelope a hop delivers: the actor whose
+	// output this hop carries ("" for the first hop, whose payload is the
+	// creator's). The hop's frame is from PrevActor, or from the creator.
+	PrevActor string `json:"prev_actor,omitempty"`
+}
+
+// routeAuthor is the agent that chose the envelope's current route: the
+// actor that last rewrote next, or the creator.
+func (e Envelope) routeAuthor() string {
+	if e.Author != "" {
+		return e.Author
+	}
+	return e.Creator
+}
+
+// contentAuthor is the agent whose output the envelope's payload is: the
+// last actor of route.prev, or the creator before the first hop.
+func (e Envelope) contentAuthor() string {
+	if n := len(e.Route.Prev); n > 0 {
+		return e.Route.Prev[n-1]
+	}
+	return e.Creator
 }
 
 // MaxEnvelopeBytes bounds an encoded envelope.

@@ -92,6 +92,14 @@ func appendEnvelope(b []byte, e Envelope) ([]byte, error) {
 	}
 	b = append(b, `,"creator":`...)
 	b = appendString(b, e.Creator)
+	if e.Author != "" {
+		b = append(b, `,"author":`...)
+		b = appendString(b, e.Author)
+	}
+	if e.PrevActor != "" {
+		b = append(b, `,"prev_actor":`...)
+		b = appendString(b, e.PrevActor)
+	}
 	return append(b, '}'), nil
 }
 

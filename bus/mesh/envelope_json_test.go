@@ -53,7 +53,7 @@ func TestEncodeMatchesEncodingJSON(t *testing.T) {
 		e := Envelope{ID: str(), ParentID: str(), Route: Route{Prev: list(), Curr: str(), Next: list()},
 			Status: Status{Phase: str(), Actor: str(), Attempt: rng.IntN(3) - 1, MaxAttempts: rng.IntN(5), Reason: str(),
 				CreatedAt: str(), UpdatedAt: str(), DeadlineAt: str()},
-			Payload: json.RawMessage(payloads[rng.IntN(len(payloads))]), Hop: rng.IntN(200), FanoutIndex: rng.IntN(3), Creator: str()}
+			Payload: json.RawMessage(payloads[rng.IntN(len(payloads))]), Hop: rng.IntN(200), FanoutIndex: rng.IntN(3), Creator: str(), Author: str(), PrevActor: str()}
 		if len(e.Payload) == 0 {
 			e.Payload = nil
 		}

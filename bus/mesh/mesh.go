@@ -30,8 +30,10 @@ const (
 	DefaultMaxTimeout      = 24 * time.Hour
 	DefaultHopTimeout      = 30 * time.Second
 	DefaultTickInterval    = 100 * time.Millisecond
-	// offlineWait is how long an envelope whose actor is offline waits
-	// before the next look (no attempt is counted).
+	// offlineWait is how long a hop whose hand-off to an actor that just
+	// left failed waits before the next look (no attempt is counted). A
+	// hop whose actor is offline waits for it to connect instead
+	// (waitOffline).
 	offlineWait = time.Second
 )
 
@@ -64,6 +66,12 @@ type Config struct {
 	HopTimeout time.Duration
 	// TickInterval is how often due retries and deadlines are checked.
 	TickInterval time.Duration
+	// AllowCreate, when set, rate-limits the envelopes an agent creates:
+	// it reports whether creator may create one now, or how long to wait.
+	AllowCreate func(creator string) (bool, time.Duration)
+	// MaxOpenPerCreator caps an agent's open envelopes (fan-out children
+	// included) when it creates one; 0 means no cap.
+	MaxOpenPerCreator int
 }
 
 // Engine routes envelopes through actors. It is safe for concurrent use.
@@ -78,10 +86,16 @@ type Engine struct {
 	seed maphash.Seed
 
 	locks [64]sync.Mutex
+	// creates serializes the open-envelope check and creation of one
+	// creator's envelopes (checkCreate).
+	creates [16]sync.Mutex
 
 	mu      sync.Mutex
 	closed  bool
-	running map[string]bool // ids with an attempt being started
+	running map[string]bool // ids with an attempt being started; true: start it again after
+	// offline are the envelopes waiting for an offline actor, by actor:
+	// its connecting wakes them (actorConnected).
+	offline map[string]map[string]struct{}
 	wg      sync.WaitGroup
 	stop    chan struct{}
 	warm    chan func()   // hop workers waiting for more work (goWarm)
@@ -126,12 +140,15 @@ func New(cfg Config) (*Engine, error) {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	m := newMetrics(cfg.Registerer)
-	return &Engine{
+	e := &Engine{
 		cfg: cfg, log: cfg.Log, dir: cfg.Directory, reg: cfg.Registry, lg: cfg.Logger.With("component", "mesh"),
 		m: m, hub: newHub(m), seed: maphash.MakeSeed(), running: map[string]bool{},
-		stop: make(chan struct{}),
-		warm: make(chan func()), idle: warmIdle,
-	}, nil
+		offline: map[string]map[string]struct{}{},
+		stop:    make(chan struct{}),
+		warm:    make(chan func()), idle: warmIdle,
+	}
+	cfg.Directory.SetMeshConnected(e.actorConnected)
+	return e, nil
 }
 
 // lock serializes the steps of one envelope.
@@ -207,28 +224,91 @@ func (e *Engine) Tick(ctx context.Context) error {
 	return nil
 }
 
-// startAttempt runs attempt for id in its own goroutine unless one is
-// already starting.
+// startAttempt runs attempt for id in its own goroutine; when one is
+// already starting, that one runs attempt once more after (a wake that
+// came while it looked must not be lost).
 func (e *Engine) startAttempt(id string) {
 	e.mu.Lock()
-	if e.closed || e.running[id] {
+	if e.closed {
 		e.mu.Unlock()
 		return
 	}
-	e.running[id] = true
+	if _, ok := e.running[id]; ok {
+		e.running[id] = true
+		e.mu.Unlock()
+		return
+	}
+	e.running[id] = false
 	e.wg.Add(1)
 	e.mu.Unlock()
 	e.goWarm(func() {
 		defer e.wg.Done()
-		defer func() {
+		for {
+			if err := e.attempt(context.Background(), id); err != nil && !e.isClosed() {
+				e.lg.Warn("mesh attempt", "id", id, "err", err)
+			}
 			e.mu.Lock()
-			delete(e.running, id)
+			again := e.running[id] && !e.closed
+			if again {
+				e.running[id] = false
+			} else {
+				delete(e.running, id)
+			}
 			e.mu.Unlock()
-		}()
-		if err := e.attempt(context.Background(), id); err != nil && !e.isClosed() {
-			e.lg.Warn("mesh attempt", "id", id, "err", err)
+			if !again {
+				return
+			}
 		}
 	})
+}
+
+// waitOffline marks envelope id as waiting for actor and reports whether
+// it was marked already (its wait is recorded).
+func (e *Engine) waitOffline(id, actor string) (already bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	set := e.offline[actor]
+	if set == nil {
+		set = map[string]struct{}{}
+		e.offline[actor] = set
+	}
+	_, already = set[id]
+	set[id] = struct{}{}
+	return already
+}
+
+// stopWaiting unmarks envelope id (its hop goes ahead, or it ended).
+func (e *Engine) stopWaiting(id, actor string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if set := e.offline[actor]; set != nil {
+		delete(set, id)
+		if len(set) == 0 {
+			delete(e.offline, actor)
+		}
+	}
+}
+
+// woken reports whether envelope id waits for actor, which is online now.
+func (e *Engine) woken(id, actor string) bool {
+	e.mu.Lock()
+	_, waiting := e.offline[actor][id]
+	e.mu.Unlock()
+	return waiting && e.dir.Online(actor)
+}
+
+// actorConnected starts the hops waiting for beamID, which attached a
+// session (directory.SetMeshConnected).
+func (e *Engine) actorConnected(beamID string) {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.offline[beamID]))
+	for id := range e.offline[beamID] {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	for _, id := range ids {
+		e.startAttempt(id)
+	}
 }
 
 // warmIdle is how long a hop worker waits for more work before it exits.
@@ -277,6 +357,12 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, row := range rows {
+		if row.State == tracing.Queued && row.DeadlineAt > 0 && row.NextAt == row.DeadlineAt && row.Actor != "" {
+			// Waiting for its offline actor (attempt): woken when it
+			// connects.
+			e.waitOffline(row.ID, row.Actor)
+			continue
+		}
 		if row.State != tracing.Dispatched && row.State != tracing.Delivered {
 			continue
 		}

@@ -29,6 +29,12 @@ const (
 	CodeConflict        = "CONFLICT"
 	CodeCanceled        = "CANCELED"
 	CodeTimeout         = "TIMEOUT"
+	// CodeRateLimited: the creating agent created envelopes faster than
+	// the gateway's rate (429, Retry-After).
+	CodeRateLimited = "RATE_LIMITED"
+	// CodeTooManyOpen: the creating agent has as many open envelopes as
+	// the gateway allows one creator (429, Retry-After).
+	CodeTooManyOpen = "TOO_MANY_OPEN_ENVELOPES"
 	// CodePermanent is the error code an actor answers with for a failure
 	// no retry can fix; every other failure is retried by the policy.
 	CodePermanent = "MESH_PERMANENT"
@@ -43,6 +49,8 @@ type InputError struct {
 	Status int
 	Code   string
 	Msg    string
+	// RetryAfter, when set, is sent as the Retry-After header (429).
+	RetryAfter time.Duration
 }
 
 func (e *InputError) Error() string { return e.Msg }
@@ -173,7 +181,7 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 	row, ok, err := e.log.MeshEnvelope(ctx, id)
 	now := e.cfg.Clock()
 	if err != nil || !ok || row.Status.Terminal() || row.Status == tracing.MeshPaused || row.State != tracing.Queued ||
-		row.NextAt > now.UnixMilli() {
+		(row.NextAt > now.UnixMilli() && !e.woken(id, row.Actor)) {
 		unlock()
 		return err
 	}
@@ -197,6 +205,11 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 		unlock()
 		return err
 	}
+	if code, msg := e.admit(env, actor, remote); code != "" {
+		err := e.fail(ctx, row, env, nil, ReasonNonRetryable, msg, code)
+		unlock()
+		return err
+	}
 	n := row.Attempt + 1
 	transport := directory.TransportWS
 	var peerNonce string
@@ -208,15 +221,17 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 			unlock()
 			return err
 		}
-	case !e.dir.Online(actor):
+	default:
+		online, waiting := e.online(id, actor)
+		if online {
+			break
+		}
 		if agent.HTTPEndpoint == "" {
-			// Offline: wait without counting an attempt.
-			ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Attempt: row.Attempt,
-				FirstAttemptAt: row.FirstAttemptAt, NextAt: now.Add(offlineWait).UnixMilli(), Reason: "actor offline"})
-			err := e.append(ctx, []string{id}, ev)
+			err := e.waitForActor(ctx, row, actor, waiting, now)
 			unlock()
 			return err
 		}
+		e.stopWaiting(id, actor)
 		transport = directory.TransportDirectHTTP
 	}
 	first := row.FirstAttemptAt
@@ -247,6 +262,41 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 	return nil
 }
 
+// online reports whether actor has a session, and whether the envelope
+// was waiting for it already (its wait is recorded). The envelope is
+// marked as waiting before the look, so that an actor connecting after it
+// wakes the envelope (actorConnected); the mark is dropped when the actor
+// is online.
+func (e *Engine) online(id, actor string) (online, waiting bool) {
+	waiting = e.waitOffline(id, actor)
+	if e.dir.Online(actor) {
+		e.stopWaiting(id, actor)
+		return true, waiting
+	}
+	return false, waiting
+}
+
+// waitForActor parks the hop of row until actor connects, without
+// counting an attempt: one wait step, due only at the envelope's deadline,
+// and no further log write while it waits (actorConnected wakes it).
+// waiting says the step is recorded already.
+func (e *Engine) waitForActor(ctx context.Context, row tracing.MeshRow, actor string, waiting bool, now time.Time) error {
+	if waiting {
+		return nil
+	}
+	next := row.DeadlineAt
+	if next <= 0 {
+		next = now.Add(e.cfg.MaxTimeout).UnixMilli()
+	}
+	ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Attempt: row.Attempt,
+		FirstAttemptAt: row.FirstAttemptAt, NextAt: next, Reason: "actor offline"})
+	if err := e.append(ctx, []string{row.ID}, ev); err != nil {
+		e.stopWaiting(row.ID, actor)
+		return err
+	}
+	return nil
+}
+
 func deadlineString(row tracing.MeshRow) string {
 	if row.DeadlineAt == 0 {
 		return ""
@@ -265,13 +315,41 @@ func (e *Engine) hopTimeout(row tracing.MeshRow, now time.Time) time.Duration {
 	return t
 }
 
+// admit applies actor's policy to the hop of env about to be dispatched
+// to it, with the agent that chose the hop (the route's author) as the
+// sender (directory.CheckPipelineHop, the relay's own check). A peer
+// directory's actor is admitted by its directory, which gets the hop from
+// the author of its content; that author must then be an agent of this
+// directory, since federation does not forward through intermediate
+// directories. It returns "" or FORBIDDEN and the reason.
+func (e *Engine) admit(env Envelope, actor string, remote bool) (code, msg string) {
+	if remote {
+		from := env.contentAuthor()
+		if _, ok := e.reg.Get(from); ok && e.reg.Serves(from) {
+			return "", ""
+		}
+		return CodeForbidden, fmt.Sprintf("the hop to %s carries the output of %s, an agent of another directory: "+
+			"federation does not forward through intermediate directories", actor, from)
+	}
+	if code, msg := e.dir.CheckPipelineHop(env.routeAuthor(), actor, IntentEnvelope); code != "" {
+		return CodeForbidden, msg
+	}
+	return "", ""
+}
+
 // hopFrame is the frame that carries a hop to its actor, and how its
-// creator was authenticated. The creator did not sign it, so the
-// directory's delivery (DeliverBus, DeliverDirect) attests it with auth
-// "api_key", as it does for the bus's API-key sends (docs/SECURITY.md,
-// "Attestation").
+// sender was authenticated. The frame is from the author of the hop's
+// content: the previous actor, or the creator for the first hop; the
+// envelope it carries names the creator and the previous actor
+// (prev_actor) apart. No agent signed it, so the directory's delivery
+// (DeliverBus, DeliverDirect) attests it with auth "api_key", as it does
+// for the bus's API-key sends (docs/SECURITY.md, "Attestation").
 func hopFrame(env Envelope, actor, nonce string, now time.Time) (*wire.IntentFrame, string) {
-	f := wire.NewIntentFrame(env.Creator, actor, IntentEnvelope, env.Encode(), now)
+	env.PrevActor = ""
+	if len(env.Route.Prev) > 0 {
+		env.PrevActor = env.contentAuthor()
+	}
+	f := wire.NewIntentFrame(env.contentAuthor(), actor, IntentEnvelope, env.Encode(), now)
 	f.Nonce = nonce
 	return f, directory.BusAuthAPIKey
 }
@@ -304,9 +382,9 @@ func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			rf, err := e.dir.DeliverDirect(frame, auth, to.endpoint)
-			if err != nil {
-				e.outcome(id, n, to.transport, nil, directory.CodeDeliveryFailed, err.Error())
+			rf, rerr := e.dir.DeliverDirect(frame, auth, to.endpoint)
+			if rerr != nil {
+				e.outcome(id, n, to.transport, nil, rerr.Code, rerr.Message)
 				return
 			}
 			e.outcome(id, n, to.transport, rf, "", "")
@@ -523,6 +601,7 @@ func (e *Engine) fail(ctx context.Context, row tracing.MeshRow, env Envelope, pr
 	if err := e.append(ctx, []string{row.ID}, append(pre, ev)...); err != nil {
 		return err
 	}
+	e.stopWaiting(row.ID, row.Actor)
 	e.m.finished.WithLabelValues(string(tracing.MeshFailed)).Inc()
 	return nil
 }
@@ -533,7 +612,11 @@ func (e *Engine) fail(ctx context.Context, row tracing.MeshRow, env Envelope, pr
 func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope, reply Reply, pre []tracing.Event, reason string) error {
 	actor := env.Route.Curr
 	route := env.Route
+	author := env.Author
 	if reply.Next != nil {
+		// The hops this actor names are its own: their actors' policies
+		// admit them with it as the sender.
+		author = actor
 		r, err := route.RewriteNext(actor, *reply.Next, env.Hop, e.cfg.MaxHops)
 		if err != nil {
 			return e.fail(ctx, row, env, pre, ReasonBadReply, err.Error(), CodePermanent)
@@ -558,6 +641,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		final.Route = shifted
 		final.Headers = headers
 		final.Hop = hop
+		final.Author = author
 		final.Status.Phase = string(tracing.MeshSucceeded)
 		events = append(events, e.sinkEvent(row, final, reason))
 	}
@@ -567,6 +651,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		ce.Headers = mergeHeaders(headers, nil)
 		ce.Payload = out
 		ce.Hop = hop
+		ce.Author = author
 		if i == 0 {
 			events = append(events, e.nextEvents(row, ce, progress, reason)...)
 			if !ce.Route.Done() && hop < e.cfg.MaxHops {
@@ -651,6 +736,10 @@ func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope) (pendingHop, b
 	_, okA := e.reg.Get(actor)
 	creator, okC := e.reg.Get(env.Creator)
 	if !okA || !okC || !e.dir.Online(actor) {
+		return pendingHop{}, false
+	}
+	if code, _ := e.admit(env, actor, false); code != "" {
+		// The scheduler's attempt records the refusal.
 		return pendingHop{}, false
 	}
 	first := now.UnixMilli()
@@ -742,6 +831,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) (tracing.MeshRow, error)
 	if err := e.append(ctx, []string{id}, ev); err != nil {
 		return row, err
 	}
+	e.stopWaiting(id, row.Actor)
 	e.m.finished.WithLabelValues(string(tracing.MeshCanceled)).Inc()
 	out, _, err := e.log.MeshEnvelope(ctx, id)
 	return out, err

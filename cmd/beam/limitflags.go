@@ -13,6 +13,8 @@ import (
 type limitFlags struct {
 	off                                   bool
 	registerRate, connect, intents, sends rateFlag
+	meshCreates                           rateFlag
+	meshOpen                              int
 	maxConns, maxConnsPerAddr             int
 	readTimeout, writeTimeout, idleTmo    time.Duration
 	intentMaxConns, intentMaxConnsPerAddr int
@@ -46,6 +48,9 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.Var(f.connect, "limit-connect", "WebSocket connects per client address, N/DURATION")
 	fs.Var(f.intents, "limit-intents", "intents per sending agent, N/DURATION")
 	fs.Var(f.sends, "limit-bus-sends", "message bus sends (POST /v1/beam/send) per sending agent, N/DURATION")
+	f.meshCreates = rateFlag{&d.MeshCreates}
+	fs.Var(f.meshCreates, "limit-mesh-creates", "pipeline envelopes (POST /api/v1/mesh) per creating agent, N/DURATION")
+	fs.IntVar(&f.meshOpen, "limit-mesh-open", d.MeshOpenPerCreator, "most open pipeline envelopes of one creating agent (0: no cap)")
 	fs.IntVar(&f.maxConns, "max-conns", d.MaxConns, "most open HTTP connections (0: no cap)")
 	fs.IntVar(&f.maxConnsPerAddr, "max-conns-per-addr", d.MaxConnsPerAddr, "most open HTTP connections from one client address (0: no cap)")
 	fs.DurationVar(&f.readTimeout, "read-timeout", d.ReadTimeout, "how long a client may take to send a request body")
@@ -60,12 +65,14 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 func (f *limitFlags) config() server.Limits {
 	l := server.Limits{
 		Register: *f.registerRate.r, Connect: *f.connect.r, Intents: *f.intents.r, BusSends: *f.sends.r,
+		MeshCreates: *f.meshCreates.r, MeshOpenPerCreator: f.meshOpen,
 		MaxConns: f.maxConns, MaxConnsPerAddr: f.maxConnsPerAddr,
 		ReadTimeout: f.readTimeout, WriteTimeout: f.writeTimeout, IdleTimeout: f.idleTmo,
 		IntentMaxConns: f.intentMaxConns, IntentMaxConnsPerAddr: f.intentMaxConnsPerAddr, IntentIdleTimeout: f.intentIdleTmo,
 	}
 	if f.off {
 		l.Register, l.Connect, l.Intents, l.BusSends = limits.Rate{}, limits.Rate{}, limits.Rate{}, limits.Rate{}
+		l.MeshCreates, l.MeshOpenPerCreator = limits.Rate{}, 0
 	}
 	return l
 }

@@ -28,7 +28,9 @@ func TestMeshSIGKILLUnderLoad(t *testing.T) {
 	if testing.Short() {
 		n = 20
 	}
-	p := beamtest.Start(t, beamtest.Options{Args: []string{"--mesh-hop-timeout", "5s"}})
+	// The creator and the actors are members of one org (each hop obeys
+	// its actor's policy).
+	p := beamtest.Start(t, beamtest.Options{Args: []string{"--mesh-hop-timeout", "5s", "--open-orgs"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	creator, _ := sdkAgent(t, ctx, p.URL(), id("client"))

@@ -61,8 +61,11 @@ func startMeshStack(t *testing.T) *meshStack {
 	polPath := filepath.Join(dir, "policies.json")
 	require.NoError(t, os.WriteFile(polPath, raw, 0o600))
 	p := beamtest.Start(t, beamtest.Options{
-		Args: []string{"--mesh-policies", polPath, "--mesh-hop-timeout", "1s", "--allow-insecure-endpoints", "--allow-private-endpoints"},
-		Env:  []string{"BEAM_ADMIN_TOKEN=" + meshOperatorToken},
+		// The creator and the actors are members of one org (each hop
+		// obeys its actor's policy).
+		Args: []string{"--mesh-policies", polPath, "--mesh-hop-timeout", "1s", "--allow-insecure-endpoints", "--allow-private-endpoints",
+			"--open-orgs"},
+		Env: []string{"BEAM_ADMIN_TOKEN=" + meshOperatorToken},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)

@@ -123,10 +123,11 @@ func (r *Registry) handleVisibility(w http.ResponseWriter, req *http.Request) er
 }
 
 // handleConfig serves PATCH /agents/{beamId}/config: httpEndpoint and/or
-// dhPublicKey ("" clears a value) and/or requireSenderSignatures.
+// dhPublicKey ("" clears a value) and/or requireSenderSignatures and
+// acceptAttestedPipelineHops.
 func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) error {
 	var endpoint, dh *string
-	var requireSigs *bool
+	var requireSigs, pipelineHops *bool
 	return r.changeAgent(w, req, agentRoute{
 		allowOperator: true,
 		parse: func(f fields, a *Agent) (map[string]any, error) {
@@ -140,14 +141,21 @@ func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) error 
 			if requireSigs, err = f.optBool("INVALID_BODY", "requireSenderSignatures"); err != nil {
 				return nil, err
 			}
-			if endpoint == nil && dh == nil && requireSigs == nil {
-				return nil, errf(http.StatusBadRequest, "INVALID_BODY", "send httpEndpoint, dhPublicKey and/or requireSenderSignatures")
+			if pipelineHops, err = f.optBool("INVALID_BODY", "acceptAttestedPipelineHops"); err != nil {
+				return nil, err
+			}
+			if endpoint == nil && dh == nil && requireSigs == nil && pipelineHops == nil {
+				return nil, errf(http.StatusBadRequest, "INVALID_BODY",
+					"send httpEndpoint, dhPublicKey, requireSenderSignatures and/or acceptAttestedPipelineHops")
 			}
 			obj := map[string]any{"action": "agents.config", "beamId": a.BeamID, "httpEndpoint": nil, "dhPublicKey": nil}
 			if requireSigs != nil {
 				// Signed only when sent, so signatures made before the
 				// setting existed still verify.
 				obj["requireSenderSignatures"] = *requireSigs
+			}
+			if pipelineHops != nil {
+				obj["acceptAttestedPipelineHops"] = *pipelineHops
 			}
 			if endpoint != nil {
 				if err := validateEndpoint(*endpoint, r.cfg.AllowInsecureEndpoints); err != nil {
@@ -173,10 +181,14 @@ func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) error 
 			if requireSigs != nil {
 				next.RequireSenderSignatures = *requireSigs
 			}
+			if pipelineHops != nil {
+				next.AcceptAttestedPipelineHops = *pipelineHops
+			}
 			next.UpdatedAt = now
 			return agentChange{action: "agent.config",
 				details: map[string]any{"httpEndpoint": next.HTTPEndpoint, "dhPublicKeyChanged": dh != nil,
-					"requireSenderSignatures": next.RequireSenderSignatures}}, nil
+					"requireSenderSignatures":    next.RequireSenderSignatures,
+					"acceptAttestedPipelineHops": next.AcceptAttestedPipelineHops}}, nil
 		},
 	})
 }

@@ -133,6 +133,10 @@ type Agent struct {
 	// RequireSenderSignatures refuses intents to the agent that its
 	// sender did not sign (settings.go).
 	RequireSenderSignatures bool
+	// AcceptAttestedPipelineHops lets an agent that requires sender
+	// signatures receive pipeline hops, which the directory attests
+	// (settings.go).
+	AcceptAttestedPipelineHops bool
 
 	apiKeyHash string
 }

@@ -1,9 +1,11 @@
 package registry
 
 import (
+	"context"
 	"net/http"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -60,4 +62,35 @@ func TestRequireSenderSignaturesSetting(t *testing.T) {
 	b.reopen()
 	got, _ = b.reg.Get(a.beamID)
 	require.False(t, got.RequireSenderSignatures)
+}
+
+// TestAcceptAttestedPipelineHopsSetting: the agent turns it on with its API
+// key, it survives a restart, and a settings table made before the
+// setting existed gets its column (off) when the registry opens.
+func TestAcceptAttestedPipelineHopsSetting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := b.register("hops@acme.beam.directory")
+	cfg := "/agents/" + esc(a.beamID) + "/config"
+	got, _ := b.reg.Get(a.beamID)
+	require.False(t, got.AcceptAttestedPipelineHops, "off by default")
+
+	r := b.call("PATCH", cfg, map[string]any{"acceptAttestedPipelineHops": true}, "x-api-key", a.apiKey)
+	require.Equal(t, http.StatusOK, r.status, string(r.raw))
+	require.Equal(t, true, r.body["acceptAttestedPipelineHops"])
+	b.reopen()
+	got, _ = b.reg.Get(a.beamID)
+	require.True(t, got.AcceptAttestedPipelineHops, "kept across a restart")
+
+	// The table of an earlier version, without the column.
+	_, err := b.log.Do(context.Background(), func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`ALTER TABLE agent_settings DROP COLUMN accept_attested_pipeline_hops`)
+		return err
+	})
+	require.NoError(t, err)
+	b.reopen()
+	got, _ = b.reg.Get(a.beamID)
+	require.False(t, got.AcceptAttestedPipelineHops)
+	r = b.call("PATCH", cfg, map[string]any{"acceptAttestedPipelineHops": true}, "x-api-key", a.apiKey)
+	require.Equal(t, http.StatusOK, r.status, string(r.raw))
 }

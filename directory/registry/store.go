@@ -105,6 +105,9 @@ func (r *Registry) migrate(ctx context.Context) error {
 				return fmt.Errorf("%.40s…: %w", stmt, err)
 			}
 		}
+		if err := migrateSettings(ctx, tx); err != nil {
+			return err
+		}
 		return migrateOrgs(ctx, tx)
 	})
 	if err != nil {

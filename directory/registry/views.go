@@ -91,6 +91,8 @@ type fullView struct {
 	EmailVerifiedAlias bool    `json:"emailVerified"`
 	// RequireSenderSignatures is the agent's setting (settings.go).
 	RequireSenderSignatures bool `json:"requireSenderSignatures"`
+	// AcceptAttestedPipelineHops is the agent's setting (settings.go).
+	AcceptAttestedPipelineHops bool `json:"acceptAttestedPipelineHops"`
 }
 
 // registerView is the registration response: the full row and, when one
@@ -126,7 +128,7 @@ func fullViewOf(a *Agent, now time.Time) fullView {
 		publicView: publicViewOf(a, now), Email: a.Email, EmailVerified: a.EmailVerified,
 		HTTPEndpoint: a.HTTPEndpoint, UpdatedAt: isoTime(a.UpdatedAt),
 		HTTPEndpointAlias: a.HTTPEndpoint, EmailVerifiedAlias: a.EmailVerified,
-		RequireSenderSignatures: a.RequireSenderSignatures,
+		RequireSenderSignatures: a.RequireSenderSignatures, AcceptAttestedPipelineHops: a.AcceptAttestedPipelineHops,
 	}
 }
 

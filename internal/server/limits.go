@@ -23,6 +23,11 @@ type Limits struct {
 	Intents limits.Rate
 	// BusSends bounds POST /v1/beam/send per sending agent.
 	BusSends limits.Rate
+	// MeshCreates bounds POST /api/v1/mesh per creating agent;
+	// MeshOpenPerCreator caps the open envelopes of one creator (0: no
+	// cap).
+	MeshCreates        limits.Rate
+	MeshOpenPerCreator int
 	// MaxConns caps open connections in total, MaxConnsPerAddr per client
 	// IP address.
 	MaxConns        int
@@ -53,15 +58,18 @@ const defaultReadHeaderTimeout = 10 * time.Second
 
 // DefaultLimits are beam serve's defaults (docs/SECURITY.md, "Limits").
 var DefaultLimits = Limits{
-	Register:        limits.Rate{N: 30, Per: time.Minute},
-	Connect:         limits.Rate{N: 120, Per: time.Minute},
-	Intents:         limits.Rate{N: 1200, Per: time.Minute},
-	BusSends:        limits.Rate{N: 1200, Per: time.Minute},
-	MaxConns:        4096,
-	MaxConnsPerAddr: 256,
-	ReadTimeout:     30 * time.Second,
-	WriteTimeout:    0, // derived from the result timeouts, see writeTimeout
-	IdleTimeout:     120 * time.Second,
+	Register: limits.Rate{N: 30, Per: time.Minute},
+	Connect:  limits.Rate{N: 120, Per: time.Minute},
+	Intents:  limits.Rate{N: 1200, Per: time.Minute},
+	BusSends: limits.Rate{N: 1200, Per: time.Minute},
+	// Pipelines: each envelope may wait up to a day for its actors.
+	MeshCreates:        limits.Rate{N: 600, Per: time.Minute},
+	MeshOpenPerCreator: 1000,
+	MaxConns:           4096,
+	MaxConnsPerAddr:    256,
+	ReadTimeout:        30 * time.Second,
+	WriteTimeout:       0, // derived from the result timeouts, see writeTimeout
+	IdleTimeout:        120 * time.Second,
 
 	IntentMaxConns:        1024,
 	IntentMaxConnsPerAddr: 64,
@@ -71,14 +79,16 @@ var DefaultLimits = Limits{
 // rateLimits are the keyed buckets of one server.
 type rateLimits struct {
 	register, connect, intents, busSends *limits.Keyed
+	meshCreates                          *limits.Keyed
 }
 
 func newRateLimits(l Limits, clock func() time.Time) *rateLimits {
 	return &rateLimits{
-		register: limits.NewKeyed(l.Register, clock),
-		connect:  limits.NewKeyed(l.Connect, clock),
-		intents:  limits.NewKeyed(l.Intents, clock),
-		busSends: limits.NewKeyed(l.BusSends, clock),
+		register:    limits.NewKeyed(l.Register, clock),
+		connect:     limits.NewKeyed(l.Connect, clock),
+		intents:     limits.NewKeyed(l.Intents, clock),
+		busSends:    limits.NewKeyed(l.BusSends, clock),
+		meshCreates: limits.NewKeyed(l.MeshCreates, clock),
 	}
 }
 

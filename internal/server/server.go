@@ -515,7 +515,8 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	pipes, err := mesh.New(mesh.Config{
 		Log: s.log, Directory: dir, Registry: agents, Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry,
 		OperatorAuth: s.IsOperator, Policies: s.cfg.MeshPolicies, Default: s.cfg.MeshDefaultPolicy,
-		HopTimeout: s.cfg.MeshHopTimeout,
+		HopTimeout:  s.cfg.MeshHopTimeout,
+		AllowCreate: s.rl.meshCreates.Allow, MaxOpenPerCreator: s.cfg.Limits.MeshOpenPerCreator,
 	})
 	if err != nil {
 		return fmt.Errorf("open pipelines: %w", err)
