@@ -16,7 +16,7 @@ import (
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
-	"github.com/beamdir/beam/federation"
+	"github.com/beamdir/beam/federation/cluster"
 )
 
 // freeRoutePort returns a loopback address nothing listens on.
@@ -35,7 +35,7 @@ func freeRoutePort(t *testing.T) string {
 func startClusterPair(t *testing.T, domain string, tune ...func(*Config)) [2]*liveServer {
 	t.Helper()
 	dirs := [2]string{t.TempDir(), t.TempDir()}
-	require.NoError(t, federation.ShareKey(dirs[:]))
+	require.NoError(t, cluster.WriteNodeDirs(domain, dirs[:]))
 	routes := [2]string{freeRoutePort(t), freeRoutePort(t)}
 	var (
 		wg   sync.WaitGroup
