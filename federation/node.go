@@ -383,12 +383,23 @@ func (n *Node) natsOptions() *server.Options {
 
 // PeerPermissions are the NATS permissions of peer on self's server:
 // publish only beam.fed.<self>.<peer>.*, subscribe only to the peer's own
-// reply inbox. Operators of a shared NATS deployment grant the same.
+// reply inbox, and never JetStream, the system account's or a cluster's
+// subjects (ReservedSubjects). Operators of a shared NATS deployment grant
+// the same.
 func PeerPermissions(self, peer string) *server.Permissions {
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + Token(self) + "." + Token(peer) + ".*"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(peer) + ".>"}},
+		Publish: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + Token(self) + "." + Token(peer) + ".*"},
+			Deny: ReservedSubjects()},
+		Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(peer) + ".>"}, Deny: ReservedSubjects()},
 	}
+}
+
+// ReservedSubjects are the subjects only a directory's own nodes use:
+// JetStream's API and storage ($JS, $KV, $O), the system account's and
+// cluster mode's (beam.cluster). No peer or other client may publish or
+// subscribe to them.
+func ReservedSubjects() []string {
+	return []string{"$JS.>", "$KV.>", "$O.>", "$SYS.>", "$NRG.>", "beam.cluster.>"}
 }
 
 // SharedPermissions are the NATS permissions of the directory domain on a
@@ -400,9 +411,10 @@ func PeerPermissions(self, peer string) *server.Permissions {
 func SharedPermissions(domain string) *server.Permissions {
 	tok := Token(domain)
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + ".*." + tok + ".*"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + tok + ".>", InboxPrefix(domain) + ".>"}},
-		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: MaxIntentTimeout + time.Minute},
+		Publish: &server.SubjectPermission{Allow: []string{SubjectPrefix + ".*." + tok + ".*"}, Deny: ReservedSubjects()},
+		Subscribe: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + tok + ".>", InboxPrefix(domain) + ".>"},
+			Deny: ReservedSubjects()},
+		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: MaxIntentTimeout + time.Minute},
 	}
 }
 
@@ -429,12 +441,13 @@ func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
 {
   nkey: %q
   permissions: {
-    publish: { allow: %s }
-    subscribe: { allow: %s }
+    publish: { allow: %s, deny: %s }
+    subscribe: { allow: %s, deny: %s }
     allow_responses: { max: %d, expires: %q }
   }
 }
-`, domain, user, list(p.Publish.Allow), list(p.Subscribe.Allow), p.Response.MaxMsgs, p.Response.Expires.String()), nil
+`, domain, user, list(p.Publish.Allow), list(p.Publish.Deny), list(p.Subscribe.Allow), list(p.Subscribe.Deny),
+		p.Response.MaxMsgs, p.Response.Expires.String()), nil
 }
 
 // connectPeerLocked opens this directory's connection to ps's server
