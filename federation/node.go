@@ -422,6 +422,13 @@ func SharedPermissions(domain string) *server.Permissions {
 // authorization.users) for the directory domain with key pub on a shared
 // deployment: its nkey user and SharedPermissions.
 func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
+	return UserConfig(domain, pub, SharedPermissions(domain))
+}
+
+// UserConfig is the nats-server configuration entry (one element of
+// authorization.users) of the nkey user of directory key pub with
+// permissions p (allow and deny lists and allow_responses).
+func UserConfig(domain string, pub ed25519.PublicKey, p *server.Permissions) (string, error) {
 	if err := ValidDomain(domain); err != nil {
 		return "", err
 	}
@@ -429,7 +436,6 @@ func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := SharedPermissions(domain)
 	list := func(subjects []string) string {
 		q := make([]string, len(subjects))
 		for i, s := range subjects {
@@ -437,16 +443,22 @@ func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
 		}
 		return "[" + strings.Join(q, ", ") + "]"
 	}
+	deny := func(subjects []string) string {
+		if len(subjects) == 0 {
+			return ""
+		}
+		return ", deny: " + list(subjects)
+	}
 	return fmt.Sprintf(`# beam directory %s
 {
   nkey: %q
   permissions: {
-    publish: { allow: %s, deny: %s }
-    subscribe: { allow: %s, deny: %s }
+    publish: { allow: %s%s }
+    subscribe: { allow: %s%s }
     allow_responses: { max: %d, expires: %q }
   }
 }
-`, domain, user, list(p.Publish.Allow), list(p.Publish.Deny), list(p.Subscribe.Allow), list(p.Subscribe.Deny),
+`, domain, user, list(p.Publish.Allow), deny(p.Publish.Deny), list(p.Subscribe.Allow), deny(p.Subscribe.Deny),
 		p.Response.MaxMsgs, p.Response.Expires.String()), nil
 }
 
