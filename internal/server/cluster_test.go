@@ -43,12 +43,7 @@ func startClusterPair(t *testing.T, domain string, tune ...func(*Config)) [2]*li
 	dirs := [2]string{t.TempDir(), t.TempDir()}
 	require.NoError(t, cluster.WriteNodeDirs(domain, dirs[:]))
 	routes := [2]string{freeRoutePort(t), freeRoutePort(t)}
-	var (
-		wg   sync.WaitGroup
-		srvs [2]*Server
-		errs [2]error
-	)
-	for i := range 2 {
+	return startPair(t, func(i int) Config {
 		cfg := Config{DataDir: dirs[i], Domain: domain, Synchronous: "NORMAL", Logger: quietLogger(),
 			DefaultPolicy: "allow", AdminToken: browserAdminToken, ViewerToken: browserViewerToken,
 			Cluster: &ClusterConfig{NodeID: []string{"n0", "n1"}[i], Listen: routes[i],
@@ -56,7 +51,22 @@ func startClusterPair(t *testing.T, domain string, tune ...func(*Config)) [2]*li
 		for _, f := range tune {
 			f(&cfg)
 		}
-		wg.Go(func() { srvs[i], errs[i] = New(context.Background(), cfg) })
+		return cfg
+	})
+}
+
+// startPair starts the servers of cfg(0) and cfg(1) together (a cluster
+// forms only once both run) and serves both on loopback ports.
+func startPair(t *testing.T, cfg func(i int) Config) [2]*liveServer {
+	t.Helper()
+	var (
+		wg   sync.WaitGroup
+		srvs [2]*Server
+		errs [2]error
+	)
+	for i := range 2 {
+		c := cfg(i)
+		wg.Go(func() { srvs[i], errs[i] = New(context.Background(), c) })
 	}
 	wg.Wait()
 	var out [2]*liveServer
@@ -168,23 +178,11 @@ func TestClusterOnSharedNATSWithNodeUser(t *testing.T) {
 	require.True(t, ns.ReadyForConnections(10*time.Second))
 	t.Cleanup(ns.Shutdown)
 
-	var (
-		wg   sync.WaitGroup
-		srvs [2]*Server
-		errs [2]error
-	)
-	for i := range 2 {
-		cfg := Config{DataDir: dirs[i], Domain: domain, Synchronous: "NORMAL", Logger: quietLogger(), NATSURL: ns.ClientURL(),
+	nodes := startPair(t, func(i int) Config {
+		return Config{DataDir: dirs[i], Domain: domain, Synchronous: "NORMAL", Logger: quietLogger(), NATSURL: ns.ClientURL(),
 			DefaultPolicy: "allow", AdminToken: browserAdminToken, ViewerToken: browserViewerToken,
 			Cluster: &ClusterConfig{Replicas: 1, JoinTimeout: time.Minute}}
-		wg.Go(func() { srvs[i], errs[i] = New(context.Background(), cfg) })
-	}
-	wg.Wait()
-	var nodes [2]*liveServer
-	for i, s := range srvs {
-		require.NoError(t, errs[i], "node %d", i)
-		nodes[i] = serveLive(t, s)
-	}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id, err := agents.GenerateIdentity("alice@" + domain)
