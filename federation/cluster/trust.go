@@ -114,10 +114,10 @@ func (t *Trust) tlsConfig(domain string) *tls.Config {
 
 // WriteNodeDirs makes the data directories of a cluster of domain, one
 // per entry of dirs (created 0700 if missing): each gets the node ID
-// node1, node2, …, the same directory key, the cluster CA's certificate,
-// its own node certificate and key, and the route password. The CA's
-// private key is not kept: a cluster that grows is initialised again. It
-// refuses to overwrite route credentials that exist.
+// node1, node2, … (a node ID it has is kept), the directory key of the
+// first (created if it has none), the cluster CA's certificate, its own
+// node certificate and key, and the route password. The CA's private key
+// is not kept. It refuses to overwrite route credentials that exist.
 func WriteNodeDirs(domain string, dirs []string) error {
 	if err := federation.ValidDomain(domain); err != nil {
 		return fmt.Errorf("cluster init: %w", err)
@@ -129,7 +129,7 @@ func WriteNodeDirs(domain string, dirs []string) error {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("cluster init: %w", err)
 		}
-		for _, f := range append([]string{nodeIDFile}, trustFiles...) {
+		for _, f := range trustFiles {
 			if _, err := os.Stat(filepath.Join(d, f)); err == nil {
 				return fmt.Errorf("cluster init: %s exists; remove the node directories to start a new cluster", filepath.Join(d, f))
 			}
@@ -183,6 +183,8 @@ func WriteNodeDirs(domain string, dirs []string) error {
 		if err != nil {
 			return fmt.Errorf("cluster init: %w", err)
 		}
+		_, err = os.Stat(filepath.Join(d, nodeIDFile))
+		keepID := err == nil
 		files := []struct {
 			name string
 			data []byte
@@ -195,6 +197,9 @@ func WriteNodeDirs(domain string, dirs []string) error {
 			{SecretFile, []byte(secret + "\n"), 0o600},
 		}
 		for _, f := range files {
+			if f.name == nodeIDFile && keepID {
+				continue
+			}
 			if err := writeNew(filepath.Join(d, f.name), f.data, f.mode); err != nil {
 				return err
 			}

@@ -56,6 +56,21 @@ func TestWriteNodeDirs(t *testing.T) {
 	// A second init over the same directories is refused.
 	require.ErrorContains(t, WriteNodeDirs("acme.beam.directory", dirs), "exists")
 
+	// The data directory of a node that ran before keeps its node ID and
+	// gives its directory key to the others.
+	old, other := t.TempDir(), t.TempDir()
+	oldID, err := LoadOrCreateNodeID(old)
+	require.NoError(t, err)
+	oldKey, _, err := federation.LoadOrCreateKey(old)
+	require.NoError(t, err)
+	require.NoError(t, WriteNodeDirs("acme.beam.directory", []string{old, other}))
+	id, err := LoadOrCreateNodeID(old)
+	require.NoError(t, err)
+	require.Equal(t, oldID, id)
+	otherKey, _, err := federation.LoadOrCreateKey(other)
+	require.NoError(t, err)
+	require.Equal(t, oldKey, otherKey)
+
 	_, err = LoadTrust(t.TempDir())
 	require.ErrorIs(t, err, ErrNoTrust)
 	require.ErrorContains(t, err, "beam cluster init --nodes N --domain D --out DIR")
