@@ -28,9 +28,12 @@
 // or re-keying a peer disconnects its live connections); peer P
 // may publish only beam.fed.<self>.<P>.* and subscribe only to
 // _INBOX_<P>.> (PeerPermissions), so it can neither speak for another peer
-// nor read anyone's traffic. The directory itself uses an in-process
+// nor read anyone's traffic, and never JetStream's or a cluster's subjects
+// (ReservedSubjects). The directory itself uses an in-process
 // connection with no restrictions: it subscribes to beam.fed.<self>.> and
-// answers. To reach peer P, a directory dials P's server with its own
+// answers, only into the requesting peer's inbox (a request with any other
+// reply subject is refused: the answer goes out with the directory's
+// rights). To reach peer P, a directory dials P's server with its own
 // nkey. Authorization and permission violations reported by the server are
 // logged and counted in beam_federation_rejected_total{reason="permission"
 // or "unpinned"}.

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,6 +55,14 @@ func (n *Node) handle(msg *nats.Msg) {
 	n.mu.Unlock()
 	if !ok {
 		n.rejected(rejectf(RejectUnpinned, "no pinned peer for subject token %q", truncate(originTok)), originTok)
+		return
+	}
+	// The answer is published with this directory's rights, so it may go
+	// only to the peer's own inbox: a reply subject of the peer's choosing
+	// would write into this server's JetStream ($JS, $KV) or the
+	// cluster's subjects in this directory's name.
+	if msg.Reply != "" && !strings.HasPrefix(msg.Reply, InboxPrefix(peer)+".") {
+		n.rejected(rejectf(RejectReply, "reply subject %q is not in the peer's inbox %s", truncate(msg.Reply), InboxPrefix(peer)), peer)
 		return
 	}
 	now := n.clock()

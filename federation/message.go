@@ -151,6 +151,7 @@ const (
 	RejectHops         = "hop_limit"
 	RejectLoop         = "loop"
 	RejectSender       = "sender"
+	RejectReply        = "reply"
 )
 
 // RejectError is why a federation message was not accepted.

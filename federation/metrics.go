@@ -129,16 +129,33 @@ func (l *natsLogger) count(msg string) {
 }
 
 func (l *natsLogger) Noticef(format string, v ...any) { l.lg.Debug(fmt.Sprintf(format, v...)) }
-func (l *natsLogger) Warnf(format string, v ...any) {
-	msg := fmt.Sprintf(format, v...)
+func (l *natsLogger) Warnf(format string, v ...any)   { l.warn(fmt.Sprintf(format, v...)) }
+
+// warn logs a warning or error of the server; those a forming cluster
+// prints as a matter of course are debug detail (the cluster node logs
+// its own "waiting for the cluster to form" while it lasts).
+func (l *natsLogger) warn(msg string) {
 	l.count(msg)
+	for _, p := range formingNoise {
+		if strings.Contains(msg, p) {
+			l.lg.Debug(msg)
+			return
+		}
+	}
 	l.lg.Warn(msg)
 }
+
+// formingNoise are the messages of the embedded server that every node of
+// a cluster logs while the cluster forms or a node restarts.
+var formingNoise = []string{
+	"Error trying to connect to route",
+	"Waiting for routing to be established",
+	"JetStream has not established contact with a meta leader",
+	"Metalayer blocking snapshot",
+	"system account not setup",
+}
+
 func (l *natsLogger) Fatalf(format string, v ...any) { l.lg.Error(fmt.Sprintf(format, v...)) }
-func (l *natsLogger) Errorf(format string, v ...any) {
-	msg := fmt.Sprintf(format, v...)
-	l.count(msg)
-	l.lg.Warn(msg)
-}
+func (l *natsLogger) Errorf(format string, v ...any) { l.warn(fmt.Sprintf(format, v...)) }
 func (l *natsLogger) Debugf(format string, v ...any) { l.lg.Debug(fmt.Sprintf(format, v...)) }
 func (l *natsLogger) Tracef(format string, v ...any) {}

@@ -383,12 +383,23 @@ func (n *Node) natsOptions() *server.Options {
 
 // PeerPermissions are the NATS permissions of peer on self's server:
 // publish only beam.fed.<self>.<peer>.*, subscribe only to the peer's own
-// reply inbox. Operators of a shared NATS deployment grant the same.
+// reply inbox, and never JetStream, the system account's or a cluster's
+// subjects (ReservedSubjects). Operators of a shared NATS deployment grant
+// the same.
 func PeerPermissions(self, peer string) *server.Permissions {
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + Token(self) + "." + Token(peer) + ".*"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(peer) + ".>"}},
+		Publish: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + Token(self) + "." + Token(peer) + ".*"},
+			Deny: ReservedSubjects()},
+		Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(peer) + ".>"}, Deny: ReservedSubjects()},
 	}
+}
+
+// ReservedSubjects are the subjects only a directory's own nodes use:
+// JetStream's API and storage ($JS, $KV, $O), the system account's and
+// cluster mode's (beam.cluster). No peer or other client may publish or
+// subscribe to them.
+func ReservedSubjects() []string {
+	return []string{"$JS.>", "$KV.>", "$O.>", "$SYS.>", "$NRG.>", "beam.cluster.>"}
 }
 
 // SharedPermissions are the NATS permissions of the directory domain on a
@@ -400,9 +411,10 @@ func PeerPermissions(self, peer string) *server.Permissions {
 func SharedPermissions(domain string) *server.Permissions {
 	tok := Token(domain)
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{SubjectPrefix + ".*." + tok + ".*"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + tok + ".>", InboxPrefix(domain) + ".>"}},
-		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: MaxIntentTimeout + time.Minute},
+		Publish: &server.SubjectPermission{Allow: []string{SubjectPrefix + ".*." + tok + ".*"}, Deny: ReservedSubjects()},
+		Subscribe: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + tok + ".>", InboxPrefix(domain) + ".>"},
+			Deny: ReservedSubjects()},
+		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: MaxIntentTimeout + time.Minute},
 	}
 }
 
@@ -410,6 +422,13 @@ func SharedPermissions(domain string) *server.Permissions {
 // authorization.users) for the directory domain with key pub on a shared
 // deployment: its nkey user and SharedPermissions.
 func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
+	return UserConfig(domain, pub, SharedPermissions(domain))
+}
+
+// UserConfig is the nats-server configuration entry (one element of
+// authorization.users) of the nkey user of directory key pub with
+// permissions p (allow and deny lists and allow_responses).
+func UserConfig(domain string, pub ed25519.PublicKey, p *server.Permissions) (string, error) {
 	if err := ValidDomain(domain); err != nil {
 		return "", err
 	}
@@ -417,7 +436,6 @@ func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := SharedPermissions(domain)
 	list := func(subjects []string) string {
 		q := make([]string, len(subjects))
 		for i, s := range subjects {
@@ -425,16 +443,23 @@ func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
 		}
 		return "[" + strings.Join(q, ", ") + "]"
 	}
+	deny := func(subjects []string) string {
+		if len(subjects) == 0 {
+			return ""
+		}
+		return ", deny: " + list(subjects)
+	}
 	return fmt.Sprintf(`# beam directory %s
 {
   nkey: %q
   permissions: {
-    publish: { allow: %s }
-    subscribe: { allow: %s }
+    publish: { allow: %s%s }
+    subscribe: { allow: %s%s }
     allow_responses: { max: %d, expires: %q }
   }
 }
-`, domain, user, list(p.Publish.Allow), list(p.Subscribe.Allow), p.Response.MaxMsgs, p.Response.Expires.String()), nil
+`, domain, user, list(p.Publish.Allow), deny(p.Publish.Deny), list(p.Subscribe.Allow), deny(p.Subscribe.Deny),
+		p.Response.MaxMsgs, p.Response.Expires.String()), nil
 }
 
 // connectPeerLocked opens this directory's connection to ps's server

@@ -18,7 +18,6 @@ import (
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
-	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/internal/bench"
 	"github.com/beamdir/beam/tracing"
@@ -28,7 +27,8 @@ const clusterDomain = "acme.beam.directory"
 
 // clusterOptions are the start options of n nodes of one cluster on
 // loopback random ports: each embedded NATS server routes to the others,
-// and every node's data directory holds the same directory key.
+// and every node's data directory holds what beam cluster init writes (the
+// same directory key, the route credentials).
 func clusterOptions(t *testing.T, n int, extra ...string) []beamtest.Options {
 	t.Helper()
 	dirs := make([]string, n)
@@ -36,10 +36,10 @@ func clusterOptions(t *testing.T, n int, extra ...string) []beamtest.Options {
 	for i := range routes {
 		dirs[i], routes[i] = t.TempDir(), freeAddr(t)
 	}
-	require.NoError(t, federation.ShareKey(dirs))
+	require.NoError(t, bench.InitClusterDirs(clusterDomain, dirs))
 	opts := make([]beamtest.Options, n)
 	for i := range opts {
-		opts[i] = beamtest.Options{DataDir: dirs[i], Args: append(bench.ClusterNodeArgs(i, routes, clusterDomain, "route-secret-for-tests"), extra...)}
+		opts[i] = beamtest.Options{DataDir: dirs[i], Args: append(bench.ClusterNodeArgs(i, routes, clusterDomain), extra...)}
 	}
 	return opts
 }

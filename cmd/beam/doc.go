@@ -10,6 +10,7 @@
 //	beam poll, beam ack ID         read an agent's bus inbox and record outcomes
 //	beam dead-letters, requeue ID  operator: list and requeue dead-lettered bus messages
 //	beam mesh create|get|list|watch|cancel|pause|resume|trace|dead-letters|requeue   pipelines
+//	beam cluster init              make every node's data directory of a new cluster (key, route credentials)
 //	beam peer show-self|add|list|remove|nats-user   federation peers
 //	beam trace NONCE               print the events of one intent or job (--data-dir or --url)
 //	beam replay                    rebuild the projections from the event log

@@ -33,6 +33,7 @@ func commands() []command {
 		{"requeue", "requeue a dead-lettered bus message (operator): beam requeue MESSAGE_ID", runRequeue},
 		{"mesh", "pipelines of envelopes through agents: beam mesh create|get|list|watch|cancel|pause|resume|trace|dead-letters|requeue", runMesh},
 		{"listen", "connect an agent and answer its intents until interrupted", runListen},
+		{"cluster", "make the data directories of a new cluster: beam cluster init --nodes N --domain D --out DIR", runCluster},
 		{"peer", "manage federation peers: beam peer show-self|add|list|remove|outbox|replay", runPeer},
 		{"replay", "rebuild the projections from the event log", runReplay},
 		{"trace", "print the events of one intent or job, in order with time deltas: beam trace [--data-dir DIR | --url URL] NONCE", runTrace},

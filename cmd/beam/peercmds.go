@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/federation"
+	"github.com/beamdir/beam/federation/cluster"
 )
 
 // runPeer dispatches `beam peer show-self|add|list|remove`.
@@ -87,13 +88,16 @@ func runPeerShowSelf(args []string, stdout, stderr io.Writer) error {
 
 // runPeerNATSUser prints the nats-server configuration entry of this
 // directory's nkey user with the permissions a shared deployment grants it
-// (federation.SharedPermissions), creating the key when the data directory
-// has none.
+// (federation.SharedPermissions, or with --cluster those of a cluster's
+// nodes, cluster.NodePermissions), creating the key when the data
+// directory has none.
 func runPeerNATSUser(args []string, stdout, stderr io.Writer) error {
-	fs := newPlainCmdFlags("beam peer nats-user", stderr, "beam peer nats-user --data-dir DIR --domain D")
+	fs := newPlainCmdFlags("beam peer nats-user", stderr, "beam peer nats-user --data-dir DIR --domain D [--cluster]")
 	var dataDir, domain string
+	var nodes bool
 	fs.StringVar(&dataDir, "data-dir", "./beam-data", "data directory holding the directory key")
 	fs.StringVar(&domain, "domain", "", "this directory's domain, e.g. acme.beam.directory (required)")
+	fs.BoolVar(&nodes, "cluster", false, "the user of a cluster's nodes (beam serve --cluster --nats-url): also JetStream and the cluster's subjects")
 	if err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -107,7 +111,11 @@ func runPeerNATSUser(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	entry, err := federation.SharedUserConfig(domain, priv.Public().(ed25519.PublicKey))
+	perms := federation.SharedPermissions(domain)
+	if nodes {
+		perms = cluster.NodePermissions(domain)
+	}
+	entry, err := federation.UserConfig(domain, priv.Public().(ed25519.PublicKey), perms)
 	if err != nil {
 		return err
 	}

@@ -91,6 +91,10 @@ type readmeRule struct {
 	// want must match the output of the line ("" checks the exit status
 	// only).
 	want string
+	// startsNode: the line starts a cluster node in the background without
+	// waiting for it (a node serves once the cluster formed); the next
+	// line of another rule waits until every such node serves.
+	startsNode bool
 }
 
 // waitFor is bash that waits until file contains text, then fails the
@@ -137,6 +141,13 @@ func readmeRules() []readmeRule {
 				// A reader's shell has no BEAM_URL: bench starts its own directory.
 				return "(unset BEAM_URL; " + strings.TrimSuffix(built(line), "\n") + ")\n"
 			}},
+		{match: regexp.MustCompile(`^beam cluster init --nodes 3 --domain acme\.beam\.directory --out acme$`), want: `(?m)^wrote acme/node3$`},
+		{match: regexp.MustCompile(`^beam serve --cluster `), startsNode: true, script: func(line string) string {
+			background++
+			log := fmt.Sprintf("background%d.log", background)
+			return fmt.Sprintf("%s > %s 2>&1 &\nCLUSTER_LOGS=\"$CLUSTER_LOGS %s\"\n", line, log, log)
+		}},
+		{match: regexp.MustCompile(`^curl -s http://127\.0\.0\.1:\d+/agents/carol@acme\.beam\.directory$`), want: `"beamId":"carol@acme\.beam\.directory"`},
 		{match: regexp.MustCompile(`^([A-Z_]+=\S+ )*beam serve( |$)`), script: serve},
 		{match: regexp.MustCompile(`^beam listen .*--echo$`), script: func(line string) string { return inBackground(line, "listening as") }},
 		{match: regexp.MustCompile(`^[AB]=\$\(beam peer show-self --data-dir \S+ +--domain \S+ +--nats-listen \S+\)$`),
@@ -178,7 +189,7 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 	}
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	ports := freePorts(t, "3100", "3101", "3200", "3201", "4222", "4223")
+	ports := freePorts(t, "3100", "3101", "3102", "3200", "3201", "3202", "4222", "4223", "6222", "6223", "6224")
 	// One pass over each line: replacing port by port could rewrite a port
 	// put there by an earlier replacement (3101 → 31003, then 3100 → …).
 	var swaps []string
@@ -196,6 +207,10 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 	// Output is cut per line at the markers; a section's background
 	// processes stop (SIGTERM, as Ctrl-C) before the next section starts.
 	script.WriteString("set -e\nexec 2>&1\nstop() { for p in $(jobs -p); do kill $p 2>/dev/null || true; done; wait; }\n")
+	// waitCluster waits until every cluster node started since the last
+	// call serves (the join takes up to two minutes).
+	script.WriteString("waitCluster() { for f in $CLUSTER_LOGS; do for i in $(seq 1800); do grep -q 'beam serving on' $f && break; sleep 0.1; done; " +
+		"grep -q 'beam serving on' $f; done; CLUSTER_LOGS=; }\n")
 	for _, block := range readmeShellBlocks(t) {
 		if block.section != section {
 			script.WriteString("stop\n")
@@ -219,6 +234,9 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 			}
 			require.NotNil(t, rule, "README line %q (in %q) has no rule in TestReadmeRunsAsWritten: add one that runs it and checks its outcome", line, section)
 			fmt.Fprintf(&script, "echo '@@@ %d'\n", len(lines))
+			if !rule.startsNode {
+				script.WriteString("waitCluster\n")
+			}
 			lines, wants = append(lines, line), append(wants, rule.want)
 			if rule.script == nil {
 				script.WriteString(line + "\n")
@@ -231,7 +249,7 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 
 	dir := t.TempDir()
 	bin := beamtest.Binary(t)
-	run := runMarked(t, dir, script.String(), len(lines), 4*time.Minute, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "BEAM_BIN="+bin, "REPO="+repo,
+	run := runMarked(t, dir, script.String(), len(lines), 7*time.Minute, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "BEAM_BIN="+bin, "REPO="+repo,
 		"BEAM_URL=http://127.0.0.1:"+ports["3100"], "BEAM_LISTEN=127.0.0.1:"+ports["3100"], "BEAM_INTENT_LISTEN=127.0.0.1:"+ports["3200"])
 	out, outputs, last := run.out, run.outputs, run.last
 	if run.err != nil {

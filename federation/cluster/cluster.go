@@ -83,10 +83,8 @@ type Config struct {
 	// Replicas of the cluster's streams; 0 means min(3, nodes), nodes
 	// being this one and its routes.
 	Replicas int
-	// Secret, when set, is the password every node's route connections
-	// present and require (--cluster-secret): without it anyone who can
-	// reach the route listener can join the cluster.
-	Secret string
+	// Trust holds the route credentials (LoadTrust); required with Listen.
+	Trust *Trust
 	// StoreDir is the JetStream store of the embedded server.
 	StoreDir string
 	// Registry is this node's registry; the cluster replicates its changes.
@@ -162,8 +160,8 @@ func New(cfg Config) (*Node, error) {
 		}
 		n.routes = append(n.routes, u)
 	}
-	if cfg.Secret == "" && cfg.Listen != "" && !loopback(n.host) {
-		n.lg.Warn("the cluster route listener accepts any server that reaches it; set --cluster-secret", "listen", cfg.Listen)
+	if cfg.Listen != "" && cfg.Trust == nil {
+		return nil, fmt.Errorf("cluster listen %s: %w", cfg.Listen, ErrNoTrust)
 	}
 	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("cluster replicas %d: want 1-5", cfg.Replicas)
@@ -171,17 +169,8 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// routeUser is the user name of route connections with a cluster secret.
+// routeUser is the user name of route connections.
 const routeUser = "beam-route"
-
-// loopback reports whether host is a loopback address or name.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 // NodeID returns this node's ID.
 func (n *Node) NodeID() string { return n.cfg.NodeID }
@@ -196,22 +185,21 @@ func (n *Node) Replicas() int {
 
 // ServerOptions adds the cluster (routes) and JetStream to the embedded
 // NATS server's options. The server name carries the node ID: JetStream
-// needs it unique within the cluster.
+// needs it unique within the cluster. Routes are TLS 1.3 with both sides'
+// certificates verified against the cluster CA, and carry the route
+// password (trust.go).
 func (n *Node) ServerOptions(o *server.Options) {
 	o.ServerName = "beam-" + Token(n.cfg.Domain) + "-" + n.cfg.NodeID
 	o.JetStream = true
 	o.StoreDir = n.cfg.StoreDir
 	if n.cfg.Listen != "" {
-		o.Cluster = server.ClusterOpts{Name: "beam-" + Token(n.cfg.Domain), Host: n.host, Port: n.port}
-		if n.cfg.Secret != "" {
-			o.Cluster.Username, o.Cluster.Password = routeUser, n.cfg.Secret
-		}
+		t := n.cfg.Trust
+		o.Cluster = server.ClusterOpts{Name: "beam-" + Token(n.cfg.Domain), Host: n.host, Port: n.port,
+			Username: routeUser, Password: t.secret, TLSConfig: t.tlsConfig(n.cfg.Domain), TLSTimeout: 5}
 		routes := make([]*url.URL, len(n.routes))
 		for i, u := range n.routes {
 			c := *u
-			if n.cfg.Secret != "" {
-				c.User = url.UserPassword(routeUser, n.cfg.Secret)
-			}
+			c.User = url.UserPassword(routeUser, t.secret)
 			routes[i] = &c
 		}
 		o.Routes = routes

@@ -5,7 +5,10 @@
 // The embedded NATS servers of the nodes are clustered with routes
 // (ServerOptions) and run JetStream with its store inside each node's data
 // directory; with --nats-url an external nats-server cluster with JetStream
-// is used instead. The package owns the domain's JetStream resources, each
+// is used instead (its nodes' user: NodePermissions). Routes are TLS 1.3
+// with node certificates of the cluster's own CA and a route password,
+// which WriteNodeDirs (beam cluster init) puts in every node's data
+// directory and LoadTrust reads (trust.go). The package owns the domain's JetStream resources, each
 // replicated on min(3, nodes) servers (--cluster-replicas):
 //
 //   - the registry stream BEAM_REGISTRY_<domain token>: every registry

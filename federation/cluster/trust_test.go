@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,18 +44,32 @@ func TestWriteNodeDirs(t *testing.T) {
 	require.Equal(t, k0, k1)
 
 	// Node 2's certificate passes node 1's route checks, both ways.
-	c1, c2 := trusts[0].tlsConfig("acme.beam.directory"), trusts[1].tlsConfig("acme.beam.directory")
-	leaf, err := c2.Certificates[0].Leaf, error(nil)
+	c1 := trusts[0].tlsConfig("acme.beam.directory")
+	leaf := trusts[1].cert.Leaf
+	require.NotNil(t, leaf)
+	_, err = leaf.Verify(x509.VerifyOptions{Roots: c1.ClientCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	require.NoError(t, err)
-	opts := c1.ClientCAs
-	_, err = leaf.Verify(x509VerifyOptions(opts, c1.ServerName, true))
-	require.NoError(t, err)
-	_, err = leaf.Verify(x509VerifyOptions(c1.RootCAs, c1.ServerName, false))
+	_, err = leaf.Verify(x509.VerifyOptions{Roots: c1.RootCAs, DNSName: c1.ServerName})
 	require.NoError(t, err)
 	require.Equal(t, tls.RequireAndVerifyClientCert, c1.ClientAuth)
 
 	// A second init over the same directories is refused.
 	require.ErrorContains(t, WriteNodeDirs("acme.beam.directory", dirs), "exists")
+
+	// The data directory of a node that ran before keeps its node ID and
+	// gives its directory key to the others.
+	old, other := t.TempDir(), t.TempDir()
+	oldID, err := LoadOrCreateNodeID(old)
+	require.NoError(t, err)
+	oldKey, _, err := federation.LoadOrCreateKey(old)
+	require.NoError(t, err)
+	require.NoError(t, WriteNodeDirs("acme.beam.directory", []string{old, other}))
+	id, err := LoadOrCreateNodeID(old)
+	require.NoError(t, err)
+	require.Equal(t, oldID, id)
+	otherKey, _, err := federation.LoadOrCreateKey(other)
+	require.NoError(t, err)
+	require.Equal(t, oldKey, otherKey)
 
 	_, err = LoadTrust(t.TempDir())
 	require.ErrorIs(t, err, ErrNoTrust)

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/beamdir/beam/federation"
+	"github.com/beamdir/beam/federation/cluster"
 )
 
 // DefaultClusterDomain is the domain of the nodes StartCluster starts and
@@ -24,21 +24,20 @@ type ClusterOptions struct {
 	// Output, StartTimeout); its DataDir and Listen are ignored.
 	Server ServerOptions
 	// DataDirs are the nodes' data directories, one per node (at least
-	// two); they must exist. The first one's directory key (created if
-	// missing) is copied into the others: a cluster shares one key.
+	// two). Unless each already holds a cluster's route credentials,
+	// they are made as beam cluster init does (cluster.WriteNodeDirs):
+	// one directory key, the route password and node certificates.
 	DataDirs []string
 	// Domain is the cluster's domain (DefaultClusterDomain).
 	Domain string
-	// Secret is the route password (default a fixed local one: the routes
-	// listen on loopback only).
-	Secret string
 }
 
 // ClusterNodeArgs returns the beam serve flags of node i of a cluster of
 // domain whose embedded NATS servers route to each other on routes (one
 // loopback address per node): --cluster, its node id, route listener and
-// the routes to the other nodes, and --default-policy allow.
-func ClusterNodeArgs(i int, routes []string, domain, secret string) []string {
+// the routes to the other nodes, and --default-policy allow. The route
+// credentials are in the node's data directory (InitClusterDirs).
+func ClusterNodeArgs(i int, routes []string, domain string) []string {
 	var others []string
 	for j, r := range routes {
 		if j != i {
@@ -48,7 +47,23 @@ func ClusterNodeArgs(i int, routes []string, domain, secret string) []string {
 	return []string{"--domain", domain, "--cluster",
 		"--node-id", fmt.Sprintf("node%d", i), "--nats-listen", "127.0.0.1:0",
 		"--cluster-listen", routes[i], "--cluster-routes", strings.Join(others, ","),
-		"--cluster-secret", secret, "--default-policy", "allow"}
+		"--default-policy", "allow"}
+}
+
+// InitClusterDirs makes dirs the data directories of one cluster of domain
+// (cluster.WriteNodeDirs), unless every one of them holds route
+// credentials already (a data directory kept from an earlier run).
+func InitClusterDirs(domain string, dirs []string) error {
+	ready := true
+	for _, d := range dirs {
+		if _, err := cluster.LoadTrust(d); err != nil {
+			ready = false
+		}
+	}
+	if ready {
+		return nil
+	}
+	return cluster.WriteNodeDirs(domain, dirs)
 }
 
 // StartCluster starts one `beam serve --cluster` process per data
@@ -64,10 +79,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) ([]*ServerProcess, e
 	if opts.Domain == "" {
 		opts.Domain = DefaultClusterDomain
 	}
-	if opts.Secret == "" {
-		opts.Secret = "beam-bench-loopback-routes"
-	}
-	if err := federation.ShareKey(opts.DataDirs); err != nil {
+	if err := InitClusterDirs(opts.Domain, opts.DataDirs); err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
 	routes := make([]string, n)
@@ -84,7 +96,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) ([]*ServerProcess, e
 	for i, dir := range opts.DataDirs {
 		o := opts.Server
 		o.DataDir, o.Listen = dir, ""
-		o.Args = append(ClusterNodeArgs(i, routes, opts.Domain, opts.Secret), o.Args...)
+		o.Args = append(ClusterNodeArgs(i, routes, opts.Domain), o.Args...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

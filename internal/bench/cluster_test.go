@@ -22,8 +22,8 @@ func TestClusterConfig(t *testing.T) {
 }
 
 func TestClusterNodeArgs(t *testing.T) {
-	args := ClusterNodeArgs(1, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, "x.beam.directory", "s")
+	args := ClusterNodeArgs(1, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, "x.beam.directory")
 	require.Equal(t, []string{"--domain", "x.beam.directory", "--cluster", "--node-id", "node1", "--nats-listen", "127.0.0.1:0",
 		"--cluster-listen", "127.0.0.1:2", "--cluster-routes", "nats-route://127.0.0.1:1,nats-route://127.0.0.1:3",
-		"--cluster-secret", "s", "--default-policy", "allow"}, args)
+		"--default-policy", "allow"}, args)
 }

@@ -37,7 +37,8 @@
 // it must not import the server's packages, so that what it measures is
 // what an outside agent sees. The exceptions are package tracing, used by
 // SeedLog to write a log before any server runs on it and by RunChaos to
-// check a stopped server's log, and package federation, whose
-// LoadOrCreateKey creates the directory key a cluster's nodes share before
-// any of them runs (federation.ShareKey).
+// check a stopped server's log, and package federation/cluster, whose
+// WriteNodeDirs makes the data directories of a cluster's nodes (the
+// directory key they share and their route credentials) before any of
+// them runs, as beam cluster init does.
 package bench

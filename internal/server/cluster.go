@@ -30,9 +30,6 @@ type ClusterConfig struct {
 	Routes []string
 	// Replicas of the cluster's streams; 0 means min(3, nodes).
 	Replicas int
-	// Secret is the password of the route connections between the nodes'
-	// embedded NATS servers (the same on every node).
-	Secret string
 	// JoinTimeout bounds the wait for the cluster to form at start (2 m).
 	JoinTimeout time.Duration
 }
@@ -70,8 +67,16 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 	if s.cfg.NATSURL != "" {
 		listen = ""
 	}
+	// The embedded server's routes need the credentials beam cluster init
+	// wrote into the data directory; without them the node does not start.
+	var trust *cluster.Trust
+	if s.cfg.NATSURL == "" {
+		if trust, err = cluster.LoadTrust(s.cfg.DataDir); err != nil {
+			return err
+		}
+	}
 	node, err := cluster.New(cluster.Config{
-		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Secret: c.Secret,
+		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Trust: trust,
 		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Logger: s.logger,
 		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)),
 	})

@@ -5,18 +5,24 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/federation"
+	"github.com/beamdir/beam/federation/cluster"
 )
 
 // freeRoutePort returns a loopback address nothing listens on.
@@ -35,14 +41,9 @@ func freeRoutePort(t *testing.T) string {
 func startClusterPair(t *testing.T, domain string, tune ...func(*Config)) [2]*liveServer {
 	t.Helper()
 	dirs := [2]string{t.TempDir(), t.TempDir()}
-	require.NoError(t, federation.ShareKey(dirs[:]))
+	require.NoError(t, cluster.WriteNodeDirs(domain, dirs[:]))
 	routes := [2]string{freeRoutePort(t), freeRoutePort(t)}
-	var (
-		wg   sync.WaitGroup
-		srvs [2]*Server
-		errs [2]error
-	)
-	for i := range 2 {
+	return startPair(t, func(i int) Config {
 		cfg := Config{DataDir: dirs[i], Domain: domain, Synchronous: "NORMAL", Logger: quietLogger(),
 			DefaultPolicy: "allow", AdminToken: browserAdminToken, ViewerToken: browserViewerToken,
 			Cluster: &ClusterConfig{NodeID: []string{"n0", "n1"}[i], Listen: routes[i],
@@ -50,7 +51,22 @@ func startClusterPair(t *testing.T, domain string, tune ...func(*Config)) [2]*li
 		for _, f := range tune {
 			f(&cfg)
 		}
-		wg.Go(func() { srvs[i], errs[i] = New(context.Background(), cfg) })
+		return cfg
+	})
+}
+
+// startPair starts the servers of cfg(0) and cfg(1) together (a cluster
+// forms only once both run) and serves both on loopback ports.
+func startPair(t *testing.T, cfg func(i int) Config) [2]*liveServer {
+	t.Helper()
+	var (
+		wg   sync.WaitGroup
+		srvs [2]*Server
+		errs [2]error
+	)
+	for i := range 2 {
+		c := cfg(i)
+		wg.Go(func() { srvs[i], errs[i] = New(context.Background(), c) })
 	}
 	wg.Wait()
 	var out [2]*liveServer
@@ -134,4 +150,50 @@ func TestClusterPeerFrameClaimsClusterNonce(t *testing.T) {
 	require.Nil(t, rerr)
 	require.Contains(t, string(out), `"success":true`)
 	require.EqualValues(t, 1, delivered.Load(), "the peer frame reached alice once")
+}
+
+// TestClusterOnSharedNATSWithNodeUser: two nodes of a cluster on an
+// external nats-server with JetStream (--nats-url) whose only user is the
+// entry beam peer nats-user --cluster prints (cluster.NodePermissions):
+// those permissions are enough to form the cluster, and an agent
+// registered on one node is known to the other.
+func TestClusterOnSharedNATSWithNodeUser(t *testing.T) {
+	t.Parallel()
+	const domain = "acme.beam.directory"
+	dirs := []string{t.TempDir(), t.TempDir()}
+	require.NoError(t, cluster.WriteNodeDirs(domain, dirs))
+	priv, _, err := federation.LoadOrCreateKey(dirs[0])
+	require.NoError(t, err)
+	entry, err := federation.UserConfig(domain, priv.Public().(ed25519.PublicKey), cluster.NodePermissions(domain))
+	require.NoError(t, err)
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\njetstream { store_dir: %q }\n"+
+		"authorization {\n  users = [\n%s\n  ]\n}\n", t.TempDir(), entry)), 0o600))
+	opts, err := natsserver.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoLog, opts.NoSigs = true, true
+	ns, err := natsserver.NewServer(opts)
+	require.NoError(t, err)
+	go ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	t.Cleanup(ns.Shutdown)
+
+	nodes := startPair(t, func(i int) Config {
+		return Config{DataDir: dirs[i], Domain: domain, Synchronous: "NORMAL", Logger: quietLogger(), NATSURL: ns.ClientURL(),
+			DefaultPolicy: "allow", AdminToken: browserAdminToken, ViewerToken: browserViewerToken,
+			Cluster: &ClusterConfig{Replicas: 1, JoinTimeout: time.Minute}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := agents.GenerateIdentity("alice@" + domain)
+	require.NoError(t, err)
+	c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: nodes[0].url, Identity: id, Logger: quietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = c.Register(ctx, id.BeamID, []string{"test"})
+	require.NoError(t, err)
+	resp, err := http.Get(nodes[1].url + "/agents/" + id.BeamID)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
