@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,4 +58,21 @@ func TestListenEchoPipelineKeepsThePayloadFlat(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond)
 	require.Equal(t, "succeeded", got.Status)
 	require.JSONEq(t, `{"text":"Hello world","echoedBy":["a@pipe.beam.directory","b@pipe.beam.directory","c@pipe.beam.directory"]}`, string(got.Envelope.Payload))
+
+	// The envelope's trace by the id mesh create printed, with or without
+	// its mesh: prefix, from the data directory, the running server and the
+	// gateway (as its creator): the same table each way.
+	local := []string{"trace", "--data-dir", p.DataDir}
+	remote := []string{"trace", "--url", p.URL(), "--data-dir", p.DataDir}
+	r.requireSameTrace([]string{"nonce mesh:" + created.ID, "succeeded"},
+		append(local, created.ID), append(remote, created.ID), append(local, "mesh:"+created.ID), append(remote, "mesh:"+created.ID),
+		[]string{"mesh", "trace", "--identity", client, created.ID}, []string{"mesh", "trace", "--data-dir", p.DataDir, created.ID})
+	// beam mesh takes the operator flags of every operator command; the old
+	// --operator-token still works.
+	tok, err := os.ReadFile(filepath.Join(p.DataDir, "admin.token"))
+	require.NoError(t, err)
+	for _, auth := range [][]string{{"--data-dir", p.DataDir}, {"--admin-token", strings.TrimSpace(string(tok))}, {"--operator-token", strings.TrimSpace(string(tok))}} {
+		require.Contains(t, r.ok(append([]string{"mesh", "list"}, auth...)...), created.ID, auth)
+	}
+	r.requireSameTrace(nil, append(local, "--json", created.ID), []string{"mesh", "trace", "--json", "--identity", client, created.ID})
 }

@@ -35,7 +35,7 @@ func commands() []command {
 		{"listen", "connect an agent and answer its intents until interrupted", runListen},
 		{"peer", "manage federation peers: beam peer show-self|add|list|remove", runPeer},
 		{"replay", "rebuild the projections from the event log", runReplay},
-		{"trace", "print the events of one intent or job, in order with time deltas: beam trace [--data-dir DIR | --url URL] NONCE", runTrace},
+		{"trace", "print the events of one intent or job, in order with time deltas: beam trace [--data-dir DIR | --url URL] NONCE|JOB-ID|ENVELOPE-ID", runTrace},
 		{"import", "append the intents of a Beam TypeScript database: beam import PATH", runImport},
 		{"bench", "load-test a directory: beam bench [--url URL] [--mode ws|http] [--count N] [--concurrency C] [--json]", runBench},
 		{"version", "print the version", runVersion},
