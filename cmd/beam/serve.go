@@ -92,7 +92,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.busTickInterval, "bus-tick-interval", time.Second, "how often the bus retries due messages and expires poll leases")
 	f.limits.register(fs)
 	f.cluster.register(fs)
-	fs.StringVar(&f.intentListen, "intent-listen", "127.0.0.1:3200", "listen address of the Intent Protocol v2.1 job bus (BUS_* variables configure it); empty disables it")
+	fs.StringVar(&f.intentListen, "intent-listen", intentListenAuto, "listen address of the Intent Protocol v2.1 job bus (BUS_* variables configure it); "+intentListenAuto+": the --listen host, port + 100 (127.0.0.1:3200 for the default --listen, a free port for port 0); empty disables it")
 	fs.StringVar(&f.meshPolicies, "mesh-policies", "", "JSON file of pipeline retry policies: {\"default\": {...}, \"actors\": {\"<beam id>\": {...}}}")
 	fs.DurationVar(&f.meshHopTimeout, "mesh-hop-timeout", 30*time.Second, "how long one pipeline hop waits for its actor")
 	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
@@ -144,6 +144,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--peer %q: %w", line, err)
 		}
 		peers = append(peers, p)
+	}
+	if f.intentListen, err = intentListenAddr(f.listen, f.intentListen); err != nil {
+		return err
 	}
 	var intentCfg *jobs.Config
 	if f.intentListen != "" {
