@@ -225,17 +225,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			_ = srv.Abandon(context.Background())
 			return fmt.Errorf("intent listen: %w (--intent-listen sets the address; empty turns the job bus off)", err)
 		}
-		if secret, generated := srv.IntentSecret(); generated {
-			fmt.Fprintf(stdout, "intent bus BUS_SECRET (stored in %s, shown once): %s\n", filepath.Join(f.dataDir, "intent.secret"), secret)
-		}
+		secret, generated := srv.IntentSecret()
+		fmt.Fprintln(stdout, secretLine("intent bus BUS_SECRET", filepath.Join(f.dataDir, "intent.secret"), "BUS_SECRET",
+			"; job bus clients send it as X-API-KEY", secret, generated))
 		fmt.Fprintf(stdout, "intent bus serving on http://%s\n", iln.Addr())
 	}
 	tokenPath := filepath.Join(f.dataDir, "admin.token")
 	tokenHint := operatorTokenLine(srv, tokenPath)
 	fmt.Fprintln(stdout, tokenHint)
-	if tok, generated := srv.ViewerToken(); generated {
-		fmt.Fprintf(stdout, "read-only viewer token (stored in %s, shown once): %s\n", filepath.Join(f.dataDir, "viewer.token"), tok)
-	}
+	viewer, generated := srv.ViewerToken()
+	fmt.Fprintln(stdout, secretLine("read-only viewer token", filepath.Join(f.dataDir, "viewer.token"), "BEAM_VIEWER_TOKEN",
+		"; it signs in to the dashboard to read", viewer, generated))
 	if node := srv.Federation(); node != nil {
 		fmt.Fprintf(stdout, "federation: %s\n", node.Self().Line())
 	}
@@ -291,10 +291,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // operatorTokenLine is the startup line about the operator token: the token
 // itself when this start generated it, otherwise where it is.
 func operatorTokenLine(srv *server.Server, path string) string {
-	if tok, generated := srv.AdminToken(); generated {
-		return fmt.Sprintf("operator token (stored in %s, shown once): %s", path, tok)
+	tok, generated := srv.AdminToken()
+	return secretLine("operator token", path, "BEAM_ADMIN_TOKEN", "; operator commands read it with --data-dir", tok, generated)
+}
+
+// secretLine is the startup line about a secret of the data directory
+// (what, stored in path unless the variable env sets it): the secret
+// itself when this start generated it, otherwise where it comes from, so
+// that every start says where each secret is.
+func secretLine(what, path, env, hint, secret string, generated bool) string {
+	switch {
+	case generated:
+		return fmt.Sprintf("%s (stored in %s, shown once): %s", what, path, secret)
+	case os.Getenv(env) != "":
+		return what + ": from " + env
 	}
-	return "operator token: " + tokenSource(path)
+	return fmt.Sprintf("%s: in %s (cat it%s)", what, path, hint)
 }
 
 // tokenSource says where the operator token of this start comes from.
