@@ -38,9 +38,20 @@ func newAgentFlags(fs *flag.FlagSet) *agentFlags {
 	return f
 }
 
+// loadIdentity loads the identity file path; a missing file is an error
+// that says how to name or create one.
+func loadIdentity(path string) (*agents.Identity, error) {
+	id, err := agents.LoadIdentity(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no identity file %s: pass --identity FILE (or set BEAM_IDENTITY), or create one with "+
+			"beam keygen --beam-id NAME@ORG.beam.directory --out %s and beam register --identity %s", path, path, path)
+	}
+	return id, err
+}
+
 // client loads the identity and builds a client for it.
 func (f *agentFlags) client(logger *slog.Logger) (*agents.Client, *agents.Identity, error) {
-	id, err := agents.LoadIdentity(f.identity)
+	id, err := loadIdentity(f.identity)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -151,3 +151,15 @@ func TestMeshHelpAndOperatorFlags(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "pass --identity FILE or --api-key KEY, or as the operator --admin-token or --data-dir")
 }
+
+// TestMissingIdentitySaysWhatToDo: an agent command without an identity
+// file says how to name one or make one, not only that a file is missing.
+func TestMissingIdentitySaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "beam-identity.json")
+	for _, args := range [][]string{{"acl", "list"}, {"acl", "add", "*"}, {"send", "bob@acme.beam.directory", "conversation.message"}, {"approve", "bob@acme.beam.directory"}} {
+		code, _, stderr := runCLI(t, append(args, "--url", "http://127.0.0.1:1", "--identity", missing)...)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "no identity file "+missing+": pass --identity FILE (or set BEAM_IDENTITY), or create one with beam keygen --beam-id", args)
+	}
+}

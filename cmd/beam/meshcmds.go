@@ -12,8 +12,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-
-	"github.com/beamdir/beam/agents"
 )
 
 // The pipeline commands (beam mesh ...) talk to the gateway under
@@ -82,7 +80,7 @@ func (f *meshFlags) auth(req *http.Request) error {
 
 // agentKey sets the API key of the identity file.
 func (f *meshFlags) agentKey(req *http.Request) error {
-	id, err := agents.LoadIdentity(f.identity)
+	id, err := loadIdentity(f.identity)
 	if err != nil {
 		return fmt.Errorf("no credentials: %w (pass --identity FILE or --api-key KEY, or as the operator --admin-token or --data-dir)", err)
 	}
