@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -154,6 +155,12 @@ func (s *Service) dispatch(w http.ResponseWriter, r *http.Request) *apiError {
 		c.body = body
 	}
 	if rt.auth == authKey {
+		// A client's request waits at most writeWait for the log: a write
+		// still queued then is dropped and answered 503 (retried by the
+		// SDK) within the SDK's 10 s timeout.
+		ctx, cancel := context.WithTimeout(r.Context(), writeWait)
+		defer cancel()
+		r = r.WithContext(ctx)
 		p, e := s.authenticate(r, c.body)
 		if e != nil {
 			return e
@@ -173,6 +180,12 @@ func (s *Service) dispatch(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	return rt.h(s, w, r, c)
 }
+
+// writeWait bounds how long a client's request waits for the log to take
+// its write (a lock another process holds on the database, a stalled
+// disk). With the log's own 5 s busy timeout for a write in progress, a
+// request is answered within the Python SDK's 10 s request timeout.
+const writeWait = 4 * time.Second
 
 // readBody reads at most MaxBody bytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
