@@ -1,10 +1,13 @@
 package jobs
 
 import (
+	"fmt"
+
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"github.com/jmoiron/sqlx"
 	"net"
 	"net/http"
 	"net/url"
@@ -72,18 +75,24 @@ func (s *Service) verify(r *http.Request, p *principal, body []byte, sig string)
 	if d := now.Unix() - t; d > int64(SignatureWindow/time.Second) || d < -int64(SignatureWindow/time.Second) {
 		return sigErr("X-Timestamp is outside the accepted window of 300 seconds.")
 	}
-	if t < s.started.Unix() {
-		// Nonces are kept in memory: a signature made before this
-		// process started could be a replay of one it never saw.
-		return sigErr("X-Timestamp is older than the server's start; sign the request again.")
-	}
 	want := Sign(p.key, CanonicalString(r.Method, r.URL.Path, r.URL.RawQuery, ts, nonce, body))
 	got := strings.ToLower(sig)
 	if !hmac.Equal([]byte(got), []byte(want)) {
 		return sigErr("Signature does not match.")
 	}
-	if !s.nonces.use(p.digest+"\x00"+nonce, now.Add(2*SignatureWindow).Unix(), now.Unix()) {
-		return sigErr("Nonce was already used.")
+	expires := now.Add(2 * SignatureWindow).Unix()
+	if !s.nonces.use(p.digest+"\x00"+nonce, expires, now.Unix()) {
+		// The reference's words: clients match on them.
+		return sigErr("Replay detected")
+	}
+	// Stored before the request is acted on, so that a replay stays
+	// refused after a restart (the nonces are loaded again at start).
+	if _, err := s.log.Do(r.Context(), func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`INSERT OR REPLACE INTO intent_bus_nonces(key_digest, nonce, expires_at) VALUES(?, ?, ?)`,
+			p.digest, nonce, expires)
+		return err
+	}); err != nil {
+		return s.internal(fmt.Errorf("record nonce: %w", err))
 	}
 	return nil
 }

@@ -480,8 +480,9 @@ func TestProtocol(t *testing.T) {
 		req.Header.Set("X-Nonce", n)
 		req.Header.Set("X-Signature", signMsg(mainKey, "GET\n/get/x\n"+itoa(ts)+"\n"+n+"\n"))
 		require.Equal(t, http.StatusNotFound, send(t, req).status)
-		again := req.Clone(req.Context())
-		require.Equal(t, http.StatusForbidden, send(t, again).status)
+		again := send(t, req.Clone(req.Context()))
+		require.Equal(t, http.StatusForbidden, again.status)
+		require.Equal(t, "Replay detected", again.message(), "the reference's words")
 		// A body changed after signing is refused.
 		raw := []byte(`{"goal":"g","payload":1,"namespace":"` + ns + `"}`)
 		n = nonce()

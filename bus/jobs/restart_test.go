@@ -53,6 +53,7 @@ func TestLeaseAndTokenSurviveRestart(t *testing.T) {
 	signedAt := time.Now().Unix()
 	require.Eventually(t, func() bool { return time.Now().Unix() > signedAt }, 3*time.Second, 10*time.Millisecond,
 		"the restart must start in a later second than the signature")
+	beforeStart := time.Now().Unix()
 	p.Restart() // SIGKILL, then start on the same data directory
 	for id, row := range before {
 		require.Equal(t, row, b.admin(t, "GET", "/admin/intents/"+id, nil).body, id)
@@ -75,6 +76,19 @@ func TestLeaseAndTokenSurviveRestart(t *testing.T) {
 	rr := send(t, replay)
 	require.Equal(t, http.StatusForbidden, rr.status)
 	require.Equal(t, "invalid_signature", rr.code())
+	require.Equal(t, "Replay detected", rr.message())
+	// An honest client whose clock is behind signs with a timestamp from
+	// before the server's start, inside the RFC's window: accepted.
+	ts = itoa(beforeStart - 2)
+	n = nonce()
+	honest, err := http.NewRequest("GET", b.url()+"/get/kv", nil)
+	require.NoError(t, err)
+	honest.Header.Set("X-API-KEY", mainKey)
+	honest.Header.Set("X-Timestamp", ts)
+	honest.Header.Set("X-Nonce", n)
+	honest.Header.Set("X-Signature", signMsg(mainKey, "GET\n/get/kv\n"+ts+"\n"+n+"\n"))
+	hr := send(t, honest)
+	require.Equal(t, http.StatusOK, hr.status, string(hr.raw))
 	require.Equal(t, open, c.claim(ns).str("id"))
 }
 

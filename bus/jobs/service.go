@@ -38,14 +38,13 @@ type Service struct {
 	open    map[string]int // open+claimed jobs per publisher digest
 	// counts holds jobs by namespace and status; dead the dead jobs. Both
 	// follow every change of s.jobs (track), so reads never scan.
-	counts  map[string]map[string]int
-	dead    map[string]*job
-	keys    map[string]string
-	kv      map[string]kvEntry
-	idem    map[string]*idemEntry
-	nonces  nonceStore
-	rates   map[string]*rateWindow
-	started time.Time
+	counts map[string]map[string]int
+	dead   map[string]*job
+	keys   map[string]string
+	kv     map[string]kvEntry
+	idem   map[string]*idemEntry
+	nonces nonceStore
+	rates  map[string]*rateWindow
 
 	lastCleanup time.Time
 	cleanupMu   sync.Mutex
@@ -84,8 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if s.rand == nil {
 		s.rand = rand.Reader
 	}
-	s.started = s.clock()
-	s.lastCleanup = s.started
+	s.lastCleanup = s.clock()
 	tomb, err := s.loadTables(ctx)
 	if err != nil {
 		return nil, err
