@@ -41,14 +41,7 @@ func TestLeaseAndTokenSurviveRestart(t *testing.T) {
 	}
 
 	// A signed request captured before the restart.
-	ts := itoa(time.Now().Unix())
-	n := nonce()
-	replay, err := http.NewRequest("GET", b.url()+"/get/kv", nil)
-	require.NoError(t, err)
-	replay.Header.Set("X-API-KEY", mainKey)
-	replay.Header.Set("X-Timestamp", ts)
-	replay.Header.Set("X-Nonce", n)
-	replay.Header.Set("X-Signature", signMsg(mainKey, "GET\n/get/kv\n"+ts+"\n"+n+"\n"))
+	replay := signedGet(t, b.url()+"/get/kv", time.Now().Unix())
 	require.Equal(t, 200, send(t, replay.Clone(context.Background())).status)
 	signedAt := time.Now().Unix()
 	require.Eventually(t, func() bool { return time.Now().Unix() > signedAt }, 3*time.Second, 10*time.Millisecond,
@@ -79,17 +72,23 @@ func TestLeaseAndTokenSurviveRestart(t *testing.T) {
 	require.Equal(t, "Replay detected", rr.message())
 	// An honest client whose clock is behind signs with a timestamp from
 	// before the server's start, inside the RFC's window: accepted.
-	ts = itoa(beforeStart - 2)
-	n = nonce()
-	honest, err := http.NewRequest("GET", b.url()+"/get/kv", nil)
-	require.NoError(t, err)
-	honest.Header.Set("X-API-KEY", mainKey)
-	honest.Header.Set("X-Timestamp", ts)
-	honest.Header.Set("X-Nonce", n)
-	honest.Header.Set("X-Signature", signMsg(mainKey, "GET\n/get/kv\n"+ts+"\n"+n+"\n"))
-	hr := send(t, honest)
+	hr := send(t, signedGet(t, b.url()+"/get/kv", beforeStart-2))
 	require.Equal(t, http.StatusOK, hr.status, string(hr.raw))
 	require.Equal(t, open, c.claim(ns).str("id"))
+}
+
+// signedGet is a GET of u signed by the main key with timestamp ts (unix
+// s) and a fresh nonce, as the SDK signs.
+func signedGet(t *testing.T, u string, ts int64) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("GET", u, nil)
+	require.NoError(t, err)
+	n := nonce()
+	req.Header.Set("X-API-KEY", mainKey)
+	req.Header.Set("X-Timestamp", itoa(ts))
+	req.Header.Set("X-Nonce", n)
+	req.Header.Set("X-Signature", signMsg(mainKey, "GET\n"+req.URL.Path+"\n"+itoa(ts)+"\n"+n+"\n"))
+	return req
 }
 
 // TestSIGKILLDuringPublishAndClaimLosesNothing kills the process under a
