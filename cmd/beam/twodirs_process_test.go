@@ -18,13 +18,15 @@ import (
 )
 
 // freePortWithIntent returns a free port p (freePort) whose job-bus
-// default, p + 100, is free as well, and reserves both.
+// default, p + 100, is free and below the ephemeral range as well, and
+// reserves both.
 func freePortWithIntent(t *testing.T) int {
 	t.Helper()
 	for range 100 {
 		p := freePort(t)
 		testPorts.Lock()
-		taken := testPorts.used[p+intentPortOffset]
+		// p + 100 below the ephemeral range too (see freePort).
+		taken := testPorts.used[p+intentPortOffset] || p+intentPortOffset >= testPorts.hi
 		testPorts.used[p+intentPortOffset] = true
 		testPorts.Unlock()
 		if taken {
