@@ -1,13 +1,10 @@
 package jobs
 
 import (
-	"fmt"
-
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"github.com/jmoiron/sqlx"
 	"net"
 	"net/http"
 	"net/url"
@@ -20,9 +17,10 @@ import (
 
 // principal is an authenticated API key.
 type principal struct {
-	key    string // the key as presented (HMAC secret)
-	digest string // keyDigest(key)
-	tester bool   // a key from /admin/generate_key (false: BUS_SECRET)
+	key    string       // the key as presented (HMAC secret)
+	digest string       // keyDigest(key)
+	tester bool         // a key from /admin/generate_key (false: BUS_SECRET)
+	nonce  *signedNonce // of a signed request
 }
 
 // authenticate checks X-API-KEY and, when present or required, the HMAC
@@ -85,15 +83,9 @@ func (s *Service) verify(r *http.Request, p *principal, body []byte, sig string)
 		// The reference's words: clients match on them.
 		return sigErr("Replay detected")
 	}
-	// Stored before the request is acted on, so that a replay stays
-	// refused after a restart (the nonces are loaded again at start).
-	if _, err := s.log.Do(r.Context(), func(tx *sqlx.Tx) error {
-		_, err := tx.Exec(`INSERT OR REPLACE INTO intent_bus_nonces(key_digest, nonce, expires_at) VALUES(?, ?, ?)`,
-			p.digest, nonce, expires)
-		return err
-	}); err != nil {
-		return s.internal(fmt.Errorf("record nonce: %w", err))
-	}
+	// Stored before the answer (nonces.go), so that a replay stays refused
+	// after a restart.
+	p.nonce = &signedNonce{digest: p.digest, nonce: nonce, expires: expires}
 	return nil
 }
 

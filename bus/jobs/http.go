@@ -97,15 +97,17 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, apiErr(http.StatusInternalServerError, "internal_error", "Internal error."))
 		}
 	}()
-	if e := s.dispatch(w, r); e != nil {
+	nw := &nonceWriter{ResponseWriter: w, s: s}
+	if e := s.dispatch(nw, r); e != nil {
 		if e.status == http.StatusUnauthorized && strings.HasPrefix(r.URL.Path, "/admin/") {
 			w.Header().Set("WWW-Authenticate", `Basic realm="Intent Bus Admin"`)
 		}
-		writeError(w, e)
+		writeError(nw, e)
 	}
 }
 
-func (s *Service) dispatch(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *apiError {
+	var w http.ResponseWriter = nw
 	path := r.URL.Path
 	var rt *route
 	var param string
@@ -164,6 +166,10 @@ func (s *Service) dispatch(w http.ResponseWriter, r *http.Request) *apiError {
 		p, e := s.authenticate(r, c.body)
 		if e != nil {
 			return e
+		}
+		if p.nonce != nil {
+			r = r.WithContext(context.WithValue(r.Context(), nonceCtxKey{}, p.nonce))
+			nw.ctx, nw.n = r.Context(), p.nonce
 		}
 		if wait := s.allow(p); wait > 0 {
 			return &apiError{status: http.StatusTooManyRequests, code: "rate_limited",

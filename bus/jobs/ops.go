@@ -92,13 +92,13 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 	body, _ := json.Marshal(publishResp{ID: id, Status: "published", Namespace: p.namespace})
 	var done []tracing.Event
 	if idemKey != "" {
-		done, err = s.log.Do(ctx, func(tx *sqlx.Tx) error {
+		done, err = s.do(ctx, func(tx *sqlx.Tx) error {
 			_, err := tx.Exec(`INSERT OR REPLACE INTO intent_bus_idempotency(scope, key, body_hash, status, response, created_at)
 				VALUES(?,?,?,?,?,?)`, c.digest, idemKey, bodyHash, http.StatusCreated, string(body), msToSecs(now.UnixMilli()))
 			return err
 		}, evs...)
 	} else {
-		done, err = s.log.Append(ctx, evs...)
+		done, err = s.append(ctx, evs...)
 	}
 	if err != nil {
 		release()

@@ -109,6 +109,7 @@ func (s *Service) Close() error {
 // loadJobs folds the job events of the log into rows and indexes them.
 func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 	rows := map[string]*tracing.JobRow{}
+	now := s.clock().Unix()
 	var after int64
 	upto := s.log.LastSeq()
 	for after < upto {
@@ -122,6 +123,9 @@ func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 		for _, ev := range evs {
 			if ev.Details.Job == nil || !strings.HasPrefix(ev.Nonce, noncePrefix) {
 				continue
+			}
+			if ev.Details.Job.SignedNonce != "" {
+				s.rememberNonce(ev.Details.Job.SignedNonce, ev.At, now)
 			}
 			r := rows[ev.Nonce]
 			if r == nil {
@@ -308,7 +312,7 @@ func (s *Service) events(r *tracing.JobRow, op Op, to string, jd tracing.JobDeta
 // committed events into j, then re-indexes it. On error j is re-indexed as
 // it was.
 func (s *Service) commit(ctx context.Context, j *job, evs []tracing.Event) error {
-	done, err := s.log.Append(ctx, evs...)
+	done, err := s.append(ctx, evs...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j.busy = false
