@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -56,8 +57,12 @@ func TestTwoDirectoriesSideBySide(t *testing.T) {
 		cmd := exec.CommandContext(ctx, beamtest.Binary(t), "serve", "--listen", listen, "--data-dir", filepath.Join(t.TempDir(), name))
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
+		logPath := filepath.Join(t.TempDir(), name+".log")
+		logFile, err := os.Create(logPath)
+		require.NoError(t, err)
+		defer logFile.Close()
+		cmd.Stderr = logFile
+		logs := func() string { b, _ := os.ReadFile(logPath); return string(b) }
 		require.NoError(t, cmd.Start())
 		exited := make(chan error, 1)
 		lines := make(chan string, 64)
@@ -78,7 +83,9 @@ func TestTwoDirectoriesSideBySide(t *testing.T) {
 		for {
 			select {
 			case line, ok := <-lines:
-				require.True(t, ok, "%s exited before serving:\n%s", name, stderr.String())
+				if !ok {
+					t.Fatalf("%s exited before serving:\n%s", name, logs())
+				}
 				if rest, found := strings.CutPrefix(line, "intent bus serving on "); found {
 					intent = rest
 				}
@@ -86,7 +93,7 @@ func TestTwoDirectoriesSideBySide(t *testing.T) {
 					break wait
 				}
 			case <-ctx.Done():
-				t.Fatalf("%s did not serve:\n%s", name, stderr.String())
+				t.Fatalf("%s did not serve:\n%s", name, logs())
 			}
 		}
 		require.Equal(t, fmt.Sprintf("http://127.0.0.1:%d", port+intentPortOffset), intent, name)
