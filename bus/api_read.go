@@ -29,7 +29,7 @@ func strOrNil(s string) *string {
 
 func view(m tracing.MessageRow, withLease bool) messageView {
 	v := messageView{
-		ID: m.ID, Nonce: m.Nonce, Sender: m.Sender, Recipient: m.Recipient, Intent: m.Intent,
+		ID: m.ID, MessageID: m.ID, Nonce: m.Nonce, Sender: m.Sender, Recipient: m.Recipient, Intent: m.Intent,
 		Payload: rawOrNull(m.Payload), Status: string(m.Status), Priority: m.Priority, RetryCount: m.RetryCount,
 		MaxRetries: m.MaxRetries, NextRetryAt: m.NextRetryAt, CreatedAt: m.CreatedAt, DeliveredAt: m.DeliveredAt,
 		AckedAt: m.AckedAt, FailedAt: m.FailedAt, Error: strOrNil(m.Error), Response: rawOrNull(m.Response),

@@ -345,10 +345,12 @@ func (b *Bus) dedupe(ctx context.Context, ir tracing.IntentRow, req *sendRequest
 	return http.StatusOK, b.sendResponse(ctx, row, true), nil
 }
 
-// sendResponse is the body of a send or requeue answer.
+// sendResponse is the body of a send or requeue answer. The id is there
+// twice: message_id as the reference names it here, id as poll, history
+// and dead letters name it.
 func (b *Bus) sendResponse(ctx context.Context, row tracing.MessageRow, deduped bool) map[string]any {
 	out := map[string]any{
-		"message_id": row.ID, "nonce": row.Nonce, "status": row.Status, "created_at": row.CreatedAt,
+		"message_id": row.ID, "id": row.ID, "nonce": row.Nonce, "status": row.Status, "created_at": row.CreatedAt,
 		"retry_count": row.RetryCount,
 	}
 	if deduped {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -555,4 +556,25 @@ func counterValue(t *testing.T, c prometheus.Metric) float64 {
 	var m dto.Metric
 	require.NoError(t, c.Write(&m))
 	return m.GetCounter().GetValue()
+}
+
+// TestMessageIDUnderBothNames: the send receipt and the messages of poll
+// carry the message's id under both names, message_id (the receipt's, as
+// the reference answers send) and id (the reference's poll rows).
+func TestMessageIDUnderBothNames(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "task.run", map[string]any{"n": 1}, nil)
+	require.Equal(t, http.StatusCreated, status, body)
+	require.NotEmpty(t, body["message_id"])
+	require.Equal(t, body["message_id"], body["id"])
+
+	status, polled := tb.call(http.MethodGet, "/v1/beam/poll?claim=true&agent="+url.QueryEscape(bob.id), bob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, polled)
+	msgs, _ := polled["messages"].([]any)
+	require.Len(t, msgs, 1, polled)
+	m := msgs[0].(map[string]any)
+	require.Equal(t, body["message_id"], m["id"])
+	require.Equal(t, body["message_id"], m["message_id"])
 }

@@ -44,6 +44,10 @@ type JobDetails struct {
 	ResultType string          `json:"resultType,omitempty"`
 	// Reason says why a job went dead.
 	Reason string `json:"reason,omitempty"`
+	// SignedNonce is the key digest and nonce ("digest:nonce") of the
+	// signed request that made the change, so that the job bus refuses its
+	// replay after a restart.
+	SignedNonce string `json:"signedNonce,omitempty"`
 }
 
 // The job statuses of the Intent Protocol, as JobRow.Status holds them.

@@ -62,6 +62,12 @@ const (
 	MaxTraceEvents = 10000
 )
 
+// writerBusyTimeout is how long a write waits for a lock another process
+// holds on the database before it fails: short enough that a request
+// waiting for it is answered within a client's usual 10 s timeout (the
+// Intent Protocol SDK's), with 503 for it to retry.
+const writerBusyTimeout = 5 * time.Second
+
 // writerLockSuffix names the file, beside the database, whose lock the
 // writer holds.
 const writerLockSuffix = "-writer.lock"
@@ -216,7 +222,9 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
 	}
 	wq := url.Values{}
-	wq.Add("_pragma", "busy_timeout(10000)")
+	// A lock another process holds fails a write after writerBusyTimeout,
+	// so that a request waiting for it is answered (503) in time.
+	wq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", writerBusyTimeout.Milliseconds()))
 	wq.Add("_pragma", "journal_mode(WAL)")
 	wq.Add("_pragma", "synchronous("+syncMode+")")
 	wq.Add("_pragma", fmt.Sprintf("cache_size(-%d)", writerCacheKiB))

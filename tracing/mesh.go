@@ -222,7 +222,9 @@ func (m *MeshRow) Apply(ev Event) {
 		if st.FirstAttemptAt != 0 || st.Kind == MeshKindHop {
 			m.FirstAttemptAt = st.FirstAttemptAt
 		}
-		if st.Reason != "" {
+		if st.Reason != "" || st.Kind == MeshKindDispatch {
+			// A dispatch ends any wait or retry: its reason is the one
+			// to keep ("" for none).
 			m.Reason = st.Reason
 		}
 		if st.Error != "" {

@@ -55,6 +55,9 @@ func (c *writeConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return tc, nil
 }
 
+// errNoWriteConn is begin's error when no driver connection is open yet.
+var errNoWriteConn = errors.New("no write connection open")
+
 // begin starts a transaction on the write connection below database/sql,
 // for a batch that needs no *sqlx.Tx (no Do function). database/sql
 // starts a goroutine for every transaction it begins, to watch the
@@ -62,14 +65,15 @@ func (c *writeConnector) Connect(ctx context.Context) (driver.Conn, error) {
 // hand-off between cores per commit. It is safe for the reason the direct
 // statements are: only the goroutine that writes uses the write pool, and while
 // the transaction is open it does so only through calls that take the
-// pool's one connection, which is this one. It fails when database/sql has
-// no connection open; the caller then begins through database/sql.
+// pool's one connection, which is this one. It fails with errNoWriteConn
+// when database/sql has no connection open; the caller then begins through
+// database/sql.
 func (c *writeConnector) begin(ctx context.Context) (txEnd, error) {
 	c.mu.Lock()
 	tc := c.tc
 	c.mu.Unlock()
 	if tc == nil {
-		return txEnd{}, errors.New("no write connection open")
+		return txEnd{}, errNoWriteConn
 	}
 	if _, err := tc.begin.ExecContext(ctx, nil); err != nil {
 		return txEnd{}, err

@@ -934,7 +934,9 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 			w.directTxs.Add(1)
 		}
 	}
-	if end.c == nil {
+	if end.c == nil && (err == nil || errors.Is(err, errNoWriteConn)) {
+		// Not after a failed BEGIN on the direct connection (a held
+		// lock): a second one would wait out the busy timeout again.
 		tx, err = l.wdb.BeginTxx(ctx, nil)
 	}
 	if err != nil {

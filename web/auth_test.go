@@ -16,6 +16,7 @@ var jsonRoutes = []struct{ method, path string }{
 	{"GET", "/observability/overview"},
 	{"GET", "/observability/intents"},
 	{"GET", "/observability/intents/some-nonce"},
+	{"GET", "/observability/events/some-nonce"},
 	{"GET", "/observability/errors"},
 	{"GET", "/observability/agents"},
 	{"GET", "/observability/dead-letters"},

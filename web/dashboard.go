@@ -194,6 +194,7 @@ func (d *Dashboard) Routes(mux *http.ServeMux) {
 	obs("GET /observability/overview", false, d.handleOverview)
 	obs("GET /observability/intents", false, d.handleIntents)
 	obs("GET /observability/intents/{nonce}", false, d.handleTrace)
+	obs("GET /observability/events/{nonce}", false, d.handleEvents)
 	obs("GET /observability/errors", false, d.handleErrors)
 	obs("GET /observability/agents", false, d.handleAgents)
 	obs("GET /observability/dead-letters", false, d.handleDeadLetters)

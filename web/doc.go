@@ -12,6 +12,9 @@
 //     (intent_log, beam_messages) and the agent registry: the overview
 //     (outcome buckets, latency percentiles, timeline), the intent list, one
 //     intent's trace, error pressure, agents, dead letters, federation.
+//   - GET /observability/events/{nonce}: one nonce's events exactly as the
+//     log holds them (an intent's, job:<id>, mesh:<id>), for beam trace
+//     --url.
 //   - GET /observability/stream: the log subscription as Server-Sent Events,
 //     one event per log record with id = seq, resumable with Last-Event-ID
 //     without gaps or duplicates.

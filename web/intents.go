@@ -190,6 +190,28 @@ func (d *Dashboard) handleTrace(w http.ResponseWriter, r *http.Request, _ princi
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// handleEvents answers GET /observability/events/{nonce}: the events of one
+// nonce (an intent's, "job:<id>" or "mesh:<id>") exactly as the log holds
+// them, details included, so that beam trace --url prints what beam trace
+// --data-dir prints.
+func (d *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, _ principal) {
+	nonce := r.PathValue("nonce")
+	if nonce == "" || len(nonce) > tracing.MaxNonceBytes {
+		writeError(w, http.StatusBadRequest, "INVALID_NONCE", "the nonce is empty or too long")
+		return
+	}
+	events, err := d.log.Trace(r.Context(), nonce)
+	if err != nil {
+		d.internalError(w, "read trace", err)
+		return
+	}
+	if len(events) == 0 {
+		writeError(w, http.StatusNotFound, "NOT_FOUND", "no events for nonce "+nonce)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nonce": nonce, "events": events})
+}
+
 var errNotFound = errors.New("not found")
 
 func (d *Dashboard) trace(ctx context.Context, nonce string) (*traceResponse, error) {

@@ -10,7 +10,10 @@ import (
 // epoch seconds, JSON values as sent. The bus writes it and the Go SDK reads
 // it, so both use this one type.
 type BusMessage struct {
-	ID          string          `json:"id"`
+	ID string `json:"id"`
+	// MessageID is ID again, under the name the send receipt, ack and
+	// requeue use, so that a script may read either everywhere.
+	MessageID   string          `json:"message_id"`
 	Nonce       string          `json:"nonce"`
 	Sender      string          `json:"sender"`
 	Recipient   string          `json:"recipient"`

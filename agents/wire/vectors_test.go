@@ -158,13 +158,13 @@ func TestJSVectorsStringify(t *testing.T) {
 	}
 }
 
-// referenceFixtures is /work/shared/reference/beam-fixtures, reached from the package directory.
+// referenceFixtures is fixtures/wire/reference: the reference implementation's published fixtures,
+// copied verbatim (see fixtures/wire/README.md).
 func referenceFixtures(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join("..", "..", "..", "shared", "reference", "beam-fixtures")
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("reference fixtures not available at %s (../shared must sit beside the repository): %v", dir, err)
-	}
+	dir := filepath.Join("..", "..", "fixtures", "wire", "reference")
+	_, err := os.Stat(dir)
+	require.NoError(t, err, "reference fixtures")
 	return dir
 }
 

@@ -224,7 +224,10 @@ func (s *Service) handleRevokeKey(w http.ResponseWriter, r *http.Request, c *cal
 		if _, err := tx.Exec(`DELETE FROM intent_bus_keys WHERE key_hash = ?`, h); err != nil {
 			return err
 		}
-		_, err := tx.Exec(`DELETE FROM intent_bus_idempotency WHERE scope = ?`, d)
+		if _, err := tx.Exec(`DELETE FROM intent_bus_idempotency WHERE scope = ?`, d); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`DELETE FROM intent_bus_nonces WHERE key_digest = ?`, d)
 		return err
 	}); err != nil {
 		return s.internal(err)
@@ -259,7 +262,7 @@ func (s *Service) handlePurge(w http.ResponseWriter, r *http.Request, c *call) *
 	}
 	if !ok {
 		if _, err := s.log.Do(r.Context(), func(tx *sqlx.Tx) error {
-			for _, q := range []string{`DELETE FROM intent_bus_kv`, `DELETE FROM intent_bus_idempotency`} {
+			for _, q := range []string{`DELETE FROM intent_bus_kv`, `DELETE FROM intent_bus_idempotency`, `DELETE FROM intent_bus_nonces`} {
 				if _, err := tx.Exec(q); err != nil {
 					return err
 				}

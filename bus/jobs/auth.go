@@ -17,9 +17,10 @@ import (
 
 // principal is an authenticated API key.
 type principal struct {
-	key    string // the key as presented (HMAC secret)
-	digest string // keyDigest(key)
-	tester bool   // a key from /admin/generate_key (false: BUS_SECRET)
+	key    string       // the key as presented (HMAC secret)
+	digest string       // keyDigest(key)
+	tester bool         // a key from /admin/generate_key (false: BUS_SECRET)
+	nonce  *signedNonce // of a signed request
 }
 
 // authenticate checks X-API-KEY and, when present or required, the HMAC
@@ -72,19 +73,19 @@ func (s *Service) verify(r *http.Request, p *principal, body []byte, sig string)
 	if d := now.Unix() - t; d > int64(SignatureWindow/time.Second) || d < -int64(SignatureWindow/time.Second) {
 		return sigErr("X-Timestamp is outside the accepted window of 300 seconds.")
 	}
-	if t < s.started.Unix() {
-		// Nonces are kept in memory: a signature made before this
-		// process started could be a replay of one it never saw.
-		return sigErr("X-Timestamp is older than the server's start; sign the request again.")
-	}
 	want := Sign(p.key, CanonicalString(r.Method, r.URL.Path, r.URL.RawQuery, ts, nonce, body))
 	got := strings.ToLower(sig)
 	if !hmac.Equal([]byte(got), []byte(want)) {
 		return sigErr("Signature does not match.")
 	}
-	if !s.nonces.use(p.digest+"\x00"+nonce, now.Add(2*SignatureWindow).Unix(), now.Unix()) {
-		return sigErr("Nonce was already used.")
+	expires := now.Add(2 * SignatureWindow).Unix()
+	if !s.nonces.use(p.digest+"\x00"+nonce, expires, now.Unix()) {
+		// The reference's words: clients match on them.
+		return sigErr("Replay detected")
 	}
+	// Stored before the answer (nonces.go), so that a replay stays refused
+	// after a restart.
+	p.nonce = &signedNonce{digest: p.digest, nonce: nonce, expires: expires}
 	return nil
 }
 

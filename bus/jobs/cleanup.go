@@ -94,6 +94,12 @@ func (s *Service) Cleanup(ctx context.Context) (CleanupStats, error) {
 		}
 		s.mu.Unlock()
 	}
+	if _, err := s.log.Do(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`DELETE FROM intent_bus_nonces WHERE expires_at <= ?`, now.Unix())
+		return err
+	}); err != nil {
+		return st, err
+	}
 	st.NoncesDeleted = s.nonces.sweep(now.Unix(), nil)
 	s.mu.Lock()
 	s.lastCleanup = now

@@ -81,6 +81,13 @@ func (r *resp) code() string {
 	return c
 }
 
+// message is the error's message.
+func (r *resp) message() string {
+	e, _ := r.body["error"].(map[string]any)
+	m, _ := e["message"].(string)
+	return m
+}
+
 func (r *resp) str(k string) string {
 	s, _ := r.body[k].(string)
 	return s

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,15 +97,17 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, apiErr(http.StatusInternalServerError, "internal_error", "Internal error."))
 		}
 	}()
-	if e := s.dispatch(w, r); e != nil {
+	nw := &nonceWriter{ResponseWriter: w, s: s}
+	if e := s.dispatch(nw, r); e != nil {
 		if e.status == http.StatusUnauthorized && strings.HasPrefix(r.URL.Path, "/admin/") {
 			w.Header().Set("WWW-Authenticate", `Basic realm="Intent Bus Admin"`)
 		}
-		writeError(w, e)
+		writeError(nw, e)
 	}
 }
 
-func (s *Service) dispatch(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *apiError {
+	var w http.ResponseWriter = nw
 	path := r.URL.Path
 	var rt *route
 	var param string
@@ -154,9 +157,19 @@ func (s *Service) dispatch(w http.ResponseWriter, r *http.Request) *apiError {
 		c.body = body
 	}
 	if rt.auth == authKey {
+		// A client's request waits at most writeWait for the log: a write
+		// still queued then is dropped and answered 503 (retried by the
+		// SDK) within the SDK's 10 s timeout.
+		ctx, cancel := context.WithTimeout(r.Context(), writeWait)
+		defer cancel()
+		r = r.WithContext(ctx)
 		p, e := s.authenticate(r, c.body)
 		if e != nil {
 			return e
+		}
+		if p.nonce != nil {
+			r = r.WithContext(context.WithValue(r.Context(), nonceCtxKey{}, p.nonce))
+			nw.ctx, nw.n = r.Context(), p.nonce
 		}
 		if wait := s.allow(p); wait > 0 {
 			return &apiError{status: http.StatusTooManyRequests, code: "rate_limited",
@@ -173,6 +186,12 @@ func (s *Service) dispatch(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	return rt.h(s, w, r, c)
 }
+
+// writeWait bounds how long a client's request waits for the log to take
+// its write (a lock another process holds on the database, a stalled
+// disk). With the log's own 5 s busy timeout for a write in progress, a
+// request is answered within the Python SDK's 10 s request timeout.
+const writeWait = 4 * time.Second
 
 // readBody reads at most MaxBody bytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {

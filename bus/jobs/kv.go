@@ -14,7 +14,7 @@ func constEq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []
 // set stores a KV value (JSON text) in the caller's scope.
 func (s *Service) set(ctx context.Context, scope, key, value string, ttl time.Duration) error {
 	exp := s.clock().Add(ttl).UnixMilli()
-	_, err := s.log.Do(ctx, func(tx *sqlx.Tx) error {
+	_, err := s.do(ctx, func(tx *sqlx.Tx) error {
 		_, err := tx.Exec(`INSERT OR REPLACE INTO intent_bus_kv(scope, key, value, expires_at) VALUES(?,?,?,?)`,
 			scope, key, value, msToSecs(exp))
 		return err

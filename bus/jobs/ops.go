@@ -90,13 +90,13 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 	body, _ := json.Marshal(publishResp{ID: id, Status: "published", Namespace: p.namespace})
 	var done []tracing.Event
 	if idemKey != "" {
-		done, err = s.log.Do(ctx, func(tx *sqlx.Tx) error {
+		done, err = s.do(ctx, func(tx *sqlx.Tx) error {
 			_, err := tx.Exec(`INSERT OR REPLACE INTO intent_bus_idempotency(scope, key, body_hash, status, response, created_at)
 				VALUES(?,?,?,?,?,?)`, c.digest, idemKey, bodyHash, http.StatusCreated, string(body), msToSecs(now.UnixMilli()))
 			return err
 		}, evs...)
 	} else {
-		done, err = s.log.Append(ctx, evs...)
+		done, err = s.append(ctx, evs...)
 	}
 	if err != nil {
 		release()
@@ -226,11 +226,26 @@ func (s *Service) fail(ctx context.Context, id string, c *principal, token, msg 
 	return s.commit(ctx, j, s.giveUp(j, OpFail, msg, now))
 }
 
-// giveUp builds the events of a fail or an expiry of j's claim.
+// The last_error of a lease that ran out: with attempts left (the
+// reference's wording) and on the last attempt.
+const (
+	leaseExpiredRetry = "Lease expired. Backing off."
+	leaseExpiredDead  = "Lease expired. No attempts left."
+)
+
+// giveUp builds the events of a fail (msg is the worker's error) or an
+// expiry (msg is ignored) of j's claim. A dead job's reason is the error as
+// the worker gave it, as the reference stores it: scripts match on it.
 func (s *Service) giveUp(j *job, op Op, msg string, now time.Time) []tracing.Event {
 	if j.row.ClaimAttempts >= j.row.MaxAttempts {
-		jd := tracing.JobDetails{Op: string(op), Error: msg, Reason: "Max attempts reached: " + msg}
+		if op == OpExpire {
+			msg = leaseExpiredDead
+		}
+		jd := tracing.JobDetails{Op: string(op), Error: msg, Reason: msg}
 		return s.events(&j.row, op, tracing.JobDead, jd, now)
+	}
+	if op == OpExpire {
+		msg = leaseExpiredRetry
 	}
 	jd := tracing.JobDetails{Op: string(op), Error: msg, RunAt: now.Add(s.backoff(&j.row)).UnixMilli()}
 	return s.events(&j.row, op, tracing.JobOpen, jd, now)
@@ -265,7 +280,7 @@ func (s *Service) expire(ctx context.Context) (requeued, dead int) {
 	// settles them in one commit.
 	var evs []tracing.Event
 	for _, j := range taken {
-		evs = append(evs, s.giveUp(j, OpExpire, "Lease expired. Backing off.", now)...)
+		evs = append(evs, s.giveUp(j, OpExpire, "", now)...)
 	}
 	done, err := s.log.Append(ctx, evs...)
 	s.mu.Lock()

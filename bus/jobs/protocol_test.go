@@ -252,6 +252,9 @@ func TestProtocol(t *testing.T) {
 		require.Equal(t, http.StatusOK, d.status)
 		require.Equal(t, id, d.str("intent_id"))
 		require.EqualValues(t, 1, d.num("attempts"))
+		// Dead: no backing off is announced.
+		require.Equal(t, "Lease expired. No attempts left.", c.do("GET", "/status/"+id, nil, nil).str("last_error"))
+		require.Equal(t, "Lease expired. No attempts left.", d.str("reason"))
 		require.Equal(t, http.StatusNoContent, c.claim(ns).status)
 	})
 
@@ -281,6 +284,8 @@ func TestProtocol(t *testing.T) {
 		require.Equal(t, "dead", res.str("status"))
 		require.Equal(t, "again", res.str("error"))
 		require.Equal(t, "json", res.str("result_type"))
+		// The dead letter's reason is the worker's error as given.
+		require.Equal(t, "again", b.admin(t, "GET", "/admin/dead/"+id, nil).str("reason"))
 
 		// Admin retry: dead → open with attempts reset; retrying an open
 		// intent is refused; cancel sends it to dead.
@@ -475,8 +480,9 @@ func TestProtocol(t *testing.T) {
 		req.Header.Set("X-Nonce", n)
 		req.Header.Set("X-Signature", signMsg(mainKey, "GET\n/get/x\n"+itoa(ts)+"\n"+n+"\n"))
 		require.Equal(t, http.StatusNotFound, send(t, req).status)
-		again := req.Clone(req.Context())
-		require.Equal(t, http.StatusForbidden, send(t, again).status)
+		again := send(t, req.Clone(req.Context()))
+		require.Equal(t, http.StatusForbidden, again.status)
+		require.Equal(t, "Replay detected", again.message(), "the reference's words")
 		// A body changed after signing is refused.
 		raw := []byte(`{"goal":"g","payload":1,"namespace":"` + ns + `"}`)
 		n = nonce()

@@ -1,7 +1,9 @@
 package jobs_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -40,19 +42,17 @@ func TestLeaseAndTokenSurviveRestart(t *testing.T) {
 		before[id] = b.admin(t, "GET", "/admin/intents/"+id, nil).body
 	}
 
-	// A signed request captured before the restart.
-	ts := itoa(time.Now().Unix())
-	n := nonce()
-	replay, err := http.NewRequest("GET", b.url()+"/get/kv", nil)
-	require.NoError(t, err)
-	replay.Header.Set("X-API-KEY", mainKey)
-	replay.Header.Set("X-Timestamp", ts)
-	replay.Header.Set("X-Nonce", n)
-	replay.Header.Set("X-Signature", signMsg(mainKey, "GET\n/get/kv\n"+ts+"\n"+n+"\n"))
+	// Signed requests captured before the restart: a read, and a publish
+	// (its nonce is stored in the job's event).
+	replay := signedReq(t, "GET", b.url()+"/get/kv", nil, time.Now().Unix())
 	require.Equal(t, 200, send(t, replay.Clone(context.Background())).status)
+	pubBody := []byte(`{"goal":"once","payload":1,"namespace":"` + ns + `-once"}`)
+	replayPub := signedReq(t, "POST", b.url()+"/intent", pubBody, time.Now().Unix())
+	require.Equal(t, http.StatusCreated, send(t, cloneWithBody(replayPub, pubBody)).status)
 	signedAt := time.Now().Unix()
 	require.Eventually(t, func() bool { return time.Now().Unix() > signedAt }, 3*time.Second, 10*time.Millisecond,
 		"the restart must start in a later second than the signature")
+	beforeStart := time.Now().Unix()
 	p.Restart() // SIGKILL, then start on the same data directory
 	for id, row := range before {
 		require.Equal(t, row, b.admin(t, "GET", "/admin/intents/"+id, nil).body, id)
@@ -75,7 +75,38 @@ func TestLeaseAndTokenSurviveRestart(t *testing.T) {
 	rr := send(t, replay)
 	require.Equal(t, http.StatusForbidden, rr.status)
 	require.Equal(t, "invalid_signature", rr.code())
+	require.Equal(t, "Replay detected", rr.message())
+	replayPub.URL.Host = replay.URL.Host
+	rp := send(t, cloneWithBody(replayPub, pubBody))
+	require.Equal(t, http.StatusForbidden, rp.status, string(rp.raw))
+	require.Equal(t, "Replay detected", rp.message())
+	// An honest client whose clock is behind signs with a timestamp from
+	// before the server's start, inside the RFC's window: accepted.
+	hr := send(t, signedReq(t, "GET", b.url()+"/get/kv", nil, beforeStart-2))
+	require.Equal(t, http.StatusOK, hr.status, string(hr.raw))
 	require.Equal(t, open, c.claim(ns).str("id"))
+}
+
+// signedReq is a request of method to u with body, signed by the main key
+// with timestamp ts (unix s) and a fresh nonce, as the SDK signs.
+func signedReq(t *testing.T, method, u string, body []byte, ts int64) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, u, bytes.NewReader(body))
+	require.NoError(t, err)
+	n := nonce()
+	req.Header.Set("X-API-KEY", mainKey)
+	req.Header.Set("X-Timestamp", itoa(ts))
+	req.Header.Set("X-Nonce", n)
+	req.Header.Set("X-Signature", signMsg(mainKey, method+"\n"+req.URL.Path+"\n"+itoa(ts)+"\n"+n+"\n"+string(body)))
+	return req
+}
+
+// cloneWithBody is a copy of req that sends body again.
+func cloneWithBody(req *http.Request, body []byte) *http.Request {
+	c := req.Clone(context.Background())
+	c.Body = io.NopCloser(bytes.NewReader(body))
+	c.ContentLength = int64(len(body))
+	return c
 }
 
 // TestSIGKILLDuringPublishAndClaimLosesNothing kills the process under a

@@ -38,14 +38,13 @@ type Service struct {
 	open    map[string]int // open+claimed jobs per publisher digest
 	// counts holds jobs by namespace and status; dead the dead jobs. Both
 	// follow every change of s.jobs (track), so reads never scan.
-	counts  map[string]map[string]int
-	dead    map[string]*job
-	keys    map[string]string
-	kv      map[string]kvEntry
-	idem    map[string]*idemEntry
-	nonces  nonceStore
-	rates   map[string]*rateWindow
-	started time.Time
+	counts map[string]map[string]int
+	dead   map[string]*job
+	keys   map[string]string
+	kv     map[string]kvEntry
+	idem   map[string]*idemEntry
+	nonces nonceStore
+	rates  map[string]*rateWindow
 
 	lastCleanup time.Time
 	cleanupMu   sync.Mutex
@@ -84,8 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if s.rand == nil {
 		s.rand = rand.Reader
 	}
-	s.started = s.clock()
-	s.lastCleanup = s.started
+	s.lastCleanup = s.clock()
 	tomb, err := s.loadTables(ctx)
 	if err != nil {
 		return nil, err
@@ -111,6 +109,7 @@ func (s *Service) Close() error {
 // loadJobs folds the job events of the log into rows and indexes them.
 func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 	rows := map[string]*tracing.JobRow{}
+	now := s.clock().Unix()
 	var after int64
 	upto := s.log.LastSeq()
 	for after < upto {
@@ -124,6 +123,9 @@ func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 		for _, ev := range evs {
 			if ev.Details.Job == nil || !strings.HasPrefix(ev.Nonce, noncePrefix) {
 				continue
+			}
+			if ev.Details.Job.SignedNonce != "" {
+				s.rememberNonce(ev.Details.Job.SignedNonce, ev.At, now)
 			}
 			r := rows[ev.Nonce]
 			if r == nil {
@@ -315,7 +317,7 @@ func (s *Service) events(r *tracing.JobRow, op Op, to string, jd tracing.JobDeta
 // committed events into j, then re-indexes it. On error j is re-indexed as
 // it was.
 func (s *Service) commit(ctx context.Context, j *job, evs []tracing.Event) error {
-	done, err := s.log.Append(ctx, evs...)
+	done, err := s.append(ctx, evs...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j.busy = false

@@ -35,6 +35,12 @@ CREATE TABLE IF NOT EXISTS intent_bus_tombstones(
   job_id     TEXT PRIMARY KEY,
   deleted_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS intent_bus_nonces(
+  key_digest TEXT NOT NULL,
+  nonce      TEXT NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY(key_digest, nonce)
+);
 `
 
 type keyRow struct {
@@ -57,6 +63,12 @@ type idemRow struct {
 	Status    int     `db:"status"`
 	Response  string  `db:"response"`
 	CreatedAt float64 `db:"created_at"`
+}
+
+type nonceRow struct {
+	Digest    string `db:"key_digest"`
+	Nonce     string `db:"nonce"`
+	ExpiresAt int64  `db:"expires_at"`
 }
 
 // loadTables creates the tables and reads them.
@@ -89,6 +101,14 @@ func (s *Service) loadTables(ctx context.Context) (tomb map[string]bool, err err
 	for _, e := range idem {
 		s.idem[e.Scope+"\x00"+e.Key] = &idemEntry{hash: e.BodyHash, status: e.Status, body: []byte(e.Response),
 			created: secsToMs(e.CreatedAt)}
+	}
+	var nonces []nonceRow
+	if err := db.SelectContext(ctx, &nonces, `SELECT key_digest, nonce, expires_at FROM intent_bus_nonces WHERE expires_at > ?`,
+		s.clock().Unix()); err != nil {
+		return nil, fmt.Errorf("load nonces: %w", err)
+	}
+	for _, n := range nonces {
+		s.nonces.m[n.Digest+"\x00"+n.Nonce] = n.ExpiresAt
 	}
 	var ids []string
 	if err := db.SelectContext(ctx, &ids, `SELECT job_id FROM intent_bus_tombstones`); err != nil {

@@ -243,7 +243,7 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 	env.Status = Status{Phase: "processing", Actor: actor, Attempt: n, MaxAttempts: pol.MaxAttempts,
 		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: deadlineString(row)}
 	disp := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
-		Actor: actor, Attempt: n, FirstAttemptAt: first})
+		Actor: actor, Attempt: n, FirstAttemptAt: first, Reason: carriedReason(row.Reason)})
 	disp.Transport = transport
 	disp.Details.TimeoutMs = e.hopTimeout(row, now).Milliseconds()
 	if remote {
@@ -655,7 +655,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		if i == 0 {
 			events = append(events, e.nextEvents(row, ce, progress, reason)...)
 			if !ce.Route.Done() && hop < e.cfg.MaxHops {
-				if p, ok := e.eagerDispatch(row, ce); ok {
+				if p, ok := e.eagerDispatch(row, ce, reason); ok {
 					events = append(events, p.ev)
 					eager = &p
 				} else {
@@ -724,10 +724,21 @@ type pendingHop struct {
 	now        time.Time
 }
 
+// carriedReason is the reason a dispatch keeps of the envelope's reason
+// (tracing folds a dispatch's reason in, "" included): a wait's or a
+// retry's ends with it, a reroute says how the envelope got here.
+func carriedReason(reason string) string {
+	if reason == ReasonPolicyRouted {
+		return reason
+	}
+	return ""
+}
+
 // eagerDispatch prepares the dispatch of env's next hop when it can start
 // at once (not paused, before the deadline, actor online), saving the
-// scheduler's separate append; otherwise the scheduler starts it.
-func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope) (pendingHop, bool) {
+// scheduler's separate append; otherwise the scheduler starts it. reason
+// is the hop's (nextEvents').
+func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope, reason string) (pendingHop, bool) {
 	now := e.cfg.Clock()
 	if row.Status != tracing.MeshRunning || (row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt) {
 		return pendingHop{}, false
@@ -748,7 +759,7 @@ func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope) (pendingHop, b
 	env.Status = Status{Phase: "processing", Actor: actor, Attempt: 1, MaxAttempts: e.policy(actor).MaxAttempts,
 		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: deadlineString(row)}
 	ev := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
-		Actor: actor, Attempt: 1, FirstAttemptAt: first})
+		Actor: actor, Attempt: 1, FirstAttemptAt: first, Reason: carriedReason(reason)})
 	ev.Transport = directory.TransportWS
 	ev.Details.TimeoutMs = e.hopTimeout(row, now).Milliseconds()
 	return pendingHop{ev: ev, env: env, actor: actor, key: creator.PublicKeyB64, now: now}, true

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-
-	"github.com/beamdir/beam/agents"
 )
 
 // runACL is `beam acl add|list|remove`: the identity's agent manages who may
@@ -41,7 +39,7 @@ func runACL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.parse(args[1:], want, want); err != nil {
 		return err
 	}
-	id, err := agents.LoadIdentity(af.identity)
+	id, err := loadIdentity(af.identity)
 	if err != nil {
 		return err
 	}

@@ -38,9 +38,20 @@ func newAgentFlags(fs *flag.FlagSet) *agentFlags {
 	return f
 }
 
+// loadIdentity loads the identity file path; a missing file is an error
+// that says how to name or create one.
+func loadIdentity(path string) (*agents.Identity, error) {
+	id, err := agents.LoadIdentity(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no identity file %s: pass --identity FILE (or set BEAM_IDENTITY), or create one with "+
+			"beam keygen --beam-id NAME@ORG.beam.directory --out %s and beam register --identity %s", path, path, path)
+	}
+	return id, err
+}
+
 // client loads the identity and builds a client for it.
 func (f *agentFlags) client(logger *slog.Logger) (*agents.Client, *agents.Identity, error) {
-	id, err := agents.LoadIdentity(f.identity)
+	id, err := loadIdentity(f.identity)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -194,7 +205,7 @@ func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	af := newAgentFlags(fs.FlagSet)
 	var echo bool
 	var logLevel, logFormat string
-	fs.BoolVar(&echo, "echo", false, "answer every intent with its payload (conversation.message: {\"message\":\"Echo: …\"})")
+	fs.BoolVar(&echo, "echo", false, "answer every intent with its payload (conversation.message: {\"message\":\"Echo: …\"}; a pipeline hop: its payload with this agent added to \"echoedBy\")")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	if err := fs.parse(args, 0, 0); err != nil {
@@ -228,6 +239,15 @@ func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return agents.Success(in.Payload)
 	})
+	if echo {
+		// A pipeline hop is answered with its payload, never the envelope
+		// it arrived in, so a route of echo agents ends with a flat payload.
+		c.HandleMesh(func(_ context.Context, hop *agents.MeshHop) (any, error) {
+			logger.Info("pipeline hop", "envelope", hop.Envelope.ID, "hop", hop.Envelope.Hop,
+				"creator", hop.Envelope.Creator, "payload", string(hop.Envelope.Payload))
+			return echoHop(hop.Envelope.Payload, id.BeamID), nil
+		})
+	}
 	if err := c.Connect(ctx); err != nil {
 		return err
 	}
@@ -235,6 +255,28 @@ func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	<-ctx.Done()
 	logger.Info("stopping")
 	return nil
+}
+
+// echoHop is beam listen --echo's answer to a pipeline hop: the payload
+// with the agent's Beam ID appended to its "echoedBy" list when the payload
+// is an object, the payload unchanged otherwise.
+func echoHop(payload json.RawMessage, beamID string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &m); err != nil || m == nil {
+		return payload
+	}
+	var by []string
+	_ = json.Unmarshal(m["echoedBy"], &by)
+	raw, err := json.Marshal(append(by, beamID))
+	if err != nil {
+		return payload
+	}
+	m["echoedBy"] = raw
+	out, err := json.Marshal(m)
+	if err != nil {
+		return payload
+	}
+	return out
 }
 
 // quietLogger logs warnings and errors of the short-lived agent commands.

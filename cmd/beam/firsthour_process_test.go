@@ -125,6 +125,9 @@ func TestServePrintsWhereTheOperatorTokenIs(t *testing.T) {
 	second := p.Output()[len(first):]
 	require.NotContains(t, second, strings.TrimSpace(string(tok)))
 	require.Contains(t, second, "operator token: in "+path+" (cat it; operator commands read it with --data-dir)")
+	// Every secret of the data directory says where it is.
+	require.Contains(t, second, "intent bus BUS_SECRET: in "+filepath.Join(p.DataDir, "intent.secret")+" (cat it; job bus clients send it as X-API-KEY)")
+	require.Contains(t, second, "read-only viewer token: in "+filepath.Join(p.DataDir, "viewer.token")+" (cat it; it signs in to the dashboard to read)")
 	require.Contains(t, second, "sign in with the operator token, in "+path+" (cat it;")
 }
 

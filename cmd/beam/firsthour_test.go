@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,4 +123,44 @@ func TestHelpAndVersion(t *testing.T) {
 	_, _, stderr = runCLI(t, "trace", "--help")
 	require.Contains(t, stderr, "Prints the events of one intent")
 	require.Contains(t, stderr, "-url string")
+}
+
+// TestMeshHelpAndOperatorFlags: beam mesh answers --help like every other
+// command and takes the operator flags every operator command takes.
+func TestMeshHelpAndOperatorFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help", "mesh"}, {"mesh", "--help"}, {"mesh", "-h"}} {
+		code, _, stderr := runCLI(t, args...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+		require.NotContains(t, stderr, "unknown subcommand", args)
+		require.Contains(t, stderr, "usage: beam mesh create|get|list", args)
+		require.Contains(t, stderr, "requeue", args)
+	}
+	code, _, stderr := runCLI(t, "mesh", "list", "--help")
+	require.Equal(t, 0, code)
+	for _, f := range []string{"-admin-token string", "(env BEAM_ADMIN_TOKEN)", "-data-dir string", "(env BEAM_DATA_DIR)", "-identity string", "-api-key string"} {
+		require.Contains(t, stderr, f)
+	}
+	require.NotContains(t, stderr, "operator-token", "the old name is a hidden alias")
+
+	// Nothing to authenticate with: say every way there is.
+	empty := t.TempDir()
+	code, _, stderr = runCLI(t, "mesh", "list", "--url", "http://127.0.0.1:1", "--data-dir", empty)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "no operator token: pass --admin-token TOKEN, set BEAM_ADMIN_TOKEN, or point --data-dir at the directory's data directory")
+	code, _, stderr = runCLI(t, "mesh", "list", "--url", "http://127.0.0.1:1", "--identity", filepath.Join(empty, "none.json"))
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "pass --identity FILE or --api-key KEY, or as the operator --admin-token or --data-dir")
+}
+
+// TestMissingIdentitySaysWhatToDo: an agent command without an identity
+// file says how to name one or make one, not only that a file is missing.
+func TestMissingIdentitySaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "beam-identity.json")
+	for _, args := range [][]string{{"acl", "list"}, {"acl", "add", "*"}, {"send", "bob@acme.beam.directory", "conversation.message"}, {"approve", "bob@acme.beam.directory"}} {
+		code, _, stderr := runCLI(t, append(args, "--url", "http://127.0.0.1:1", "--identity", missing)...)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "no identity file "+missing+": pass --identity FILE (or set BEAM_IDENTITY), or create one with beam keygen --beam-id", args)
+	}
 }

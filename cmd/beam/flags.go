@@ -104,6 +104,36 @@ type cmdFlags struct {
 	// brief, when set, is the one-line usage printed instead of the full
 	// usage on a bad command line.
 	brief string
+	// hidden are flags left out of the usage (old names kept as aliases).
+	hidden map[string]bool
+}
+
+// alias registers name as a flag that sets the same value as the flag to,
+// left out of the usage: an old name kept working.
+func (c *cmdFlags) alias(name, to string) {
+	f := c.Lookup(to)
+	c.Var(f.Value, name, "same as --"+to)
+	if c.hidden == nil {
+		c.hidden = map[string]bool{}
+	}
+	c.hidden[name] = true
+}
+
+// printDefaults is PrintDefaults without the hidden flags.
+func (c *cmdFlags) printDefaults() {
+	if len(c.hidden) == 0 {
+		c.PrintDefaults()
+		return
+	}
+	shown := flag.NewFlagSet(c.Name(), flag.ContinueOnError)
+	shown.SetOutput(c.Output())
+	c.VisitAll(func(f *flag.Flag) {
+		if !c.hidden[f.Name] {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	shown.PrintDefaults()
 }
 
 // newCmdFlags returns the flag set of the command name (e.g. "beam send").
@@ -136,7 +166,7 @@ func newUsageCmdFlags(name, synopsis string, stderr io.Writer, padded bool, desc
 		if pad {
 			fmt.Fprintln(stderr)
 		}
-		c.PrintDefaults()
+		c.printDefaults()
 	}
 	return c
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/beamdir/beam/federation"
@@ -85,21 +86,30 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dataDir, base, token string
 	var asJSON bool
-	fs := logCmdFlags("beam trace", "beam trace [--data-dir DIR | --url URL [--admin-token T]] [--json] NONCE|JOB-ID", stderr, &dataDir,
-		"Prints the events of one intent (or Intent Protocol job), in order, with the time since",
-		"the previous event and each event's details. It reads the log in --data-dir (alongside a",
-		"running server), or with --url asks a running directory (operator token: --admin-token,",
-		"BEAM_ADMIN_TOKEN or the admin.token of --data-dir).")
+	fs := logCmdFlags("beam trace", "beam trace [--data-dir DIR | --url URL [--admin-token T]] [--json] NONCE|JOB-ID|ENVELOPE-ID", stderr, &dataDir,
+		"Prints the events of one intent, Intent Protocol job or pipeline envelope, in order, with",
+		"the time since the previous event and each event's details. The id is taken as printed",
+		"(a job's or envelope's id with or without its job: or mesh: prefix). It reads the log in",
+		"--data-dir (alongside a running server), or with --url asks a running directory (operator",
+		"token: --admin-token, BEAM_ADMIN_TOKEN or the admin.token of --data-dir); both print the same.")
 	fs.BoolVar(&asJSON, "json", false, "print the events as JSON lines")
 	fs.StringVar(&base, "url", "", "base URL of a running directory to ask instead of reading --data-dir")
 	fs.StringVar(&token, "admin-token", "", "operator token for --url (default: the admin.token of --data-dir)")
 	if err := fs.parse(args, 1, 1); err != nil {
 		return err
 	}
-	nonce := fs.Arg(0)
+	id := fs.Arg(0)
 	if base != "" {
 		of := &operatorFlags{url: base, token: token, dataDir: dataDir}
-		return traceRemote(ctx, of, nonce, stdout, stderr, asJSON)
+		fmt.Fprintf(stderr, "asking the directory at %s\n", of.url)
+		events, err := findTrace(id, func(nonce string) ([]tracing.Event, error) { return remoteTrace(ctx, of, nonce) })
+		if err != nil {
+			return err
+		}
+		if len(events) == 0 {
+			return fmt.Errorf("the directory at %s has no events for %q (an intent's nonce, a job id or an envelope id)", of.url, id)
+		}
+		return printTrace(stdout, events, asJSON)
 	}
 	fmt.Fprintf(stderr, "reading the log in data directory %s\n", dataDir)
 	lg, err := openLogForRead(ctx, dataDir)
@@ -107,64 +117,71 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer lg.Close()
-	events, err := lg.Trace(ctx, nonce)
-	if err == nil && len(events) == 0 {
-		// An Intent Protocol job id: its events are under job:<id>.
-		events, err = lg.Trace(ctx, "job:"+nonce)
-	}
+	events, err := findTrace(id, func(nonce string) ([]tracing.Event, error) { return lg.Trace(ctx, nonce) })
 	if err != nil {
 		return err
 	}
 	if len(events) == 0 {
-		return fmt.Errorf("no events for nonce %q in data directory %s (is that the directory's --data-dir? beam trace --url URL asks a running server)", nonce, dataDir)
+		return fmt.Errorf("no events for nonce %q in data directory %s (is that the directory's --data-dir? beam trace --url URL asks a running server)", id, dataDir)
 	}
 	return printTrace(stdout, events, asJSON)
 }
 
-// traceRemote prints the trace of nonce as a running directory's dashboard
-// endpoint (GET /observability/intents/{nonce}) returns it.
-func traceRemote(ctx context.Context, of *operatorFlags, nonce string, stdout, stderr io.Writer, asJSON bool) error {
-	fmt.Fprintf(stderr, "asking the directory at %s\n", of.url)
-	body, status, err := of.call(ctx, http.MethodGet, "/observability/intents/"+url.PathEscape(nonce), nil, nil)
+// Log keys of the things beam trace finds besides intents: an Intent
+// Protocol job's events are under job:<id>, a pipeline envelope's under
+// mesh:<id>.
+var tracePrefixes = []string{"job:", "mesh:"}
+
+// findTrace returns the events of id as printed: an intent's nonce, or a
+// job's or envelope's id with or without its prefix. read returns the
+// events of one log key (none when it has none).
+func findTrace(id string, read func(nonce string) ([]tracing.Event, error)) ([]tracing.Event, error) {
+	keys := []string{id}
+	if !hasTracePrefix(id) {
+		for _, p := range tracePrefixes {
+			keys = append(keys, p+id)
+		}
+	}
+	for _, k := range keys {
+		events, err := read(k)
+		if err != nil || len(events) > 0 {
+			return events, err
+		}
+	}
+	return nil, nil
+}
+
+func hasTracePrefix(id string) bool {
+	for _, p := range tracePrefixes {
+		if strings.HasPrefix(id, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// remoteTrace reads the events of one log key from a running directory
+// (GET /observability/events/{nonce}); none when it has none.
+func remoteTrace(ctx context.Context, of *operatorFlags, nonce string) ([]tracing.Event, error) {
+	body, status, err := of.call(ctx, http.MethodGet, "/observability/events/"+url.PathEscape(nonce), nil, nil)
 	if status == http.StatusNotFound {
-		return fmt.Errorf("the directory at %s has no intent with nonce %q", of.url, nonce)
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return decodeEvents(body)
+}
+
+// decodeEvents reads the {"events": [...]} answer of a trace route.
+func decodeEvents(body []byte) ([]tracing.Event, error) {
 	var tr struct {
-		Intent struct {
-			From   string `json:"from"`
-			To     string `json:"to"`
-			Intent string `json:"intentType"`
-		} `json:"intent"`
-		Stages []struct {
-			Seq       int64           `json:"seq"`
-			State     string          `json:"state"`
-			At        string          `json:"at"`
-			DeltaMs   float64         `json:"deltaMs"`
-			Transport string          `json:"transport"`
-			Attempt   int             `json:"attempt"`
-			Details   json.RawMessage `json:"details"`
-		} `json:"stages"`
+		Events []tracing.Event `json:"events"`
 	}
 	if err := json.Unmarshal(body, &tr); err != nil {
-		return fmt.Errorf("decode trace: %w", err)
+		return nil, fmt.Errorf("decode trace: %w", err)
 	}
-	if asJSON {
-		for _, st := range tr.Stages {
-			if err := printJSON(stdout, st); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	fmt.Fprintf(stdout, "nonce %s  %s -> %s  intent %s\n", nonce, tr.Intent.From, tr.Intent.To, tr.Intent.Intent)
-	for _, st := range tr.Stages {
-		delta := time.Duration(st.DeltaMs * float64(time.Millisecond)).Round(time.Microsecond)
-		fmt.Fprintf(stdout, "%6d  %s  %+8s  %-11s %-12s attempt=%d  %s\n", st.Seq, st.At, delta, st.State, st.Transport, st.Attempt, st.Details)
-	}
-	return nil
+	return tr.Events, nil
 }
 
 // printTrace writes events as a readable timeline or as JSON lines.

@@ -36,7 +36,7 @@ func commands() []command {
 		{"cluster", "make the data directories of a new cluster: beam cluster init --nodes N --domain D --out DIR", runCluster},
 		{"peer", "manage federation peers: beam peer show-self|add|list|remove|outbox|replay", runPeer},
 		{"replay", "rebuild the projections from the event log", runReplay},
-		{"trace", "print the events of one intent or job, in order with time deltas: beam trace [--data-dir DIR | --url URL] NONCE", runTrace},
+		{"trace", "print the events of one intent or job, in order with time deltas: beam trace [--data-dir DIR | --url URL] NONCE|JOB-ID|ENVELOPE-ID", runTrace},
 		{"import", "append the intents of a Beam TypeScript database: beam import PATH", runImport},
 		{"bench", "load-test a directory: beam bench [--url URL] [--mode ws|http] [--count N] [--concurrency C] [--json]", runBench},
 		{"version", "print the version", runVersion},

@@ -5,53 +5,89 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
-
-	"github.com/beamdir/beam/agents"
 )
 
 // The pipeline commands (beam mesh ...) talk to the gateway under
-// /api/v1/mesh with an agent's API key or the operator token.
+// /api/v1/mesh as an agent (its API key) or as the operator (the operator
+// token, found as every operator command finds it).
 
 const meshUsage = "beam mesh create|get|list|watch|cancel|pause|resume|trace|dead-letters|requeue [flags] [ID]"
 
 // meshFlags are the flags every mesh subcommand takes.
 type meshFlags struct {
-	url, identity, apiKey, token string
+	fs             *cmdFlags
+	url, identity  string
+	apiKey         string
+	token, dataDir string
 }
 
 func newMeshFlags(fs *cmdFlags) *meshFlags {
-	f := &meshFlags{}
+	f := &meshFlags{fs: fs}
 	fs.StringVar(&f.url, "url", defaultDirectoryURL, "base URL of the directory")
-	fs.StringVar(&f.identity, "identity", defaultIdentityFile, "identity file whose API key authenticates (when --api-key and --operator-token are empty)")
+	fs.StringVar(&f.identity, "identity", defaultIdentityFile, "identity file whose API key authenticates as its agent")
 	fs.StringVar(&f.apiKey, "api-key", os.Getenv("BEAM_API_KEY"), "the agent's API key (default $BEAM_API_KEY)")
-	fs.StringVar(&f.token, "operator-token", os.Getenv("BEAM_ADMIN_TOKEN"), "the operator token (default $BEAM_ADMIN_TOKEN)")
+	fs.StringVar(&f.token, "admin-token", "", "act as the operator with this token (default: the admin.token of --data-dir)")
+	fs.alias("operator-token", "admin-token")
+	fs.StringVar(&f.dataDir, "data-dir", "./beam-data", "data directory of the running directory: act as the operator with its admin.token")
 	return f
 }
 
-// auth sets the request's credentials.
+// auth sets the request's credentials, the first of: the operator token
+// (--admin-token, BEAM_ADMIN_TOKEN); the agent's --api-key; an --identity
+// given; the admin.token of a --data-dir given; the default identity file;
+// the admin.token of the default data directory.
 func (f *meshFlags) auth(req *http.Request) error {
+	var identitySet, dataDirSet bool
+	f.fs.Visit(func(fl *flag.Flag) {
+		identitySet = identitySet || fl.Name == "identity"
+		dataDirSet = dataDirSet || fl.Name == "data-dir"
+	})
+	op := &operatorFlags{url: f.url, token: f.token, dataDir: f.dataDir}
 	switch {
 	case f.token != "":
 		req.Header.Set("Authorization", "Bearer "+f.token)
+		return nil
 	case f.apiKey != "":
 		req.Header.Set("X-Api-Key", f.apiKey)
-	default:
-		id, err := agents.LoadIdentity(f.identity)
+		return nil
+	case identitySet:
+		return f.agentKey(req)
+	case dataDirSet:
+		token, err := op.bearer()
 		if err != nil {
-			return fmt.Errorf("no credentials: set --api-key or --operator-token, or an identity with an API key: %w", err)
+			return err
 		}
-		if id.APIKey == "" {
-			return errors.New("no credentials: the identity file holds no API key; set --api-key or --operator-token")
-		}
-		req.Header.Set("X-Api-Key", id.APIKey)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return nil
 	}
+	if err := f.agentKey(req); err == nil {
+		return nil
+	}
+	if token, err := op.bearer(); err == nil {
+		req.Header.Set("Authorization", "Bearer "+token)
+		return nil
+	}
+	return fmt.Errorf("no credentials: pass --identity FILE (an agent's identity with an API key) or --api-key KEY, " +
+		"or as the operator --admin-token TOKEN, BEAM_ADMIN_TOKEN or --data-dir DIR (the directory's data directory, whose admin.token is used)")
+}
+
+// agentKey sets the API key of the identity file.
+func (f *meshFlags) agentKey(req *http.Request) error {
+	id, err := loadIdentity(f.identity)
+	if err != nil {
+		return fmt.Errorf("no credentials: %w (pass --identity FILE or --api-key KEY, or as the operator --admin-token or --data-dir)", err)
+	}
+	if id.APIKey == "" {
+		return fmt.Errorf("no credentials: the identity file %s holds no API key (beam register stores one); pass --api-key KEY, or as the operator --admin-token or --data-dir", f.identity)
+	}
+	req.Header.Set("X-Api-Key", id.APIKey)
 	return nil
 }
 
@@ -104,10 +140,14 @@ func (h headerList) Set(v string) error {
 
 func runMesh(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: "+meshUsage)
+		meshHelp(stderr)
 		return errUsage
 	}
 	sub, rest := args[0], args[1:]
+	if sub == "-h" || sub == "--help" || sub == "help" {
+		meshHelp(stderr)
+		return nil
+	}
 	name := "beam mesh " + sub
 	switch sub {
 	case "create":
@@ -120,7 +160,7 @@ func runMesh(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.StringVar(&payload, "payload", "{}", "the payload (JSON)")
 		fs.Var(headers, "header", "an envelope header NAME=VALUE (repeatable)")
 		fs.StringVar(&timeout, "timeout", "", "the envelope's deadline from now, e.g. 30s (default: the server's)")
-		fs.StringVar(&creator, "creator", "", "with --operator-token: the agent the envelope is created for")
+		fs.StringVar(&creator, "creator", "", "as the operator: the agent the envelope is created for")
 		if err := fs.parse(rest, 0, 0); err != nil {
 			return err
 		}
@@ -172,6 +212,10 @@ func runMesh(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "get", "cancel", "pause", "resume", "trace", "requeue":
 		fs := newCmdFlags(name, "beam mesh "+sub+" ID", stderr, meshActions[sub])
 		mf := newMeshFlags(fs)
+		var asJSON bool
+		if sub == "trace" {
+			fs.BoolVar(&asJSON, "json", false, "print the events as JSON lines")
+		}
 		if err := fs.parse(rest, 1, 1); err != nil {
 			return err
 		}
@@ -188,6 +232,16 @@ func runMesh(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			path += "/" + sub
 		}
 		data, err := mf.do(ctx, method, path, nil, nil)
+		if sub == "trace" && err == nil {
+			events, err := decodeEvents(data)
+			if err != nil {
+				return err
+			}
+			if len(events) == 0 {
+				return fmt.Errorf("envelope %s has no events", fs.Arg(0))
+			}
+			return printTrace(stdout, events, asJSON)
+		}
 		return printBody(stdout, data, err)
 	case "watch":
 		fs := newCmdFlags(name, "beam mesh watch [--last-event-id N] ID", stderr,
@@ -201,9 +255,34 @@ func runMesh(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return mf.watch(ctx, fs.Arg(0), last, stdout)
 	default:
-		fmt.Fprintf(stderr, "beam mesh: unknown subcommand %q\nusage: %s\n", sub, meshUsage)
+		fmt.Fprintf(stderr, "beam mesh: unknown subcommand %q\n", sub)
+		meshHelp(stderr)
 		return errUsage
 	}
+}
+
+// meshHelp prints the subcommands of beam mesh and how they authenticate.
+func meshHelp(w io.Writer) {
+	fmt.Fprintln(w, "usage: "+meshUsage)
+	fmt.Fprintln(w)
+	for _, sub := range []struct{ name, what string }{
+		{"create", "create an envelope routed through agents (--route A,B,C --payload JSON)"},
+		{"get", "print an envelope: status, progress, hop, route, headers and payload"},
+		{"list", "list envelopes, newest first (--status, --parent)"},
+		{"watch", "print an envelope's live events until it ends"},
+		{"cancel", "cancel an envelope"},
+		{"pause", "pause an envelope before its next hop"},
+		{"resume", "resume a paused envelope"},
+		{"trace", "print an envelope's events, as beam trace does"},
+		{"dead-letters", "list the envelopes in x-sump"},
+		{"requeue", "send a dead envelope again from the actor it failed at (operator)"},
+	} {
+		fmt.Fprintf(w, "  %-13s %s\n", sub.name, sub.what)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Each acts as an agent (--identity FILE or --api-key KEY) or as the operator (--admin-token,")
+	fmt.Fprintln(w, "BEAM_ADMIN_TOKEN, or --data-dir DIR whose admin.token is used), like every operator command.")
+	fmt.Fprintln(w, "Run 'beam mesh <subcommand> --help' for its flags.")
 }
 
 var meshActions = map[string]string{
@@ -211,7 +290,7 @@ var meshActions = map[string]string{
 	"cancel":  "Cancels the envelope; a hop in flight finishes at its actor, its answer is dropped.",
 	"pause":   "Pauses the envelope before its next hop.",
 	"resume":  "Resumes a paused envelope.",
-	"trace":   "Prints the envelope's events in the log.",
+	"trace":   "Prints the envelope's events in the log, as beam trace does.",
 	"requeue": "Sends a dead envelope again as a new one from the actor it failed at (operator).",
 }
 

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 )
 
@@ -30,7 +29,7 @@ func runApprove(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil || id.Personal() {
 		return fmt.Errorf("%q is not an org member's Beam ID (name@org.beam.directory)", fs.Arg(0))
 	}
-	owner, err := agents.LoadIdentity(af.identity)
+	owner, err := loadIdentity(af.identity)
 	if err != nil {
 		return err
 	}

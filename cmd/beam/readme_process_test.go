@@ -167,6 +167,23 @@ func readmeRules() []readmeRule {
 		{match: regexp.MustCompile(`^beam trace --data-dir \./beam-data <nonce>$`),
 			want:   `(?m)^nonce \S+  alice@acme\.beam\.directory -> echo@beam\.directory  intent conversation\.message$(.|\n)*acked`,
 			script: func(line string) string { return strings.ReplaceAll(line, "<nonce>", "\"$NONCE\"") + "\n" }},
+		// The pipeline through bob's beam listen --echo: the id mesh create
+		// printed, then the envelope once it has succeeded, with a flat
+		// payload, and its trace.
+		{match: regexp.MustCompile(`^beam mesh create --identity \S+ --route \S+ --payload '\{"text":"hi"\}'$`),
+			want: `^\{"id":"[0-9a-f-]+","status":"pending"\}\n$`,
+			script: func(line string) string {
+				return fmt.Sprintf("out=$(%s)\necho \"$out\"\nENVELOPE=$(echo \"$out\" | sed -n 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/p')\n", line)
+			}},
+		{match: regexp.MustCompile(`^beam mesh get --identity \S+ <id>$`),
+			want: `"status":"succeeded".*"payload":\{"echoedBy":\["bob@acme\.beam\.directory","bob@acme\.beam\.directory","bob@acme\.beam\.directory"\],"text":"hi"\}`,
+			script: func(line string) string {
+				line = strings.ReplaceAll(line, "<id>", "\"$ENVELOPE\"")
+				return fmt.Sprintf("for i in $(seq 300); do out=$(%s); echo \"$out\" | grep -q '\"status\":\"succeeded\"' && break; sleep 0.1; done\necho \"$out\"\n", line)
+			}},
+		{match: regexp.MustCompile(`^beam trace --data-dir \./beam-data <id>$`),
+			want:   `(?m)^nonce mesh:\S+  alice@acme\.beam\.directory -> (.|\n)*succeeded`,
+			script: func(line string) string { return strings.ReplaceAll(line, "<id>", "\"$ENVELOPE\"") + "\n" }},
 		{match: regexp.MustCompile(`^curl -s -XPOST localhost:\d+/intent -H 'X-API-KEY: change-me' -d '\{"goal":"send","payload":\{"to":"x"\}\}'$`),
 			want: `^\{"id":"[^"]+"`},
 		{match: regexp.MustCompile(`^curl -s -XPOST 'localhost:\d+/claim\?namespace=default' -H 'X-API-KEY: change-me'$`),

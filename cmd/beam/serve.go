@@ -92,7 +92,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.busTickInterval, "bus-tick-interval", time.Second, "how often the bus retries due messages and expires poll leases")
 	f.limits.register(fs)
 	f.cluster.register(fs)
-	fs.StringVar(&f.intentListen, "intent-listen", "127.0.0.1:3200", "listen address of the Intent Protocol v2.1 job bus (BUS_* variables configure it); empty disables it")
+	fs.StringVar(&f.intentListen, "intent-listen", intentListenAuto, "listen address of the Intent Protocol v2.1 job bus (BUS_* variables configure it); "+intentListenAuto+": the --listen host, port + 100 (127.0.0.1:3200 for the default --listen, a free port for port 0); empty disables it")
 	fs.StringVar(&f.meshPolicies, "mesh-policies", "", "JSON file of pipeline retry policies: {\"default\": {...}, \"actors\": {\"<beam id>\": {...}}}")
 	fs.DurationVar(&f.meshHopTimeout, "mesh-hop-timeout", 30*time.Second, "how long one pipeline hop waits for its actor")
 	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
@@ -144,6 +144,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--peer %q: %w", line, err)
 		}
 		peers = append(peers, p)
+	}
+	if f.intentListen, err = intentListenAddr(f.listen, f.intentListen); err != nil {
+		return err
 	}
 	var intentCfg *jobs.Config
 	if f.intentListen != "" {
@@ -222,17 +225,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			_ = srv.Abandon(context.Background())
 			return fmt.Errorf("intent listen: %w (--intent-listen sets the address; empty turns the job bus off)", err)
 		}
-		if secret, generated := srv.IntentSecret(); generated {
-			fmt.Fprintf(stdout, "intent bus BUS_SECRET (stored in %s, shown once): %s\n", filepath.Join(f.dataDir, "intent.secret"), secret)
-		}
+		secret, generated := srv.IntentSecret()
+		fmt.Fprintln(stdout, secretLine("intent bus BUS_SECRET", filepath.Join(f.dataDir, "intent.secret"), "BUS_SECRET",
+			"; job bus clients send it as X-API-KEY", secret, generated))
 		fmt.Fprintf(stdout, "intent bus serving on http://%s\n", iln.Addr())
 	}
 	tokenPath := filepath.Join(f.dataDir, "admin.token")
 	tokenHint := operatorTokenLine(srv, tokenPath)
 	fmt.Fprintln(stdout, tokenHint)
-	if tok, generated := srv.ViewerToken(); generated {
-		fmt.Fprintf(stdout, "read-only viewer token (stored in %s, shown once): %s\n", filepath.Join(f.dataDir, "viewer.token"), tok)
-	}
+	viewer, generated := srv.ViewerToken()
+	fmt.Fprintln(stdout, secretLine("read-only viewer token", filepath.Join(f.dataDir, "viewer.token"), "BEAM_VIEWER_TOKEN",
+		"; it signs in to the dashboard to read", viewer, generated))
 	if node := srv.Federation(); node != nil {
 		fmt.Fprintf(stdout, "federation: %s\n", node.Self().Line())
 	}
@@ -293,10 +296,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // operatorTokenLine is the startup line about the operator token: the token
 // itself when this start generated it, otherwise where it is.
 func operatorTokenLine(srv *server.Server, path string) string {
-	if tok, generated := srv.AdminToken(); generated {
-		return fmt.Sprintf("operator token (stored in %s, shown once): %s", path, tok)
+	tok, generated := srv.AdminToken()
+	return secretLine("operator token", path, "BEAM_ADMIN_TOKEN", "; operator commands read it with --data-dir", tok, generated)
+}
+
+// secretLine is the startup line about a secret of the data directory
+// (what, stored in path unless the variable env sets it): the secret
+// itself when this start generated it, otherwise where it comes from, so
+// that every start says where each secret is.
+func secretLine(what, path, env, hint, secret string, generated bool) string {
+	switch {
+	case generated:
+		return fmt.Sprintf("%s (stored in %s, shown once): %s", what, path, secret)
+	case os.Getenv(env) != "":
+		return what + ": from " + env
 	}
-	return "operator token: " + tokenSource(path)
+	return fmt.Sprintf("%s: in %s (cat it%s)", what, path, hint)
 }
 
 // tokenSource says where the operator token of this start comes from.
