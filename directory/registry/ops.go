@@ -77,9 +77,9 @@ type op struct {
 
 // agentState is an agent's row, key history and settings in an op.
 type agentState struct {
-	Row         agentRow   `json:"row"`
-	Keys        []opKey `json:"keys"`
-	RequireSigs bool       `json:"requireSenderSignatures,omitempty"`
+	Row         agentRow `json:"row"`
+	Keys        []opKey  `json:"keys"`
+	RequireSigs bool     `json:"requireSenderSignatures,omitempty"`
 }
 
 // opKey is one key of the history (Unix microseconds; RevokedAt 0
