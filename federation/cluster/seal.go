@@ -1,0 +1,104 @@
+package cluster
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/beamdir/beam/agents/wire"
+)
+
+// Membership is proven with the directory key every node of a cluster
+// holds (identity.go): what a node writes for the others — registry stream
+// entries, its entry in the nodes bucket, the requests it makes to other
+// nodes (busproxy.go) — is a compact JWS (EdDSA, agents/wire) by that key,
+// with the writing node's ID as kid and a typ per purpose, so one kind of
+// token never passes for another. A NATS client that may publish on the
+// cluster's subjects or write its buckets but does not hold the key cannot
+// forge any of them; what does not verify is ignored and counted.
+
+// The typ of each kind of sealed token.
+const (
+	typRegistryEntry = "beam-cluster-registry+jws"
+	typNodeEntry     = "beam-cluster-node+jws"
+	typNodeCall      = "beam-cluster-call+jws"
+)
+
+// seal signs v's JSON as a token of typ by this node.
+func (n *Node) seal(typ string, v any) (string, error) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("cluster: seal %s: %w", typ, err)
+	}
+	tok, err := wire.SignJWS(typ, payload, n.cfg.NodeID, n.cfg.Key)
+	if err != nil {
+		return "", fmt.Errorf("cluster: seal %s: %w", typ, err)
+	}
+	return tok, nil
+}
+
+// errUnsealed is the error of a token that is not a member's.
+var errUnsealed = errors.New("cluster: not signed by the cluster's directory key")
+
+// open verifies token as a token of typ by a member of the cluster and
+// returns the signing node's ID and the payload.
+func (n *Node) open(typ string, token []byte) (string, []byte, error) {
+	pub := n.cfg.Key.Public().(ed25519.PublicKey)
+	payload, kid, err := wire.VerifyJWS(string(token), typ, func(string) (ed25519.PublicKey, error) { return pub, nil })
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %w", errUnsealed, err)
+	}
+	if err := ValidNodeID(kid); err != nil {
+		return "", nil, fmt.Errorf("%w: %w", errUnsealed, err)
+	}
+	return kid, payload, nil
+}
+
+// registryEntry is the payload of a registry stream entry: the operation
+// and the stream position it was validated at, so that the entry applies
+// only at the position after it (a copy published again lands elsewhere
+// and is refused).
+type registryEntry struct {
+	After uint64          `json:"after"`
+	Op    json.RawMessage `json:"op"`
+}
+
+// openEntry verifies the registry stream entry at seq and returns its
+// operation: signed by a member, and published right after the position
+// its origin validated it at.
+func (n *Node) openEntry(seq uint64, data []byte) ([]byte, error) {
+	node, payload, err := n.open(typRegistryEntry, data)
+	if err != nil {
+		return nil, err
+	}
+	var e registryEntry
+	if err := json.Unmarshal(payload, &e); err != nil {
+		return nil, fmt.Errorf("cluster: registry entry of %s: %w", node, err)
+	}
+	if e.After+1 != seq {
+		return nil, fmt.Errorf("cluster: registry entry of %s validated after %d is at %d: a copy", node, e.After, seq)
+	}
+	return e.Op, nil
+}
+
+// rejected counts what the node refused from the cluster's subjects and
+// buckets, by kind (registry, node, call).
+type rejected struct{ c *prometheus.CounterVec }
+
+func newRejected(reg prometheus.Registerer) (rejected, error) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "beam_cluster_rejected_total",
+		Help: "Registry entries, node entries and node requests refused: not signed by the cluster's key, or invalid.",
+	}, []string{"kind"})
+	if reg != nil {
+		if err := reg.Register(c); err != nil {
+			return rejected{}, fmt.Errorf("cluster: register metrics: %w", err)
+		}
+	}
+	return rejected{c: c}, nil
+}
+
+func (r rejected) inc(kind string) { r.c.WithLabelValues(kind).Inc() }
