@@ -20,16 +20,15 @@ import (
 	"github.com/beamdir/beam/internal/httpjson"
 )
 
-// Replication (cluster mode). With a Replicator set, a mutation does not
-// commit on its own: its transaction function runs once in a savepoint that
-// is rolled back (a dry run that validates it against the current rows and
-// records the statements it would execute), the recorded statements are
-// published as one change to the cluster's stream, and every node — this
-// one included — executes them in stream order in Apply, together with the
-// stream sequence it reached (registry_replica), in one transaction. The
-// origin's call returns once its own node applied the change, so the change
-// is visible to the caller's next request wherever it lands in the same
-// order on every node.
+// Replication (cluster mode). With a Replicator set, an operation (ops.go)
+// does not commit on its own: it runs once in a transaction that is rolled
+// back (a dry run that validates it against the current state), its JSON
+// is published as one entry of the cluster's stream (which signs it), and
+// every node — this one included — runs it again in stream order in Apply,
+// validating it the same way, together with the stream sequence it reached
+// (registry_replica), in one transaction. The origin's call returns once
+// its own node applied the operation, so the change is visible to the
+// caller's next request wherever it lands in the same order on every node.
 //
 // The publish expects the stream's last entry to be the one this node
 // applied last; when another node got in first, the mutation fails with a
@@ -82,12 +81,10 @@ var errDryRun = errors.New("registry: dry run")
 // stream position to another node.
 const maxStaleRetries = 16
 
-// dbtx is what a mutation's transaction function may use: the writer's
-// transaction itself, or a recorder around it in cluster mode.
+// dbtx is what an operation writes through: the log writer's transaction.
 type dbtx interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	NamedExecContext(ctx context.Context, query string, arg any) (sql.Result, error)
-	GetContext(ctx context.Context, dest any, query string, args ...any) error
 }
 
 // replica is the replication state of a registry.
