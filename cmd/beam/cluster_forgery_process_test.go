@@ -46,11 +46,10 @@ func memberClient(t *testing.T, node *beamtest.Process) *nats.Conn {
 	return nc
 }
 
-// apiKeyStatus is GET /acl/{beamId}'s status with key as the agent's API
-// key: 200 for the agent's key, 401 for any other.
-func apiKeyStatus(t *testing.T, ctx context.Context, base, beamID, key string) int {
+// apiKeyGet is the status of GET url with key as the agent's API key.
+func apiKeyGet(t *testing.T, ctx context.Context, url, key string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/acl/"+beamID, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	require.NoError(t, err)
 	req.Header.Set("X-Api-Key", key)
 	resp, err := http.DefaultClient.Do(req)
@@ -133,8 +132,10 @@ func TestClusterForgeryProcesses(t *testing.T) {
 		carolID, _ := sdkAgent(t, ctx, nodes[1].URL(), "carol@"+clusterDomain)
 		for _, n := range nodes {
 			require.Equal(t, http.StatusOK, agentStatus(t, ctx, n.URL(), carolID.BeamID), "node %s", n.URL())
-			require.Equal(t, http.StatusOK, apiKeyStatus(t, ctx, n.URL(), aliceID.BeamID, aliceID.APIKey), "node %s", n.URL())
-			require.Equal(t, http.StatusUnauthorized, apiKeyStatus(t, ctx, n.URL(), aliceID.BeamID, stolen),
+			// GET /acl/{beamId} answers the agent's own API key only.
+			acl := n.URL() + "/acl/" + aliceID.BeamID
+			require.Equal(t, http.StatusOK, apiKeyGet(t, ctx, acl, aliceID.APIKey), "node %s", n.URL())
+			require.Equal(t, http.StatusUnauthorized, apiKeyGet(t, ctx, acl, stolen),
 				"node %s took the attacker's API key", n.URL())
 		}
 	})
@@ -181,19 +182,14 @@ func TestClusterForgeryProcesses(t *testing.T) {
 		require.Equal(t, rec.Nonce, msgs[0].Nonce)
 
 		announce()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, nodes[1].URL()+"/v1/beam/messages/no-such-message", nil)
-		require.NoError(t, err)
-		req.Header.Set("X-Api-Key", pollerID.APIKey)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		require.Equal(t, http.StatusNotFound,
+			apiKeyGet(t, ctx, nodes[1].URL()+"/v1/beam/messages/no-such-message", pollerID.APIKey))
 
 		// A request claiming to be a node's call, unsigned, is refused.
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, nodes[0].URL()+"/v1/beam/poll", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, nodes[0].URL()+"/v1/beam/poll", nil)
 		require.NoError(t, err)
 		req.Header.Set("X-Beam-Cluster-Call", string(forgedJWS(t, "beam-cluster-call+jws", []byte(`{}`))))
-		resp, err = http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
