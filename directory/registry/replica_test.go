@@ -56,3 +56,28 @@ func TestApplyRefusesEntriesThatAreNotValidOperations(t *testing.T) {
 	require.Equal(t, VisibilityUnlisted, got.Visibility)
 	require.EqualValues(t, len(bad), b.reg.Rejected())
 }
+
+// FuzzApplyOperation: whatever a stream entry holds, Apply neither panics
+// nor fails; it applies the entry or skips it, and the position moves on.
+func FuzzApplyOperation(f *testing.F) {
+	b := setup(f)
+	alice := b.register("alice@acme.beam.directory")
+	cur, _ := b.reg.Get(alice.beamID)
+	now := b.clock.Now()
+	for _, seed := range []any{
+		op{Kind: opVisibility, At: micros(now), Actor: "operator:admin", Target: alice.beamID, Agent: stateOf(&cur, now)},
+		op{Kind: opDelete, At: micros(now), Actor: "operator:admin", Target: alice.beamID},
+		op{Kind: opACLCreate, At: micros(now), Actor: "operator:admin", Target: alice.beamID,
+			Rule: &ruleRow{Target: alice.beamID, IntentType: "*", AllowedFrom: "*", Effect: effectAllow, CreatedBy: "operator:admin"}},
+		map[string]any{"stmts": []map[string]any{{"q": "DELETE FROM agents"}}},
+	} {
+		data, err := json.Marshal(seed)
+		require.NoError(f, err)
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		seq := b.reg.Applied() + 1
+		require.NoError(t, b.reg.Apply(context.Background(), seq, data))
+		require.Equal(t, seq, b.reg.Applied())
+	})
+}

@@ -152,7 +152,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	rej, err := newRejected(cfg.Registerer)
+	rej, err := newRejected(cfg.Registerer, cfg.Registry.Rejected)
 	if err != nil {
 		return nil, err
 	}
@@ -342,9 +342,6 @@ func (n *Node) apply(ctx context.Context) {
 			}
 			seq := meta.Sequence.Stream
 			op, verr := n.openEntry(seq, msg.Data())
-			if verr != nil {
-				n.rejected.inc("registry")
-			}
 			for ctx.Err() == nil {
 				var err error
 				if verr != nil {

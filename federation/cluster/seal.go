@@ -84,18 +84,25 @@ func (n *Node) openEntry(seq uint64, data []byte) ([]byte, error) {
 	return e.Op, nil
 }
 
-// rejected counts what the node refused from the cluster's subjects and
-// buckets, by kind (registry, node, call).
+// rejected counts what the node refused from the cluster's buckets and
+// from other nodes, by kind (node, call); registry entries skipped are
+// the registry's count (registry.Registry.Rejected).
 type rejected struct{ c *prometheus.CounterVec }
 
-func newRejected(reg prometheus.Registerer) (rejected, error) {
+func newRejected(reg prometheus.Registerer, skipped func() uint64) (rejected, error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "beam_cluster_rejected_total",
-		Help: "Registry entries, node entries and node requests refused: not signed by the cluster's key, or invalid.",
+		Help: "Node entries and node requests refused: not signed by the cluster's directory key, or not valid.",
 	}, []string{"kind"})
+	registry := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "beam_cluster_registry_skipped_total",
+		Help: "Registry stream entries skipped: not signed by the cluster's directory key, out of place, or not a valid operation.",
+	}, func() float64 { return float64(skipped()) })
 	if reg != nil {
-		if err := reg.Register(c); err != nil {
-			return rejected{}, fmt.Errorf("cluster: register metrics: %w", err)
+		for _, col := range []prometheus.Collector{c, registry} {
+			if err := reg.Register(col); err != nil {
+				return rejected{}, fmt.Errorf("cluster: register metrics: %w", err)
+			}
 		}
 	}
 	return rejected{c: c}, nil
