@@ -58,14 +58,16 @@ func TestNodeCallIsBoundToItsNodeAndRequest(t *testing.T) {
 	require.Equal(t, p, got)
 
 	mutate := map[string]func(*nodeCall){
-		"another node":  func(c *nodeCall) { c.To = "n2" },
-		"another URL":   func(c *nodeCall) { c.URL = "http://127.0.0.1:3" },
-		"another path":  func(c *nodeCall) { c.Path = "/v1/beam/lease" },
-		"another body":  func(c *nodeCall) { c.Body = digest([]byte(`{"id":"m2"}`)) },
-		"expired":       func(c *nodeCall) { c.Exp = time.Now().Add(-time.Second).Unix() },
-		"far ahead":     func(c *nodeCall) { c.Exp = time.Now().Add(time.Hour).Unix() },
-		"no principal":  func(c *nodeCall) { c.Principal = directory.BusPrincipal{} },
-		"bad principal": func(c *nodeCall) { c.Principal = directory.BusPrincipal{Agent: "a@b.beam.directory", Trusted: true, Via: "operator"} },
+		"another node": func(c *nodeCall) { c.To = "n2" },
+		"another URL":  func(c *nodeCall) { c.URL = "http://127.0.0.1:3" },
+		"another path": func(c *nodeCall) { c.Path = "/v1/beam/lease" },
+		"another body": func(c *nodeCall) { c.Body = digest([]byte(`{"id":"m2"}`)) },
+		"expired":      func(c *nodeCall) { c.Exp = time.Now().Add(-time.Second).Unix() },
+		"far ahead":    func(c *nodeCall) { c.Exp = time.Now().Add(time.Hour).Unix() },
+		"no principal": func(c *nodeCall) { c.Principal = directory.BusPrincipal{} },
+		"bad principal": func(c *nodeCall) {
+			c.Principal = directory.BusPrincipal{Agent: "a@b.beam.directory", Trusted: true, Via: "operator"}
+		},
 	}
 	for name, f := range mutate {
 		c := good
