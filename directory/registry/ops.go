@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,7 +99,7 @@ func stateOf(a *Agent, now time.Time) *agentState {
 	return st
 }
 
-// agent returns the validated agent of st: the fields a registration
+// agentOf returns the validated agent of st: the fields a registration
 // would accept and a key history whose last key is the current one,
 // unrevoked, every key an Ed25519 key.
 func (r *Registry) agentOf(st *agentState) (*Agent, error) {
@@ -142,7 +143,7 @@ func (r *Registry) agentOf(st *agentState) (*Agent, error) {
 	if err := errors.Join(checks...); err != nil {
 		return nil, err
 	}
-	if len(a.apiKeyHash) != 64 {
+	if _, err := hex.DecodeString(a.apiKeyHash); err != nil || len(a.apiKeyHash) != 64 && a.apiKeyHash != "" {
 		return nil, errors.New("bad API key digest")
 	}
 	if len(st.Keys) == 0 || len(st.Keys) > 10000 {
@@ -262,7 +263,7 @@ func (r *Registry) check(o *op) error {
 		}
 		if o.Kind == opRegister {
 			// What no client sets starts at its default.
-			if a.Verified || a.VerificationTier != "basic" || a.EmailVerified {
+			if a.Verified || a.VerificationTier != "basic" || a.EmailVerified || a.apiKeyHash == "" {
 				return badOp("register %s: verification set", o.Target)
 			}
 			if exists {
@@ -293,6 +294,18 @@ func (r *Registry) check(o *op) error {
 		if o.Kind != opReregister && a.apiKeyHash != cur.apiKeyHash ||
 			a.Verified != cur.Verified || a.VerificationTier != cur.VerificationTier || a.EmailVerified && !cur.EmailVerified {
 			return badOp("%s %s: changes what the operation cannot", o.Kind, o.Target)
+		}
+		// Only a rotation (or a re-registration) changes the current key,
+		// and never back to one the agent used before.
+		switch {
+		case o.Kind == opRotate:
+			for _, k := range cur.Keys {
+				if k.PublicKey == a.PublicKeyB64 {
+					return errf(http.StatusConflict, "KEY_ALREADY_REVOKED", "this key was used by the agent before and is revoked")
+				}
+			}
+		case o.Kind != opReregister && a.PublicKeyB64 != cur.PublicKeyB64:
+			return badOp("%s %s: changes the current key", o.Kind, o.Target)
 		}
 	case o.Kind == opDelete, o.Kind == opHeartbeat, o.Kind == opNonce:
 		if !exists {
