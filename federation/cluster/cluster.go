@@ -369,12 +369,13 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// Publish appends a registry change to the stream if its last entry is
-// still after (registry.Replicator), signed by this node (seal.go). While the stream has no leader (a
-// node died and the others elect a new one) it tries again for up to
-// publishPatience; the message ID (a digest of the change, which carries a
-// random ID) makes a retry of a publish whose acknowledgement was lost a
-// duplicate the stream drops.
+// Publish appends a registry operation to the stream, sealed by this node
+// with the position after (seal.go), if the stream's last entry is still
+// after (registry.Replicator). While the stream has no leader (a node died
+// and the others elect a new one) it tries again for up to
+// publishPatience; the message ID (a digest of the entry, whose operation
+// carries a random ID) makes a retry of a publish whose acknowledgement
+// was lost a duplicate the stream drops.
 func (n *Node) Publish(ctx context.Context, after uint64, op []byte) (uint64, error) {
 	tok, err := n.seal(typRegistryEntry, registryEntry{After: after, Op: op})
 	if err != nil {
