@@ -51,10 +51,12 @@ var replicaSchema = []string{
 // Replicator appends registry changes to the stream every node of a
 // cluster applies (federation/cluster).
 type Replicator interface {
-	// Publish appends change if the stream's last entry is still after and
-	// returns the change's sequence. When the stream has moved past after
-	// it returns an error wrapping ErrStale.
-	Publish(ctx context.Context, after uint64, change []byte) (uint64, error)
+	// Publish appends op (an operation's JSON), signed so that only the
+	// cluster's members can publish one and bound to the position after
+	// it, if the stream's last entry is still after, and returns the
+	// entry's sequence. When the stream has moved past after it returns an
+	// error wrapping ErrStale.
+	Publish(ctx context.Context, after uint64, op []byte) (uint64, error)
 	// Settle returns once the other serving nodes applied the stream up
 	// to seq (or did not answer in time: they are down and catch up before
 	// they serve again).
