@@ -168,6 +168,10 @@ func (r *Registry) do(ctx context.Context, o *op) error {
 	if err != nil {
 		return fmt.Errorf("registry: encode operation: %w", err)
 	}
+	if len(data) > maxOpBytes {
+		return errf(http.StatusConflict, "REGISTRY_ENTRY_TOO_LARGE",
+			"the change is %d bytes, more than a cluster's registry entry holds (%d)", len(data), maxOpBytes)
+	}
 	err = r.doLocal(ctx, func(tx *sqlx.Tx) error {
 		if err := r.run(ctx, tx, o); err != nil {
 			return err
