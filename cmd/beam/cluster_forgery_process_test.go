@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/federation/cluster"
 	"github.com/beamdir/beam/internal/beamtest"
@@ -201,5 +204,82 @@ func TestClusterForgeryProcesses(t *testing.T) {
 			require.Empty(t, h.Get("Authorization"), "the fake node got the client's credentials")
 		}
 		require.Empty(t, hits, "a node called a node whose entry the cluster's key did not sign")
+	})
+
+	t.Run("handover", func(t *testing.T) {
+		// Bob is connected to node 1; his handler keeps what it receives.
+		bobID, _ := sdkAgent(t, ctx, nodes[1].URL(), "bob@"+clusterDomain)
+		var (
+			mu       sync.Mutex
+			received []string
+		)
+		bob := sdkClient(t, nodes[1].URL(), bobID)
+		bob.Handle("*", func(_ context.Context, in *agents.Intent) agents.Reply {
+			mu.Lock()
+			received = append(received, string(in.Payload))
+			mu.Unlock()
+			return agents.Success(map[string]any{"ok": true})
+		})
+		require.NoError(t, bob.Connect(ctx))
+		forgedSeen := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range received {
+				if strings.Contains(p, "forged") {
+					return true
+				}
+			}
+			return false
+		}
+
+		// A hand-over to node 1 of a frame "from alice" that node 0
+		// supposedly authenticated by her API key: node 1 would deliver
+		// it attested as alice's.
+		f := &wire.IntentFrame{Intent: "task.run", From: aliceID.BeamID, To: bobID.BeamID,
+			Payload: json.RawMessage(`{"forged":true}`), Nonce: "forged-handover-1", Timestamp: wire.FormatTimestamp(time.Now())}
+		raw, err := f.DeliveryJSON()
+		require.NoError(t, err)
+		h, err := json.Marshal(directory.HandOver{Frame: raw, Unsigned: true, TimeoutMs: 5000, FromNode: "node0"})
+		require.NoError(t, err)
+		msg, err := nc.Request("beam.cluster."+token+".node.node1.intent", h, 20*time.Second)
+		require.NoError(t, err)
+		var rep directory.HandReply
+		require.NoError(t, json.Unmarshal(msg.Data, &rep))
+		require.NotNil(t, rep.Error, "node 1 took a forged hand-over: %s", msg.Data)
+
+		// Bob's session "moves" to a node the attacker listens as, and
+		// that node is announced too: intents to bob stay with node 1.
+		var stolen atomic.Bool
+		sub, err := nc.Subscribe("beam.cluster."+token+".node.nodefake.intent", func(*nats.Msg) { stolen.Store(true) })
+		require.NoError(t, err)
+		defer func() { _ = sub.Unsubscribe() }()
+		sessions, err := js.KeyValue(ctx, "BEAM_SESSIONS_"+token)
+		require.NoError(t, err)
+		kv, err := js.KeyValue(ctx, "BEAM_NODES_"+token)
+		require.NoError(t, err)
+		alice := sdkClient(t, nodes[0].URL(), aliceID)
+		require.Never(t, func() bool {
+			now := time.Now().UTC()
+			entry, err := json.Marshal(cluster.NodeInfo{NodeID: "nodefake", URL: "http://127.0.0.1:9", Started: now, Seen: now})
+			require.NoError(t, err)
+			_, err = kv.Put(ctx, "nodefake", entry)
+			require.NoError(t, err)
+			se, err := json.Marshal(map[string]any{"node": "nodefake", "at": now})
+			require.NoError(t, err)
+			_, err = sessions.Put(ctx, base64.RawURLEncoding.EncodeToString([]byte(bobID.BeamID)), se)
+			require.NoError(t, err)
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, _ = alice.Send(sctx, bobID.BeamID, "task.run", map[string]any{"n": 1})
+			return stolen.Load()
+		}, 8*time.Second, 500*time.Millisecond, "an intent to bob went to the attacker's node")
+		// Alice's intents through node 0 reach bob on node 1 (sealed
+		// hand-overs), and the forged frame never did.
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(received) > 0
+		}, 30*time.Second, 100*time.Millisecond)
+		require.False(t, forgedSeen(), "bob received the forged frame")
 	})
 }

@@ -40,10 +40,11 @@ const (
 // bucket is unavailable until ctx ends (directory.NodeRouter).
 func (n *Node) RecordDelivery(ctx context.Context, rec directory.DeliveryRecord) error {
 	rec.Node = n.cfg.NodeID
-	b, err := json.Marshal(rec)
+	tok, err := n.seal(typDelivery, rec)
 	if err != nil {
 		return fmt.Errorf("encode delivery record: %w", err)
 	}
+	b := []byte(tok)
 	key := nonceKey(rec.From, rec.Nonce)
 	for {
 		tctx, cancel := context.WithTimeout(ctx, deliveredTry)
@@ -70,9 +71,20 @@ func (n *Node) Delivery(ctx context.Context, from, nonce string) (directory.Deli
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			return directory.DeliveryRecord{}, false, nil
 		case err == nil:
+			// A record no member sealed is no acknowledgement: the message
+			// is delivered again rather than settled by a forgery.
+			from, payload, err := n.open(typDelivery, e.Value())
 			var rec directory.DeliveryRecord
-			if err := json.Unmarshal(e.Value(), &rec); err != nil {
-				return directory.DeliveryRecord{}, false, fmt.Errorf("delivery record of %s: %w", nonce, err)
+			if err == nil {
+				err = json.Unmarshal(payload, &rec)
+			}
+			if err == nil && rec.Node != from {
+				err = fmt.Errorf("record of %s signed as %s", rec.Node, from)
+			}
+			if err != nil {
+				n.rejected.inc("delivery")
+				n.lg.Warn("delivered bucket: record refused", "nonce", nonce, "err", err)
+				return directory.DeliveryRecord{}, false, nil
 			}
 			return rec, true, nil
 		}

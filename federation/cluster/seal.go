@@ -25,7 +25,23 @@ const (
 	typRegistryEntry = "beam-cluster-registry+jws"
 	typNodeEntry     = "beam-cluster-node+jws"
 	typNodeCall      = "beam-cluster-call+jws"
+	typHandOver      = "beam-cluster-handover+jws"
+	typSession       = "beam-cluster-session+jws"
+	typDelivery      = "beam-cluster-delivery+jws"
 )
+
+// headerSeal carries the sealed digest of a hand-over request's data (a
+// NATS message header), so that a frame of any size is covered without
+// growing it.
+const headerSeal = "Beam-Cluster-Seal"
+
+// handSeal is the payload of headerSeal: the receiving node, an expiry
+// and the digest of the request's data.
+type handSeal struct {
+	To     string `json:"to"`
+	Exp    int64  `json:"exp"` // Unix seconds
+	Digest string `json:"digest"`
+}
 
 // seal signs v's JSON as a token of typ by this node.
 func (n *Node) seal(typ string, v any) (string, error) {

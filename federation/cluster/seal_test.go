@@ -17,6 +17,9 @@ import (
 	"github.com/beamdir/beam/directory"
 )
 
+// testClusterKey is the directory key of the tests' clusters.
+var testClusterKey = ed25519.NewKeyFromSeed([]byte("beam cluster tests directory key"))
+
 // sealNode is a node with a cluster key and an announced URL, enough to
 // seal and verify.
 func sealNode(t *testing.T, id string, key ed25519.PrivateKey, url string) *Node {
