@@ -13,8 +13,9 @@ import (
 
 // Membership is proven with the directory key every node of a cluster
 // holds (identity.go): what a node writes for the others — registry stream
-// entries, its entry in the nodes bucket, the requests it makes to other
-// nodes (busproxy.go) — is a compact JWS (EdDSA, agents/wire) by that key,
+// entries, its entries in the nodes, sessions and delivered buckets, the
+// intents it hands over (routing.go) and the bus requests it forwards
+// (busproxy.go) — is a compact JWS (EdDSA, agents/wire) by that key,
 // with the writing node's ID as kid and a typ per purpose, so one kind of
 // token never passes for another. A NATS client that may publish on the
 // cluster's subjects or write its buckets but does not hold the key cannot
@@ -101,14 +102,15 @@ func (n *Node) openEntry(seq uint64, data []byte) ([]byte, error) {
 }
 
 // rejected counts what the node refused from the cluster's buckets and
-// from other nodes, by kind (node, call); registry entries skipped are
+// from other nodes, by kind (node, session, delivery, handover, call);
+// registry entries skipped are
 // the registry's count (registry.Registry.Rejected).
 type rejected struct{ c *prometheus.CounterVec }
 
 func newRejected(reg prometheus.Registerer, skipped func() uint64) (rejected, error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "beam_cluster_rejected_total",
-		Help: "Node entries and node requests refused: not signed by the cluster's directory key, or not valid.",
+		Help: "Node, session and delivery entries, hand-overs and node requests refused: not signed by the cluster's directory key, or not valid.",
 	}, []string{"kind"})
 	registry := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "beam_cluster_registry_skipped_total",
