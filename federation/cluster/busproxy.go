@@ -99,8 +99,7 @@ func (n *Node) serveCall(w http.ResponseWriter, r *http.Request, next http.Handl
 		err = errors.New("not a route nodes forward")
 	}
 	if err != nil {
-		n.rejected.inc("call")
-		n.lg.Warn("refused a request forwarded by a node", "path", r.URL.Path, "err", err)
+		n.refuse("call", err, "path", r.URL.Path)
 		httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "cluster request not signed by a member")
 		return
 	}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -73,17 +72,9 @@ func (n *Node) Delivery(ctx context.Context, from, nonce string) (directory.Deli
 		case err == nil:
 			// A record no member sealed is no acknowledgement: the message
 			// is delivered again rather than settled by a forgery.
-			from, payload, err := n.open(typDelivery, e.Value())
 			var rec directory.DeliveryRecord
-			if err == nil {
-				err = json.Unmarshal(payload, &rec)
-			}
-			if err == nil && rec.Node != from {
-				err = fmt.Errorf("record of %s signed as %s", rec.Node, from)
-			}
-			if err != nil {
-				n.rejected.inc("delivery")
-				n.lg.Warn("delivered bucket: record refused", "nonce", nonce, "err", err)
+			if err := n.openAs(typDelivery, e.Value(), &rec, func() string { return rec.Node }); err != nil {
+				n.refuse("delivery", err, "nonce", nonce)
 				return directory.DeliveryRecord{}, false, nil
 			}
 			return rec, true, nil

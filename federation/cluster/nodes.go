@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -185,20 +184,16 @@ const maxEntryAge = nodeTTL + time.Minute
 // it (seal.go) for the node whose key it is stored under, recently;
 // anything else is refused and counted.
 func (n *Node) nodeOf(e jetstream.KeyValueEntry) (NodeInfo, bool) {
-	from, payload, err := n.open(typNodeEntry, e.Value())
 	var info NodeInfo
-	if err == nil {
-		err = json.Unmarshal(payload, &info)
-	}
-	if err == nil && (info.NodeID != e.Key() || from != info.NodeID) {
-		err = fmt.Errorf("entry of %s under key %s, signed as %s", info.NodeID, e.Key(), from)
+	err := n.openAs(typNodeEntry, e.Value(), &info, func() string { return info.NodeID })
+	if err == nil && info.NodeID != e.Key() {
+		err = fmt.Errorf("entry of %s under key %s", info.NodeID, e.Key())
 	}
 	if age := time.Since(info.Seen); err == nil && (age > maxEntryAge || age < -maxEntryAge) {
 		err = fmt.Errorf("entry of %s seen at %s", info.NodeID, info.Seen.Format(time.RFC3339))
 	}
 	if err != nil {
-		n.rejected.inc("node")
-		n.lg.Warn("nodes bucket: entry refused", "key", e.Key(), "err", err)
+		n.refuse("node", err, "key", e.Key())
 		return NodeInfo{}, false
 	}
 	return info, true

@@ -143,17 +143,9 @@ func (n *Node) noteSession(e jetstream.KeyValueEntry) {
 // sessionOf returns the sessions bucket entry value holds if the node it
 // names sealed it; anything else is refused and counted.
 func (n *Node) sessionOf(value []byte) (sessionEntry, bool) {
-	from, payload, err := n.open(typSession, value)
 	var se sessionEntry
-	if err == nil {
-		err = json.Unmarshal(payload, &se)
-	}
-	if err == nil && se.Node != from {
-		err = fmt.Errorf("session entry of %s signed as %s", se.Node, from)
-	}
-	if err != nil {
-		n.rejected.inc("session")
-		n.lg.Warn("sessions bucket: entry refused", "err", err)
+	if err := n.openAs(typSession, value, &se, func() string { return se.Node }); err != nil {
+		n.refuse("session", err)
 		return sessionEntry{}, false
 	}
 	return se, true
@@ -402,8 +394,7 @@ func (n *Node) openHandOver(m *nats.Msg) error {
 // its outcome.
 func (n *Node) onHandOver(ctx context.Context, m *nats.Msg) {
 	if err := n.openHandOver(m); err != nil {
-		n.rejected.inc("handover")
-		n.lg.Warn("refused a hand-over not sealed by a member", "err", err)
+		n.refuse("handover", err)
 		rep, _ := json.Marshal(directory.HandReply{Error: &directory.RelayError{Code: directory.CodeInvalidIntent,
 			Message: "hand-over not signed by a member of the cluster"}})
 		_ = m.Respond(rep)

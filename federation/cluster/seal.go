@@ -74,6 +74,28 @@ func (n *Node) open(typ string, token []byte) (string, []byte, error) {
 	return kid, payload, nil
 }
 
+// openAs verifies token as a token of typ, decodes its payload into v and
+// checks that the node v names (signer, read after decoding) signed it.
+func (n *Node) openAs(typ string, token []byte, v any, signer func() string) error {
+	from, payload, err := n.open(typ, token)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(payload, v); err != nil {
+		return fmt.Errorf("cluster: %s of %s: %w", typ, from, err)
+	}
+	if named := signer(); named != from {
+		return fmt.Errorf("%w: %s of %s signed as %s", errUnsealed, typ, named, from)
+	}
+	return nil
+}
+
+// refuse logs and counts something of kind the node did not take.
+func (n *Node) refuse(kind string, err error, args ...any) {
+	n.rejected.inc(kind)
+	n.lg.Warn("refused "+kind+" not signed by a member of the cluster", append(args, "err", err)...)
+}
+
 // registryEntry is the payload of a registry stream entry: the operation
 // and the stream position it was validated at, so that the entry applies
 // only at the position after it (a copy published again lands elsewhere
