@@ -123,6 +123,10 @@ func bearer(r *http.Request) string {
 // bus key (Authorization: Bearer), or an agent's API key (x-api-key or
 // Authorization: Bearer bk_…).
 func (b *Bus) authenticate(r *http.Request) (principal, *apiError) {
+	if p, ok := directory.BusPrincipalFrom(r.Context()); ok {
+		// Another node of the cluster authenticated the client.
+		return principal{agent: p.Agent, trusted: p.Trusted, via: p.Via}, nil
+	}
 	if b.cfg.OperatorAuth != nil && b.cfg.OperatorAuth(r) {
 		return principal{trusted: true, via: "operator"}, nil
 	}
@@ -145,6 +149,16 @@ func (b *Bus) authenticate(r *http.Request) (principal, *apiError) {
 	}
 	return principal{}, errf(http.StatusUnauthorized, CodeUnauthorized,
 		"Unauthorized: send the agent's API key (x-api-key), the bus key or a signed frame")
+}
+
+// Principal returns who r's credentials authenticate (see authenticate),
+// for a node of a cluster that forwards the request to another node.
+func (b *Bus) Principal(r *http.Request) (directory.BusPrincipal, bool) {
+	p, aerr := b.authenticate(r)
+	if aerr != nil {
+		return directory.BusPrincipal{}, false
+	}
+	return directory.BusPrincipal{Agent: p.agent, Trusted: p.trusted, Via: p.via}, true
 }
 
 // readBody reads a bounded JSON object body.

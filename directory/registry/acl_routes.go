@@ -85,13 +85,12 @@ func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) err
 			status = http.StatusOK
 		}
 	}
-	err = r.commit(req.Context(), az, now, "acl.create", a.BeamID,
-		map[string]any{"intentType": intent, "allowedFrom": from, "effect": effect}, func(tx dbtx) error {
-			return saveRule(req.Context(), tx, &rule)
-		})
-	if err != nil {
+	o := &op{Kind: opACLCreate, Target: a.BeamID, Rule: rowOfRule(rule),
+		Details: map[string]any{"intentType": intent, "allowedFrom": from, "effect": effect}}
+	if err := r.commit(req.Context(), az, now, o); err != nil {
 		return err
 	}
+	rule.ID = o.ruleID
 	r.putRule(rule)
 	writeJSON(w, status, ruleViewOf(rule))
 	return nil
@@ -117,6 +116,12 @@ func saveRule(ctx context.Context, tx dbtx, rule *Rule) error {
 		return fmt.Errorf("insert acl rule: %w", err)
 	}
 	return nil
+}
+
+// rowOfRule is rule as its row.
+func rowOfRule(rule Rule) *ruleRow {
+	return &ruleRow{ID: rule.ID, Target: rule.Target, IntentType: rule.IntentType, AllowedFrom: rule.AllowedFrom,
+		Effect: rule.Effect, CreatedAt: micros(rule.CreatedAt), CreatedBy: rule.CreatedBy}
 }
 
 // putRule adds or replaces a rule in the cache.
@@ -213,14 +218,8 @@ func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) err
 	}
 	now := r.now()
 	az := authorization{actor: c.actor(rule.Target)}
-	err = r.commit(req.Context(), az, now, "acl.delete", rule.Target,
-		map[string]any{"id": rule.ID, "intentType": rule.IntentType, "allowedFrom": rule.AllowedFrom, "effect": rule.Effect},
-		func(tx dbtx) error {
-			if _, err := tx.ExecContext(req.Context(), `DELETE FROM intent_acls WHERE id = ?`, rule.ID); err != nil {
-				return fmt.Errorf("delete acl rule: %w", err)
-			}
-			return nil
-		})
+	err = r.commit(req.Context(), az, now, &op{Kind: opACLDelete, Target: rule.Target, RuleID: rule.ID,
+		Details: map[string]any{"id": rule.ID, "intentType": rule.IntentType, "allowedFrom": rule.AllowedFrom, "effect": rule.Effect}})
 	if err != nil {
 		return err
 	}

@@ -120,20 +120,11 @@ func (r *Registry) changeAgent(w http.ResponseWriter, req *http.Request, rt agen
 	if err != nil {
 		return err
 	}
-	ctx := req.Context()
-	err = r.commit(ctx, az, now, ch.action, a.BeamID, ch.details, func(tx dbtx) error {
-		if ch.noWrite {
-			return nil
-		}
-		if err := putAgent(ctx, tx, &next, now); err != nil {
-			return err
-		}
-		if ch.keys {
-			return putKeys(ctx, tx, &next)
-		}
-		return nil
-	})
-	if err != nil {
+	o := &op{Kind: ch.action, Target: a.BeamID, Details: ch.details, Keys: ch.keys}
+	if !ch.noWrite {
+		o.Agent = stateOf(&next, now)
+	}
+	if err := r.commit(req.Context(), az, now, o); err != nil {
 		return err
 	}
 	r.setAgent(next.BeamID, &next)

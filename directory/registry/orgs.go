@@ -179,31 +179,35 @@ func (r *Registry) checkClaim(beamID string) error {
 	return nil
 }
 
-// joinOrg records a new agent's org membership in tx and returns its
-// state: owner for the first registrant of an org, approved when the
-// registry's orgs are open, pending otherwise.
-func (r *Registry) joinOrg(ctx context.Context, tx dbtx, a *Agent, now time.Time) (string, error) {
+// membershipOf is a new agent's org membership: owner for the first
+// registrant of an org, approved when the registry's orgs are open,
+// pending otherwise; "" for a personal agent.
+func (r *Registry) membershipOf(a *Agent) string {
 	if a.Personal || a.Org == "" || a.Org == "personal" {
-		return "", nil
+		return ""
 	}
 	r.mu.RLock()
 	exists := r.orgs[a.Org]
 	r.mu.RUnlock()
-	status := MemberPending
 	switch {
 	case !exists:
-		status = MemberOwner
+		return MemberOwner
+	case r.cfg.OpenOrgs:
+		return MemberApproved
+	}
+	return MemberPending
+}
+
+// joinOrgTx records a new agent's org membership status in tx, creating
+// the org for its owner.
+func joinOrgTx(ctx context.Context, tx dbtx, a *Agent, status string, now time.Time) error {
+	if status == MemberOwner {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orgs (org, created_at, created_by) VALUES (?, ?, ?)`,
 			a.Org, micros(now), a.BeamID); err != nil {
-			return "", fmt.Errorf("create org %s: %w", a.Org, err)
+			return fmt.Errorf("create org %s: %w", a.Org, err)
 		}
-	case r.cfg.OpenOrgs:
-		status = MemberApproved
 	}
-	if err := putMember(ctx, tx, a.BeamID, a.Org, status, now, "registration"); err != nil {
-		return "", err
-	}
-	return status, nil
+	return putMember(ctx, tx, a.BeamID, a.Org, status, now, "registration")
 }
 
 func putMember(ctx context.Context, tx dbtx, beamID, org, status string, now time.Time, by string) error {
@@ -360,9 +364,8 @@ func (r *Registry) handleOrgMemberStatus(approve bool) apiHandler {
 			return errf(http.StatusConflict, "ORG_OWNER", "%s owns org %s; an operator transfers ownership", a.BeamID, org)
 		}
 		az := authorization{actor: actor, nonce: nonce}
-		err = r.commit(req.Context(), az, now, action, a.BeamID, map[string]any{"org": org}, func(tx dbtx) error {
-			return putMember(req.Context(), tx, a.BeamID, org, status, now, actor)
-		})
+		err = r.commit(req.Context(), az, now, &op{Kind: action, Target: a.BeamID, Details: map[string]any{"org": org},
+			Org: org, Member: status})
 		if err != nil {
 			return err
 		}
@@ -408,19 +411,8 @@ func (r *Registry) handleOrgOwner(w http.ResponseWriter, req *http.Request) erro
 	now := r.now()
 	prev := r.orgOwner(org)
 	actor := "operator:" + role
-	err = r.commit(req.Context(), authorization{actor: actor}, now, "orgs.owner", a.BeamID,
-		map[string]any{"org": org, "previousOwner": prev}, func(tx dbtx) error {
-			if _, err := tx.ExecContext(req.Context(), `INSERT OR IGNORE INTO orgs (org, created_at, created_by) VALUES (?, ?, ?)`,
-				org, micros(now), actor); err != nil {
-				return fmt.Errorf("create org %s: %w", org, err)
-			}
-			if prev != "" && prev != a.BeamID {
-				if err := putMember(req.Context(), tx, prev, org, MemberApproved, now, actor); err != nil {
-					return err
-				}
-			}
-			return putMember(req.Context(), tx, a.BeamID, org, MemberOwner, now, actor)
-		})
+	err = r.commit(req.Context(), authorization{actor: actor}, now, &op{Kind: opOrgOwner, Target: a.BeamID,
+		Details: map[string]any{"org": org, "previousOwner": prev}, Org: org, Prev: prev})
 	if err != nil {
 		return err
 	}
@@ -454,11 +446,7 @@ func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error
 	if !dead {
 		return errf(http.StatusNotFound, "NOT_FOUND", "%s is not a deleted Beam ID", id.String())
 	}
-	err = r.commit(req.Context(), authorization{actor: "operator:" + role}, r.now(), "agent.release", id.String(), nil,
-		func(tx dbtx) error {
-			_, err := tx.ExecContext(req.Context(), `DELETE FROM agent_tombstones WHERE beam_id = ?`, id.String())
-			return err
-		})
+	err = r.commit(req.Context(), authorization{actor: "operator:" + role}, r.now(), &op{Kind: opRelease, Target: id.String()})
 	if err != nil {
 		return err
 	}
@@ -467,6 +455,21 @@ func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// ownerTx makes o.Target the owner of o.Org (orgs.owner); the previous
+// owner o.Prev stays an approved member.
+func ownerTx(ctx context.Context, tx dbtx, o *op, now time.Time) error {
+	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO orgs (org, created_at, created_by) VALUES (?, ?, ?)`,
+		o.Org, micros(now), o.Actor); err != nil {
+		return fmt.Errorf("create org %s: %w", o.Org, err)
+	}
+	if o.Prev != "" && o.Prev != o.Target {
+		if err := putMember(ctx, tx, o.Prev, o.Org, MemberApproved, now, o.Actor); err != nil {
+			return err
+		}
+	}
+	return putMember(ctx, tx, o.Target, o.Org, MemberOwner, now, o.Actor)
 }
 
 // buryTx records the tombstone of a deleted agent in tx and removes what

@@ -255,12 +255,8 @@ func (r *Registry) register(ctx context.Context, req *http.Request, rr *register
 	if kind == "signature" {
 		az.nonce = rr.proof.nonce
 	}
-	err := r.commit(ctx, az, now, "agent.reregister", next.BeamID, details, func(tx dbtx) error {
-		if err := putAgent(ctx, tx, &next, now); err != nil {
-			return err
-		}
-		return putKeys(ctx, tx, &next)
-	})
+	err := r.commit(ctx, az, now, &op{Kind: opReregister, Target: next.BeamID, Details: details,
+		Agent: stateOf(&next, now), Keys: true})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -299,24 +295,9 @@ func (r *Registry) registerNew(ctx context.Context, rr *registerRequest, now tim
 	if a.BeamID == EchoBeamID {
 		actor = "echo-secret"
 	}
-	member := ""
-	err = r.do(ctx, func(tx dbtx) error {
-		var err error
-		if member, err = r.joinOrg(ctx, tx, a, now); err != nil {
-			return err
-		}
-		// Key history starts fresh for a new owner, whatever was left.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM agent_keys WHERE beam_id = ?`, a.BeamID); err != nil {
-			return fmt.Errorf("clear key history: %w", err)
-		}
-		if err := putAgent(ctx, tx, a, now); err != nil {
-			return err
-		}
-		if err := putKeys(ctx, tx, a); err != nil {
-			return err
-		}
-		return audit(ctx, tx, now, "agent.register", actor, a.BeamID, map[string]any{"publicKey": a.PublicKeyB64})
-	})
+	member := r.membershipOf(a)
+	err = r.do(ctx, &op{Kind: opRegister, At: micros(now), Actor: actor, Target: a.BeamID,
+		Details: map[string]any{"publicKey": a.PublicKeyB64}, Agent: stateOf(a, now), Member: member})
 	if err != nil {
 		return 0, nil, err
 	}

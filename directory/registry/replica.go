@@ -5,7 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"database/sql/driver"
+
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,23 +13,22 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/beamdir/beam/internal/httpjson"
 )
 
-// Replication (cluster mode). With a Replicator set, a mutation does not
-// commit on its own: its transaction function runs once in a savepoint that
-// is rolled back (a dry run that validates it against the current rows and
-// records the statements it would execute), the recorded statements are
-// published as one change to the cluster's stream, and every node — this
-// one included — executes them in stream order in Apply, together with the
-// stream sequence it reached (registry_replica), in one transaction. The
-// origin's call returns once its own node applied the change, so the change
-// is visible to the caller's next request wherever it lands in the same
-// order on every node.
+// Replication (cluster mode). With a Replicator set, an operation (ops.go)
+// does not commit on its own: it runs once in a transaction that is rolled
+// back (a dry run that validates it against the current state), its JSON
+// is published as one entry of the cluster's stream (which signs it), and
+// every node — this one included — runs it again in stream order in Apply,
+// validating it the same way, together with the stream sequence it reached
+// (registry_replica), in one transaction. The origin's call returns once
+// its own node applied the operation, so the change is visible to the
+// caller's next request wherever it lands in the same order on every node.
 //
 // The publish expects the stream's last entry to be the one this node
 // applied last; when another node got in first, the mutation fails with a
@@ -52,10 +51,12 @@ var replicaSchema = []string{
 // Replicator appends registry changes to the stream every node of a
 // cluster applies (federation/cluster).
 type Replicator interface {
-	// Publish appends change if the stream's last entry is still after and
-	// returns the change's sequence. When the stream has moved past after
-	// it returns an error wrapping ErrStale.
-	Publish(ctx context.Context, after uint64, change []byte) (uint64, error)
+	// Publish appends op (an operation's JSON), signed so that only the
+	// cluster's members can publish one and bound to the position after
+	// it, if the stream's last entry is still after, and returns the
+	// entry's sequence. When the stream has moved past after it returns an
+	// error wrapping ErrStale.
+	Publish(ctx context.Context, after uint64, op []byte) (uint64, error)
 	// Settle returns once the other serving nodes applied the stream up
 	// to seq (or did not answer in time: they are down and catch up before
 	// they serve again).
@@ -82,12 +83,10 @@ var errDryRun = errors.New("registry: dry run")
 // stream position to another node.
 const maxStaleRetries = 16
 
-// dbtx is what a mutation's transaction function may use: the writer's
-// transaction itself, or a recorder around it in cluster mode.
+// dbtx is what an operation writes through: the log writer's transaction.
 type dbtx interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	NamedExecContext(ctx context.Context, query string, arg any) (sql.Result, error)
-	GetContext(ctx context.Context, dest any, query string, args ...any) error
 }
 
 // replica is the replication state of a registry.
@@ -97,109 +96,9 @@ type replica struct {
 	mu      sync.Mutex
 	applied uint64
 	moved   chan struct{}         // closed and replaced when applied grows
-	pending map[string]chan error // change id → its waiting origin
-}
+	pending map[string]chan error // operation id → its waiting origin
 
-// stmt is one recorded statement with typed arguments.
-type stmt struct {
-	Q string `json:"q"`
-	A []arg  `json:"a,omitempty"`
-}
-
-// arg is one statement argument; exactly one field is set (N for NULL).
-type arg struct {
-	I *int64   `json:"i,omitempty"`
-	F *float64 `json:"f,omitempty"`
-	S *string  `json:"s,omitempty"`
-	B *bool    `json:"b,omitempty"`
-	X []byte   `json:"x,omitempty"`
-	N bool     `json:"n,omitempty"`
-}
-
-// change is one replicated registry mutation.
-type change struct {
-	ID    string `json:"id"`
-	Stmts []stmt `json:"stmts"`
-}
-
-func encodeArg(v any) (arg, error) {
-	dv, err := driver.DefaultParameterConverter.ConvertValue(v)
-	if err != nil {
-		return arg{}, fmt.Errorf("convert %T: %w", v, err)
-	}
-	switch x := dv.(type) {
-	case nil:
-		return arg{N: true}, nil
-	case int64:
-		return arg{I: &x}, nil
-	case float64:
-		return arg{F: &x}, nil
-	case bool:
-		return arg{B: &x}, nil
-	case string:
-		return arg{S: &x}, nil
-	case []byte:
-		if x == nil {
-			x = []byte{}
-		}
-		return arg{X: x}, nil
-	case time.Time:
-		us := x.UnixMicro()
-		return arg{I: &us}, nil
-	default:
-		return arg{}, fmt.Errorf("unsupported argument %T", dv)
-	}
-}
-
-func (a arg) value() any {
-	switch {
-	case a.I != nil:
-		return *a.I
-	case a.F != nil:
-		return *a.F
-	case a.S != nil:
-		return *a.S
-	case a.B != nil:
-		return *a.B
-	case a.X != nil:
-		return a.X
-	default:
-		return nil
-	}
-}
-
-// recorder executes statements in the dry-run transaction and records them.
-type recorder struct {
-	tx    *sqlx.Tx
-	stmts []stmt
-}
-
-func (rc *recorder) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	s := stmt{Q: query}
-	for _, v := range args {
-		a, err := encodeArg(v)
-		if err != nil {
-			return nil, fmt.Errorf("record statement: %w", err)
-		}
-		s.A = append(s.A, a)
-	}
-	res, err := rc.tx.ExecContext(ctx, query, args...)
-	if err == nil {
-		rc.stmts = append(rc.stmts, s)
-	}
-	return res, err
-}
-
-func (rc *recorder) NamedExecContext(ctx context.Context, query string, v any) (sql.Result, error) {
-	q, args, err := rc.tx.BindNamed(query, v)
-	if err != nil {
-		return nil, fmt.Errorf("bind named statement: %w", err)
-	}
-	return rc.ExecContext(ctx, q, args...)
-}
-
-func (rc *recorder) GetContext(ctx context.Context, dest any, query string, args ...any) error {
-	return rc.tx.GetContext(ctx, dest, query, args...)
+	rejected atomic.Uint64 // entries skipped as invalid
 }
 
 // SetReplicator turns on cluster mode: from now on every mutation is
@@ -255,43 +154,41 @@ func (r *Registry) loadApplied(ctx context.Context) error {
 	return nil
 }
 
-// do runs fn in the log's writer transaction; in cluster mode it replicates
-// the statements fn executes (see the top of this file).
-func (r *Registry) do(ctx context.Context, fn func(tx dbtx) error) error {
+// do runs operation o (ops.go) in the log's writer transaction; in cluster
+// mode it replicates o (see the top of this file).
+func (r *Registry) do(ctx context.Context, o *op) error {
 	rep := r.replicator()
 	if rep == nil {
-		return r.doLocal(ctx, func(tx *sqlx.Tx) error { return fn(tx) })
+		return r.doLocal(ctx, func(tx *sqlx.Tx) error { return r.run(ctx, tx, o) })
 	}
-	var stmts []stmt
-	err := r.doLocal(ctx, func(tx *sqlx.Tx) error {
-		rc := &recorder{tx: tx}
-		if err := fn(rc); err != nil {
+	id := make([]byte, 12)
+	_, _ = rand.Read(id)
+	o.ID = hex.EncodeToString(id)
+	data, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("registry: encode operation: %w", err)
+	}
+	if len(data) > maxOpBytes {
+		return errf(http.StatusConflict, "REGISTRY_ENTRY_TOO_LARGE",
+			"the change is %d bytes, more than a cluster's registry entry holds (%d)", len(data), maxOpBytes)
+	}
+	err = r.doLocal(ctx, func(tx *sqlx.Tx) error {
+		if err := r.run(ctx, tx, o); err != nil {
 			return err
 		}
-		stmts = rc.stmts
 		return errDryRun
 	})
 	if !errors.Is(err, errDryRun) {
 		return err
 	}
-	if len(stmts) == 0 {
-		return nil
-	}
-	id := make([]byte, 12)
-	_, _ = rand.Read(id)
-	ch := change{ID: hex.EncodeToString(id), Stmts: stmts}
-	data, err := json.Marshal(ch)
-	if err != nil {
-		return fmt.Errorf("registry: encode change: %w", err)
-	}
 	done := make(chan error, 1)
 	r.repl.mu.Lock()
 	after := r.repl.applied
-	r.repl.pending[ch.ID] = done
+	r.repl.pending[o.ID] = done
 	r.repl.mu.Unlock()
 	unpend := func() {
 		r.repl.mu.Lock()
-		delete(r.repl.pending, ch.ID)
+		delete(r.repl.pending, o.ID)
 		r.repl.mu.Unlock()
 	}
 	seq, err := rep.Publish(ctx, after, data)
@@ -300,7 +197,7 @@ func (r *Registry) do(ctx context.Context, fn func(tx dbtx) error) error {
 		if errors.Is(err, ErrStale) {
 			return staleError{after: after}
 		}
-		return fmt.Errorf("registry: replicate change: %w", err)
+		return fmt.Errorf("registry: replicate operation: %w", err)
 	}
 	select {
 	case err := <-done:
@@ -311,42 +208,43 @@ func (r *Registry) do(ctx context.Context, fn func(tx dbtx) error) error {
 		return nil
 	case <-ctx.Done():
 		unpend()
-		return fmt.Errorf("registry: wait for the change to apply: %w", ctx.Err())
+		return fmt.Errorf("registry: wait for the operation to apply: %w", ctx.Err())
 	}
 }
 
-// Apply applies the stream entry seq (a change published by any node) in
-// stream order: its statements and the new position in one transaction,
-// then memory. A change that fails to apply fails the same way on every
-// node; its position is still recorded so the stream moves on. Entries at
-// or below Applied are skipped.
+// Apply applies the stream entry seq, an operation published by any node
+// whose signature the cluster verified, in stream order: the operation,
+// validated against the current state as the origin validated it (ops.go),
+// and the new position in one transaction, then memory. An entry that does
+// not decode or does not validate is skipped with a warning and counted
+// (Rejected), its position still recorded so the stream moves on. Entries
+// at or below Applied are skipped.
 func (r *Registry) Apply(ctx context.Context, seq uint64, data []byte) error {
-	var ch change
-	decodeErr := json.Unmarshal(data, &ch)
+	o, decodeErr := decodeOp(data)
+	id := ""
+	if decodeErr == nil {
+		id = o.ID
+	}
 	r.repl.mu.Lock()
 	if seq <= r.repl.applied {
 		r.repl.mu.Unlock()
 		return nil
 	}
-	done, own := r.repl.pending[ch.ID]
-	delete(r.repl.pending, ch.ID)
+	done, own := r.repl.pending[id]
+	if own {
+		delete(r.repl.pending, id)
+	}
 	r.repl.mu.Unlock()
 	if !own {
-		// The origin of an own change holds the write lock for it.
+		// The origin of an own operation holds the write lock for it.
 		r.writeMu.Lock()
 		defer r.writeMu.Unlock()
 	}
 	applyErr := decodeErr
 	if applyErr == nil {
 		applyErr = r.doLocal(ctx, func(tx *sqlx.Tx) error {
-			for _, s := range ch.Stmts {
-				args := make([]any, len(s.A))
-				for i, a := range s.A {
-					args[i] = a.value()
-				}
-				if _, err := tx.ExecContext(ctx, s.Q, args...); err != nil {
-					return fmt.Errorf("statement %.60q: %w", s.Q, err)
-				}
+			if err := r.run(ctx, tx, o); err != nil {
+				return err
 			}
 			return putApplied(ctx, tx, seq)
 		})
@@ -358,12 +256,11 @@ func (r *Registry) Apply(ctx context.Context, seq uint64, data []byte) error {
 			}
 			return fmt.Errorf("registry: apply stream entry %d: %w", seq, applyErr)
 		}
-		r.lg.Error("registry change failed to apply; skipped", "seq", seq, "err", applyErr)
-		if err := r.doLocal(ctx, func(tx *sqlx.Tx) error { return putApplied(ctx, tx, seq) }); err != nil {
+		if err := r.skip(ctx, seq, applyErr); err != nil {
 			if own {
 				done <- applyErr
 			}
-			return fmt.Errorf("registry: record stream position %d: %w", seq, err)
+			return err
 		}
 	}
 	if !own && applyErr == nil {
@@ -371,18 +268,56 @@ func (r *Registry) Apply(ctx context.Context, seq uint64, data []byte) error {
 			return err
 		}
 	}
+	r.moveTo(seq)
+	if own {
+		if applyErr != nil {
+			applyErr = fmt.Errorf("registry: apply operation: %w", applyErr)
+		}
+		done <- applyErr
+	}
+	return nil
+}
+
+// Reject skips the stream entry seq without applying it (the cluster
+// refused its signature or position): its position is recorded so later
+// entries apply, and it is counted (Rejected).
+func (r *Registry) Reject(ctx context.Context, seq uint64, reason error) error {
+	r.repl.mu.Lock()
+	if seq <= r.repl.applied {
+		r.repl.mu.Unlock()
+		return nil
+	}
+	r.repl.mu.Unlock()
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	if err := r.skip(ctx, seq, reason); err != nil {
+		return err
+	}
+	r.moveTo(seq)
+	return nil
+}
+
+// Rejected returns how many stream entries this registry skipped as
+// invalid since it opened.
+func (r *Registry) Rejected() uint64 { return r.repl.rejected.Load() }
+
+// skip records position seq for an entry that is not applied.
+func (r *Registry) skip(ctx context.Context, seq uint64, reason error) error {
+	r.repl.rejected.Add(1)
+	r.lg.Warn("registry stream entry skipped", "seq", seq, "err", reason)
+	if err := r.doLocal(ctx, func(tx *sqlx.Tx) error { return putApplied(ctx, tx, seq) }); err != nil {
+		return fmt.Errorf("registry: record stream position %d: %w", seq, err)
+	}
+	return nil
+}
+
+// moveTo records in memory that seq is applied.
+func (r *Registry) moveTo(seq uint64) {
 	r.repl.mu.Lock()
 	r.repl.applied = seq
 	close(r.repl.moved)
 	r.repl.moved = make(chan struct{})
 	r.repl.mu.Unlock()
-	if own {
-		if applyErr != nil {
-			applyErr = fmt.Errorf("registry: apply change: %w", applyErr)
-		}
-		done <- applyErr
-	}
-	return nil
 }
 
 func putApplied(ctx context.Context, tx *sqlx.Tx, seq uint64) error {

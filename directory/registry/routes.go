@@ -267,23 +267,28 @@ func (r *Registry) authorize(req *http.Request, a *Agent, p proof, obj map[strin
 		"authentication required: API key or signature")
 }
 
-// commit runs fn with the nonce of az recorded and one audit row written,
-// in one transaction.
-func (r *Registry) commit(ctx context.Context, az authorization, now time.Time, action, target string,
-	details map[string]any, fn func(tx dbtx) error) error {
-	return r.do(ctx, func(tx dbtx) error {
-		if az.nonce != "" {
-			if err := useNonce(ctx, tx, target, az.nonce, now); err != nil {
-				return err
-			}
+// commit runs operation o (ops.go) with the actor and nonce of az and the
+// time now, in one transaction that also writes its audit row.
+func (r *Registry) commit(ctx context.Context, az authorization, now time.Time, o *op) error {
+	o.At, o.Actor, o.Nonce = micros(now), az.actor, az.nonce
+	return r.do(ctx, o)
+}
+
+// deleteTx deletes agent beamID's rows and buries its ID.
+func deleteTx(ctx context.Context, tx dbtx, beamID, actor string, now time.Time) error {
+	for _, q := range []string{
+		`DELETE FROM agents WHERE beam_id = ?`,
+		`DELETE FROM agent_keys WHERE beam_id = ?`,
+		`DELETE FROM intent_acls WHERE target_beam_id = ?`,
+		`DELETE FROM used_nonces WHERE scope = ?`,
+	} {
+		if _, err := tx.ExecContext(ctx, q, beamID); err != nil {
+			return fmt.Errorf("delete agent %s: %w", beamID, err)
 		}
-		if fn != nil {
-			if err := fn(tx); err != nil {
-				return err
-			}
-		}
-		return audit(ctx, tx, now, action, az.actor, target, details)
-	})
+	}
+	// A deleted ID is tombstoned and what others granted it is gone, so
+	// nobody can step into it (orgs.go).
+	return buryTx(ctx, tx, beamID, actor, now)
 }
 
 // handleDelete serves DELETE /agents/{beamId}.
@@ -301,22 +306,7 @@ func (r *Registry) handleDelete(w http.ResponseWriter, req *http.Request) error 
 	}
 	now := r.now()
 	az := authorization{actor: c.actor(a.BeamID)}
-	err = r.commit(req.Context(), az, now, "agent.delete", a.BeamID, nil, func(tx dbtx) error {
-		for _, q := range []string{
-			`DELETE FROM agents WHERE beam_id = ?`,
-			`DELETE FROM agent_keys WHERE beam_id = ?`,
-			`DELETE FROM intent_acls WHERE target_beam_id = ?`,
-			`DELETE FROM used_nonces WHERE scope = ?`,
-		} {
-			if _, err := tx.ExecContext(req.Context(), q, a.BeamID); err != nil {
-				return fmt.Errorf("delete agent %s: %w", a.BeamID, err)
-			}
-		}
-		// A deleted ID is tombstoned and what others granted it is gone,
-		// so nobody can step into it (orgs.go).
-		return buryTx(req.Context(), tx, a.BeamID, az.actor, now)
-	})
-	if err != nil {
+	if err := r.commit(req.Context(), az, now, &op{Kind: opDelete, Target: a.BeamID}); err != nil {
 		return err
 	}
 	r.setAgent(a.BeamID, nil)
@@ -362,19 +352,8 @@ func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) err
 	if err != nil {
 		return err
 	}
-	err = r.do(req.Context(), func(tx dbtx) error {
-		if nonce != "" {
-			if err := useNonce(req.Context(), tx, cur.BeamID, nonce, now); err != nil {
-				return err
-			}
-		}
-		_, err := tx.ExecContext(req.Context(), `UPDATE agents SET last_seen = MAX(last_seen, ?) WHERE beam_id = ?`,
-			micros(now), cur.BeamID)
-		if err != nil {
-			return fmt.Errorf("heartbeat %s: %w", cur.BeamID, err)
-		}
-		return nil
-	})
+	err = r.do(req.Context(), &op{Kind: opHeartbeat, At: micros(now), Actor: "agent:" + cur.BeamID,
+		Target: cur.BeamID, Nonce: nonce})
 	if err != nil {
 		return err
 	}

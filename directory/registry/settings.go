@@ -38,7 +38,7 @@ var settingsSchema = []string{
 
 // migrateSettings adds the columns later versions added to a settings
 // table an earlier version created.
-func migrateSettings(ctx context.Context, tx dbtx) error {
+func migrateSettings(ctx context.Context, tx *sqlx.Tx) error {
 	var n int
 	if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM pragma_table_info('agent_settings')
 		WHERE name = 'accept_attested_pipeline_hops'`); err != nil {

@@ -45,7 +45,7 @@ func (r *Registry) VerifySignedRequest(ctx context.Context, req SignedRequest) (
 		return Agent{}, err
 	}
 	for range maxStaleRetries {
-		err := r.do(ctx, func(tx dbtx) error { return useNonce(ctx, tx, a.BeamID, req.Nonce, now) })
+		err := r.do(ctx, &op{Kind: opNonce, At: micros(now), Actor: "agent:" + a.BeamID, Target: a.BeamID, Nonce: req.Nonce})
 		var se staleError
 		if errors.As(err, &se) {
 			if err := r.WaitApplied(ctx, se.after+1); err != nil {

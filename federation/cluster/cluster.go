@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
@@ -96,6 +98,12 @@ type Config struct {
 	// must be the one the cluster announces (identity.go); empty skips the
 	// check.
 	DirectoryKey string
+	// Key is the directory key every node holds (the private half of
+	// DirectoryKey): it signs what this node writes for the others and
+	// proves its membership to them (seal.go). Required.
+	Key ed25519.PrivateKey
+	// Registerer receives the cluster's metrics; nil: not exported.
+	Registerer prometheus.Registerer
 	// Logger receives diagnostics; default slog.Default().
 	Logger *slog.Logger
 }
@@ -116,6 +124,8 @@ type Node struct {
 	members membership
 	route   router
 
+	rejected rejected
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	// identityChecked: CheckIdentity passed before Start.
@@ -134,11 +144,18 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Registry == nil {
 		return nil, errors.New("cluster: a registry is required")
 	}
+	if len(cfg.Key) != ed25519.PrivateKeySize {
+		return nil, errors.New("cluster: the directory key is required")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	rej, err := newRejected(cfg.Registerer, cfg.Registry.Rejected)
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{cfg: cfg, lg: cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
-		subj: "beam.cluster." + Token(cfg.Domain) + ".registry"}
+		subj: "beam.cluster." + Token(cfg.Domain) + ".registry", rejected: rej}
 	if cfg.Listen != "" {
 		host, portStr, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
@@ -312,8 +329,15 @@ func (n *Node) apply(ctx context.Context) {
 				continue
 			}
 			seq := meta.Sequence.Stream
+			op, verr := n.openEntry(seq, msg.Data())
 			for ctx.Err() == nil {
-				if err := reg.Apply(ctx, seq, msg.Data()); err != nil {
+				var err error
+				if verr != nil {
+					err = reg.Reject(ctx, seq, verr)
+				} else {
+					err = reg.Apply(ctx, seq, op)
+				}
+				if err != nil {
 					n.lg.Error("registry applier: apply", "seq", seq, "err", err)
 					sleep(ctx, 250*time.Millisecond)
 					continue
@@ -333,13 +357,19 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// Publish appends a registry change to the stream if its last entry is
-// still after (registry.Replicator). While the stream has no leader (a
-// node died and the others elect a new one) it tries again for up to
-// publishPatience; the message ID (a digest of the change, which carries a
-// random ID) makes a retry of a publish whose acknowledgement was lost a
-// duplicate the stream drops.
-func (n *Node) Publish(ctx context.Context, after uint64, change []byte) (uint64, error) {
+// Publish appends a registry operation to the stream, sealed by this node
+// with the position after (seal.go), if the stream's last entry is still
+// after (registry.Replicator). While the stream has no leader (a node died
+// and the others elect a new one) it tries again for up to
+// publishPatience; the message ID (a digest of the entry, whose operation
+// carries a random ID) makes a retry of a publish whose acknowledgement
+// was lost a duplicate the stream drops.
+func (n *Node) Publish(ctx context.Context, after uint64, op []byte) (uint64, error) {
+	tok, err := n.seal(typRegistryEntry, registryEntry{After: after, Op: op})
+	if err != nil {
+		return 0, err
+	}
+	change := []byte(tok)
 	sum := sha256.Sum256(change)
 	id := hex.EncodeToString(sum[:16])
 	deadline := time.Now().Add(publishPatience)

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -40,10 +39,11 @@ const (
 // bucket is unavailable until ctx ends (directory.NodeRouter).
 func (n *Node) RecordDelivery(ctx context.Context, rec directory.DeliveryRecord) error {
 	rec.Node = n.cfg.NodeID
-	b, err := json.Marshal(rec)
+	tok, err := n.seal(typDelivery, rec)
 	if err != nil {
 		return fmt.Errorf("encode delivery record: %w", err)
 	}
+	b := []byte(tok)
 	key := nonceKey(rec.From, rec.Nonce)
 	for {
 		tctx, cancel := context.WithTimeout(ctx, deliveredTry)
@@ -70,9 +70,12 @@ func (n *Node) Delivery(ctx context.Context, from, nonce string) (directory.Deli
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			return directory.DeliveryRecord{}, false, nil
 		case err == nil:
+			// A record no member sealed is no acknowledgement: the message
+			// is delivered again rather than settled by a forgery.
 			var rec directory.DeliveryRecord
-			if err := json.Unmarshal(e.Value(), &rec); err != nil {
-				return directory.DeliveryRecord{}, false, fmt.Errorf("delivery record of %s: %w", nonce, err)
+			if err := n.openAs(typDelivery, e.Value(), &rec, func() string { return rec.Node }); err != nil {
+				n.refuse("delivery", err, "nonce", nonce)
+				return directory.DeliveryRecord{}, false, nil
 			}
 			return rec, true, nil
 		}

@@ -20,7 +20,7 @@ func deliveredNode(t *testing.T, ctx context.Context, js jetstream.JetStream, id
 	t.Helper()
 	kv, err := createKV(ctx, js, jetstream.KeyValueConfig{Bucket: "BEAM_DELIVERED_test", TTL: deliveredTTL})
 	require.NoError(t, err)
-	n := &Node{cfg: Config{NodeID: id}}
+	n := sealNode(t, id, testClusterKey, "")
 	n.route.delivered = kv
 	return n
 }
@@ -53,6 +53,17 @@ func TestDeliveryRecordRoundTrip(t *testing.T) {
 	_, ok, err = owner.Delivery(ctx, "b@x.beam.directory", "n1")
 	require.NoError(t, err)
 	require.False(t, ok, "the key is the sender and the nonce")
+
+	// A record no member sealed (put by a client of the bucket) is no
+	// acknowledgement.
+	forged, err := json.Marshal(directory.DeliveryRecord{From: "a@x.beam.directory", Nonce: "n2", MessageID: "msg_2",
+		Attempt: 1, Result: result, Node: "holder"})
+	require.NoError(t, err)
+	_, err = owner.route.delivered.Put(ctx, nonceKey("a@x.beam.directory", "n2"), forged)
+	require.NoError(t, err)
+	_, ok, err = owner.Delivery(ctx, "a@x.beam.directory", "n2")
+	require.NoError(t, err)
+	require.False(t, ok, "a forged record settled a message")
 }
 
 // TestDeliveryRecordUnavailable: while the bucket cannot be reached a read

@@ -29,6 +29,11 @@
 //     reports them, read before a message is delivered again
 //     (delivered.go).
 //
+// Registry entries, node, session and delivery entries, hand-overs and the
+// bus requests a node forwards to another are signed with the directory key
+// every node holds (seal.go); a client of the NATS servers without that key
+// cannot forge them.
+//
 // Each node keeps its own event log. The package must not write SQLite
 // itself (the registry and the relay do, through the log's writer) and must
 // not change how a single node works: without --cluster nothing here runs.

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -139,10 +138,14 @@ func (n *Node) announce(ctx context.Context) {
 	if sessions != nil {
 		info.Sessions = sessions()
 	}
-	b, _ := json.Marshal(info) // plain struct
+	tok, err := n.seal(typNodeEntry, info)
+	if err != nil {
+		n.lg.Warn("announce node", "err", err)
+		return
+	}
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := n.members.kv.Put(actx, n.cfg.NodeID, b); err != nil && ctx.Err() == nil {
+	if _, err := n.members.kv.Put(actx, n.cfg.NodeID, []byte(tok)); err != nil && ctx.Err() == nil {
 		n.lg.Warn("announce node", "err", err)
 	}
 	if nodes, err := n.Nodes(actx); err == nil {
@@ -163,6 +166,37 @@ func (n *Node) SetURL(url string) {
 		n.announce(ctx)
 		cancel()
 	}
+}
+
+// url returns the HTTP base URL this node announces.
+func (n *Node) url() string {
+	n.members.mu.Lock()
+	defer n.members.mu.Unlock()
+	return n.members.url
+}
+
+// maxEntryAge bounds how old a node entry's Seen may be: a node refreshes
+// its entry every nodeRefresh, so an older one is a copy put back (a
+// minute more covers clocks that differ between machines).
+const maxEntryAge = nodeTTL + time.Minute
+
+// nodeOf returns the node entry e holds if a member of the cluster signed
+// it (seal.go) for the node whose key it is stored under, recently;
+// anything else is refused and counted.
+func (n *Node) nodeOf(e jetstream.KeyValueEntry) (NodeInfo, bool) {
+	var info NodeInfo
+	err := n.openAs(typNodeEntry, e.Value(), &info, func() string { return info.NodeID })
+	if err == nil && info.NodeID != e.Key() {
+		err = fmt.Errorf("entry of %s under key %s", info.NodeID, e.Key())
+	}
+	if age := time.Since(info.Seen); err == nil && (age > maxEntryAge || age < -maxEntryAge) {
+		err = fmt.Errorf("entry of %s seen at %s", info.NodeID, info.Seen.Format(time.RFC3339))
+	}
+	if err != nil {
+		n.refuse("node", err, "key", e.Key())
+		return NodeInfo{}, false
+	}
+	return info, true
 }
 
 // SetSessions installs the count of WebSocket sessions the node holds.
@@ -188,8 +222,7 @@ func (n *Node) Nodes(ctx context.Context) ([]NodeInfo, error) {
 		if err != nil {
 			continue
 		}
-		var info NodeInfo
-		if json.Unmarshal(e.Value(), &info) == nil {
+		if info, ok := n.nodeOf(e); ok {
 			out = append(out, info)
 		}
 	}
@@ -247,9 +280,10 @@ func (n *Node) settleNode(ctx context.Context, info NodeInfo, seq uint64) error 
 		if errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted) {
 			return nil // expired: down
 		}
-		var now NodeInfo
-		if gerr == nil && json.Unmarshal(e.Value(), &now) == nil && !now.Started.Equal(info.Started) {
-			return nil // restarted: it caught up before serving
+		if gerr == nil {
+			if now, ok := n.nodeOf(e); ok && !now.Started.Equal(info.Started) {
+				return nil // restarted: it caught up before serving
+			}
 		}
 		n.lg.Info("node slow to confirm a registry change; asking again", "peer", info.NodeID, "seq", seq, "err", err)
 	}

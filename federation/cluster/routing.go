@@ -129,12 +129,26 @@ func (n *Node) noteSession(e jetstream.KeyValueEntry) {
 		return
 	}
 	var se sessionEntry
-	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &se) != nil {
-		return
+	if e.Operation() == jetstream.KeyValuePut {
+		var ok bool
+		if se, ok = n.sessionOf(e.Value()); !ok {
+			return
+		}
 	}
 	if n.route.note(n.cfg.NodeID, string(raw), se, e.Operation() == jetstream.KeyValuePut) {
 		n.sessionReachable(string(raw))
 	}
+}
+
+// sessionOf returns the sessions bucket entry value holds if the node it
+// names sealed it; anything else is refused and counted.
+func (n *Node) sessionOf(value []byte) (sessionEntry, bool) {
+	var se sessionEntry
+	if err := n.openAs(typSession, value, &se, func() string { return se.Node }); err != nil {
+		n.refuse("session", err)
+		return sessionEntry{}, false
+	}
+	return se, true
 }
 
 // note records se as where id's session is held (put), or forgets it. It
@@ -213,8 +227,11 @@ func (n *Node) writeSession(ctx context.Context, id string, up bool) error {
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if up {
-		b, _ := json.Marshal(sessionEntry{Node: n.cfg.NodeID, At: time.Now().UTC()})
-		_, err := kv.Put(wctx, key, b)
+		tok, err := n.seal(typSession, sessionEntry{Node: n.cfg.NodeID, At: time.Now().UTC()})
+		if err != nil {
+			return err
+		}
+		_, err = kv.Put(wctx, key, []byte(tok))
 		return err
 	}
 	e, err := kv.Get(wctx, key)
@@ -224,8 +241,7 @@ func (n *Node) writeSession(ctx context.Context, id string, up bool) error {
 	if err != nil {
 		return err
 	}
-	var se sessionEntry
-	if json.Unmarshal(e.Value(), &se) != nil || se.Node != n.cfg.NodeID {
+	if se, ok := n.sessionOf(e.Value()); !ok || se.Node != n.cfg.NodeID {
 		return nil
 	}
 	err = kv.Delete(wctx, key, jetstream.LastRevision(e.Revision()))
@@ -337,7 +353,13 @@ func (n *Node) Hand(ctx context.Context, node string, h directory.HandOver) (dir
 	if err != nil {
 		return directory.HandReply{}, fmt.Errorf("encode hand-over: %w", err)
 	}
-	msg, err := n.nc.RequestWithContext(ctx, n.intentSubject(node), b)
+	exp := time.Now().Add(time.Duration(h.TimeoutMs)*time.Millisecond + callTTL)
+	tok, err := n.seal(typHandOver, handSeal{To: node, Exp: exp.Unix(), Digest: digest(b)})
+	if err != nil {
+		return directory.HandReply{}, err
+	}
+	req := &nats.Msg{Subject: n.intentSubject(node), Data: b, Header: nats.Header{headerSeal: []string{tok}}}
+	msg, err := n.nc.RequestMsgWithContext(ctx, req)
 	if err != nil {
 		return directory.HandReply{}, fmt.Errorf("hand over to %s: %w", node, err)
 	}
@@ -348,9 +370,36 @@ func (n *Node) Hand(ctx context.Context, node string, h directory.HandOver) (dir
 	return rep, nil
 }
 
+// openHandOver checks that a member sealed m's data for this node, and
+// recently.
+func (n *Node) openHandOver(m *nats.Msg) error {
+	from, payload, err := n.open(typHandOver, []byte(m.Header.Get(headerSeal)))
+	if err != nil {
+		return err
+	}
+	var hs handSeal
+	if err := json.Unmarshal(payload, &hs); err != nil {
+		return fmt.Errorf("hand-over of %s: %w", from, err)
+	}
+	switch {
+	case hs.To != n.cfg.NodeID || hs.Digest != digest(m.Data):
+		return fmt.Errorf("hand-over of %s is for node %s or other data", from, hs.To)
+	case hs.Exp < time.Now().Unix():
+		return fmt.Errorf("hand-over of %s expired", from)
+	}
+	return nil
+}
+
 // onHandOver relays an intent another node handed over and answers with
 // its outcome.
 func (n *Node) onHandOver(ctx context.Context, m *nats.Msg) {
+	if err := n.openHandOver(m); err != nil {
+		n.refuse("handover", err)
+		rep, _ := json.Marshal(directory.HandReply{Error: &directory.RelayError{Code: directory.CodeInvalidIntent,
+			Message: "hand-over not signed by a member of the cluster"}})
+		_ = m.Respond(rep)
+		return
+	}
 	var h directory.HandOver
 	if err := json.Unmarshal(m.Data, &h); err != nil || n.cfg.Directory == nil {
 		rep, _ := json.Marshal(directory.HandReply{Error: &directory.RelayError{Code: directory.CodeInvalidIntent, Message: "unreadable hand-over"}})

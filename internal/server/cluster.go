@@ -78,7 +78,7 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 	node, err := cluster.New(cluster.Config{
 		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Trust: trust,
 		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Logger: s.logger,
-		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)),
+		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)), Key: key, Registerer: s.registry,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
@@ -151,7 +151,7 @@ func (s *Server) clusterHandler(h http.Handler) http.Handler {
 	if s.cluster == nil {
 		return h
 	}
-	return s.cluster.BusHandler(h)
+	return s.cluster.BusHandler(h, func(r *http.Request) (directory.BusPrincipal, bool) { return s.bus.Principal(r) })
 }
 
 // federationQueue is the queue group in which the nodes of a cluster take
