@@ -81,6 +81,8 @@ type agentState struct {
 	Row         agentRow `json:"row"`
 	Keys        []opKey  `json:"keys"`
 	RequireSigs bool     `json:"requireSenderSignatures,omitempty"`
+	// PipelineHops is acceptAttestedPipelineHops (settings.go).
+	PipelineHops bool `json:"acceptAttestedPipelineHops,omitempty"`
 }
 
 // opKey is one key of the history (Unix microseconds; RevokedAt 0
@@ -92,7 +94,7 @@ type opKey struct {
 }
 
 func stateOf(a *Agent, now time.Time) *agentState {
-	st := &agentState{Row: rowOf(a, now), RequireSigs: a.RequireSenderSignatures}
+	st := &agentState{Row: rowOf(a, now), RequireSigs: a.RequireSenderSignatures, PipelineHops: a.AcceptAttestedPipelineHops}
 	for _, k := range a.Keys {
 		st.Keys = append(st.Keys, opKey{PublicKey: k.PublicKey, CreatedAt: micros(k.CreatedAt), RevokedAt: micros(k.RevokedAt)})
 	}
@@ -163,6 +165,7 @@ func (r *Registry) agentOf(st *agentState) (*Agent, error) {
 		a.Keys = append(a.Keys, Key{PublicKey: k.PublicKey, CreatedAt: fromMicros(k.CreatedAt), RevokedAt: fromMicros(k.RevokedAt)})
 	}
 	a.RequireSenderSignatures = st.RequireSigs
+	a.AcceptAttestedPipelineHops = st.PipelineHops
 	return a, nil
 }
 

@@ -81,3 +81,27 @@ func FuzzApplyOperation(f *testing.F) {
 		require.Equal(t, seq, b.reg.Applied())
 	})
 }
+
+// An agent.config operation carries every setting of the agent, so a node
+// applying it ends with the settings the origin's request set.
+func TestConfigOperationCarriesEverySetting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := b.register("alice@acme.beam.directory")
+	cur, ok := b.reg.Get(alice.beamID)
+	require.True(t, ok)
+	require.False(t, cur.RequireSenderSignatures)
+	require.False(t, cur.AcceptAttestedPipelineHops)
+
+	next := cur
+	next.RequireSenderSignatures = true
+	next.AcceptAttestedPipelineHops = true
+	now := b.clock.Now()
+	data, err := json.Marshal(op{Kind: opConfig, At: micros(now), Actor: "agent:" + alice.beamID, Target: alice.beamID, Agent: stateOf(&next, now)})
+	require.NoError(t, err)
+	require.NoError(t, b.reg.Apply(context.Background(), b.reg.Applied()+1, data))
+	require.Zero(t, b.reg.Rejected())
+	got, _ := b.reg.Get(alice.beamID)
+	require.True(t, got.RequireSenderSignatures)
+	require.True(t, got.AcceptAttestedPipelineHops)
+}
