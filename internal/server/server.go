@@ -125,6 +125,9 @@ type Config struct {
 	MeshPolicies      map[string]mesh.Policy
 	MeshDefaultPolicy mesh.Policy
 	MeshHopTimeout    time.Duration
+	// Pipelines are the declared pipelines, served as A2A agents and MCP
+	// tools (a2a.go).
+	Pipelines []mesh.Pipeline
 	// Cluster, when set, serves Domain as one node of a cluster
 	// (cluster.go).
 	Cluster *ClusterConfig
