@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/agents"
+	"github.com/beamdir/beam/internal/beamtest"
+)
+
+const a2aOperatorToken = "a2a-operator-token-0123456789"
+
+func a2aID(name string) string { return name + "@a2a.beam.directory" }
+
+// a2aStack is a real beam serve declaring the pipelines "enrich" (three
+// Go SDK actors enriching the payload, the second also streaming a FLY
+// event) and "hold" (an actor that never answers), with two calling
+// agents.
+type a2aStack struct {
+	p             *beamtest.Process
+	ctx           context.Context
+	caller, other *agents.Identity
+}
+
+func startA2AStack(t *testing.T) *a2aStack {
+	t.Helper()
+	dir := t.TempDir()
+	decl := map[string]any{"pipelines": []map[string]any{
+		{"name": "enrich", "description": "Enriches a product with a name, a recipe and a verdict",
+			"inputSchema": map[string]any{"type": "object", "properties": map[string]any{"product_id": map[string]any{"type": "string"}},
+				"required": []string{"product_id"}},
+			"route": []string{a2aID("loader"), a2aID("recipe"), a2aID("judge")}},
+		{"name": "hold", "description": "Waits for ever", "route": []string{a2aID("hold")}},
+	}}
+	raw, err := json.Marshal(decl)
+	require.NoError(t, err)
+	path := filepath.Join(dir, "pipelines.json")
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	p := beamtest.Start(t, beamtest.Options{
+		Args: []string{"--pipelines", path},
+		Env:  []string{"BEAM_ADMIN_TOKEN=" + a2aOperatorToken},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	s := &a2aStack{p: p, ctx: ctx}
+	s.caller, _ = sdkAgent(t, ctx, p.URL(), a2aID("client"))
+	s.other, _ = sdkAgent(t, ctx, p.URL(), a2aID("other"))
+	handlers := map[string]agents.MeshHandler{
+		"loader": enrich(func(m map[string]any) { m["product_name"] = "Ice-cream Bourgignon" }),
+		"recipe": func(ctx context.Context, h *agents.MeshHop) (any, error) {
+			if err := h.Fly(ctx, map[string]any{"token": "cooking"}); err != nil {
+				return nil, err
+			}
+			return enrichPayload(h, func(m map[string]any) { m["recipe"] = "Cook ice-cream in tomato sauce for 3 hours" })
+		},
+		"judge": enrich(func(m map[string]any) {
+			m["recipe_eval"] = "INVALID"
+			m["recipe_eval_details"] = "Recipe is nonsense"
+		}),
+		"hold": func(ctx context.Context, h *agents.MeshHop) (any, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	}
+	for name, h := range handlers {
+		ident, _ := sdkAgent(t, ctx, p.URL(), a2aID(name))
+		c := sdkClient(t, p.URL(), ident)
+		c.HandleMesh(h)
+		require.NoError(t, c.Connect(ctx))
+	}
+	return s
+}
+
+// jsFixture returns node and fixtures/a2a-js, skipping when either is
+// missing.
+func jsFixture(t *testing.T, module string) (string, string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not on PATH; the A2A and MCP client tests need Node.js 20+")
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "..", "fixtures", "a2a-js"))
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", module)); err != nil {
+		t.Skipf("%s/node_modules is missing; run `npm ci` there first", dir)
+	}
+	return node, dir
+}
+
+// runJSChecks runs a fixtures/a2a-js script and reports its checks.
+func runJSChecks(t *testing.T, ctx context.Context, node, dir, script string, env ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var summary struct {
+		OK     bool   `json:"ok"`
+		Fatal  string `json:"fatal"`
+		Checks []struct {
+			Name  string `json:"name"`
+			OK    bool   `json:"ok"`
+			MS    int    `json:"ms"`
+			Error string `json:"error"`
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &summary); err != nil {
+		t.Fatalf("%s printed no summary (%v)\nstdout:\n%s\nstderr:\n%s", script, err, stdout.String(), stderr.String())
+	}
+	for _, c := range summary.Checks {
+		if c.OK {
+			t.Logf("ok   %-75s %5d ms", c.Name, c.MS)
+		} else {
+			t.Errorf("FAIL %-75s %5d ms\n%s", c.Name, c.MS, c.Error)
+		}
+	}
+	require.Empty(t, summary.Fatal)
+	require.True(t, summary.OK, "stderr:\n%s", stderr.String())
+	require.NoError(t, runErr)
+}
+
+// TestA2AClientFromNPM drives the declared pipelines with the published
+// @a2a-js/sdk (fixtures/a2a-js/a2a.mjs): card resolution, a streamed send
+// through three Go SDK actors to completed with the enriched payload as
+// artifact, get, list, cancel mid-flight, subscribe, the HTTP+JSON
+// binding, isolation between agents and the 0.3 JSON-RPC methods.
+func TestA2AClientFromNPM(t *testing.T) {
+	t.Parallel()
+	node, dir := jsFixture(t, "@a2a-js/sdk")
+	s := startA2AStack(t)
+	runJSChecks(t, s.ctx, node, dir, "a2a.mjs",
+		"BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_OTHER_KEY="+s.other.APIKey)
+}
+
+// TestServeRefusesABadPipelinesFile: a malformed declaration stops beam
+// serve before it listens, naming the pipeline and the fault.
+func TestServeRefusesABadPipelinesFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pipelines.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"pipelines":[{"name":"enrich","route":["prep@example.com"]}]}`), 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := beamtest.Run(t, ctx, "serve", "--pipelines", path, "--data-dir", filepath.Join(dir, "data"),
+		"--listen", "127.0.0.1:0", "--intent-listen", "")
+	require.Error(t, err)
+	require.Contains(t, out, `pipeline "enrich": route actor "prep@example.com" is not a Beam ID`)
+}
+
+// a2aCall makes an A2A request and returns the status, the headers and
+// the body.
+func a2aCall(t *testing.T, ctx context.Context, method, url, body string, hdr ...string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header, b
+}
+
+// TestA2AAttacks: calls without credentials (or with a wrong key, or the
+// operator token naming no agent) get 401 with the card's bearer scheme;
+// an agent can neither read, list, follow nor cancel another agent's task.
+func TestA2AAttacks(t *testing.T) {
+	t.Parallel()
+	s := startA2AStack(t)
+	base := s.p.URL()
+	send := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"data":{"n":1}}]},"configuration":{"returnImmediately":true}}}`
+
+	for name, hdr := range map[string][]string{
+		"no credentials":         nil,
+		"a wrong key":            {"Authorization", "Bearer bk_forged"},
+		"operator without agent": {"Authorization", "Bearer " + a2aOperatorToken},
+	} {
+		for _, u := range []string{base + "/a2a/pipelines/hold", base + "/a2a/pipelines/hold/message:send"} {
+			status, h, body := a2aCall(t, s.ctx, http.MethodPost, u, send, hdr...)
+			require.Equal(t, http.StatusUnauthorized, status, "%s: %s", name, body)
+			require.Contains(t, h.Get("WWW-Authenticate"), "Bearer", name)
+			require.Contains(t, string(body), `"errorCode":"UNAUTHORIZED"`, name)
+		}
+	}
+	var card struct {
+		SecuritySchemes map[string]map[string]any `json:"securitySchemes"`
+	}
+	_, _, body := a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/pipelines/hold/.well-known/agent-card.json", "")
+	require.NoError(t, json.Unmarshal(body, &card))
+	require.Equal(t, "bearer", card.SecuritySchemes["bearer"]["scheme"], "the 401 names the scheme the card gives")
+
+	// The caller's task, mid-flight.
+	status, _, body := a2aCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/hold", send, "Authorization", "Bearer "+s.caller.APIKey)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var res struct {
+		Result struct {
+			Task struct {
+				ID string `json:"id"`
+			} `json:"task"`
+		} `json:"result"`
+	}
+	require.NoError(t, json.Unmarshal(body, &res))
+	id := res.Result.Task.ID
+	require.NotEmpty(t, id, string(body))
+
+	other := []string{"Authorization", "Bearer " + s.other.APIKey}
+	for _, m := range []string{"GetTask", "CancelTask", "SubscribeToTask", "tasks/get", "tasks/cancel", "tasks/resubscribe"} {
+		_, _, body := a2aCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/hold",
+			`{"jsonrpc":"2.0","id":2,"method":"`+m+`","params":{"id":"`+id+`"}}`, other...)
+		require.Contains(t, string(body), `"code":-32001`, "%s by another agent: %s", m, body)
+	}
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, "/a2a/pipelines/hold/tasks/" + id},
+		{http.MethodPost, "/a2a/pipelines/hold/tasks/" + id + ":cancel"},
+		{http.MethodPost, "/a2a/tasks/" + id + ":cancel"},
+		{http.MethodGet, "/a2a/tasks/" + id},
+		{http.MethodGet, "/a2a/pipelines/hold/tasks/" + id + ":subscribe"},
+	} {
+		status, _, body := a2aCall(t, s.ctx, c.method, base+c.path, "", other...)
+		require.Equal(t, http.StatusNotFound, status, "%s %s by another agent: %s", c.method, c.path, body)
+	}
+	// The operator acting for the other agent sees nothing either.
+	status, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks/"+id, "",
+		"Authorization", "Bearer "+a2aOperatorToken, "X-Beam-Id", s.other.BeamID)
+	require.Equal(t, http.StatusNotFound, status, string(body))
+	_, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks", "", other...)
+	require.JSONEq(t, `{"tasks":[],"nextPageToken":"","pageSize":0,"totalSize":0}`, string(body))
+	// The task is still running: nothing the other agent did reached it.
+	require.Eventually(t, func() bool {
+		status, _, body := a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks/"+id, "", "Authorization", "Bearer "+s.caller.APIKey)
+		return status == http.StatusOK && strings.Contains(string(body), `"TASK_STATE_WORKING"`)
+	}, 10*time.Second, 20*time.Millisecond)
+	// The task is the envelope: its creator, protocol and pipeline are on it.
+	status, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/api/v1/mesh/"+id, "", "X-Api-Key", s.caller.APIKey)
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Contains(t, string(body), `"x-beam-protocol":"a2a"`)
+	require.Contains(t, string(body), `"x-beam-pipeline":"hold"`)
+}

@@ -1,0 +1,22 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/beamdir/beam/bus/a2a"
+	"github.com/beamdir/beam/bus/mesh"
+	"github.com/beamdir/beam/directory/registry"
+)
+
+// mountAgentProtocols serves the declared pipelines to A2A clients.
+func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Registry) error {
+	srv, err := a2a.New(a2a.Config{
+		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines, OperatorAuth: s.IsOperator,
+		Name: s.cfg.Domain, Logger: s.logger,
+	})
+	if err != nil {
+		return fmt.Errorf("open A2A server: %w", err)
+	}
+	srv.Routes(s.mux)
+	return nil
+}
