@@ -78,7 +78,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	caller, err := s.caller(r)
 	if err != nil {
-		unauthorized(w, err)
+		mesh.Unauthorized(w, err)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))

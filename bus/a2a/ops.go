@@ -167,6 +167,9 @@ func (s *Server) send(ctx context.Context, caller string, pipe *mesh.Pipeline, p
 	if err != nil {
 		return tracing.MeshRow{}, err
 	}
+	if err := pipe.CheckInput(payload); err != nil {
+		return tracing.MeshRow{}, errInvalidParams(err.Error())
+	}
 	headers := map[string]string{HeaderProtocol: "a2a", HeaderPipeline: pipe.Name}
 	if c := p.Message.ContextID; c != "" {
 		if len(c) > 256 {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
@@ -31,7 +32,7 @@ func (s *Server) restCaller(w http.ResponseWriter, r *http.Request) (string, boo
 	}
 	caller, err := s.caller(r)
 	if err != nil {
-		unauthorized(w, err)
+		mesh.Unauthorized(w, err)
 		return "", false
 	}
 	return caller, true

@@ -6,15 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory/registry"
-	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // Config configures New.
@@ -22,9 +19,6 @@ type Config struct {
 	Mesh      *mesh.Engine
 	Registry  *registry.Registry
 	Pipelines []mesh.Pipeline
-	// OperatorAuth recognises the operator token; the operator then names
-	// the agent it acts for in the X-Beam-Id header.
-	OperatorAuth func(*http.Request) bool
 	// Name is the directory's name on its card (its domain).
 	Name   string
 	Logger *slog.Logger
@@ -54,9 +48,6 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// HeaderAgent names the agent an operator request acts for.
-const HeaderAgent = "X-Beam-Id"
-
 // Routes mounts the cards, the JSON-RPC endpoints and the HTTP+JSON
 // binding.
 func (s *Server) Routes(mux *http.ServeMux) {
@@ -77,38 +68,8 @@ func (s *Server) Routes(mux *http.ServeMux) {
 // scheme is the card's security scheme name.
 const scheme = "bearer"
 
-// errUnauthenticated is answered with 401 and the card's scheme.
-var errUnauthenticated = errors.New("send an agent's API key as Authorization: Bearer (or the operator token with X-Beam-Id naming the agent)")
-
-// caller authenticates r: an agent's API key, or the operator token with
-// X-Beam-Id naming a registered agent.
-func (s *Server) caller(r *http.Request) (string, error) {
-	if s.cfg.OperatorAuth != nil && s.cfg.OperatorAuth(r) {
-		id := strings.TrimSpace(r.Header.Get(HeaderAgent))
-		if _, ok := s.cfg.Registry.Get(id); !ok {
-			return "", fmt.Errorf("%w: the operator token acts for the agent named in %s, and %q is not registered", errUnauthenticated, HeaderAgent, id)
-		}
-		return id, nil
-	}
-	key, ok := httpjson.APIKey(r)
-	if !ok {
-		key, _ = httpjson.Bearer(r)
-	}
-	if key == "" {
-		return "", errUnauthenticated
-	}
-	a, ok := s.cfg.Registry.AuthenticateAPIKey(key)
-	if !ok {
-		return "", fmt.Errorf("%w: the key is not valid", errUnauthenticated)
-	}
-	return a.BeamID, nil
-}
-
-// unauthorized answers 401 naming the bearer scheme of the card.
-func unauthorized(w http.ResponseWriter, err error) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="beam", error="invalid_token"`)
-	httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", err.Error())
-}
+// caller authenticates r as an agent (mesh.Engine.Caller).
+func (s *Server) caller(r *http.Request) (string, error) { return s.cfg.Mesh.Caller(r) }
 
 // pipeline returns the pipeline r's {name} names, or nil for the
 // directory-wide endpoints.

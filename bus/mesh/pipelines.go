@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/google/jsonschema-go/jsonschema"
+
 	"github.com/beamdir/beam/agents/wire"
 )
 
@@ -23,6 +25,24 @@ type Pipeline struct {
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
 	// Route is the actors' Beam IDs in order.
 	Route []string `json:"route"`
+
+	schema *jsonschema.Resolved
+}
+
+// CheckInput validates a first payload against the pipeline's input
+// schema.
+func (p *Pipeline) CheckInput(payload json.RawMessage) error {
+	if p.schema == nil {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(payload, &v); err != nil {
+		return fmt.Errorf("the input is not JSON: %w", err)
+	}
+	if err := p.schema.Validate(v); err != nil {
+		return fmt.Errorf("the input does not match the input schema of %s: %w", p.Name, err)
+	}
+	return nil
 }
 
 // MaxPipelines bounds the pipelines of one file.
@@ -38,8 +58,8 @@ var pipelineName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 //
 // and checks every pipeline: a name of letters, digits, '.', '_' and '-'
 // (at most 64, unique), a route of 1 to DefaultMaxHops Beam IDs (x-sink and
-// x-sump are reserved), an input schema that is a JSON object whose type,
-// when given, is "object". Unknown fields are errors.
+// x-sump are reserved), an input schema (draft 2020-12 or draft-07, no
+// remote references) of type "object". Unknown fields are errors.
 func ParsePipelines(b []byte) ([]Pipeline, error) {
 	var f struct {
 		Pipelines []Pipeline `json:"pipelines"`
@@ -72,31 +92,36 @@ func ParsePipelines(b []byte) ([]Pipeline, error) {
 				return nil, fmt.Errorf("pipeline %q: route actor %q is not a Beam ID: %w", p.Name, a, err)
 			}
 		}
-		if err := checkInputSchema(p.InputSchema); err != nil {
-			return nil, fmt.Errorf("pipeline %q: inputSchema: %w", p.Name, err)
-		}
-		if len(p.InputSchema) == 0 {
+		if len(bytes.TrimSpace(p.InputSchema)) == 0 {
 			f.Pipelines[i].InputSchema = json.RawMessage(`{"type":"object"}`)
 		}
+		rs, err := resolveInputSchema(f.Pipelines[i].InputSchema)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %q: inputSchema: %w", p.Name, err)
+		}
+		f.Pipelines[i].schema = rs
 	}
 	return f.Pipelines, nil
 }
 
-// checkInputSchema accepts an absent schema or a JSON object whose "type",
-// when present, is "object" (MCP tools take object arguments).
-func checkInputSchema(raw json.RawMessage) error {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil
+// resolveInputSchema accepts a JSON Schema object of type "object" (MCP
+// tools take object arguments; the payload is a JSON object).
+func resolveInputSchema(raw json.RawMessage) (*jsonschema.Resolved, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, errors.New("must be a JSON Schema object")
 	}
-	var s map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &s); err != nil || s == nil {
-		return errors.New("must be a JSON Schema object")
+	var ts string
+	if json.Unmarshal(m["type"], &ts) != nil || ts != "object" {
+		return nil, errors.New(`type must be "object": the payload is a JSON object`)
 	}
-	if t, ok := s["type"]; ok {
-		var ts string
-		if json.Unmarshal(t, &ts) != nil || ts != "object" {
-			return errors.New(`type must be "object": the payload is a JSON object`)
-		}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("not a JSON Schema: %w", err)
 	}
-	return nil
+	rs, err := s.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("not a usable JSON Schema: %w", err)
+	}
+	return rs, nil
 }

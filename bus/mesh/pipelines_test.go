@@ -16,6 +16,9 @@ func TestParsePipelines(t *testing.T) {
 	require.Len(t, ps, 2)
 	require.Equal(t, []string{"prep@acme.beam.directory", "infer@acme.beam.directory"}, ps[0].Route)
 	require.JSONEq(t, `{"type":"object"}`, string(ps[1].InputSchema), "a pipeline without a schema takes any object")
+	require.NoError(t, ps[0].CheckInput([]byte(`{"product_id":"123"}`)))
+	require.ErrorContains(t, ps[0].CheckInput([]byte(`{"product_id":123}`)), "input schema of enrich")
+	require.NoError(t, ps[1].CheckInput([]byte(`{"any":"thing"}`)))
 
 	for name, tc := range map[string]struct{ file, want string }{
 		"unknown field":       {`{"pipelines":[{"name":"a","route":["a@beam.directory"],"steps":1}]}`, `unknown field "steps"`},

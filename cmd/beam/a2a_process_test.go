@@ -206,6 +206,13 @@ func TestA2AAttacks(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &card))
 	require.Equal(t, "bearer", card.SecuritySchemes["bearer"]["scheme"], "the 401 names the scheme the card gives")
 
+	// A payload that does not match the pipeline's input schema is refused.
+	_, _, body = a2aCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/enrich",
+		`{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m0","role":"ROLE_USER","parts":[{"data":{"product_id":5}}]}}}`,
+		"Authorization", "Bearer "+s.caller.APIKey)
+	require.Contains(t, string(body), `"code":-32602`, string(body))
+	require.Contains(t, string(body), "input schema of enrich", string(body))
+
 	// The caller's task, mid-flight.
 	status, _, body := a2aCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/hold", send, "Authorization", "Bearer "+s.caller.APIKey)
 	require.Equal(t, http.StatusOK, status, string(body))

@@ -11,7 +11,7 @@ import (
 // mountAgentProtocols serves the declared pipelines to A2A clients.
 func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Registry) error {
 	srv, err := a2a.New(a2a.Config{
-		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines, OperatorAuth: s.IsOperator,
+		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines,
 		Name: s.cfg.Domain, Logger: s.logger,
 	})
 	if err != nil {
