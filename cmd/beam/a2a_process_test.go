@@ -260,3 +260,47 @@ func TestA2AAttacks(t *testing.T) {
 	require.Contains(t, string(body), `"x-beam-protocol":"a2a"`)
 	require.Contains(t, string(body), `"x-beam-pipeline":"hold"`)
 }
+
+// TestMCPClientFromNPM drives the declared pipelines as MCP tools with the
+// published @modelcontextprotocol/sdk (fixtures/a2a-js/mcp.mjs): the tools
+// with their schemas, a call with progress notifications to its
+// structured result, a call off the schema, and a cancelled call that
+// cancels its envelope.
+func TestMCPClientFromNPM(t *testing.T) {
+	t.Parallel()
+	node, dir := jsFixture(t, "@modelcontextprotocol/sdk")
+	s := startA2AStack(t)
+	runJSChecks(t, s.ctx, node, dir, "mcp.mjs", "BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey)
+}
+
+// TestMCPAttacks: calls without credentials get 401 with the bearer
+// scheme; another agent cannot use a session an agent opened, so it sees
+// none of its calls (their progress and results travel on that session).
+func TestMCPAttacks(t *testing.T) {
+	t.Parallel()
+	s := startA2AStack(t)
+	u := s.p.URL() + "/mcp"
+	accept := []string{"Accept", "application/json, text/event-stream"}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
+	for name, hdr := range map[string][]string{
+		"no credentials":         accept,
+		"a wrong key":            append([]string{"Authorization", "Bearer bk_forged"}, accept...),
+		"operator without agent": append([]string{"Authorization", "Bearer " + a2aOperatorToken}, accept...),
+	} {
+		status, h, body := a2aCall(t, s.ctx, http.MethodPost, u, initialize, hdr...)
+		require.Equal(t, http.StatusUnauthorized, status, "%s: %s", name, body)
+		require.Contains(t, h.Get("WWW-Authenticate"), "Bearer", name)
+	}
+	status, h, body := a2aCall(t, s.ctx, http.MethodPost, u, initialize,
+		append([]string{"Authorization", "Bearer " + s.caller.APIKey}, accept...)...)
+	require.Equal(t, http.StatusOK, status, string(body))
+	session := h.Get("Mcp-Session-Id")
+	require.NotEmpty(t, session)
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	status, _, body = a2aCall(t, s.ctx, http.MethodPost, u, list,
+		append([]string{"Authorization", "Bearer " + s.other.APIKey, "Mcp-Session-Id", session}, accept...)...)
+	require.Equal(t, http.StatusForbidden, status, "another agent used the caller's session: %s", body)
+	status, _, body = a2aCall(t, s.ctx, http.MethodGet, u, "",
+		append([]string{"Authorization", "Bearer " + s.other.APIKey, "Mcp-Session-Id", session}, accept...)...)
+	require.Equal(t, http.StatusForbidden, status, "another agent followed the caller's session: %s", body)
+}

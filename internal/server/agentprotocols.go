@@ -4,19 +4,25 @@ import (
 	"fmt"
 
 	"github.com/beamdir/beam/bus/a2a"
+	"github.com/beamdir/beam/bus/mcp"
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory/registry"
 )
 
-// mountAgentProtocols serves the declared pipelines to A2A clients.
+// mountAgentProtocols serves the declared pipelines to A2A clients and MCP
+// hosts.
 func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Registry) error {
 	srv, err := a2a.New(a2a.Config{
-		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines,
-		Name: s.cfg.Domain, Logger: s.logger,
+		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines, Name: s.cfg.Domain, Logger: s.logger,
 	})
 	if err != nil {
 		return fmt.Errorf("open A2A server: %w", err)
 	}
 	srv.Routes(s.mux)
+	tools, err := mcp.New(mcp.Config{Mesh: pipes, Pipelines: s.cfg.Pipelines, Logger: s.logger})
+	if err != nil {
+		return fmt.Errorf("open MCP server: %w", err)
+	}
+	tools.Routes(s.mux)
 	return nil
 }
