@@ -1,6 +1,7 @@
 package a2a
 
 import (
+	"cmp"
 	"net/http"
 	"slices"
 
@@ -53,6 +54,9 @@ type agentCard struct {
 }
 
 var modes = []string{"application/json", "text/plain"}
+
+// maxCardSkills bounds the skills of the directory's card.
+const maxCardSkills = 1000
 
 // card is the card of the agent served at path (its JSON-RPC endpoint;
 // the HTTP+JSON binding lives under the same path).
@@ -119,6 +123,20 @@ func (s *Server) handleDirectoryCard(w http.ResponseWriter, r *http.Request) {
 	for _, n := range names {
 		skills = append(skills, pipelineSkill(s.pipes[n], baseURL(r)+"/a2a/pipelines/"+n+"/.well-known/agent-card.json"))
 	}
+	if s.cfg.Intents != nil {
+		for _, id := range s.cfg.Registry.Find("") {
+			a, ok := s.cfg.Registry.Get(id)
+			if !ok || a.Visibility == "unlisted" || !slices.Contains(a.Capabilities, Capability) {
+				continue
+			}
+			if len(skills) >= maxCardSkills {
+				break
+			}
+			skills = append(skills, skill{ID: a.BeamID, Name: cmp.Or(a.DisplayName, a.BeamID),
+				Description: "The agent " + a.BeamID + " (agent card: " + baseURL(r) + "/a2a/agents/" + a.BeamID + "/.well-known/agent-card.json)",
+				Tags:        []string{"agent"}, InputModes: modes, OutputModes: []string{"application/json"}})
+		}
+	}
 	httpjson.Write(w, http.StatusOK, s.card(r, "/a2a", s.cfg.Name,
-		"The agent directory "+s.cfg.Name+": each skill is a pipeline with its own agent card; this endpoint gets, lists, cancels and follows the caller's tasks.", skills))
+		"The agent directory "+s.cfg.Name+": each skill is a pipeline or an agent with its own agent card; this endpoint gets, lists, cancels and follows the caller's pipeline tasks.", skills))
 }

@@ -68,6 +68,63 @@ func writeRPC(w http.ResponseWriter, id json.RawMessage, result any, e *Error) {
 	httpjson.Write(w, http.StatusOK, resp)
 }
 
+// rpcCall is one authenticated JSON-RPC request.
+type rpcCall struct {
+	caller string
+	req    rpcRequest
+	op     string
+	v      version
+	params json.RawMessage
+}
+
+// readRPC authenticates and parses a JSON-RPC request; it has answered
+// when ok is false.
+func (s *Server) readRPC(w http.ResponseWriter, r *http.Request) (c rpcCall, ok bool) {
+	caller, err := s.caller(r)
+	if err != nil {
+		mesh.Unauthorized(w, err)
+		return c, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		writeRPC(w, nil, nil, &Error{Code: -32700, Msg: "could not read the request body"})
+		return c, false
+	}
+	if len(body) > maxBody {
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the largest payload allows")
+		return c, false
+	}
+	var req rpcRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeRPC(w, nil, nil, &Error{Code: -32700, Msg: "parse error: the body is not a JSON-RPC request"})
+		return c, false
+	}
+	if req.JSONRPC != "2.0" || req.Method == "" {
+		writeRPC(w, req.ID, nil, &Error{Code: -32600, Msg: `invalid request: want {"jsonrpc":"2.0","id","method","params"}`})
+		return c, false
+	}
+	m, known := methods[req.Method]
+	if !known {
+		writeRPC(w, req.ID, nil, &Error{Code: -32601, Msg: "method not found: " + req.Method})
+		return c, false
+	}
+	params := req.Params
+	if len(bytes.TrimSpace(params)) == 0 {
+		params = json.RawMessage("{}")
+	}
+	return rpcCall{caller: caller, req: req, op: m.op, v: m.v, params: params}, true
+}
+
+// result answers a task in the shape of the call's version: SendMessage
+// (1.0) wraps it as {"task": …}.
+func (c rpcCall) result(w http.ResponseWriter, t task) {
+	if c.v == v10 && c.op == "send" {
+		writeRPC(w, c.req.ID, map[string]any{"task": t}, nil)
+		return
+	}
+	writeRPC(w, c.req.ID, t, nil)
+}
+
 // handleRPC is the JSON-RPC binding of a pipeline (or, without {name}, of
 // the directory: every task of the caller).
 func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
@@ -76,39 +133,11 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no pipeline "+r.PathValue("name"))
 		return
 	}
-	caller, err := s.caller(r)
-	if err != nil {
-		mesh.Unauthorized(w, err)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		writeRPC(w, nil, nil, &Error{Code: -32700, Msg: "could not read the request body"})
-		return
-	}
-	if len(body) > maxBody {
-		httpjson.Error(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the largest payload allows")
-		return
-	}
-	var req rpcRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeRPC(w, nil, nil, &Error{Code: -32700, Msg: "parse error: the body is not a JSON-RPC request"})
-		return
-	}
-	if req.JSONRPC != "2.0" || req.Method == "" {
-		writeRPC(w, req.ID, nil, &Error{Code: -32600, Msg: `invalid request: want {"jsonrpc":"2.0","id","method","params"}`})
-		return
-	}
-	m, ok := methods[req.Method]
+	c, ok := s.readRPC(w, r)
 	if !ok {
-		writeRPC(w, req.ID, nil, &Error{Code: -32601, Msg: "method not found: " + req.Method})
 		return
 	}
-	params := req.Params
-	if len(bytes.TrimSpace(params)) == 0 {
-		params = json.RawMessage("{}")
-	}
-	v := m.v
+	caller, req, params, v := c.caller, c.req, c.params, c.v
 	wrap := func(member string, x any) any {
 		if v == v10 {
 			x = map[string]any{member: x}
@@ -116,7 +145,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		return rpcResponse{JSONRPC: "2.0", ID: req.ID, Result: x}
 	}
 	ctx := r.Context()
-	switch m.op {
+	switch c.op {
 	case "send", "stream":
 		var p sendParams
 		if err := json.Unmarshal(params, &p); err != nil {
@@ -128,7 +157,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 			writeRPC(w, req.ID, nil, s.asError(err))
 			return
 		}
-		if m.op == "stream" {
+		if c.op == "stream" {
 			s.stream(w, r, v, wrap, row)
 			return
 		}
@@ -140,12 +169,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		t := taskOf(v, row, true)
-		if v == v10 {
-			writeRPC(w, req.ID, map[string]any{"task": t}, nil)
-		} else {
-			writeRPC(w, req.ID, t, nil)
-		}
+		c.result(w, taskOf(v, row, true))
 	case "get", "cancel", "subscribe":
 		var p struct {
 			ID string `json:"id"`
@@ -155,7 +179,8 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var row tracing.MeshRow
-		if m.op == "cancel" {
+		var err error
+		if c.op == "cancel" {
 			row, err = s.cancel(ctx, caller, pipe, p.ID)
 		} else {
 			row, err = s.visible(ctx, caller, pipe, p.ID)
@@ -164,11 +189,11 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 			writeRPC(w, req.ID, nil, s.asError(err))
 			return
 		}
-		if m.op == "subscribe" {
+		if c.op == "subscribe" {
 			s.stream(w, r, v, wrap, row)
 			return
 		}
-		writeRPC(w, req.ID, taskOf(v, row, true), nil)
+		c.result(w, taskOf(v, row, true))
 	case "list":
 		var p listParams
 		if err := json.Unmarshal(params, &p); err != nil {

@@ -19,6 +19,9 @@ type Config struct {
 	Mesh      *mesh.Engine
 	Registry  *registry.Registry
 	Pipelines []mesh.Pipeline
+	// Intents sends the intents of messages to opted-in agents (the
+	// message bus); nil serves no agents.
+	Intents Intents
 	// Name is the directory's name on its card (its domain).
 	Name   string
 	Logger *slog.Logger
@@ -60,6 +63,8 @@ func (s *Server) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /a2a/pipelines/{name}/tasks", s.handleRESTList)
 	mux.HandleFunc("GET /a2a/pipelines/{name}/tasks/{task}", s.handleRESTTask)
 	mux.HandleFunc("POST /a2a/pipelines/{name}/tasks/{task}", s.handleRESTTask)
+	mux.HandleFunc("GET /a2a/agents/{beamId}/.well-known/agent-card.json", s.handleAgentCard)
+	mux.HandleFunc("POST /a2a/agents/{beamId}", s.handleAgentRPC)
 	mux.HandleFunc("GET /a2a/tasks", s.handleRESTList)
 	mux.HandleFunc("GET /a2a/tasks/{task}", s.handleRESTTask)
 	mux.HandleFunc("POST /a2a/tasks/{task}", s.handleRESTTask)

@@ -31,6 +31,7 @@ type a2aStack struct {
 	p             *beamtest.Process
 	ctx           context.Context
 	caller, other *agents.Identity
+	greeter       *agents.Identity // opted in to A2A, skill greeting.hello
 }
 
 func startA2AStack(t *testing.T) *a2aStack {
@@ -48,7 +49,7 @@ func startA2AStack(t *testing.T) *a2aStack {
 	path := filepath.Join(dir, "pipelines.json")
 	require.NoError(t, os.WriteFile(path, raw, 0o600))
 	p := beamtest.Start(t, beamtest.Options{
-		Args: []string{"--pipelines", path},
+		Args: []string{"--pipelines", path, "--open-orgs"},
 		Env:  []string{"BEAM_ADMIN_TOKEN=" + a2aOperatorToken},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -79,6 +80,25 @@ func startA2AStack(t *testing.T) *a2aStack {
 		c.HandleMesh(h)
 		require.NoError(t, c.Connect(ctx))
 	}
+	// An agent that opts in to A2A: its other capability is its skill.
+	greeter, err := agents.GenerateIdentity(a2aID("greeter"))
+	require.NoError(t, err)
+	c := sdkClient(t, p.URL(), greeter)
+	res, err := c.Register(ctx, greeter.BeamID, []string{"a2a", "greeting.hello"})
+	require.NoError(t, err)
+	greeter.APIKey = res.APIKey
+	s.greeter = greeter
+	c = sdkClient(t, p.URL(), greeter)
+	c.Handle("greeting.hello", func(_ context.Context, in *agents.Intent) agents.Reply {
+		var m struct {
+			Name string `json:"name"`
+		}
+		if err := in.Bind(&m); err != nil {
+			return agents.Failure("BAD_REQUEST", err.Error())
+		}
+		return agents.Success(map[string]string{"greeting": "hello " + m.Name, "from": in.From})
+	})
+	require.NoError(t, c.Connect(ctx))
 	return s
 }
 
@@ -136,13 +156,15 @@ func runJSChecks(t *testing.T, ctx context.Context, node, dir, script string, en
 // @a2a-js/sdk (fixtures/a2a-js/a2a.mjs): card resolution, a streamed send
 // through three Go SDK actors to completed with the enriched payload as
 // artifact, get, list, cancel mid-flight, subscribe, the HTTP+JSON
-// binding, isolation between agents and the 0.3 JSON-RPC methods.
+// binding, isolation between agents, an opted-in agent, and the 0.3
+// JSON-RPC methods.
 func TestA2AClientFromNPM(t *testing.T) {
 	t.Parallel()
 	node, dir := jsFixture(t, "@a2a-js/sdk")
 	s := startA2AStack(t)
 	runJSChecks(t, s.ctx, node, dir, "a2a.mjs",
-		"BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_OTHER_KEY="+s.other.APIKey)
+		"BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_OTHER_KEY="+s.other.APIKey,
+		"BEAM_AGENT="+s.greeter.BeamID, "BEAM_CALLER="+s.caller.BeamID)
 }
 
 // TestServeRefusesABadPipelinesFile: a malformed declaration stops beam
@@ -254,6 +276,25 @@ func TestA2AAttacks(t *testing.T) {
 		status, _, body := a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks/"+id, "", "Authorization", "Bearer "+s.caller.APIKey)
 		return status == http.StatusOK && strings.Contains(string(body), `"TASK_STATE_WORKING"`)
 	}, 10*time.Second, 20*time.Millisecond)
+	// An opted-in agent's policy applies to A2A messages as to any send:
+	// once the greeter denies the other agent, its message is refused, and
+	// the caller's intents are not the other agent's to read.
+	greet := `{"jsonrpc":"2.0","id":3,"method":"SendMessage","params":{"message":{"messageId":"g1","role":"ROLE_USER","parts":[{"data":{"name":"Eve"}}]}}}`
+	agentURL := base + "/a2a/agents/" + s.greeter.BeamID
+	_, _, body = a2aCall(t, s.ctx, http.MethodPost, agentURL, greet, "Authorization", "Bearer "+s.caller.APIKey)
+	require.Contains(t, string(body), `"TASK_STATE_COMPLETED"`, string(body))
+	require.NoError(t, json.Unmarshal(body, &res))
+	intentTask := res.Result.Task.ID
+	status, _, body = a2aCall(t, s.ctx, http.MethodPost, base+"/acl",
+		`{"targetBeamId":"`+s.greeter.BeamID+`","intentType":"*","allowedFrom":"`+s.other.BeamID+`","effect":"deny"}`,
+		"X-Api-Key", s.greeter.APIKey)
+	require.Less(t, status, 300, string(body))
+	_, _, body = a2aCall(t, s.ctx, http.MethodPost, agentURL, greet, other...)
+	require.Contains(t, string(body), "ACL denied", "a denied sender's A2A message went through: %s", body)
+	require.NotContains(t, string(body), "hello Eve")
+	_, _, body = a2aCall(t, s.ctx, http.MethodPost, agentURL, `{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"`+intentTask+`"}}`, other...)
+	require.Contains(t, string(body), `"code":-32001`, "another agent read the caller's intent: %s", body)
+
 	// The task is the envelope: its creator, protocol and pipeline are on it.
 	status, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/api/v1/mesh/"+id, "", "X-Api-Key", s.caller.APIKey)
 	require.Equal(t, http.StatusOK, status, string(body))

@@ -11,9 +11,9 @@ import (
 
 // mountAgentProtocols serves the declared pipelines to A2A clients and MCP
 // hosts.
-func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Registry) error {
+func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Registry, intents a2a.Intents) error {
 	srv, err := a2a.New(a2a.Config{
-		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines, Name: s.cfg.Domain, Logger: s.logger,
+		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines, Intents: intents, Name: s.cfg.Domain, Logger: s.logger,
 	})
 	if err != nil {
 		return fmt.Errorf("open A2A server: %w", err)

@@ -570,7 +570,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	b.Routes(s.mux)
 	pipes.Start(context.WithoutCancel(ctx))
 	pipes.Routes(s.mux)
-	if err := s.mountAgentProtocols(pipes, agents); err != nil {
+	if err := s.mountAgentProtocols(pipes, agents, b); err != nil {
 		return err
 	}
 	if s.fed != nil {
