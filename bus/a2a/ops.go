@@ -182,32 +182,12 @@ func (s *Server) send(ctx context.Context, caller string, pipe *mesh.Pipeline, p
 	return s.cfg.Mesh.Create(ctx, mesh.CreateRequest{Creator: caller, Route: pipe.Route, Payload: payload, Headers: headers})
 }
 
-// wait follows envelope id until it ends or waits for input.
+// wait follows envelope row until it ends or waits for input.
 func (s *Server) wait(ctx context.Context, row tracing.MeshRow) (tracing.MeshRow, error) {
-	for !settled(row) {
-		w := s.cfg.Mesh.Watch(row.ID)
-		cur, _, err := s.cfg.Mesh.Envelope(ctx, row.ID)
-		if err != nil {
-			w.Close()
-			return row, err
-		}
-		row = cur
-		for !settled(row) {
-			next, _, err := w.Next(ctx)
-			if errors.Is(err, mesh.ErrWatchLagged) {
-				break
-			}
-			if err != nil {
-				w.Close()
-				return row, err
-			}
-			if next != nil && next.LastSeq >= row.LastSeq {
-				row = *next
-			}
-		}
-		w.Close()
+	if settled(row) {
+		return row, nil
 	}
-	return row, nil
+	return s.cfg.Mesh.Follow(ctx, row.ID, settled)
 }
 
 // settled: a blocking send returns at a terminal state or when the task

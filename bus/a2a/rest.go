@@ -52,25 +52,39 @@ func (s *Server) readSend(w http.ResponseWriter, r *http.Request) (*sendParams, 
 	return &p, true
 }
 
-func (s *Server) handleRESTSend(w http.ResponseWriter, r *http.Request) {
+// restSend creates the task of a REST send; it has answered when ok is
+// false.
+func (s *Server) restSend(w http.ResponseWriter, r *http.Request) (tracing.MeshRow, *sendParams, bool) {
 	caller, ok := s.restCaller(w, r)
 	if !ok {
-		return
+		return tracing.MeshRow{}, nil, false
 	}
 	p, ok := s.readSend(w, r)
 	if !ok {
-		return
+		return tracing.MeshRow{}, nil, false
 	}
 	pipe, _ := s.pipeline(r)
 	row, err := s.send(r.Context(), caller, pipe, p)
-	if err == nil && !p.immediate() {
-		row, err = s.wait(r.Context(), row)
-	}
 	if err != nil {
-		if !ctxErr(err) {
-			restError(w, s.asError(err))
-		}
+		restError(w, s.asError(err))
+		return row, p, false
+	}
+	return row, p, true
+}
+
+func (s *Server) handleRESTSend(w http.ResponseWriter, r *http.Request) {
+	row, p, ok := s.restSend(w, r)
+	if !ok {
 		return
+	}
+	var err error
+	if !p.immediate() {
+		if row, err = s.wait(r.Context(), row); err != nil {
+			if !ctxErr(err) {
+				restError(w, s.asError(err))
+			}
+			return
+		}
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"task": taskOf(v10, row, true)})
 }
@@ -78,21 +92,9 @@ func (s *Server) handleRESTSend(w http.ResponseWriter, r *http.Request) {
 func restWrap(member string, x any) any { return map[string]any{member: x} }
 
 func (s *Server) handleRESTStream(w http.ResponseWriter, r *http.Request) {
-	caller, ok := s.restCaller(w, r)
-	if !ok {
-		return
+	if row, _, ok := s.restSend(w, r); ok {
+		s.stream(w, r, v10, restWrap, row)
 	}
-	p, ok := s.readSend(w, r)
-	if !ok {
-		return
-	}
-	pipe, _ := s.pipeline(r)
-	row, err := s.send(r.Context(), caller, pipe, p)
-	if err != nil {
-		restError(w, s.asError(err))
-		return
-	}
-	s.stream(w, r, v10, restWrap, row)
 }
 
 func (s *Server) handleRESTList(w http.ResponseWriter, r *http.Request) {

@@ -127,44 +127,21 @@ func (s *Server) tool(p *mesh.Pipeline) sdk.ToolHandler {
 				s.lg.Debug("progress notification", "envelope", r.ID, "err", err)
 			}
 		}
-		row, err = s.follow(ctx, row, report)
+		id := row.ID
+		row, err = s.cfg.Mesh.Follow(ctx, id, func(r tracing.MeshRow) bool {
+			report(r)
+			return r.Status.Terminal()
+		})
 		if err != nil {
 			// The client cancelled the call or went away: the envelope
 			// ends with it.
-			if _, cerr := s.cfg.Mesh.Cancel(context.WithoutCancel(ctx), row.ID); cerr != nil {
-				s.lg.Debug("cancel envelope of an abandoned call", "envelope", row.ID, "err", cerr)
+			if _, cerr := s.cfg.Mesh.Cancel(context.WithoutCancel(ctx), id); cerr != nil {
+				s.lg.Debug("cancel envelope of an abandoned call", "envelope", id, "err", cerr)
 			}
 			return nil, err
 		}
 		return resultOf(row), nil
 	}
-}
-
-// follow waits for envelope row to end, calling report on every change.
-func (s *Server) follow(ctx context.Context, row tracing.MeshRow, report func(tracing.MeshRow)) (tracing.MeshRow, error) {
-	for !row.Status.Terminal() {
-		w := s.cfg.Mesh.Watch(row.ID)
-		if cur, ok, err := s.cfg.Mesh.Envelope(ctx, row.ID); err == nil && ok {
-			row = cur
-			report(row)
-		}
-		for !row.Status.Terminal() {
-			next, _, err := w.Next(ctx)
-			if errors.Is(err, mesh.ErrWatchLagged) {
-				break
-			}
-			if err != nil {
-				w.Close()
-				return row, err
-			}
-			if next != nil && next.LastSeq >= row.LastSeq {
-				row = *next
-				report(row)
-			}
-		}
-		w.Close()
-	}
-	return row, nil
 }
 
 // resultOf is the tool result of a finished envelope: the final payload as

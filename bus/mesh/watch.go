@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/beamdir/beam/tracing"
 )
@@ -62,4 +63,49 @@ func Payload(row tracing.MeshRow) (json.RawMessage, map[string]string, error) {
 		return nil, nil, err
 	}
 	return env.Payload, env.Headers, nil
+}
+
+// Follow reads envelope id and then follows its changes, calling each with
+// the row first and after every change, until each returns true (and
+// Follow returns that row) or ctx ends. A watcher that falls behind reads
+// the row again, so no change is skipped for good.
+func (e *Engine) Follow(ctx context.Context, id string, each func(tracing.MeshRow) (stop bool)) (tracing.MeshRow, error) {
+	var row tracing.MeshRow
+	for {
+		w := e.Watch(id)
+		cur, ok, err := e.Envelope(ctx, id)
+		if err != nil || !ok {
+			w.Close()
+			if err == nil {
+				err = fmt.Errorf("mesh: no envelope %s", id)
+			}
+			return row, err
+		}
+		if cur.LastSeq >= row.LastSeq {
+			row = cur
+		}
+		if each(row) {
+			w.Close()
+			return row, nil
+		}
+		for {
+			next, _, err := w.Next(ctx)
+			if errors.Is(err, ErrWatchLagged) {
+				break
+			}
+			if err != nil {
+				w.Close()
+				return row, err
+			}
+			if next == nil || next.LastSeq < row.LastSeq {
+				continue
+			}
+			row = *next
+			if each(row) {
+				w.Close()
+				return row, nil
+			}
+		}
+		w.Close()
+	}
 }
