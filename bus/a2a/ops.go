@@ -52,6 +52,11 @@ func errInvalidParams(msg string) *Error {
 	return &Error{Code: -32602, HTTP: http.StatusBadRequest, Status: "INVALID_ARGUMENT", Reason: "INVALID_PARAMS", Msg: msg}
 }
 
+func errRateLimited(caller string) *Error {
+	return &Error{Code: -32000, HTTP: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Reason: "RATE_LIMITED",
+		Msg: "too many tasks from " + caller + "; retry later"}
+}
+
 func errInternal() *Error {
 	return &Error{Code: -32603, HTTP: http.StatusInternalServerError, Status: "INTERNAL", Reason: "INTERNAL_ERROR", Msg: "internal error"}
 }
@@ -162,6 +167,11 @@ func (s *Server) send(ctx context.Context, caller string, pipe *mesh.Pipeline, p
 	}
 	if pipe == nil {
 		return tracing.MeshRow{}, errUnsupported("send messages to a pipeline's own endpoint (see the skills of this card)")
+	}
+	if s.cfg.AllowCreator != nil {
+		if ok, _ := s.cfg.AllowCreator(caller); !ok {
+			return tracing.MeshRow{}, errRateLimited(caller)
+		}
 	}
 	payload, err := payloadOf(p.Message)
 	if err != nil {

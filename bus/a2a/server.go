@@ -22,6 +22,9 @@ type Config struct {
 	// Intents sends the intents of messages to opted-in agents (the
 	// message bus); nil serves no agents.
 	Intents Intents
+	// AllowCreator rate-limits the tasks an agent creates on pipelines; nil
+	// allows all.
+	AllowCreator func(beamID string) (bool, time.Duration)
 	// Name is the directory's name on its card (its domain).
 	Name   string
 	Logger *slog.Logger

@@ -29,6 +29,8 @@ type Config struct {
 	Mesh      *mesh.Engine
 	Pipelines []mesh.Pipeline
 	Logger    *slog.Logger
+	// AllowCreator rate-limits the calls of an agent; nil allows all.
+	AllowCreator func(beamID string) (bool, time.Duration)
 	// SessionTimeout closes a session idle this long (10 minutes).
 	SessionTimeout time.Duration
 }
@@ -98,6 +100,11 @@ func (s *Server) tool(p *mesh.Pipeline) sdk.ToolHandler {
 		args := req.Params.Arguments
 		if len(args) == 0 || string(args) == "null" {
 			args = json.RawMessage("{}")
+		}
+		if s.cfg.AllowCreator != nil {
+			if ok, _ := s.cfg.AllowCreator(caller); !ok {
+				return failure("too many calls from " + caller + "; retry later"), nil
+			}
 		}
 		if err := p.CheckInput(args); err != nil {
 			return failure(err.Error()), nil

@@ -34,7 +34,7 @@ type a2aStack struct {
 	greeter       *agents.Identity // opted in to A2A, skill greeting.hello
 }
 
-func startA2AStack(t *testing.T) *a2aStack {
+func startA2AStack(t *testing.T, env ...string) *a2aStack {
 	t.Helper()
 	dir := t.TempDir()
 	decl := map[string]any{"pipelines": []map[string]any{
@@ -50,7 +50,7 @@ func startA2AStack(t *testing.T) *a2aStack {
 	require.NoError(t, os.WriteFile(path, raw, 0o600))
 	p := beamtest.Start(t, beamtest.Options{
 		Args: []string{"--pipelines", path, "--open-orgs"},
-		Env:  []string{"BEAM_ADMIN_TOKEN=" + a2aOperatorToken},
+		Env:  append([]string{"BEAM_ADMIN_TOKEN=" + a2aOperatorToken}, env...),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
@@ -344,4 +344,24 @@ func TestMCPAttacks(t *testing.T) {
 	status, _, body = a2aCall(t, s.ctx, http.MethodGet, u, "",
 		append([]string{"Authorization", "Bearer " + s.other.APIKey, "Mcp-Session-Id", session}, accept...)...)
 	require.Equal(t, http.StatusForbidden, status, "another agent followed the caller's session: %s", body)
+}
+
+// TestA2AFloodIsRateLimited: tasks count against the caller's intent rate
+// limit; past it, both bindings refuse and no envelope is created.
+func TestA2AFloodIsRateLimited(t *testing.T) {
+	t.Parallel()
+	s := startA2AStack(t, "BEAM_LIMIT_INTENTS=3/1h")
+	send := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"product_id":"1"}}]},"configuration":{"returnImmediately":true}}}`
+	auth := []string{"Authorization", "Bearer " + s.caller.APIKey}
+	for range 3 {
+		_, _, body := a2aCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich", send, auth...)
+		require.Contains(t, string(body), `"result"`, string(body))
+	}
+	_, _, body := a2aCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich", send, auth...)
+	require.Contains(t, string(body), `"code":-32000`, string(body))
+	status, _, body := a2aCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich/message:send", send[strings.Index(send, `{"message"`):len(send)-1], auth...)
+	require.Equal(t, http.StatusTooManyRequests, status, string(body))
+	status, _, body = a2aCall(t, s.ctx, http.MethodGet, s.p.URL()+"/api/v1/mesh", "", "X-Api-Key", s.caller.APIKey)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, string(body), `"total":3`, "the refused sends created envelopes: %s", body)
 }
