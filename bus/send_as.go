@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
@@ -56,4 +57,30 @@ func sendError(e *apiError) *SendError { return &SendError{Status: e.status, Cod
 // Message returns the message of nonce, as GET /v1/beam/messages shows it.
 func (b *Bus) Message(ctx context.Context, nonce string) (tracing.MessageRow, bool, error) {
 	return b.message(ctx, nonce)
+}
+
+// awaitPoll is how often Await reads the message again.
+const awaitPoll = 50 * time.Millisecond
+
+// Await reads the message of nonce until it has its outcome (acked,
+// failed or dead-lettered) or max has passed, and returns it as it then
+// stands; it reads the log again every 50 ms.
+func (b *Bus) Await(ctx context.Context, nonce string, max time.Duration) (tracing.MessageRow, error) {
+	deadline := time.Now().Add(max)
+	tick := time.NewTicker(awaitPoll)
+	defer tick.Stop()
+	for {
+		row, ok, err := b.message(ctx, nonce)
+		if err != nil {
+			return row, err
+		}
+		if ok && (row.Status.Terminal() || !time.Now().Before(deadline)) {
+			return row, nil
+		}
+		select {
+		case <-ctx.Done():
+			return row, ctx.Err()
+		case <-tick.C:
+		}
+	}
 }

@@ -24,6 +24,7 @@ const Capability = "a2a"
 type Intents interface {
 	SendAs(ctx context.Context, from, to, intent string, payload json.RawMessage) (string, error)
 	Message(ctx context.Context, nonce string) (tracing.MessageRow, bool, error)
+	Await(ctx context.Context, nonce string, max time.Duration) (tracing.MessageRow, error)
 }
 
 // agentWait bounds how long a blocking send to an agent waits before it
@@ -124,7 +125,11 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
 			writeRPC(w, c.req.ID, nil, s.asError(err))
 			return
 		}
-		row, err := s.waitIntent(ctx, nonce, !p.immediate())
+		wait := agentWait
+		if p.immediate() {
+			wait = 0
+		}
+		row, err := s.cfg.Intents.Await(ctx, nonce, wait)
 		if err != nil {
 			if !ctxErr(err) {
 				writeRPC(w, c.req.ID, nil, s.asError(err))
@@ -182,29 +187,6 @@ func intentOf(a registry.Agent, p *sendParams) (string, *Error) {
 		return skills[0], nil
 	default:
 		return "", errInvalidParams("name the intent (one of the card's skills) in the message metadata as \"intent\"")
-	}
-}
-
-// waitIntent reads the message of nonce; when wait is set, until it is
-// answered (or agentWait passes: the task is answered as it stands). The
-// log is read again every 50 ms.
-func (s *Server) waitIntent(ctx context.Context, nonce string, wait bool) (tracing.MessageRow, error) {
-	deadline := time.Now().Add(agentWait)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		row, ok, err := s.cfg.Intents.Message(ctx, nonce)
-		if err != nil {
-			return row, err
-		}
-		if ok && (!wait || row.Status.Terminal() || time.Now().After(deadline)) {
-			return row, nil
-		}
-		select {
-		case <-ctx.Done():
-			return row, ctx.Err()
-		case <-tick.C:
-		}
 	}
 }
 

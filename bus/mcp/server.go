@@ -8,12 +8,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/beamdir/beam/bus/a2a"
 	"github.com/beamdir/beam/bus/mesh"
+	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/tracing"
 )
@@ -33,13 +37,24 @@ type Config struct {
 	AllowCreator func(beamID string) (bool, time.Duration)
 	// SessionTimeout closes a session idle this long (10 minutes).
 	SessionTimeout time.Duration
+	// Registry, Intents and Catalog, when all set, add the tools of opted-in
+	// agents' intents that the catalog describes (agents.go).
+	Registry *registry.Registry
+	Intents  a2a.Intents
+	Catalog  *directory.Catalog
 }
 
 // Server is the MCP endpoint.
 type Server struct {
-	cfg Config
-	lg  *slog.Logger
-	h   http.Handler
+	cfg   Config
+	lg    *slog.Logger
+	h     http.Handler
+	srv   *sdk.Server
+	pipes map[string]bool
+
+	mu         sync.Mutex
+	refreshed  time.Time
+	agentTools map[string]agentTool
 }
 
 // New builds the MCP server with one tool per pipeline.
@@ -49,7 +64,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.SessionTimeout = cmp.Or(cfg.SessionTimeout, 10*time.Minute)
-	s := &Server{cfg: cfg, lg: cfg.Logger.With("component", "mcp")}
+	s := &Server{cfg: cfg, lg: cfg.Logger.With("component", "mcp"), pipes: map[string]bool{}}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "beam", Title: "beam directory pipelines", Version: buildinfo.Version},
 		&sdk.ServerOptions{Logger: s.lg, Instructions: "Each tool runs a pipeline of agents of this directory; its result is the pipeline's final payload."})
 	for i := range cfg.Pipelines {
@@ -59,8 +74,15 @@ func New(cfg Config) (*Server, error) {
 			desc = "Runs the pipeline " + p.Name
 		}
 		srv.AddTool(&sdk.Tool{Name: p.Name, Description: desc, InputSchema: p.InputSchema}, s.tool(p))
+		s.pipes[p.Name] = true
 	}
-	stream := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv },
+	s.srv = srv
+	stream := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			s.refreshAgentTools() // a new session sees the agents as they are now
+		}
+		return srv
+	},
 		&sdk.StreamableHTTPOptions{Logger: s.lg, SessionTimeout: cfg.SessionTimeout})
 	// The token info names the calling agent; the SDK then refuses a
 	// session used by another agent than the one that opened it.

@@ -48,8 +48,12 @@ func startA2AStack(t *testing.T, env ...string) *a2aStack {
 	require.NoError(t, err)
 	path := filepath.Join(dir, "pipelines.json")
 	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	catalog := filepath.Join(dir, "catalog.json")
+	require.NoError(t, os.WriteFile(catalog, []byte(`{"intents":[
+		{"id":"greeting.hello","description":"Greets someone","payload":{"name":{"type":"string","required":true,"maxLength":100}}},
+		{"id":"mesh.envelope","description":"A pipeline hop"}]}`), 0o600))
 	p := beamtest.Start(t, beamtest.Options{
-		Args: []string{"--pipelines", path, "--open-orgs"},
+		Args: []string{"--pipelines", path, "--open-orgs", "--intent-catalog", catalog},
 		Env:  append([]string{"BEAM_ADMIN_TOKEN=" + a2aOperatorToken}, env...),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -305,13 +309,13 @@ func TestA2AAttacks(t *testing.T) {
 // TestMCPClientFromNPM drives the declared pipelines as MCP tools with the
 // published @modelcontextprotocol/sdk (fixtures/a2a-js/mcp.mjs): the tools
 // with their schemas, a call with progress notifications to its
-// structured result, a call off the schema, and a cancelled call that
-// cancels its envelope.
+// structured result, a call off the schema, a cancelled call that cancels
+// its envelope, and the tool of an opted-in agent's intent.
 func TestMCPClientFromNPM(t *testing.T) {
 	t.Parallel()
 	node, dir := jsFixture(t, "@modelcontextprotocol/sdk")
 	s := startA2AStack(t)
-	runJSChecks(t, s.ctx, node, dir, "mcp.mjs", "BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey)
+	runJSChecks(t, s.ctx, node, dir, "mcp.mjs", "BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_CALLER="+s.caller.BeamID)
 }
 
 // TestMCPAttacks: calls without credentials get 401 with the bearer

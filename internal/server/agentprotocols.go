@@ -20,7 +20,8 @@ func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Regist
 		return fmt.Errorf("open A2A server: %w", err)
 	}
 	srv.Routes(s.mux)
-	tools, err := mcp.New(mcp.Config{Mesh: pipes, Pipelines: s.cfg.Pipelines, AllowCreator: s.rl.intents.Allow, Logger: s.logger})
+	tools, err := mcp.New(mcp.Config{Mesh: pipes, Pipelines: s.cfg.Pipelines, AllowCreator: s.rl.intents.Allow, Logger: s.logger,
+		Registry: agents, Intents: intents, Catalog: s.cfg.IntentCatalog})
 	if err != nil {
 		return fmt.Errorf("open MCP server: %w", err)
 	}
