@@ -310,12 +310,19 @@ func TestA2AAttacks(t *testing.T) {
 // published @modelcontextprotocol/sdk (fixtures/a2a-js/mcp.mjs): the tools
 // with their schemas, a call with progress notifications to its
 // structured result, a call off the schema, a cancelled call that cancels
-// its envelope, and the tool of an opted-in agent's intent.
+// its envelope, and the tool of an opted-in agent's intent, which refuses
+// a caller the agent's policy refuses.
 func TestMCPClientFromNPM(t *testing.T) {
 	t.Parallel()
 	node, dir := jsFixture(t, "@modelcontextprotocol/sdk")
 	s := startA2AStack(t)
-	runJSChecks(t, s.ctx, node, dir, "mcp.mjs", "BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_CALLER="+s.caller.BeamID)
+	// The greeter refuses the other agent: its MCP call must be refused too.
+	status, _, body := a2aCall(t, s.ctx, http.MethodPost, s.p.URL()+"/acl",
+		`{"targetBeamId":"`+s.greeter.BeamID+`","intentType":"*","allowedFrom":"`+s.other.BeamID+`","effect":"deny"}`,
+		"X-Api-Key", s.greeter.APIKey)
+	require.Less(t, status, 300, string(body))
+	runJSChecks(t, s.ctx, node, dir, "mcp.mjs", "BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_CALLER="+s.caller.BeamID,
+		"BEAM_OTHER_KEY="+s.other.APIKey)
 }
 
 // TestMCPAttacks: calls without credentials get 401 with the bearer
