@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/internal/httpjson"
@@ -108,11 +109,21 @@ func (s *Server) readRPC(w http.ResponseWriter, r *http.Request) (c rpcCall, ok 
 		writeRPC(w, req.ID, nil, &Error{Code: -32601, Msg: "method not found: " + req.Method})
 		return c, false
 	}
+	if v := strings.TrimSpace(r.Header.Get("A2A-Version")); v != "" && !supportedVersion(v) {
+		writeRPC(w, req.ID, nil, &Error{Code: -32009, Msg: "A2A version " + v + " is not supported: this server speaks 1.0 and 0.3"})
+		return c, false
+	}
 	params := req.Params
 	if len(bytes.TrimSpace(params)) == 0 {
 		params = json.RawMessage("{}")
 	}
 	return rpcCall{caller: caller, req: req, op: m.op, v: m.v, params: params}, true
+}
+
+// supportedVersion reports whether an A2A-Version header names a version
+// this server speaks (1.0 or 0.3, with any patch).
+func supportedVersion(v string) bool {
+	return v == "1.0" || v == "0.3" || strings.HasPrefix(v, "1.0.") || strings.HasPrefix(v, "0.3.")
 }
 
 // result answers a task in the shape of the call's version: SendMessage

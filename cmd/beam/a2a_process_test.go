@@ -299,6 +299,17 @@ func TestA2AAttacks(t *testing.T) {
 	_, _, body = a2aCall(t, s.ctx, http.MethodPost, agentURL, `{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"`+intentTask+`"}}`, other...)
 	require.Contains(t, string(body), `"code":-32001`, "another agent read the caller's intent: %s", body)
 
+	// The caller finds its own task through the directory's endpoint.
+	_, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks", "", "Authorization", "Bearer "+s.caller.APIKey)
+	require.Contains(t, string(body), `"id":"`+id+`"`, string(body))
+	_, _, body = a2aCall(t, s.ctx, http.MethodPost, base+"/a2a", `{"jsonrpc":"2.0","id":5,"method":"GetTask","params":{"id":"`+id+`"}}`,
+		"Authorization", "Bearer "+s.caller.APIKey)
+	require.Contains(t, string(body), `"id":"`+id+`"`, string(body))
+	// A version the server does not speak is refused as the specification says.
+	_, _, body = a2aCall(t, s.ctx, http.MethodPost, base+"/a2a", `{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{"id":"`+id+`"}}`,
+		"Authorization", "Bearer "+s.caller.APIKey, "A2A-Version", "2.0")
+	require.Contains(t, string(body), `"code":-32009`, string(body))
+
 	// The task is the envelope: its creator, protocol and pipeline are on it.
 	status, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/api/v1/mesh/"+id, "", "X-Api-Key", s.caller.APIKey)
 	require.Equal(t, http.StatusOK, status, string(body))
