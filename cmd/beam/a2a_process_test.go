@@ -188,7 +188,7 @@ func TestServeRefusesABadPipelinesFile(t *testing.T) {
 
 // a2aCall makes an A2A request and returns the status, the headers and
 // the body.
-func a2aCall(t *testing.T, ctx context.Context, method, url, body string, hdr ...string) (int, http.Header, []byte) {
+func httpCall(t *testing.T, ctx context.Context, method, url, body string, hdr ...string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	require.NoError(t, err)
@@ -219,7 +219,7 @@ func TestA2AAttacks(t *testing.T) {
 		"operator without agent": {"Authorization", "Bearer " + a2aOperatorToken},
 	} {
 		for _, u := range []string{base + "/a2a/pipelines/hold", base + "/a2a/pipelines/hold/message:send"} {
-			status, h, body := a2aCall(t, s.ctx, http.MethodPost, u, send, hdr...)
+			status, h, body := httpCall(t, s.ctx, http.MethodPost, u, send, hdr...)
 			require.Equal(t, http.StatusUnauthorized, status, "%s: %s", name, body)
 			require.Contains(t, h.Get("WWW-Authenticate"), "Bearer", name)
 			require.Contains(t, string(body), `"errorCode":"UNAUTHORIZED"`, name)
@@ -228,19 +228,19 @@ func TestA2AAttacks(t *testing.T) {
 	var card struct {
 		SecuritySchemes map[string]map[string]any `json:"securitySchemes"`
 	}
-	_, _, body := a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/pipelines/hold/.well-known/agent-card.json", "")
+	_, _, body := httpCall(t, s.ctx, http.MethodGet, base+"/a2a/pipelines/hold/.well-known/agent-card.json", "")
 	require.NoError(t, json.Unmarshal(body, &card))
 	require.Equal(t, "bearer", card.SecuritySchemes["bearer"]["scheme"], "the 401 names the scheme the card gives")
 
 	// A payload that does not match the pipeline's input schema is refused.
-	_, _, body = a2aCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/enrich",
+	_, _, body = httpCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/enrich",
 		`{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m0","role":"ROLE_USER","parts":[{"data":{"product_id":5}}]}}}`,
 		"Authorization", "Bearer "+s.caller.APIKey)
 	require.Contains(t, string(body), `"code":-32602`, string(body))
 	require.Contains(t, string(body), "input schema of enrich", string(body))
 
 	// The caller's task, mid-flight.
-	status, _, body := a2aCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/hold", send, "Authorization", "Bearer "+s.caller.APIKey)
+	status, _, body := httpCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/hold", send, "Authorization", "Bearer "+s.caller.APIKey)
 	require.Equal(t, http.StatusOK, status, string(body))
 	var res struct {
 		Result struct {
@@ -255,7 +255,7 @@ func TestA2AAttacks(t *testing.T) {
 
 	other := []string{"Authorization", "Bearer " + s.other.APIKey}
 	for _, m := range []string{"GetTask", "CancelTask", "SubscribeToTask", "tasks/get", "tasks/cancel", "tasks/resubscribe"} {
-		_, _, body := a2aCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/hold",
+		_, _, body := httpCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/hold",
 			`{"jsonrpc":"2.0","id":2,"method":"`+m+`","params":{"id":"`+id+`"}}`, other...)
 		require.Contains(t, string(body), `"code":-32001`, "%s by another agent: %s", m, body)
 	}
@@ -266,18 +266,18 @@ func TestA2AAttacks(t *testing.T) {
 		{http.MethodGet, "/a2a/tasks/" + id},
 		{http.MethodGet, "/a2a/pipelines/hold/tasks/" + id + ":subscribe"},
 	} {
-		status, _, body := a2aCall(t, s.ctx, c.method, base+c.path, "", other...)
+		status, _, body := httpCall(t, s.ctx, c.method, base+c.path, "", other...)
 		require.Equal(t, http.StatusNotFound, status, "%s %s by another agent: %s", c.method, c.path, body)
 	}
 	// The operator acting for the other agent sees nothing either.
-	status, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks/"+id, "",
+	status, _, body = httpCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks/"+id, "",
 		"Authorization", "Bearer "+a2aOperatorToken, "X-Beam-Id", s.other.BeamID)
 	require.Equal(t, http.StatusNotFound, status, string(body))
-	_, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks", "", other...)
+	_, _, body = httpCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks", "", other...)
 	require.JSONEq(t, `{"tasks":[],"nextPageToken":"","pageSize":0,"totalSize":0}`, string(body))
 	// The task is still running: nothing the other agent did reached it.
 	require.Eventually(t, func() bool {
-		status, _, body := a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks/"+id, "", "Authorization", "Bearer "+s.caller.APIKey)
+		status, _, body := httpCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks/"+id, "", "Authorization", "Bearer "+s.caller.APIKey)
 		return status == http.StatusOK && strings.Contains(string(body), `"TASK_STATE_WORKING"`)
 	}, 10*time.Second, 20*time.Millisecond)
 	// An opted-in agent's policy applies to A2A messages as to any send:
@@ -285,33 +285,33 @@ func TestA2AAttacks(t *testing.T) {
 	// the caller's intents are not the other agent's to read.
 	greet := `{"jsonrpc":"2.0","id":3,"method":"SendMessage","params":{"message":{"messageId":"g1","role":"ROLE_USER","parts":[{"data":{"name":"Eve"}}]}}}`
 	agentURL := base + "/a2a/agents/" + s.greeter.BeamID
-	_, _, body = a2aCall(t, s.ctx, http.MethodPost, agentURL, greet, "Authorization", "Bearer "+s.caller.APIKey)
+	_, _, body = httpCall(t, s.ctx, http.MethodPost, agentURL, greet, "Authorization", "Bearer "+s.caller.APIKey)
 	require.Contains(t, string(body), `"TASK_STATE_COMPLETED"`, string(body))
 	require.NoError(t, json.Unmarshal(body, &res))
 	intentTask := res.Result.Task.ID
-	status, _, body = a2aCall(t, s.ctx, http.MethodPost, base+"/acl",
+	status, _, body = httpCall(t, s.ctx, http.MethodPost, base+"/acl",
 		`{"targetBeamId":"`+s.greeter.BeamID+`","intentType":"*","allowedFrom":"`+s.other.BeamID+`","effect":"deny"}`,
 		"X-Api-Key", s.greeter.APIKey)
 	require.Less(t, status, 300, string(body))
-	_, _, body = a2aCall(t, s.ctx, http.MethodPost, agentURL, greet, other...)
+	_, _, body = httpCall(t, s.ctx, http.MethodPost, agentURL, greet, other...)
 	require.Contains(t, string(body), "ACL denied", "a denied sender's A2A message went through: %s", body)
 	require.NotContains(t, string(body), "hello Eve")
-	_, _, body = a2aCall(t, s.ctx, http.MethodPost, agentURL, `{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"`+intentTask+`"}}`, other...)
+	_, _, body = httpCall(t, s.ctx, http.MethodPost, agentURL, `{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"`+intentTask+`"}}`, other...)
 	require.Contains(t, string(body), `"code":-32001`, "another agent read the caller's intent: %s", body)
 
 	// The caller finds its own task through the directory's endpoint.
-	_, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks", "", "Authorization", "Bearer "+s.caller.APIKey)
+	_, _, body = httpCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks", "", "Authorization", "Bearer "+s.caller.APIKey)
 	require.Contains(t, string(body), `"id":"`+id+`"`, string(body))
-	_, _, body = a2aCall(t, s.ctx, http.MethodPost, base+"/a2a", `{"jsonrpc":"2.0","id":5,"method":"GetTask","params":{"id":"`+id+`"}}`,
+	_, _, body = httpCall(t, s.ctx, http.MethodPost, base+"/a2a", `{"jsonrpc":"2.0","id":5,"method":"GetTask","params":{"id":"`+id+`"}}`,
 		"Authorization", "Bearer "+s.caller.APIKey)
 	require.Contains(t, string(body), `"id":"`+id+`"`, string(body))
 	// A version the server does not speak is refused as the specification says.
-	_, _, body = a2aCall(t, s.ctx, http.MethodPost, base+"/a2a", `{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{"id":"`+id+`"}}`,
+	_, _, body = httpCall(t, s.ctx, http.MethodPost, base+"/a2a", `{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{"id":"`+id+`"}}`,
 		"Authorization", "Bearer "+s.caller.APIKey, "A2A-Version", "2.0")
 	require.Contains(t, string(body), `"code":-32009`, string(body))
 
 	// The task is the envelope: its creator, protocol and pipeline are on it.
-	status, _, body = a2aCall(t, s.ctx, http.MethodGet, base+"/api/v1/mesh/"+id, "", "X-Api-Key", s.caller.APIKey)
+	status, _, body = httpCall(t, s.ctx, http.MethodGet, base+"/api/v1/mesh/"+id, "", "X-Api-Key", s.caller.APIKey)
 	require.Equal(t, http.StatusOK, status, string(body))
 	require.Contains(t, string(body), `"x-beam-protocol":"a2a"`)
 	require.Contains(t, string(body), `"x-beam-pipeline":"hold"`)
@@ -328,7 +328,7 @@ func TestMCPClientFromNPM(t *testing.T) {
 	node, dir := jsFixture(t, "@modelcontextprotocol/sdk")
 	s := startA2AStack(t)
 	// The greeter refuses the other agent: its MCP call must be refused too.
-	status, _, body := a2aCall(t, s.ctx, http.MethodPost, s.p.URL()+"/acl",
+	status, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/acl",
 		`{"targetBeamId":"`+s.greeter.BeamID+`","intentType":"*","allowedFrom":"`+s.other.BeamID+`","effect":"deny"}`,
 		"X-Api-Key", s.greeter.APIKey)
 	require.Less(t, status, 300, string(body))
@@ -350,20 +350,20 @@ func TestMCPAttacks(t *testing.T) {
 		"a wrong key":            append([]string{"Authorization", "Bearer bk_forged"}, accept...),
 		"operator without agent": append([]string{"Authorization", "Bearer " + a2aOperatorToken}, accept...),
 	} {
-		status, h, body := a2aCall(t, s.ctx, http.MethodPost, u, initialize, hdr...)
+		status, h, body := httpCall(t, s.ctx, http.MethodPost, u, initialize, hdr...)
 		require.Equal(t, http.StatusUnauthorized, status, "%s: %s", name, body)
 		require.Contains(t, h.Get("WWW-Authenticate"), "Bearer", name)
 	}
-	status, h, body := a2aCall(t, s.ctx, http.MethodPost, u, initialize,
+	status, h, body := httpCall(t, s.ctx, http.MethodPost, u, initialize,
 		append([]string{"Authorization", "Bearer " + s.caller.APIKey}, accept...)...)
 	require.Equal(t, http.StatusOK, status, string(body))
 	session := h.Get("Mcp-Session-Id")
 	require.NotEmpty(t, session)
 	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
-	status, _, body = a2aCall(t, s.ctx, http.MethodPost, u, list,
+	status, _, body = httpCall(t, s.ctx, http.MethodPost, u, list,
 		append([]string{"Authorization", "Bearer " + s.other.APIKey, "Mcp-Session-Id", session}, accept...)...)
 	require.Equal(t, http.StatusForbidden, status, "another agent used the caller's session: %s", body)
-	status, _, body = a2aCall(t, s.ctx, http.MethodGet, u, "",
+	status, _, body = httpCall(t, s.ctx, http.MethodGet, u, "",
 		append([]string{"Authorization", "Bearer " + s.other.APIKey, "Mcp-Session-Id", session}, accept...)...)
 	require.Equal(t, http.StatusForbidden, status, "another agent followed the caller's session: %s", body)
 }
@@ -376,14 +376,14 @@ func TestA2AFloodIsRateLimited(t *testing.T) {
 	send := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"product_id":"1"}}]},"configuration":{"returnImmediately":true}}}`
 	auth := []string{"Authorization", "Bearer " + s.caller.APIKey}
 	for range 3 {
-		_, _, body := a2aCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich", send, auth...)
+		_, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich", send, auth...)
 		require.Contains(t, string(body), `"result"`, string(body))
 	}
-	_, _, body := a2aCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich", send, auth...)
+	_, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich", send, auth...)
 	require.Contains(t, string(body), `"code":-32000`, string(body))
-	status, _, body := a2aCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich/message:send", send[strings.Index(send, `{"message"`):len(send)-1], auth...)
+	status, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich/message:send", send[strings.Index(send, `{"message"`):len(send)-1], auth...)
 	require.Equal(t, http.StatusTooManyRequests, status, string(body))
-	status, _, body = a2aCall(t, s.ctx, http.MethodGet, s.p.URL()+"/api/v1/mesh", "", "X-Api-Key", s.caller.APIKey)
+	status, _, body = httpCall(t, s.ctx, http.MethodGet, s.p.URL()+"/api/v1/mesh", "", "X-Api-Key", s.caller.APIKey)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, string(body), `"total":3`, "the refused sends created envelopes: %s", body)
 }
