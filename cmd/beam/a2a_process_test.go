@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -122,40 +121,6 @@ func jsFixture(t *testing.T, module string) (string, string) {
 	return node, dir
 }
 
-// runJSChecks runs a fixtures/a2a-js script and reports its checks.
-func runJSChecks(t *testing.T, ctx context.Context, node, dir, script string, env ...string) {
-	t.Helper()
-	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	var summary struct {
-		OK     bool   `json:"ok"`
-		Fatal  string `json:"fatal"`
-		Checks []struct {
-			Name  string `json:"name"`
-			OK    bool   `json:"ok"`
-			MS    int    `json:"ms"`
-			Error string `json:"error"`
-		} `json:"checks"`
-	}
-	if err := json.Unmarshal(stdout.Bytes(), &summary); err != nil {
-		t.Fatalf("%s printed no summary (%v)\nstdout:\n%s\nstderr:\n%s", script, err, stdout.String(), stderr.String())
-	}
-	for _, c := range summary.Checks {
-		if c.OK {
-			t.Logf("ok   %-75s %5d ms", c.Name, c.MS)
-		} else {
-			t.Errorf("FAIL %-75s %5d ms\n%s", c.Name, c.MS, c.Error)
-		}
-	}
-	require.Empty(t, summary.Fatal)
-	require.True(t, summary.OK, "stderr:\n%s", stderr.String())
-	require.NoError(t, runErr)
-}
-
 // TestA2AClientFromNPM drives the declared pipelines with the published
 // @a2a-js/sdk (fixtures/a2a-js/a2a.mjs): card resolution, a streamed send
 // through three Go SDK actors to completed with the enriched payload as
@@ -166,7 +131,7 @@ func TestA2AClientFromNPM(t *testing.T) {
 	t.Parallel()
 	node, dir := jsFixture(t, "@a2a-js/sdk")
 	s := startA2AStack(t)
-	runJSChecks(t, s.ctx, node, dir, "a2a.mjs",
+	beamtest.NodeChecks(t, s.ctx, node, dir, "a2a.mjs",
 		"BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_OTHER_KEY="+s.other.APIKey,
 		"BEAM_AGENT="+s.greeter.BeamID, "BEAM_CALLER="+s.caller.BeamID)
 }
@@ -332,7 +297,7 @@ func TestMCPClientFromNPM(t *testing.T) {
 		`{"targetBeamId":"`+s.greeter.BeamID+`","intentType":"*","allowedFrom":"`+s.other.BeamID+`","effect":"deny"}`,
 		"X-Api-Key", s.greeter.APIKey)
 	require.Less(t, status, 300, string(body))
-	runJSChecks(t, s.ctx, node, dir, "mcp.mjs", "BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_CALLER="+s.caller.BeamID,
+	beamtest.NodeChecks(t, s.ctx, node, dir, "mcp.mjs", "BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_CALLER="+s.caller.BeamID,
 		"BEAM_OTHER_KEY="+s.other.APIKey)
 }
 
