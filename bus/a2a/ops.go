@@ -173,6 +173,9 @@ func (s *Server) send(ctx context.Context, caller string, pipe *mesh.Pipeline, p
 			return tracing.MeshRow{}, errRateLimited(caller)
 		}
 	}
+	if err := s.cfg.Mesh.MayStart(caller, pipe.Route); err != nil {
+		return tracing.MeshRow{}, err
+	}
 	payload, err := payloadOf(p.Message)
 	if err != nil {
 		return tracing.MeshRow{}, err

@@ -44,3 +44,25 @@ func Unauthorized(w http.ResponseWriter, err error) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="beam", error="invalid_token"`)
 	httpjson.Error(w, http.StatusUnauthorized, CodeUnauthorized, err.Error())
 }
+
+// MayStart checks that creator may send the first hop of route, by the
+// first actor's ACL rules and the directory's default policy, as a direct
+// send of the hop's intent would be checked: the agent protocols refuse a
+// task up front instead of creating an envelope that its first hop would
+// fail. An actor of a peer directory is left to its directory's policies.
+func (e *Engine) MayStart(creator string, route []string) error {
+	if len(route) == 0 {
+		return nil
+	}
+	if _, local := e.reg.Get(route[0]); !local {
+		return nil
+	}
+	if ok, reason := e.reg.Allowed(creator, route[0], IntentEnvelope); !ok {
+		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", IntentEnvelope, creator, route[0])
+		if reason != "" {
+			msg += " (" + reason + ")"
+		}
+		return inputErr(http.StatusForbidden, CodeForbidden, "%s", msg)
+	}
+	return nil
+}

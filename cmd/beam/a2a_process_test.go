@@ -264,6 +264,20 @@ func TestA2AAttacks(t *testing.T) {
 	_, _, body = httpCall(t, s.ctx, http.MethodPost, agentURL, `{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"`+intentTask+`"}}`, other...)
 	require.Contains(t, string(body), `"code":-32001`, "another agent read the caller's intent: %s", body)
 
+	// A pipeline whose first actor refuses the other agent refuses it
+	// through A2A, before any envelope exists.
+	status, _, body = httpCall(t, s.ctx, http.MethodPost, base+"/acl",
+		`{"targetBeamId":"`+a2aID("loader")+`","intentType":"*","allowedFrom":"`+s.other.BeamID+`","effect":"deny"}`,
+		"Authorization", "Bearer "+a2aOperatorToken)
+	require.Less(t, status, 300, string(body))
+	enrichSend := `{"jsonrpc":"2.0","id":7,"method":"SendMessage","params":{"message":{"messageId":"e1","role":"ROLE_USER","parts":[{"data":{"product_id":"1"}}]}}}`
+	_, _, body = httpCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/enrich", enrichSend, other...)
+	require.Contains(t, string(body), "ACL denied", "a sender the first actor denies started a task: %s", body)
+	status, _, body = httpCall(t, s.ctx, http.MethodPost, base+"/a2a/pipelines/enrich/message:send", enrichSend[strings.Index(enrichSend, `{"message"`):len(enrichSend)-1], other...)
+	require.Equal(t, http.StatusForbidden, status, string(body))
+	_, _, body = httpCall(t, s.ctx, http.MethodGet, base+"/api/v1/mesh", "", "X-Api-Key", s.other.APIKey)
+	require.Contains(t, string(body), `"total":0`, "the refused sends created envelopes: %s", body)
+
 	// The caller finds its own task through the directory's endpoint.
 	_, _, body = httpCall(t, s.ctx, http.MethodGet, base+"/a2a/tasks", "", "Authorization", "Bearer "+s.caller.APIKey)
 	require.Contains(t, string(body), `"id":"`+id+`"`, string(body))
@@ -292,11 +306,14 @@ func TestMCPClientFromNPM(t *testing.T) {
 	t.Parallel()
 	node, dir := jsFixture(t, "@modelcontextprotocol/sdk")
 	s := startA2AStack(t)
-	// The greeter refuses the other agent: its MCP call must be refused too.
-	status, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/acl",
-		`{"targetBeamId":"`+s.greeter.BeamID+`","intentType":"*","allowedFrom":"`+s.other.BeamID+`","effect":"deny"}`,
-		"X-Api-Key", s.greeter.APIKey)
-	require.Less(t, status, 300, string(body))
+	// The greeter and the pipeline's first actor refuse the other agent:
+	// its MCP calls must be refused too.
+	for _, target := range []string{s.greeter.BeamID, a2aID("loader")} {
+		status, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/acl",
+			`{"targetBeamId":"`+target+`","intentType":"*","allowedFrom":"`+s.other.BeamID+`","effect":"deny"}`,
+			"Authorization", "Bearer "+a2aOperatorToken)
+		require.Less(t, status, 300, string(body))
+	}
 	beamtest.NodeChecks(t, s.ctx, node, dir, "mcp.mjs", "BEAM_URL="+s.p.URL(), "BEAM_KEY="+s.caller.APIKey, "BEAM_CALLER="+s.caller.BeamID,
 		"BEAM_OTHER_KEY="+s.other.APIKey)
 }
