@@ -128,6 +128,8 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
 		wait := agentWait
 		if p.immediate() {
 			wait = 0
+		} else {
+			longLived(w)
 		}
 		row, err := s.cfg.Intents.Await(ctx, nonce, wait)
 		if err != nil {

@@ -173,6 +173,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if !p.immediate() {
+			longLived(w)
 			if row, err = s.wait(ctx, row); err != nil {
 				if !ctxErr(err) {
 					writeRPC(w, req.ID, nil, s.asError(err))

@@ -79,6 +79,7 @@ func (s *Server) handleRESTSend(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if !p.immediate() {
+		longLived(w)
 		if row, err = s.wait(r.Context(), row); err != nil {
 			if !ctxErr(err) {
 				restError(w, s.asError(err))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/tracing"
@@ -27,6 +28,7 @@ func newSSE(w http.ResponseWriter, v version, wrap func(string, any) any) (*sse,
 	if !ok {
 		return nil, errors.New("streaming unsupported")
 	}
+	longLived(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -55,6 +57,13 @@ func (s *sse) comment() {
 			s.f.Flush()
 		}
 	}
+}
+
+// longLived lifts the server's write deadline from a response that lasts
+// as long as its task (a stream, a blocking send): the task's own deadline
+// bounds it, and streams carry keepalives.
+func longLived(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 }
 
 // follow streams task row: the task first, then a status update for every

@@ -102,6 +102,9 @@ func New(cfg Config) (*Server, error) {
 			mesh.Unauthorized(w, err)
 			return
 		}
+		// A tool call's answer streams as long as its envelope runs (its
+		// own deadline bounds it); the server's write deadline would cut it.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		bearer.ServeHTTP(w, r)
 	})
 	return s, nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -33,7 +34,9 @@ type a2aStack struct {
 	greeter       *agents.Identity // opted in to A2A, skill greeting.hello
 }
 
-func startA2AStack(t *testing.T, env ...string) *a2aStack {
+// extra holds BEAM_* variables for its environment and --flags for its
+// command line.
+func startA2AStack(t *testing.T, extra ...string) *a2aStack {
 	t.Helper()
 	dir := t.TempDir()
 	decl := map[string]any{"pipelines": []map[string]any{
@@ -51,10 +54,16 @@ func startA2AStack(t *testing.T, env ...string) *a2aStack {
 	require.NoError(t, os.WriteFile(catalog, []byte(`{"intents":[
 		{"id":"greeting.hello","description":"Greets someone","payload":{"name":{"type":"string","required":true,"maxLength":100}}},
 		{"id":"mesh.envelope","description":"A pipeline hop"}]}`), 0o600))
-	p := beamtest.Start(t, beamtest.Options{
-		Args: []string{"--pipelines", path, "--open-orgs", "--intent-catalog", catalog},
-		Env:  append([]string{"BEAM_ADMIN_TOKEN=" + a2aOperatorToken}, env...),
-	})
+	args := []string{"--pipelines", path, "--open-orgs", "--intent-catalog", catalog}
+	env := []string{"BEAM_ADMIN_TOKEN=" + a2aOperatorToken}
+	for _, x := range extra {
+		if strings.HasPrefix(x, "--") {
+			args = append(args, x)
+		} else {
+			env = append(env, x)
+		}
+	}
+	p := beamtest.Start(t, beamtest.Options{Args: args, Env: env})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	s := &a2aStack{p: p, ctx: ctx}
@@ -368,4 +377,45 @@ func TestA2AFloodIsRateLimited(t *testing.T) {
 	status, _, body = httpCall(t, s.ctx, http.MethodGet, s.p.URL()+"/api/v1/mesh", "", "X-Api-Key", s.caller.APIKey)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, string(body), `"total":3`, "the refused sends created envelopes: %s", body)
+}
+
+// TestA2AStreamOutlivesTheWriteTimeout: a task's stream lasts as long as
+// the task, not as long as the server's write timeout allows a response.
+func TestA2AStreamOutlivesTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	s := startA2AStack(t, "--write-timeout=1s")
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/hold",
+		strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"n":1}}]}}}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.caller.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	next := func() string {
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				return d
+			}
+		}
+		return ""
+	}
+	first := next()
+	var ev struct {
+		Result struct {
+			Task struct {
+				ID string `json:"id"`
+			} `json:"task"`
+		} `json:"result"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(first), &ev), first)
+	// The condition is the passing of the write timeout itself.
+	<-time.After(1500 * time.Millisecond)
+	status, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/tasks/"+ev.Result.Task.ID+":cancel", "", "Authorization", "Bearer "+s.caller.APIKey)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var last string
+	for d := next(); d != ""; d = next() {
+		last = d
+	}
+	require.Contains(t, last, `"TASK_STATE_CANCELED"`, "the stream was cut before the task ended")
 }
