@@ -17,8 +17,8 @@ import (
 
 type agentInterface struct {
 	URL             string `json:"url"`
-	ProtocolBinding string `json:"protocolBinding"`
-	ProtocolVersion string `json:"protocolVersion"`
+	ProtocolBinding string `json:"protocolBinding,omitempty"`
+	ProtocolVersion string `json:"protocolVersion,omitempty"`
 	// Transport is the 0.3 name of the binding (additionalInterfaces).
 	Transport string `json:"transport,omitempty"`
 }
