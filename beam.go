@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/server"
 )
@@ -40,6 +41,10 @@ type Config struct {
 	// BusAPIKey is the operator bus key for trusted back-ends; empty
 	// disables it.
 	BusAPIKey string
+	// Pipelines, when set, declares pipelines for A2A clients and MCP hosts:
+	// the content of a `beam serve --pipelines` file
+	// (docs/guides/a2a-mcp.md).
+	Pipelines []byte
 	// NoLimits turns off the rate limits and connection caps beam serve
 	// applies by default (docs/SECURITY.md, "Limits"), e.g. for load tests.
 	NoLimits bool
@@ -66,6 +71,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		peers = append(peers, p)
 	}
+	var pipes []mesh.Pipeline
+	if len(cfg.Pipelines) > 0 {
+		var err error
+		if pipes, err = mesh.ParsePipelines(cfg.Pipelines); err != nil {
+			return nil, fmt.Errorf("beam: %w", err)
+		}
+	}
 	lim := server.DefaultLimits
 	if cfg.NoLimits {
 		lim = server.Limits{ReadTimeout: lim.ReadTimeout, IdleTimeout: lim.IdleTimeout}
@@ -81,6 +93,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		NATSURL:               cfg.NATSURL,
 		Peers:                 peers,
 		BusAPIKey:             cfg.BusAPIKey,
+		Pipelines:             pipes,
 		Logger:                cfg.Logger,
 		Clock:                 cfg.Clock,
 	})

@@ -233,3 +233,25 @@ func (h countingHandler) Handle(context.Context, slog.Record) error {
 }
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestEmbeddedPipelinesAreA2AAgents: pipelines declared in the Config are
+// on the directory's A2A card; a malformed declaration stops New.
+func TestEmbeddedPipelinesAreA2AAgents(t *testing.T) {
+	t.Parallel()
+	_, err := beam.New(context.Background(), beam.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+		Pipelines: []byte(`{"pipelines":[{"name":"x","route":["not a beam id"]}]}`)})
+	require.ErrorContains(t, err, `pipeline "x"`)
+
+	r := serve(t, beam.Config{Pipelines: []byte(`{"pipelines":[{"name":"greet","route":["bob@acme.beam.directory"]}]}`)})
+	resp, err := http.Get(r.url + "/.well-known/agent-card.json")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var card struct {
+		Skills []struct {
+			ID string `json:"id"`
+		} `json:"skills"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&card))
+	require.Len(t, card.Skills, 1)
+	require.Equal(t, "greet", card.Skills[0].ID)
+}

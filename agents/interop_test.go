@@ -1,11 +1,9 @@
 package agents_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/agents"
+	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/internal/server"
 )
 
@@ -66,35 +65,6 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "interop.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "BEAM_URL="+b.url, "BEAM_GO_AGENT="+gopherID)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-
-	var summary struct {
-		OK     bool   `json:"ok"`
-		Fatal  string `json:"fatal"`
-		Checks []struct {
-			Name  string `json:"name"`
-			OK    bool   `json:"ok"`
-			MS    int    `json:"ms"`
-			Error string `json:"error"`
-		} `json:"checks"`
-	}
-	if err := json.Unmarshal(stdout.Bytes(), &summary); err != nil {
-		t.Fatalf("interop.mjs printed no summary (%v)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	for _, c := range summary.Checks {
-		if c.OK {
-			t.Logf("ok   %-55s %5d ms", c.Name, c.MS)
-		} else {
-			t.Errorf("FAIL %-55s %5d ms\n%s", c.Name, c.MS, c.Error)
-		}
-	}
-	require.Empty(t, summary.Fatal)
-	require.True(t, summary.OK, "stderr:\n%s", stderr.String())
-	require.NoError(t, runErr)
-	require.GreaterOrEqual(t, len(summary.Checks), 20)
+	n := beamtest.NodeChecks(t, ctx, node, dir, "interop.mjs", "BEAM_URL="+b.url, "BEAM_GO_AGENT="+gopherID)
+	require.GreaterOrEqual(t, n, 20)
 }

@@ -26,7 +26,7 @@ func meshStep(t testing.TB, st tracing.MeshStep) json.RawMessage {
 // appendEnvelope writes the log of an envelope that creator sent through
 // route, one hop every 200 ms from at, ending in x-sink, as the pipeline
 // engine writes it.
-func (b *bundle) appendEnvelope(id, creator string, route []string, at time.Time) {
+func (b *bundle) appendEnvelope(id, creator string, route []string, at time.Time, headers ...map[string]string) {
 	b.t.Helper()
 	nonce := "mesh:" + id
 	env := func(hop int) json.RawMessage {
@@ -34,7 +34,11 @@ func (b *bundle) appendEnvelope(id, creator string, route []string, at time.Time
 		if hop < len(route) {
 			r["curr"], r["next"] = route[hop], route[hop+1:]
 		}
-		raw, err := json.Marshal(map[string]any{"id": id, "route": r, "headers": map[string]string{}, "payload": map[string]any{"hop": hop}, "hop": hop, "creator": creator})
+		h := map[string]string{}
+		if len(headers) > 0 {
+			h = headers[0]
+		}
+		raw, err := json.Marshal(map[string]any{"id": id, "route": r, "headers": h, "payload": map[string]any{"hop": hop}, "hop": hop, "creator": creator})
 		require.NoError(b.t, err)
 		return raw
 	}
@@ -147,6 +151,28 @@ func TestBrowserPipelineListAndEnvelope(t *testing.T) {
 			"delivered partner-desk", "acked x-sink"}, rows)
 		require.Equal(t, "warehouse → finance → partner-desk", strings.TrimSpace(browsertest.Eval[string](t, ctx, `document.getElementById("mesh-route").textContent`)))
 		require.Equal(t, "procurement@demo.beam.directory", browsertest.Eval[string](t, ctx, `document.getElementById("mesh-creator").textContent`))
+	}
+}
+
+// TestBrowserEnvelopeNamesItsProtocol: the envelope page says whether an
+// A2A task, an MCP tool call or the gateway created the envelope, and for
+// which declared pipeline.
+func TestBrowserEnvelopeNamesItsProtocol(t *testing.T) {
+	b := setup(t)
+	ctx := browsertest.Start(t)
+	route := []string{"warehouse@demo.beam.directory"}
+	b.appendEnvelope("env-gw", "procurement@demo.beam.directory", route, time.Now().Add(-time.Minute))
+	b.appendEnvelope("env-a2a", "procurement@demo.beam.directory", route, time.Now().Add(-time.Minute),
+		map[string]string{"x-beam-protocol": "a2a", "x-beam-pipeline": "enrich"})
+	b.appendEnvelope("env-mcp", "procurement@demo.beam.directory", route, time.Now().Add(-time.Minute),
+		map[string]string{"x-beam-protocol": "mcp", "x-beam-pipeline": "enrich"})
+	b.browserLogin(ctx)
+	for id, want := range map[string]string{
+		"env-gw": "the gateway (POST /api/v1/mesh)", "env-a2a": "A2A task · pipeline enrich", "env-mcp": "MCP tool call · pipeline enrich",
+	} {
+		browsertest.Run(t, ctx, 10*time.Second, chromedp.Navigate(b.url("/dashboard/#/pipelines/"+id)))
+		browsertest.WaitJS(t, ctx, 10*time.Second, `document.querySelector('.envelope-id')?.textContent === "`+id+`" && document.getElementById("mesh-protocol")`)
+		require.Equal(t, want, browsertest.Eval[string](t, ctx, `document.getElementById("mesh-protocol").textContent`), id)
 	}
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -63,12 +65,16 @@ type benchFlags struct {
 	chaosSettle   time.Duration
 
 	cpuProfile string
+
+	// a2aPipelines is the --pipelines file of the directory a --mode a2a
+	// run starts (not a flag).
+	a2aPipelines []byte
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts a beam serve process on a temporary data directory")
-	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus, federation or mesh (pipeline envelopes); jobs runs Intent Protocol publishers and workers")
-	fs.IntVar(&f.hops, "hops", 3, "--mode mesh: actors in each envelope's route")
+	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus, federation, mesh (pipeline envelopes) or a2a (A2A messages to a declared pipeline); jobs runs Intent Protocol publishers and workers")
+	fs.IntVar(&f.hops, "hops", 3, "--mode mesh and a2a: actors in each envelope's route")
 	fs.IntVar(&f.clusterNodes, "cluster-nodes", 0, "without --url, --mode ws or http: start `N` beam serve --cluster nodes of one domain and spread senders and recipients over them (server figures summed over the nodes, and per node)")
 	fs.IntVar(&f.count, "count", 10000, "intents of a burn-down run")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "intents in flight at most")
@@ -106,7 +112,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation|jobs] [--count N] [--concurrency C] [--json]", stderr,
+	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation|mesh|a2a|jobs] [--count N] [--concurrency C] [--json]", stderr,
 		"Registers real agents (each with its own Ed25519 key), sends signed intents that the",
 		"recipients verify and answer with signed results, and prints intents/s, latency",
 		"percentiles, errors and the server's CPU per intent and peak RSS. Without --url it",
@@ -165,6 +171,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ServerPID: f.serverPID, OperatorToken: f.operatorToken, Logger: logger,
 		PeerURL: f.peerURL, Domain: f.domain, PeerDomain: f.peerDomain, PeerServerPID: f.peerServerPID,
 		Hops: f.hops,
+	}
+	if bench.Mode(f.mode) == bench.ModeA2A {
+		if f.url != "" || f.clusterNodes != 0 {
+			fmt.Fprintln(stderr, "beam bench: --mode a2a starts its own directory, whose declared pipeline routes through the run's recipients: drop --url")
+			return errUsage
+		}
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		cfg.Org = "bench" + hex.EncodeToString(b)
+		if f.a2aPipelines, err = bench.A2APipelinesFile(cfg.Org, f.hops, f.recipients); err != nil {
+			return err
+		}
 	}
 	if f.url == "" && federated {
 		if f.serverPID != 0 || f.peerServerPID != 0 || f.peerURL != "" {
@@ -250,6 +268,14 @@ func startBenchServer(ctx context.Context, f *benchFlags, stderr io.Writer) (*be
 		return nil, nil, fmt.Errorf("data directory: %w", err)
 	}
 	opts := bench.ServerOptions{Binary: bin, DataDir: dir, Synchronous: f.synchronous, Args: []string{"--log-level", "warn", "--open-orgs"}}
+	if f.a2aPipelines != nil {
+		path := filepath.Join(dir, "pipelines.json")
+		if err := os.WriteFile(path, f.a2aPipelines, 0o600); err != nil {
+			remove()
+			return nil, nil, fmt.Errorf("pipelines file: %w", err)
+		}
+		opts.Args = append(opts.Args, "--pipelines", path)
+	}
 	if f.serverLog {
 		opts.Output = stderr
 	}

@@ -77,8 +77,21 @@ func TestBenchModeUsageErrors(t *testing.T) {
 		{"bench", "--mode", "bus", "--peer-url", "http://127.0.0.1:1"},
 		{"bench", "--chaos", "--url", "http://127.0.0.1:1"},
 		{"bench", "--mode", "carrier-pigeon"},
+		{"bench", "--mode", "a2a", "--url", "http://127.0.0.1:1"},
 	} {
 		out, err := beamtest.Run(t, ctx, args...)
 		require.Error(t, err, "%v: %s", args, out)
 	}
+}
+
+// A small A2A run: beam bench starts a directory declaring a pipeline over
+// its recipients; every blocking SendMessage completes after three hops.
+func TestBenchA2AMode(t *testing.T) {
+	t.Parallel()
+	sum := benchJSON(t, "--mode", "a2a", "--hops", "3", "--count", "40", "--concurrency", "4", "--senders", "2", "--recipients", "3")
+	require.Equal(t, "a2a", sum["mode"])
+	require.EqualValues(t, 40, sum["ok"], sum)
+	require.EqualValues(t, 0, sum["errors"], sum)
+	require.EqualValues(t, 3, sum["hops"], sum)
+	require.NotNil(t, sum["server_cpu_ms_per_hop"])
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,18 +41,11 @@ func requireRateLimited(t *testing.T, status int, header http.Header, body []byt
 
 func do(t *testing.T, method, u, bearer string, body []byte) (int, http.Header, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, u, bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
+	var hdr []string
 	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
+		hdr = []string{"Authorization", "Bearer " + bearer}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, resp.Header, b
+	return httpCall(t, context.Background(), method, u, string(body), hdr...)
 }
 
 // TestRegistrationFloodIsRateLimited registers agents from one address

@@ -60,6 +60,7 @@ type serveFlags struct {
 	intentListen   string
 	meshPolicies   string
 	meshHopTimeout time.Duration
+	pipelines      string
 	cluster        clusterFlags
 }
 
@@ -95,6 +96,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.intentListen, "intent-listen", intentListenAuto, "listen address of the Intent Protocol v2.1 job bus (BUS_* variables configure it); "+intentListenAuto+": the --listen host, port + 100 (127.0.0.1:3200 for the default --listen, a free port for port 0); empty disables it")
 	fs.StringVar(&f.meshPolicies, "mesh-policies", "", "JSON file of pipeline retry policies: {\"default\": {...}, \"actors\": {\"<beam id>\": {...}}}")
 	fs.DurationVar(&f.meshHopTimeout, "mesh-hop-timeout", 30*time.Second, "how long one pipeline hop waits for its actor")
+	fs.StringVar(&f.pipelines, "pipelines", os.Getenv("BEAM_PIPELINES"), "JSON file of declared pipelines, served as A2A agents and MCP tools: {\"pipelines\": [{\"name\", \"description\", \"inputSchema\", \"route\": [\"<beam id>\", ...]}]} (also BEAM_PIPELINES)")
 	fs.DurationVar(&f.sweepInterval, "recovery-sweep-interval", msEnv("RELAY_RECOVERY_SWEEP_INTERVAL_MS", 5*time.Second), "how often intents recovered as delivered are checked for expiry (also RELAY_RECOVERY_SWEEP_INTERVAL_MS, in ms)")
 }
 
@@ -166,6 +168,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--mesh-policies: %w", err)
 		}
 	}
+	var pipelines []mesh.Pipeline
+	if f.pipelines != "" {
+		b, err := os.ReadFile(f.pipelines)
+		if err != nil {
+			return fmt.Errorf("--pipelines: %w", err)
+		}
+		if pipelines, err = mesh.ParsePipelines(b); err != nil {
+			return fmt.Errorf("--pipelines %s: %w", f.pipelines, err)
+		}
+	}
 	var meshDefault mesh.Policy
 	if pols.Default != nil {
 		meshDefault = *pols.Default
@@ -207,6 +219,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MeshPolicies:           pols.Actors,
 		MeshDefaultPolicy:      meshDefault,
 		MeshHopTimeout:         f.meshHopTimeout,
+		Pipelines:              pipelines,
 	})
 	if err != nil {
 		return err

@@ -27,7 +27,7 @@ const (
 )
 
 // Modes lists every mode name beam bench accepts, available or not.
-var Modes = []Mode{ModeWS, ModeHTTP, ModeBus, ModeFederation, ModeMesh}
+var Modes = []Mode{ModeWS, ModeHTTP, ModeBus, ModeFederation, ModeMesh, ModeA2A}
 
 // ErrModeUnavailable is wrapped by Run for a mode that is accepted but not
 // implemented yet.
@@ -93,6 +93,7 @@ func init() {
 	RegisterMode(ModeHTTP, newHTTPDriver)
 	RegisterMode(ModeBus, newBusDriver)
 	RegisterMode(ModeMesh, newMeshDriver)
+	RegisterMode(ModeA2A, newA2ADriver)
 	// Federation sends over the senders' sessions on the first directory
 	// to recipients connected to the second; Run places the agents.
 	RegisterMode(ModeFederation, newWSDriver)

@@ -453,7 +453,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := ctx.Err(); err != nil {
 		return sum, fmt.Errorf("bench interrupted: %w", err)
 	}
-	if cfg.Mode == ModeMesh {
+	if cfg.Mode == ModeMesh || cfg.Mode == ModeA2A {
 		sum.Hops = cfg.Hops
 		if sum.Hops <= 0 {
 			sum.Hops = DefaultHops

@@ -189,7 +189,10 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	if s.SentPerSecond != nil && s.Accepted != nil {
 		extra = append(extra, fmt.Sprintf("bus accepted %d messages (%.0f/s sent); intents/s counts messages acked, latency is send → acked", *s.Accepted, *s.SentPerSecond))
 	}
-	if s.HopsPerSecond != nil {
+	if s.HopsPerSecond != nil && s.Mode == ModeA2A {
+		extra = append(extra, fmt.Sprintf("a2a: %d hops per task, %.0f hops/s, server cpu %s ms/hop; intents/s counts tasks, latency is SendMessage → completed",
+			s.Hops, *s.HopsPerSecond, opt(s.ServerCPUmsPerHop, "")))
+	} else if s.HopsPerSecond != nil {
 		extra = append(extra, fmt.Sprintf("mesh: %d hops per envelope, %.0f hops/s, server cpu %s ms/hop; intents/s counts envelopes, latency is create → succeeded",
 			s.Hops, *s.HopsPerSecond, opt(s.ServerCPUmsPerHop, "")))
 	}

@@ -24,22 +24,26 @@ import (
 // profiles, the index at / and the trailing-slash twins of documented
 // routes.
 var undocumentedRoutes = map[string]string{
-	"GET /{$}":                        "the index: links for humans, or a redirect to the dashboard",
-	"GET /ws/":                        "any path below /ws is the WebSocket endpoint too",
-	"GET /api/v1/mesh/{$}":            "the trailing-slash twin of GET /api/v1/mesh",
-	"POST /api/v1/mesh/{$}":           "the trailing-slash twin of POST /api/v1/mesh",
-	"GET /dashboard":                  "the dashboard",
-	"GET /dashboard/login":            "the dashboard",
-	"POST /dashboard/login":           "the dashboard",
-	"POST /dashboard/logout":          "the dashboard",
-	"GET /dashboard/{$}":              "the dashboard",
-	"GET /dashboard/session":          "the dashboard",
-	"/dashboard/":                     "the dashboard",
-	"GET /dashboard/assets/{file...}": "the dashboard",
+	"GET /{$}":                         "the index: links for humans, or a redirect to the dashboard",
+	"GET /ws/":                         "any path below /ws is the WebSocket endpoint too",
+	"GET /api/v1/mesh/{$}":             "the trailing-slash twin of GET /api/v1/mesh",
+	"POST /api/v1/mesh/{$}":            "the trailing-slash twin of POST /api/v1/mesh",
+	"GET /dashboard":                   "the dashboard",
+	"GET /dashboard/login":             "the dashboard",
+	"POST /dashboard/login":            "the dashboard",
+	"POST /dashboard/logout":           "the dashboard",
+	"GET /dashboard/{$}":               "the dashboard",
+	"GET /dashboard/session":           "the dashboard",
+	"/dashboard/":                      "the dashboard",
+	"GET /dashboard/assets/{file...}":  "the dashboard",
+	"GET /.well-known/agent-card.json": "the directory's A2A agent card: described by the A2A specification (docs/guides/a2a-mcp.md)",
+	"POST /a2a":                        "the directory's A2A endpoint: described by the A2A specification (docs/guides/a2a-mcp.md)",
 }
 
-// undocumentedPrefixes are path prefixes left out of openapi.json.
-var undocumentedPrefixes = []string{"/debug/pprof/"}
+// undocumentedPrefixes are path prefixes left out of openapi.json: the
+// profiles, and the A2A and MCP endpoints, described by the A2A and MCP
+// specifications (docs/guides/a2a-mcp.md).
+var undocumentedPrefixes = []string{"/debug/pprof/", "/a2a/", "/mcp"}
 
 // unresolvedPatterns are Handle/HandleFunc calls whose pattern is not a
 // constant expression, by file and expression, with where their routes

@@ -125,6 +125,9 @@ type Config struct {
 	MeshPolicies      map[string]mesh.Policy
 	MeshDefaultPolicy mesh.Policy
 	MeshHopTimeout    time.Duration
+	// Pipelines are the declared pipelines, served as A2A agents and MCP
+	// tools (a2a.go).
+	Pipelines []mesh.Pipeline
 	// Cluster, when set, serves Domain as one node of a cluster
 	// (cluster.go).
 	Cluster *ClusterConfig
@@ -568,6 +571,9 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	b.Routes(s.mux)
 	pipes.Start(context.WithoutCancel(ctx))
 	pipes.Routes(s.mux)
+	if err := s.mountAgentProtocols(pipes, agents, b); err != nil {
+		return err
+	}
 	if s.fed != nil {
 		s.fed.Routes(s.mux)
 	}

@@ -103,6 +103,15 @@ function routeLine(env, id) {
   return line;
 }
 
+// startedBy names the protocol that created an envelope: an A2A task or an
+// MCP tool call (with its pipeline), else the gateway.
+function startedBy(env) {
+  const h = env.headers || {};
+  const p = h["x-beam-protocol"];
+  if (p === "a2a" || p === "mcp") return `${p === "a2a" ? "A2A task" : "MCP tool call"} · pipeline ${h["x-beam-pipeline"] || "?"}`;
+  return "the gateway (POST /api/v1/mesh)";
+}
+
 // routeText is an envelope's whole route as one line of Beam IDs.
 function routeText(env) {
   const r = (env && env.route) || {};
@@ -250,6 +259,7 @@ export function renderPipeline(root, { arg, isCurrent }) {
           el("dl", { class: "kv" },
             el("dt", null, "Route"), el("dd", null, routeLine(env, "mesh-route")),
             el("dt", null, "Creator"), el("dd", { class: "mono", id: "mesh-creator" }, e.creator),
+            el("dt", null, "Started by"), el("dd", { id: "mesh-protocol" }, startedBy(env)),
             el("dt", null, "Created"), el("dd", { id: "mesh-created" }, e.createdAt ? fmtTime(new Date(e.createdAt / 1000).toISOString()) : "—"),
             el("dt", null, "Finished"), el("dd", null, e.completedAt ? fmtTime(new Date(e.completedAt / 1000).toISOString()) : "not yet"),
             el("dt", null, "Hop"), el("dd", null, `${e.hop} done${e.actor && e.status === "running" ? ` · now at ${e.actor}` : ""}`),

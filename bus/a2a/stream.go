@@ -1,0 +1,143 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/beamdir/beam/bus/mesh"
+	"github.com/beamdir/beam/tracing"
+)
+
+// sse writes a task's stream as Server-Sent Events; wrap turns one stream
+// response (its member name and value) into the event's data.
+type sse struct {
+	w    io.Writer
+	f    http.Flusher
+	v    version
+	wrap func(member string, v any) any
+	err  error
+}
+
+func newSSE(w http.ResponseWriter, v version, wrap func(string, any) any) (*sse, error) {
+	f, ok := w.(http.Flusher)
+	if !ok {
+		return nil, errors.New("streaming unsupported")
+	}
+	longLived(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, f: f, v: v, wrap: wrap}, nil
+}
+
+func (s *sse) event(member string, v any) {
+	if s.err != nil {
+		return
+	}
+	b, err := json.Marshal(s.wrap(member, v))
+	if err != nil {
+		s.err = fmt.Errorf("encode stream event: %w", err)
+		return
+	}
+	if _, s.err = fmt.Fprintf(s.w, "data: %s\n\n", b); s.err == nil {
+		s.f.Flush()
+	}
+}
+
+func (s *sse) comment() {
+	if s.err == nil {
+		if _, s.err = io.WriteString(s.w, ": keepalive\n\n"); s.err == nil {
+			s.f.Flush()
+		}
+	}
+}
+
+// longLived lifts the server's write deadline from a response that lasts
+// as long as its task (a stream, a blocking send): the task's own deadline
+// bounds it, and streams carry keepalives.
+func longLived(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+}
+
+// follow streams task row: the task first, then a status update for every
+// change of status or progress, each FLY event as a chunk of the
+// "partial" artifact, and at the end the final payload as the "result"
+// artifact and the final status. It returns when the task ends or waits
+// for input, when ctx ends or the client goes away.
+func (s *Server) follow(ctx context.Context, out *sse, row tracing.MeshRow) {
+	v := out.v
+	w := s.cfg.Mesh.Watch(row.ID)
+	defer func() { w.Close() }()
+	if cur, ok, err := s.cfg.Mesh.Envelope(ctx, row.ID); err == nil && ok {
+		row = cur
+	}
+	out.event("task", taskOf(v, row, true))
+	if settled(row) {
+		return
+	}
+	_, headers, _ := mesh.Payload(row)
+	ctxID := contextOf(row, headers)
+	last := row
+	flies := 0
+	for out.err == nil {
+		nctx, cancel := context.WithTimeout(ctx, s.cfg.KeepaliveInterval)
+		next, fly, err := w.Next(nctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			out.comment()
+			continue
+		}
+		if errors.Is(err, mesh.ErrWatchLagged) {
+			// Fell behind: read the row again and follow anew.
+			w.Close()
+			w = s.cfg.Mesh.Watch(row.ID)
+			cur, ok, err := s.cfg.Mesh.Envelope(ctx, row.ID)
+			if err != nil || !ok {
+				return
+			}
+			next = &cur
+		} else if err != nil {
+			return
+		}
+		if fly != nil {
+			out.event("artifactUpdate", artifactUpdate{Kind: v.kind("artifact-update"), TaskID: row.ID, ContextID: ctxID,
+				Artifact: artifact{ArtifactID: partialArtifact, Name: "partial", Description: "partial output streamed by the actors",
+					Parts: []part{dataPart(v, fly)}}, Append: flies > 0})
+			flies++
+			continue
+		}
+		if next == nil || next.LastSeq < last.LastSeq {
+			continue
+		}
+		cur := *next
+		if cur.Status == last.Status && cur.Progress <= last.Progress && !settled(cur) {
+			last = cur
+			continue
+		}
+		if cur.Status == tracing.MeshSucceeded {
+			if payload, _, err := mesh.Payload(cur); err == nil {
+				a := artifactUpdate{Kind: v.kind("artifact-update"), TaskID: row.ID, ContextID: ctxID,
+					Artifact: resultOf(v, payload), LastChunk: true}
+				out.event("artifactUpdate", a)
+			}
+		}
+		up := statusUpdate{Kind: v.kind("status-update"), TaskID: row.ID, ContextID: ctxID,
+			Status: statusOfRow(v, cur, ctxID), Metadata: metadataOf(cur, headers)}
+		if v == v03 {
+			final := settled(cur)
+			up.Final = &final
+		}
+		out.event("statusUpdate", up)
+		last = cur
+		if settled(cur) {
+			return
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/beamdir/beam/internal/httpjson"
+)
+
+// ErrUnauthenticated is wrapped by every Caller error.
+var ErrUnauthenticated = errors.New("send an agent's API key as Authorization: Bearer (or the operator token with X-Beam-Id naming the agent)")
+
+// Caller authenticates a request of an agent protocol (A2A, MCP) and
+// returns the agent it acts as: an agent's API key (Authorization: Bearer
+// or X-Api-Key), or the operator token with X-Beam-Id (HeaderAgent)
+// naming a registered agent. Errors wrap ErrUnauthenticated.
+func (e *Engine) Caller(r *http.Request) (string, error) {
+	if e.cfg.OperatorAuth != nil && e.cfg.OperatorAuth(r) {
+		id := strings.TrimSpace(r.Header.Get(HeaderAgent))
+		if _, ok := e.reg.Get(id); !ok {
+			return "", fmt.Errorf("%w: the operator token acts for the agent named in %s, and %q is not registered", ErrUnauthenticated, HeaderAgent, id)
+		}
+		return id, nil
+	}
+	key, ok := httpjson.APIKey(r)
+	if !ok {
+		key, _ = httpjson.Bearer(r)
+	}
+	if key == "" {
+		return "", ErrUnauthenticated
+	}
+	a, ok := e.reg.AuthenticateAPIKey(key)
+	if !ok {
+		return "", fmt.Errorf("%w: the key is not valid", ErrUnauthenticated)
+	}
+	return a.BeamID, nil
+}
+
+// Unauthorized answers 401 with the bearer scheme the agent protocols'
+// cards and metadata name.
+func Unauthorized(w http.ResponseWriter, err error) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="beam", error="invalid_token"`)
+	httpjson.Error(w, http.StatusUnauthorized, CodeUnauthorized, err.Error())
+}
+
+// MayStart checks that creator may send the first hop of route, by the
+// first actor's ACL rules and the directory's default policy, as a direct
+// send of the hop's intent would be checked: the agent protocols refuse a
+// task up front instead of creating an envelope that its first hop would
+// fail. An actor of a peer directory is left to its directory's policies.
+func (e *Engine) MayStart(creator string, route []string) error {
+	if len(route) == 0 {
+		return nil
+	}
+	if _, local := e.reg.Get(route[0]); !local {
+		return nil
+	}
+	if ok, reason := e.reg.Allowed(creator, route[0], IntentEnvelope); !ok {
+		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", IntentEnvelope, creator, route[0])
+		if reason != "" {
+			msg += " (" + reason + ")"
+		}
+		return inputErr(http.StatusForbidden, CodeForbidden, "%s", msg)
+	}
+	return nil
+}
