@@ -101,7 +101,10 @@ func guideLines(t *testing.T, path string) []guideLine {
 // command must exit 0 and print what its trailing `# "…"` or `# {…}`
 // comment shows. A fence in a language the test does not know fails it.
 // Every `beam serve` gets BEAM_LISTEN and BEAM_INTENT_LISTEN on free ports,
-// so a guide that runs two names its listeners on both.
+// so a guide that runs two names its listeners on both. A cluster's lines
+// (`beam cluster init`, `beam serve --cluster`) run by the README test's
+// rules (clusterRules): the nodes start together, and the next command
+// waits until every one serves.
 func TestGuidesRunAsWritten(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "flock"} {
@@ -124,7 +127,7 @@ func TestGuidesRunAsWritten(t *testing.T) {
 // runGuide runs the shell blocks of the guide at path (TestGuidesRunAsWritten).
 func runGuide(t *testing.T, path, bin string) {
 	lines := guideLines(t, path)
-	ports := freePorts(t, "3100", "3101", "3200", "3201", "4222", "4223")
+	ports := freePorts(t, "3100", "3101", "3102", "3200", "3201", "3202", "4222", "4223", "4224", "6222", "6223", "6224")
 	var swaps []string
 	for from, to := range ports {
 		swaps = append(swaps, "127.0.0.1:"+from, "127.0.0.1:"+to, "localhost:"+from, "localhost:"+to)
@@ -135,27 +138,36 @@ func runGuide(t *testing.T, path, bin string) {
 	script.WriteString("set -eo pipefail\nexec 2>&1\n")
 	// An HTTP error status fails the command, as a non-zero exit does.
 	script.WriteString("curl() { command curl --fail-with-body \"$@\"; }\n")
-	background := 0
-	inBackground := func(command, ready string) {
-		background++
-		log := fmt.Sprintf("background%d.log", background)
-		fmt.Fprintf(&script, "%s > %s 2>&1 &\n%s", command, log, waitFor(log, ready))
-	}
+	script.WriteString(waitClusterShell)
+	bg := &backgrounds{}
+	// A cluster's lines run as in the README (clusterRules).
+	rules := clusterRules(bg)
+	wants := make([]string, len(lines))
 	ownServer := false
 	for _, l := range lines {
 		ownServer = ownServer || guideServe.MatchString(l.command)
 	}
 	if !ownServer {
-		inBackground("beam serve", "beam serving on")
+		script.WriteString(bg.run("beam serve", "beam serving on"))
 	}
 	for i, l := range lines {
 		fmt.Fprintf(&script, "echo '@@@ %d'\n", i)
 		command := portSwap.Replace(l.command)
+		rule := matchRule(rules, command)
+		if rule == nil || !rule.startsNode {
+			script.WriteString("waitCluster\n")
+		}
 		switch {
+		case rule != nil && rule.script != nil:
+			wants[i] = rule.want
+			script.WriteString(rule.script(command))
+		case rule != nil:
+			wants[i] = rule.want
+			script.WriteString(command + "\n")
 		case guideServe.MatchString(command):
-			inBackground(command, "beam serving on")
+			script.WriteString(bg.run(command, "beam serving on"))
 		case guideListen.MatchString(command):
-			inBackground(command, "listening as")
+			script.WriteString(bg.run(command, "listening as"))
 		default:
 			script.WriteString(command + "\n")
 		}
@@ -163,7 +175,7 @@ func runGuide(t *testing.T, path, bin string) {
 	fmt.Fprintf(&script, "echo '@@@ %d'\nfor p in $(jobs -p); do kill $p 2>/dev/null || true; done\nwait\n", len(lines))
 
 	dir := t.TempDir()
-	run := runMarked(t, dir, script.String(), len(lines), 2*time.Minute, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"),
+	run := runMarked(t, dir, script.String(), len(lines), 4*time.Minute, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"),
 		"BEAM_URL=http://127.0.0.1:"+ports["3100"], "BEAM_LISTEN=127.0.0.1:"+ports["3100"], "BEAM_INTENT_LISTEN=127.0.0.1:"+ports["3200"])
 	out, outputs, last := run.out, run.outputs, run.last
 	if run.err != nil {
@@ -175,6 +187,9 @@ func runGuide(t *testing.T, path, bin string) {
 	}
 	require.Equal(t, len(lines), last, "%s: the script ran to its end:\n%s", path, out)
 	for i, l := range lines {
+		if wants[i] != "" {
+			require.Regexp(t, wants[i], outputs[i], "%s: the output of %q", path, l.command)
+		}
 		for _, w := range l.want {
 			require.Contains(t, outputs[i], w, "%s: the output of %q", path, l.command)
 		}

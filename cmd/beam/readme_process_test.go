@@ -103,17 +103,73 @@ func waitFor(file, text string) string {
 	return fmt.Sprintf("for i in $(seq 600); do grep -q %q %s && break; sleep 0.1; done\ngrep -q %q %s\n", text, file, text, file)
 }
 
+// backgrounds names the logs of the processes a process test's script
+// starts in the background: background1.log, background2.log, …
+type backgrounds struct{ n int }
+
+// log returns the next log's name.
+func (b *backgrounds) log() string {
+	b.n++
+	return fmt.Sprintf("background%d.log", b.n)
+}
+
+// run is bash that runs line in the background until it prints ready.
+func (b *backgrounds) run(line, ready string) string {
+	log := b.log()
+	return fmt.Sprintf("%s > %s 2>&1 &\n%s", line, log, waitFor(log, ready))
+}
+
+// waitClusterShell defines the bash function waitCluster, which waits until
+// every cluster node started since its last call ($CLUSTER_NODES, LOG:PID
+// each) serves (a node serves once the cluster formed; the join takes up to
+// two minutes), and fails the script (set -e) as soon as one exits before
+// it serves, or if one never does.
+const waitClusterShell = `waitCluster() {
+  local n ready i
+  for i in $(seq 1800); do
+    ready=1
+    for n in $CLUSTER_NODES; do
+      grep -q 'beam serving on' ${n%:*} && continue
+      kill -0 ${n##*:} 2>/dev/null || { echo "the cluster node logging to ${n%:*} exited"; CLUSTER_NODES=; return 1; }
+      ready=0
+    done
+    [ $ready = 1 ] && break
+    sleep 0.1
+  done
+  for n in $CLUSTER_NODES; do grep -q 'beam serving on' ${n%:*}; done
+  CLUSTER_NODES=
+}
+`
+
+// clusterRules are the rules for the lines of a cluster recipe, which the
+// README and the guides share: beam cluster init, and the beam serve
+// --cluster lines, which start their nodes in the background together (a
+// script calls waitCluster before its next line of another kind).
+func clusterRules(bg *backgrounds) []readmeRule {
+	return []readmeRule{
+		{match: regexp.MustCompile(`^beam cluster init --nodes 3 --domain acme\.beam\.directory --out acme$`), want: `(?m)^wrote acme/node3$`},
+		{match: regexp.MustCompile(`^beam serve --cluster `), startsNode: true, script: func(line string) string {
+			log := bg.log()
+			return fmt.Sprintf("%s > %s 2>&1 &\nCLUSTER_NODES=\"$CLUSTER_NODES %s:$!\"\n", line, log, log)
+		}},
+	}
+}
+
+// matchRule returns the first of rules that matches line, nil if none does.
+func matchRule(rules []readmeRule, line string) *readmeRule {
+	for i := range rules {
+		if rules[i].match.MatchString(line) {
+			return &rules[i]
+		}
+	}
+	return nil
+}
+
 // readmeRules are the commands the README may use, first match wins. A
 // README line that none matches fails the test.
 func readmeRules() []readmeRule {
-	background := 0
-	// inBackground runs line in the background until it prints ready.
-	inBackground := func(line, ready string) string {
-		background++
-		log := fmt.Sprintf("background%d.log", background)
-		return fmt.Sprintf("%s > %s 2>&1 &\n%s", line, log, waitFor(log, ready))
-	}
-	serve := func(line string) string { return inBackground(line, "beam serving on") }
+	bg := &backgrounds{}
+	serve := func(line string) string { return bg.run(line, "beam serving on") }
 	built := func(line string) string {
 		// The test built the binary already: bin/beam is a link to it.
 		return "mkdir -p bin && ln -sf \"$BEAM_BIN\" bin/beam" + strings.TrimPrefix(line, "go build -o bin/beam ./cmd/beam") + "\n"
@@ -121,7 +177,7 @@ func readmeRules() []readmeRule {
 	send := func(line string) string {
 		return fmt.Sprintf("out=$(%s)\necho \"$out\"\nNONCE=$(echo \"$out\" | sed -n 's/.*\"nonce\":\"\\([^\"]*\\)\".*/\\1/p' | tail -n 1)\n", line)
 	}
-	return []readmeRule{
+	return append(clusterRules(bg), []readmeRule{
 		// make run is beam serve on the defaults; the test runs the binary
 		// it built, with BEAM_LISTEN and BEAM_INTENT_LISTEN on free ports.
 		{match: regexp.MustCompile(`^make run$`), want: `(?m)\bgo run \./cmd/beam serve\s*\n(.|\n)*\{"status":"ok","protocol":"beam/1"`,
@@ -141,15 +197,9 @@ func readmeRules() []readmeRule {
 				// A reader's shell has no BEAM_URL: bench starts its own directory.
 				return "(unset BEAM_URL; " + strings.TrimSuffix(built(line), "\n") + ")\n"
 			}},
-		{match: regexp.MustCompile(`^beam cluster init --nodes 3 --domain acme\.beam\.directory --out acme$`), want: `(?m)^wrote acme/node3$`},
-		{match: regexp.MustCompile(`^beam serve --cluster `), startsNode: true, script: func(line string) string {
-			background++
-			log := fmt.Sprintf("background%d.log", background)
-			return fmt.Sprintf("%s > %s 2>&1 &\nCLUSTER_LOGS=\"$CLUSTER_LOGS %s\"\n", line, log, log)
-		}},
 		{match: regexp.MustCompile(`^curl -s http://127\.0\.0\.1:\d+/agents/carol@acme\.beam\.directory$`), want: `"beamId":"carol@acme\.beam\.directory"`},
 		{match: regexp.MustCompile(`^([A-Z_]+=\S+ )*beam serve( |$)`), script: serve},
-		{match: regexp.MustCompile(`^beam listen .*--echo$`), script: func(line string) string { return inBackground(line, "listening as") }},
+		{match: regexp.MustCompile(`^beam listen .*--echo$`), script: func(line string) string { return bg.run(line, "listening as") }},
 		{match: regexp.MustCompile(`^[AB]=\$\(beam peer show-self --data-dir \S+ +--domain \S+ +--nats-listen \S+\)$`),
 			want:   `^[ab][a-z]+\.beam\.directory=nats://127\.0\.0\.1:\d+#[A-Za-z0-9_-]{43}\n$`,
 			script: func(line string) string { return line + "\necho \"$" + line[:1] + "\"\n" }},
@@ -191,7 +241,7 @@ func readmeRules() []readmeRule {
 			want: `^\{"id":"[^"]+"`},
 		{match: regexp.MustCompile(`^curl -s -XPOST 'localhost:\d+/claim\?namespace=default' -H 'X-API-KEY: change-me'$`),
 			want: `"goal":"send"(.|\n)*"payload":\{"to":"x"\}`},
-	}
+	}...)
 }
 
 // TestReadmeRunsAsWritten runs every shell block of README.md in order with
@@ -227,10 +277,7 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 	// Output is cut per line at the markers; a section's background
 	// processes stop (SIGTERM, as Ctrl-C) before the next section starts.
 	script.WriteString("set -e\nexec 2>&1\nstop() { for p in $(jobs -p); do kill $p 2>/dev/null || true; done; wait; }\n")
-	// waitCluster waits until every cluster node started since the last
-	// call serves (the join takes up to two minutes).
-	script.WriteString("waitCluster() { for f in $CLUSTER_LOGS; do for i in $(seq 1800); do grep -q 'beam serving on' $f && break; sleep 0.1; done; " +
-		"grep -q 'beam serving on' $f; done; CLUSTER_LOGS=; }\n")
+	script.WriteString(waitClusterShell)
 	for _, block := range readmeShellBlocks(t) {
 		if block.section != section {
 			script.WriteString("stop\n")
@@ -245,13 +292,7 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 				continue
 			}
 			line = portSwap.Replace(line)
-			var rule *readmeRule
-			for i := range rules {
-				if rules[i].match.MatchString(line) {
-					rule = &rules[i]
-					break
-				}
-			}
+			rule := matchRule(rules, line)
 			require.NotNil(t, rule, "README line %q (in %q) has no rule in TestReadmeRunsAsWritten: add one that runs it and checks its outcome", line, section)
 			fmt.Fprintf(&script, "echo '@@@ %d'\n", len(lines))
 			if !rule.startsNode {
