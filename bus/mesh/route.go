@@ -643,10 +643,12 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		}
 		route = r
 	}
-	if code, msg, err := e.checkFanout(ctx, env.Creator, len(reply.Outputs)-1); code != "" || err != nil {
-		if err != nil {
-			return err
-		}
+	release, code, msg, err := e.checkFanout(ctx, env.Creator, len(reply.Outputs)-1)
+	defer release()
+	if err != nil {
+		return err
+	}
+	if code != "" {
 		return e.fail(ctx, row, env, pre, ReasonNonRetryable, msg, code)
 	}
 	headers := mergeHeaders(env.Headers, reply.Headers)
@@ -732,21 +734,26 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 // a hop's fan-out would open: they are the creator's envelopes too, and an
 // actor may neither multiply one creation past the cap nor fill the
 // creator's cap with its outputs. It returns "" when the children fit, else
-// TOO_MANY_OPEN_ENVELOPES and the reason the envelope fails with.
-func (e *Engine) checkFanout(ctx context.Context, creator string, children int) (code, msg string, err error) {
+// TOO_MANY_OPEN_ENVELOPES and the reason the envelope fails with. The
+// creator's creations wait until release (after the children are
+// recorded), so that racing hops and creations cannot pass the cap
+// together.
+func (e *Engine) checkFanout(ctx context.Context, creator string, children int) (release func(), code, msg string, err error) {
 	limit := e.cfg.MaxOpenPerCreator
 	if children <= 0 || limit <= 0 {
-		return "", "", nil
+		return func() {}, "", "", nil
 	}
+	mu := e.creatorLock(creator)
+	mu.Lock()
 	open, err := e.log.MeshOpenCount(ctx, creator, limit)
 	if err != nil {
-		return "", "", err
+		return mu.Unlock, "", "", err
 	}
 	if open+children > limit {
-		return CodeTooManyOpen, fmt.Sprintf("the fan-out of %d children would take %s past %d open envelopes, "+
+		return mu.Unlock, CodeTooManyOpen, fmt.Sprintf("the fan-out of %d children would take %s past %d open envelopes, "+
 			"the most one creator may have (it has %d)", children, creator, limit, open), nil
 	}
-	return "", "", nil
+	return mu.Unlock, "", "", nil
 }
 
 // known reports whether actor is an agent of this directory or of a
