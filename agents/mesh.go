@@ -50,8 +50,9 @@ type MeshEnvelope struct {
 	// Author is the actor that last rewrote next ("" while the route is
 	// the creator's).
 	Author string `json:"author,omitempty"`
-	// PrevActor is the actor whose output Payload is ("" for the first
-	// hop).
+	// PrevActor is the author of Payload: the actor whose output it is,
+	// or the creator when a reroute or a requeue carries the creator's
+	// payload on ("" for the first hop).
 	PrevActor string `json:"prev_actor,omitempty"`
 }
 
@@ -69,8 +70,10 @@ type MeshHop struct {
 	From string
 	// Creator is the agent that created the envelope.
 	Creator string
-	// PrevActor is the actor whose output this hop carries; "" for the
-	// first hop, whose payload is the creator's.
+	// PrevActor is the author of the payload this hop carries: the actor
+	// whose output it is, or the creator when a reroute or a requeue
+	// carries the creator's payload on; "" for the first hop, whose payload
+	// is the creator's.
 	PrevActor string
 
 	c       *Client

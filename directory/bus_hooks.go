@@ -203,6 +203,11 @@ func (d *Directory) DeliverBus(del BusDelivery) error {
 	if f == nil {
 		return errors.New("directory: deliver bus: nil frame")
 	}
+	if !d.reg.Serves(f.To) {
+		// A stale registration in a pinned peer's domain: that peer's
+		// agent is the only recipient of the name.
+		return fmt.Errorf("%w: %s is in a domain this directory does not serve", ErrBusRecipientOffline, f.To)
+	}
 	s := d.session(f.To)
 	if s == nil && d.handBus(del) {
 		return nil

@@ -2,6 +2,7 @@ package directory
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +12,10 @@ import (
 // OriginMesh is the transport of the received event of a pipeline hop that
 // the directory relays to a peer directory's agent (RelayToPeer).
 const OriginMesh = "mesh"
+
+// pipelineHopIntent is the intent type of a pipeline hop's frame (the
+// mesh.envelope intent of bus/mesh).
+const pipelineHopIntent = "mesh.envelope"
 
 // meshHookSlot holds the callback set by SetMeshConnected.
 type meshHookSlot struct {
@@ -107,4 +112,38 @@ func (d *Directory) RelayToPeer(ctx context.Context, f *wire.IntentFrame, timeou
 		return nil, relayErr(CodeRelayError, f.Nonce, "the peer's result frame cannot be read: %v", err)
 	}
 	return rf, nil
+}
+
+// checkPipelineRouteAuthor applies a local recipient's policy to the agent
+// that chose a pipeline hop relayed to it, as checkPolicy applies it to the
+// frame's sender. A hop's frame is from the author of its content (the
+// previous actor); the agent that chose the hop is the envelope's route
+// author, its "author" or else its "creator". The directory that routes the
+// envelope checks that author itself before a hop to one of its own agents
+// (CheckPipelineHop); a hop relayed from a peer directory is checked here,
+// since only the recipient's directory knows its policy. A frame whose
+// payload is no envelope, or whose route author is its sender, has nothing
+// more to check.
+func (d *Directory) checkPipelineRouteAuthor(f *wire.IntentFrame) (code, msg string) {
+	if f.Intent != pipelineHopIntent {
+		return "", ""
+	}
+	var env struct {
+		Creator string `json:"creator"`
+		Author  string `json:"author"`
+	}
+	if json.Unmarshal(f.Payload, &env) != nil {
+		return "", ""
+	}
+	author := env.Author
+	if author == "" {
+		author = env.Creator
+	}
+	if author == "" || author == f.From {
+		return "", ""
+	}
+	if code, msg := d.checkPolicy(author, f.To, f.Intent); code != "" {
+		return code, msg + ": the pipeline hop was chosen by " + author
+	}
+	return "", ""
 }

@@ -335,6 +335,9 @@ func (d *Directory) checkAdmission(f *wire.IntentFrame, now time.Time) (code, ms
 	if code, msg := d.checkPolicy(f.From, f.To, f.Intent); code != "" {
 		return code, msg
 	}
+	if code, msg := d.checkPipelineRouteAuthor(f); code != "" {
+		return code, msg
+	}
 	if code, msg := d.checkCatalog(f); code != "" {
 		return code, msg
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/beamdir/beam/directory/registry"
@@ -232,7 +233,7 @@ func (e *Engine) createLimited(ctx context.Context, req CreateRequest) (tracing.
 	}
 	// One creator's check and creation at a time, so that racing requests
 	// cannot pass the check together.
-	mu := &e.creates[maphash.String(e.seed, req.Creator)%uint64(len(e.creates))]
+	mu := e.creatorLock(req.Creator)
 	mu.Lock()
 	defer mu.Unlock()
 	n, err := e.log.MeshOpenCount(ctx, req.Creator, e.cfg.MaxOpenPerCreator)
@@ -246,6 +247,11 @@ func (e *Engine) createLimited(ctx context.Context, req CreateRequest) (tracing.
 		return tracing.MeshRow{}, ie
 	}
 	return e.Create(ctx, req)
+}
+
+// creatorLock is the lock of creator's checks against its open-envelope cap.
+func (e *Engine) creatorLock(creator string) *sync.Mutex {
+	return &e.creates[maphash.String(e.seed, creator)%uint64(len(e.creates))]
 }
 
 // parseRoute reads a route as a list of actors, or as {curr, next}.

@@ -156,9 +156,12 @@ type Envelope struct {
 	// that last rewrote next ("" while the route is the creator's). Hops
 	// are admitted by their actor's policy with Author as the sender.
 	Author string `json:"author,omitempty"`
-	// PrevActor is set in the envelope a hop delivers: the actor whose
-	// output this hop carries ("" for the first hop, whose payload is the
-	// creator's). The hop's frame is from PrevActor, or from the creator.
+	// PrevActor is the author of the payload: the actor whose output it
+	// is, or the creator when an onExhausted reroute or a requeue carries
+	// the creator's payload on ("" while the payload is the creator's and
+	// no actor has run). The envelope a hop delivers names it when an actor
+	// ran or it is not the creator. The hop's frame is from it, or from the
+	// creator.
 	PrevActor string `json:"prev_actor,omitempty"`
 }
 
@@ -171,9 +174,15 @@ func (e Envelope) routeAuthor() string {
 	return e.Creator
 }
 
-// contentAuthor is the agent whose output the envelope's payload is: the
-// last actor of route.prev, or the creator before the first hop.
+// contentAuthor is the agent whose output the envelope's payload is:
+// prev_actor, which every hop's outcome records (an actor that fails keeps
+// it: a reroute carries on what it was given); the last actor of
+// route.prev for an envelope recorded without it; or the creator before
+// the first hop.
 func (e Envelope) contentAuthor() string {
+	if e.PrevActor != "" {
+		return e.PrevActor
+	}
 	if n := len(e.Route.Prev); n > 0 {
 		return e.Route.Prev[n-1]
 	}

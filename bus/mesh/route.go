@@ -71,6 +71,11 @@ type CreateRequest struct {
 	Timeout time.Duration
 	// ParentID is set by an operator requeue.
 	ParentID string
+	// Author and ContentAuthor are set by an operator requeue: the agent
+	// that chose the route the requeued envelope goes on with (its hops
+	// are admitted with it as the sender), and the author of the payload
+	// ("" or Creator: the creator's).
+	Author, ContentAuthor string
 }
 
 // routeErr maps a route rule error to an InputError.
@@ -135,8 +140,11 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 	deadline := now.Add(timeout)
 	env := Envelope{
 		ID: newUUID4(), ParentID: req.ParentID, Route: route, Headers: headers, Payload: payload, Creator: req.Creator,
-		Status: Status{Phase: string(tracing.MeshPending), Actor: route.Curr, CreatedAt: rfc3339(now), UpdatedAt: rfc3339(now),
+		Author: req.Author, Status: Status{Phase: string(tracing.MeshPending), Actor: route.Curr, CreatedAt: rfc3339(now), UpdatedAt: rfc3339(now),
 			DeadlineAt: rfc3339(deadline)},
+	}
+	if req.ContentAuthor != req.Creator {
+		env.PrevActor = req.ContentAuthor
 	}
 	row := tracing.MeshRow{ID: env.ID, Nonce: nonceOf(env.ID)}
 	created := tracing.Event{Nonce: row.Nonce, State: tracing.Received, From: req.Creator, To: route.Curr,
@@ -345,11 +353,12 @@ func (e *Engine) admit(env Envelope, actor string, remote bool) (code, msg strin
 // (DeliverBus, DeliverDirect) attests it with auth "api_key", as it does
 // for the bus's API-key sends (docs/SECURITY.md, "Attestation").
 func hopFrame(env Envelope, actor, nonce string, now time.Time) (*wire.IntentFrame, string) {
+	from := env.contentAuthor()
 	env.PrevActor = ""
-	if len(env.Route.Prev) > 0 {
-		env.PrevActor = env.contentAuthor()
+	if len(env.Route.Prev) > 0 || from != env.Creator {
+		env.PrevActor = from
 	}
-	f := wire.NewIntentFrame(env.contentAuthor(), actor, IntentEnvelope, env.Encode(), now)
+	f := wire.NewIntentFrame(from, actor, IntentEnvelope, env.Encode(), now)
 	f.Nonce = nonce
 	return f, directory.BusAuthAPIKey
 }
@@ -613,6 +622,12 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	actor := env.Route.Curr
 	route := env.Route
 	author := env.Author
+	// The outputs are the actor's, except in an onExhausted reroute, which
+	// carries on what the failed actor was given.
+	content := actor
+	if reason == ReasonPolicyRouted {
+		content = env.contentAuthor()
+	}
 	if reply.Next != nil {
 		// The hops this actor names are its own: their actors' policies
 		// admit them with it as the sender.
@@ -628,6 +643,14 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		}
 		route = r
 	}
+	release, code, msg, err := e.checkFanout(ctx, env.Creator, len(reply.Outputs)-1)
+	defer release()
+	if err != nil {
+		return err
+	}
+	if code != "" {
+		return e.fail(ctx, row, env, pre, ReasonNonRetryable, msg, code)
+	}
 	headers := mergeHeaders(env.Headers, reply.Headers)
 	progress := Progress(row.Progress, route)
 	shifted := route.Shift()
@@ -642,6 +665,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		final.Headers = headers
 		final.Hop = hop
 		final.Author = author
+		final.PrevActor = content
 		final.Status.Phase = string(tracing.MeshSucceeded)
 		events = append(events, e.sinkEvent(row, final, reason))
 	}
@@ -652,6 +676,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		ce.Payload = out
 		ce.Hop = hop
 		ce.Author = author
+		ce.PrevActor = content
 		if i == 0 {
 			events = append(events, e.nextEvents(row, ce, progress, reason)...)
 			if !ce.Route.Done() && hop < e.cfg.MaxHops {
@@ -705,6 +730,32 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	return nil
 }
 
+// checkFanout applies the creator's cap of open envelopes to the children
+// a hop's fan-out would open: they are the creator's envelopes too, and an
+// actor may neither multiply one creation past the cap nor fill the
+// creator's cap with its outputs. It returns "" when the children fit, else
+// TOO_MANY_OPEN_ENVELOPES and the reason the envelope fails with. The
+// creator's creations wait until release (after the children are
+// recorded), so that racing hops and creations cannot pass the cap
+// together.
+func (e *Engine) checkFanout(ctx context.Context, creator string, children int) (release func(), code, msg string, err error) {
+	limit := e.cfg.MaxOpenPerCreator
+	if children <= 0 || limit <= 0 {
+		return func() {}, "", "", nil
+	}
+	mu := e.creatorLock(creator)
+	mu.Lock()
+	open, err := e.log.MeshOpenCount(ctx, creator, limit)
+	if err != nil {
+		return mu.Unlock, "", "", err
+	}
+	if open+children > limit {
+		return mu.Unlock, CodeTooManyOpen, fmt.Sprintf("the fan-out of %d children would take %s past %d open envelopes, "+
+			"the most one creator may have (it has %d)", children, creator, limit, open), nil
+	}
+	return mu.Unlock, "", "", nil
+}
+
 // known reports whether actor is an agent of this directory or of a
 // pinned peer directory.
 func (e *Engine) known(actor string) bool {
@@ -747,6 +798,11 @@ func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope, reason string)
 	_, okA := e.reg.Get(actor)
 	creator, okC := e.reg.Get(env.Creator)
 	if !okA || !okC || !e.dir.Online(actor) {
+		return pendingHop{}, false
+	}
+	if _, remote := e.dir.PeerFor(actor); remote {
+		// A stale local registration in a pinned peer's domain: the hop is
+		// the peer's agent's, and the scheduler relays it there.
 		return pendingHop{}, false
 	}
 	if code, _ := e.admit(env, actor, false); code != "" {
@@ -930,5 +986,6 @@ func (e *Engine) Requeue(ctx context.Context, id string) (tracing.MeshRow, error
 	if len(actors) == 0 {
 		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s has no hop left to run", id)
 	}
-	return e.Create(ctx, CreateRequest{Creator: row.Creator, Route: actors, Payload: env.Payload, Headers: env.Headers, ParentID: id})
+	return e.Create(ctx, CreateRequest{Creator: row.Creator, Route: actors, Payload: env.Payload, Headers: env.Headers, ParentID: id,
+		Author: env.Author, ContentAuthor: env.contentAuthor()})
 }
