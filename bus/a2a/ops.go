@@ -263,7 +263,7 @@ func (s *Server) list(ctx context.Context, caller string, pipe *mesh.Pipeline, p
 		if !ok {
 			return nil, "", 0, errInvalidParams("unknown task state " + p.Status)
 		}
-		q.Statuses = []tracing.MeshStatus{st}
+		q.Statuses = st
 	}
 	rows, _, err := s.cfg.Mesh.Envelopes(ctx, q)
 	if err != nil {
