@@ -34,15 +34,24 @@ type pushStack struct {
 	key string // the client's API key
 	// seen gets the raw envelope of every hop an actor received.
 	seen chan []byte
+	// stop shuts the directory down (Cleanup does it too).
+	stop func()
 }
 
 func startPushStack(t *testing.T, allowPrivate bool) *pushStack {
+	t.Helper()
+	return startPushStackIn(t, t.TempDir(), allowPrivate, "")
+}
+
+// startPushStackIn starts the stack on data directory dir; with key set,
+// the agents are registered already (a restart) and key is the client's.
+func startPushStackIn(t *testing.T, dir string, allowPrivate bool, key string) *pushStack {
 	t.Helper()
 	pipes, err := mesh.ParsePipelines([]byte(`{"pipelines":[{"name":"enrich","route":["` + pushPrep + `","` + pushPost + `"]},
 	  {"name":"hold","route":["` + pushHold + `"]}]}`))
 	require.NoError(t, err)
 	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := server.New(context.Background(), server.Config{DataDir: t.TempDir(), Synchronous: "NORMAL", OpenOrgs: true,
+	srv, err := server.New(context.Background(), server.Config{DataDir: dir, Synchronous: "NORMAL", OpenOrgs: true,
 		DefaultPolicy: "allow", Logger: lg, Pipelines: pipes, AllowPrivateEndpoints: allowPrivate})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
@@ -50,10 +59,20 @@ func startPushStack(t *testing.T, allowPrivate bool) *pushStack {
 		hs.CloseClientConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		require.NoError(t, srv.Shutdown(ctx))
+		_ = srv.Shutdown(ctx)
 		hs.Close()
 	})
-	s := &pushStack{t: t, url: hs.URL, seen: make(chan []byte, 64)}
+	s := &pushStack{t: t, url: hs.URL, seen: make(chan []byte, 64), stop: func() {
+		hs.CloseClientConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, srv.Shutdown(ctx))
+		hs.Close()
+	}}
+	if key != "" {
+		s.key = key
+		return s
+	}
 	s.key = s.agent("client@acme.beam.directory", nil)
 	s.agent(pushPrep, func(_ context.Context, h *agents.MeshHop) (any, error) {
 		m := map[string]any{}
@@ -360,5 +379,38 @@ func TestA2APushConfigsAreTheOwners(t *testing.T) {
 		require.NotNil(t, rerr, m)
 		require.Equal(t, "TASK_NOT_FOUND", rerr.Data.Reason, m)
 		require.NotContains(t, string(res), "secret")
+	}
+}
+
+// TestA2APushConfigsSurviveARestart: a task's push notification configs
+// are durable: after a restart they are listed again and the webhook gets
+// the task's state.
+func TestA2APushConfigsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := startPushStackIn(t, dir, true, "")
+	hook, got := webhook(t)
+	res, rerr := s.rpc("hold", "SendMessage", map[string]any{"message": message(`{}`),
+		"configuration": map[string]any{"returnImmediately": true, "taskPushNotificationConfig": map[string]any{"id": "keep", "url": hook.URL, "token": "t"}}})
+	require.Nil(t, rerr)
+	var sent struct {
+		Task struct {
+			ID string `json:"id"`
+		} `json:"task"`
+	}
+	require.NoError(t, json.Unmarshal(res, &sent))
+	<-got
+	s.stop()
+
+	s = startPushStackIn(t, dir, true, s.key)
+	res, rerr = s.rpc("hold", "ListTaskPushNotificationConfigs", map[string]any{"taskId": sent.Task.ID})
+	require.Nil(t, rerr)
+	require.JSONEq(t, `{"configs":[{"taskId":"`+sent.Task.ID+`","id":"keep","url":"`+hook.URL+`","token":"t"}],"nextPageToken":""}`, string(res))
+	select {
+	case n := <-got:
+		require.Equal(t, "t", n.token)
+		require.Contains(t, string(n.body), sent.Task.ID)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no notification after the restart")
 	}
 }
