@@ -165,6 +165,20 @@ func (s *pushStack) rest(method, path, body string) (int, string) {
 	return resp.StatusCode, string(out)
 }
 
+// sentTask is a 1.0 SendMessage result.
+type sentTask struct {
+	Task struct {
+		ID string `json:"id"`
+	} `json:"task"`
+}
+
+func taskOf(t *testing.T, res json.RawMessage) sentTask {
+	t.Helper()
+	var sent sentTask
+	require.NoError(t, json.Unmarshal(res, &sent), string(res))
+	return sent
+}
+
 // notification is one request the webhook got.
 type notification struct {
 	token, auth string
@@ -202,12 +216,7 @@ func TestA2APushNotificationsReachTheWebhook(t *testing.T) {
 		"configuration": map[string]any{"returnImmediately": true, "taskPushNotificationConfig": map[string]any{
 			"url": hook.URL + "/v10", "token": "tok-10", "authentication": map[string]any{"scheme": "Bearer", "credentials": "cred-10"}}}})
 	require.Nil(t, rerr)
-	var sent struct {
-		Task struct {
-			ID string `json:"id"`
-		} `json:"task"`
-	}
-	require.NoError(t, json.Unmarshal(res, &sent))
+	sent := taskOf(t, res)
 	order := map[string]int{"TASK_STATE_SUBMITTED": 0, "TASK_STATE_WORKING": 1, "TASK_STATE_COMPLETED": 3}
 	last := -1
 	for done := false; !done; {
@@ -271,8 +280,7 @@ func TestA2APushNotificationsReachTheWebhook(t *testing.T) {
 	res, rerr = s.rpc("hold", "SendMessage", map[string]any{"message": message(`{}`),
 		"configuration": map[string]any{"returnImmediately": true}})
 	require.Nil(t, rerr)
-	require.NoError(t, json.Unmarshal(res, &sent))
-	task := sent.Task.ID
+	task := taskOf(t, res).Task.ID
 	res, rerr = s.rpc("hold", "CreateTaskPushNotificationConfig", map[string]any{"taskId": task, "id": "c1", "url": hook.URL + "/c1", "token": "t1"})
 	require.Nil(t, rerr)
 	require.JSONEq(t, `{"taskId":"`+task+`","id":"c1","url":"`+hook.URL+`/c1","token":"t1"}`, string(res))
@@ -330,12 +338,7 @@ func TestA2APushWebhookMustBePublic(t *testing.T) {
 	res, rerr := s.rpc("hold", "SendMessage", map[string]any{"message": message(`{}`),
 		"configuration": map[string]any{"returnImmediately": true}})
 	require.Nil(t, rerr)
-	var sent struct {
-		Task struct {
-			ID string `json:"id"`
-		} `json:"task"`
-	}
-	require.NoError(t, json.Unmarshal(res, &sent))
+	sent := taskOf(t, res)
 	for _, u := range []string{hook.URL, strings.Replace(hook.URL, "http://", "https://", 1), "https://localhost/hook",
 		"https://10.1.2.3/hook", "https://192.168.0.1/hook", "https://169.254.169.254/latest/meta-data", "https://[::1]/hook",
 		"https://[fd00::1]/hook", "https://[::ffff:127.0.0.1]/hook", "https://user:pw@example.com/hook"} {
@@ -367,12 +370,7 @@ func TestA2APushConfigsAreTheOwners(t *testing.T) {
 	res, rerr := s.rpc("hold", "SendMessage", map[string]any{"message": message(`{}`),
 		"configuration": map[string]any{"returnImmediately": true, "taskPushNotificationConfig": map[string]any{"id": "mine", "url": hook.URL, "token": "secret"}}})
 	require.Nil(t, rerr)
-	var sent struct {
-		Task struct {
-			ID string `json:"id"`
-		} `json:"task"`
-	}
-	require.NoError(t, json.Unmarshal(res, &sent))
+	sent := taskOf(t, res)
 	s.key = s.agent("mallory@acme.beam.directory", nil)
 	for _, m := range []string{"GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig", "CreateTaskPushNotificationConfig"} {
 		res, rerr := s.rpc("hold", m, map[string]any{"taskId": sent.Task.ID, "id": "mine", "url": "https://example.com/x"})
@@ -393,12 +391,7 @@ func TestA2APushConfigsSurviveARestart(t *testing.T) {
 	res, rerr := s.rpc("hold", "SendMessage", map[string]any{"message": message(`{}`),
 		"configuration": map[string]any{"returnImmediately": true, "taskPushNotificationConfig": map[string]any{"id": "keep", "url": hook.URL, "token": "t"}}})
 	require.Nil(t, rerr)
-	var sent struct {
-		Task struct {
-			ID string `json:"id"`
-		} `json:"task"`
-	}
-	require.NoError(t, json.Unmarshal(res, &sent))
+	sent := taskOf(t, res)
 	<-got
 	s.stop()
 
