@@ -121,29 +121,36 @@ func (h *MeshHop) SetHeader(key, value string) {
 // (POST /api/v1/mesh/{id}/fly with this agent's API key). It is never
 // stored.
 func (h *MeshHop) Fly(ctx context.Context, data any) error {
-	raw, err := json.Marshal(map[string]any{"data": data})
+	return h.post(ctx, "fly", map[string]any{"data": data}, http.StatusAccepted)
+}
+
+// post sends body to the envelope's gateway resource op
+// (/api/v1/mesh/{id}/{op}) with this agent's API key or signature and
+// expects status want.
+func (h *MeshHop) post(ctx context.Context, op string, body any, want int) error {
+	raw, err := json.Marshal(body)
 	if err != nil {
-		return fmt.Errorf("mesh fly: %w", err)
+		return fmt.Errorf("mesh %s: %w", op, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
-		h.c.base+"/api/v1/mesh/"+url.PathEscape(h.Envelope.ID)+"/fly", bytes.NewReader(raw))
+		h.c.base+"/api/v1/mesh/"+url.PathEscape(h.Envelope.ID)+"/"+op, bytes.NewReader(raw))
 	if err != nil {
-		return fmt.Errorf("mesh fly: %w", err)
+		return fmt.Errorf("mesh %s: %w", op, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if key := h.c.apiKeyValue(); key != "" {
 		req.Header.Set("X-Api-Key", key)
 	} else if err := SignMeshRequest(req, raw, h.c.id, h.c.clock()); err != nil {
-		return fmt.Errorf("mesh fly: %w", err)
+		return fmt.Errorf("mesh %s: %w", op, err)
 	}
 	resp, err := h.c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("mesh fly: %w", err)
+		return fmt.Errorf("mesh %s: %w", op, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("mesh fly: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+	respBody, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != want {
+		return fmt.Errorf("mesh %s: HTTP %d: %s", op, resp.StatusCode, bytes.TrimSpace(respBody))
 	}
 	return nil
 }
@@ -204,6 +211,15 @@ func (c *Client) HandleMesh(h MeshHandler) {
 			hop.Attempt = in.Durable.Attempt
 		}
 		hop.From, hop.Creator, hop.PrevActor = in.From, hop.Envelope.Creator, hop.Envelope.PrevActor
+		if hop.Attempt > 0 {
+			// The seed's "processing" point, while the handler runs; a
+			// failed report changes nothing about the hop.
+			go func() {
+				if err := hop.post(ctx, "processing", map[string]any{"attempt": hop.Attempt}, http.StatusAccepted); err != nil {
+					c.log.Debug("mesh processing report", "id", hop.Envelope.ID, "err", err)
+				}
+			}()
+		}
 		out, err := h(ctx, hop)
 		if err != nil {
 			var p meshPermanent

@@ -82,6 +82,14 @@ func endpointClient(base *http.Client, timeout time.Duration, allowPrivate bool)
 	return c
 }
 
+// OutboundClient returns a client with the address and redirect rules of
+// direct-http deliveries (public addresses only unless allowPrivate), for
+// other outbound requests to URLs that clients choose (A2A push
+// notification webhooks).
+func OutboundClient(timeout time.Duration, allowPrivate bool) *http.Client {
+	return endpointClient(nil, timeout, allowPrivate)
+}
+
 // nonPublic are the prefixes a direct-http delivery never dials by default:
 // loopback, private, shared (CGNAT), link-local, unique-local, multicast,
 // unspecified, documentation, benchmarking and reserved ranges, and the

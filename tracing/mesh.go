@@ -11,7 +11,8 @@ import (
 
 // OwnerMesh marks the envelopes of a pipeline (package bus/mesh). Their
 // canonical lifecycle is one nonce per envelope; the envelope's own status
-// (pending, running, paused, succeeded, failed, canceled) lives in the
+// (pending, running, retrying, unknown, paused, succeeded, failed,
+// canceled) lives in the
 // beam_mesh projection, folded from details.mesh.
 const OwnerMesh Owner = "mesh"
 
@@ -22,8 +23,15 @@ type MeshStatus string
 
 // The envelope statuses.
 const (
-	MeshPending   MeshStatus = "pending"
-	MeshRunning   MeshStatus = "running"
+	MeshPending MeshStatus = "pending"
+	MeshRunning MeshStatus = "running"
+	// MeshRetrying: a failed attempt's retry is scheduled by the actor's
+	// policy (ranked as running).
+	MeshRetrying MeshStatus = "retrying"
+	// MeshUnknown: the outcome of the hop in flight cannot be determined
+	// (a restart interrupted it; it is dispatched again). Ranked as
+	// running.
+	MeshUnknown   MeshStatus = "unknown"
 	MeshPaused    MeshStatus = "paused"
 	MeshSucceeded MeshStatus = "succeeded"
 	MeshFailed    MeshStatus = "failed"
@@ -31,15 +39,16 @@ const (
 )
 
 // MeshStatuses lists every envelope status.
-var MeshStatuses = []MeshStatus{MeshPending, MeshRunning, MeshPaused, MeshSucceeded, MeshFailed, MeshCanceled}
+var MeshStatuses = []MeshStatus{MeshPending, MeshRunning, MeshRetrying, MeshUnknown, MeshPaused, MeshSucceeded, MeshFailed, MeshCanceled}
 
-// Order returns the rank of s in the status ordering (pending 0, running 1,
-// paused 2, terminal 3), or -1 for an unknown status.
+// Order returns the rank of s in the status ordering (pending 0, running,
+// retrying and unknown 1, paused 2, terminal 3), or -1 for a status that is
+// not one of MeshStatuses.
 func (s MeshStatus) Order() int {
 	switch s {
 	case MeshPending:
 		return 0
-	case MeshRunning:
+	case MeshRunning, MeshRetrying, MeshUnknown:
 		return 1
 	case MeshPaused:
 		return 2
@@ -83,6 +92,33 @@ func AdvanceMeshStatus(cur, next MeshStatus, resume bool) (MeshStatus, bool) {
 	return next, true
 }
 
+// The points of a hop's share of the route progress reported before it
+// completes: the actor received it (the relay's delivered event) and the
+// actor started processing it (a processing step), as the seed's sidecar
+// reports them.
+const (
+	MeshReceivedShare   = 0.10
+	MeshProcessingShare = 0.15
+)
+
+// MeshHopProgress returns the route progress in percent when the current
+// hop of envelope (a stored envelope: its route member) has done share of
+// its part: (len(prev)+share) / (len(prev)+1+len(next)) * 100. An envelope
+// whose route cannot be read gives 0.
+func MeshHopProgress(envelope []byte, share float64) float64 {
+	var e struct {
+		Route struct {
+			Prev []json.RawMessage `json:"prev"`
+			Next []json.RawMessage `json:"next"`
+		} `json:"route"`
+	}
+	if json.Unmarshal(envelope, &e) != nil {
+		return 0
+	}
+	prev := float64(len(e.Route.Prev))
+	return (prev + share) / (prev + 1 + float64(len(e.Route.Next))) * 100
+}
+
 // Mesh step kinds (details.mesh.kind).
 const (
 	MeshKindCreated  = "created"
@@ -96,6 +132,9 @@ const (
 	MeshKindSink     = "sink"
 	MeshKindFailed   = "failed"
 	MeshKindFanOut   = "fanout"
+	// MeshKindProcessing: the hop's actor reports it started processing
+	// the hop (progress only).
+	MeshKindProcessing = "processing"
 )
 
 // MeshStep is what an event of a pipeline envelope carries in
@@ -195,6 +234,10 @@ func (m *MeshRow) Apply(ev Event) {
 	}
 	m.State = ev.State
 	wasTerminal := m.Status.Terminal()
+	if st.Kind == "" && ev.State == Delivered && m.Status.Order() == 1 {
+		// The relay's delivered event: the actor received the hop.
+		m.Progress = max(m.Progress, MeshHopProgress(m.Envelope, MeshReceivedShare))
+	}
 	if st.Status != "" {
 		next, ok := AdvanceMeshStatus(m.Status, st.Status, st.Kind == MeshKindResume)
 		if ok {
@@ -448,7 +491,7 @@ func (l *Log) MeshOpen(ctx context.Context, due bool, nowMs int64, limit int) ([
 		rows, err := l.reads.meshDue.QueryContext(ctx, nowMs, limit)
 		return collectRows(rows, err, "due envelopes", scanMesh)
 	}
-	q := `SELECT ` + meshCols + ` FROM beam_mesh WHERE status IN ('pending','running','paused')`
+	q := `SELECT ` + meshCols + ` FROM beam_mesh WHERE status IN ` + meshOpenList
 	var args []any
 	if due {
 		q += ` AND state = 'queued' AND status != 'paused' AND next_at <= ?`
@@ -465,9 +508,9 @@ func (l *Log) MeshOpen(ctx context.Context, due bool, nowMs int64, limit int) ([
 
 const (
 	selectMeshByID = `SELECT ` + meshCols + ` FROM beam_mesh WHERE id = ?`
-	selectMeshDue  = `SELECT ` + meshCols + ` FROM beam_mesh WHERE status IN ('pending','running','paused')
+	selectMeshDue  = `SELECT ` + meshCols + ` FROM beam_mesh WHERE status IN ` + meshOpenList + `
 	  AND state = 'queued' AND status != 'paused' AND next_at <= ? ORDER BY created_at LIMIT ?`
-	selectMeshExpired = `SELECT id FROM beam_mesh WHERE status IN ('pending','running','paused')
+	selectMeshExpired = `SELECT id FROM beam_mesh WHERE status IN ` + meshOpenList + `
 	  AND deadline_at > 0 AND deadline_at <= ? ORDER BY deadline_at LIMIT ?`
 )
 
@@ -479,7 +522,7 @@ func (l *Log) MeshOpenCount(ctx context.Context, creator string, limit int) (int
 	}
 	var n int
 	if err := l.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM beam_mesh WHERE creator = ?
-	  AND status IN ('pending','running','paused') LIMIT ?)`, creator, max(limit, 1)).Scan(&n); err != nil {
+	  AND status IN `+meshOpenList+` LIMIT ?)`, creator, max(limit, 1)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count open envelopes of %s: %w", creator, err)
 	}
 	return n, nil
@@ -554,3 +597,6 @@ func loadMeshCache(ctx context.Context, q queryer, cache map[string]*entry) erro
 	}
 	return nil
 }
+
+// meshOpenList is the SQL list of the statuses that are not terminal.
+const meshOpenList = `('pending','running','retrying','unknown','paused')`

@@ -32,6 +32,15 @@ func TestAdvanceMeshStatusTable(t *testing.T) {
 		{MeshCanceled, MeshRunning, true, MeshCanceled, false},
 		{MeshFailed, MeshFailed, false, MeshFailed, false},
 		{MeshRunning, "bogus", false, MeshRunning, false},
+		{MeshRunning, MeshRetrying, false, MeshRetrying, true},
+		{MeshRetrying, MeshRunning, false, MeshRunning, true},
+		{MeshRunning, MeshUnknown, false, MeshUnknown, true},
+		{MeshUnknown, MeshRunning, false, MeshRunning, true},
+		{MeshRetrying, MeshPending, false, MeshRetrying, false},
+		{MeshPaused, MeshRetrying, false, MeshPaused, false},
+		{MeshPaused, MeshUnknown, true, MeshPaused, false},
+		{MeshRetrying, MeshPaused, false, MeshPaused, true},
+		{MeshUnknown, MeshFailed, false, MeshFailed, true},
 	}
 	for _, c := range cases {
 		got, ok := AdvanceMeshStatus(c.cur, c.next, c.resume)
@@ -98,6 +107,29 @@ func TestMeshFoldProperty(t *testing.T) {
 			prevProgress, prevStatus, stale = m.Progress, m.Status, m.Stale
 		}
 	}
+}
+
+// TestMeshFoldReceivedProgress: the relay's delivered event of a hop folds
+// in the hop's received point (10 % of its share) and a processing step its
+// processing point (15 %); a later, smaller point never lowers progress.
+func TestMeshFoldReceivedProgress(t *testing.T) {
+	t.Parallel()
+	env := json.RawMessage(`{"id":"x","route":{"prev":["a@b"],"curr":"c@b","next":["d@b","e@b"]},"headers":{},"payload":{}}`)
+	var m MeshRow
+	m.Apply(Event{Seq: 1, Nonce: "mesh:x", State: Received, Details: Details{Owner: OwnerMesh,
+		Mesh: MeshStep{Kind: MeshKindCreated, ID: "x", Creator: "a@b", Status: MeshPending, Envelope: env}.Encode()}})
+	m.Apply(Event{Seq: 2, Nonce: "mesh:x", State: Dispatched, Details: Details{
+		Mesh: MeshStep{Kind: MeshKindDispatch, Status: MeshRunning, Actor: "c@b", Attempt: 1}.Encode()}})
+	require.Zero(t, m.Progress)
+	// Four hops, one done: the second's share is 25 %.
+	m.Apply(Event{Seq: 3, Nonce: "mesh:x", State: Delivered})
+	require.InDelta(t, 27.5, m.Progress, 1e-9)
+	m.Apply(Event{Seq: 4, Nonce: "mesh:x", State: Delivered, Details: Details{
+		Mesh: MeshStep{Kind: MeshKindProcessing, Actor: "c@b", Attempt: 1, Progress: MeshHopProgress(env, MeshProcessingShare)}.Encode()}})
+	require.InDelta(t, 28.75, m.Progress, 1e-9)
+	require.Equal(t, MeshRunning, m.Status)
+	m.Apply(Event{Seq: 5, Nonce: "mesh:x", State: Delivered})
+	require.InDelta(t, 28.75, m.Progress, 1e-9, "a second delivered event lowers nothing")
 }
 
 // TestMeshProjectionEqualsRebuild: beam_mesh written by the appender equals

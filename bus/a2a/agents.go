@@ -74,6 +74,7 @@ func (s *Server) handleAgentCard(w http.ResponseWriter, r *http.Request) {
 	}
 	card := s.card(r, "/a2a/agents/"+a.BeamID, name, desc, skills)
 	card.Capabilities["streaming"] = false
+	card.Capabilities["pushNotifications"] = false
 	card.SupportedInterfaces = slices.DeleteFunc(card.SupportedInterfaces, func(i agentInterface) bool { return i.ProtocolBinding != "JSONRPC" })
 	httpjson.Write(w, http.StatusOK, card)
 }

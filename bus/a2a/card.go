@@ -70,7 +70,7 @@ func (s *Server) card(r *http.Request, path, name, description string, skills []
 			{URL: url, ProtocolBinding: "JSONRPC", ProtocolVersion: "0.3"},
 		},
 		Provider:     map[string]any{"organization": s.cfg.Name, "url": baseURL(r)},
-		Capabilities: map[string]any{"streaming": true, "pushNotifications": false},
+		Capabilities: map[string]any{"streaming": true, "pushNotifications": true},
 		SecuritySchemes: map[string]any{scheme: map[string]any{
 			"type": "http", "scheme": "bearer", "description": "an agent's API key (bk_…)",
 			"httpAuthSecurityScheme": map[string]any{"scheme": "Bearer", "description": "an agent's API key (bk_…)"},

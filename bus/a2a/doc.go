@@ -11,6 +11,12 @@
 // key, or the operator token naming the agent) and see only the tasks they
 // created.
 //
+// Tasks' push notification configs (webhooks) are its one state: the table
+// a2a_push_configs, written through the log's writer (Log.Do) and never
+// part of an envelope; their webhooks are reached only through the
+// directory's outbound client (public addresses unless
+// AllowPrivateWebhooks).
+//
 // It owns the A2A wire shapes and their mapping to envelopes. It must not
 // keep task state of its own (everything is read from the envelope's row in
 // the log) and must not route envelopes itself: creating, cancelling and

@@ -47,8 +47,9 @@ var methods = map[string]struct {
 	"SendMessage": {"send", v10}, "SendStreamingMessage": {"stream", v10}, "GetTask": {"get", v10},
 	"ListTasks": {"list", v10}, "CancelTask": {"cancel", v10}, "SubscribeToTask": {"subscribe", v10},
 	"CreateTaskPushNotificationConfig": {"push", v10}, "GetTaskPushNotificationConfig": {"push", v10},
-	"ListTaskPushNotificationConfigs": {"push", v10}, "DeleteTaskPushNotificationConfig": {"push", v10},
-	"GetExtendedAgentCard": {"extended", v10},
+	"ListTaskPushNotificationConfigs": {"push", v10}, "ListTaskPushNotificationConfig": {"push", v10},
+	"DeleteTaskPushNotificationConfig": {"push", v10},
+	"GetExtendedAgentCard":             {"extended", v10},
 
 	"message/send": {"send", v03}, "message/stream": {"stream", v03}, "tasks/get": {"get", v03},
 	"tasks/cancel": {"cancel", v03}, "tasks/resubscribe": {"subscribe", v03},
@@ -219,7 +220,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		}
 		writeRPC(w, req.ID, res, nil)
 	case "push":
-		writeRPC(w, req.ID, nil, errPushUnsupported())
+		s.pushRPC(ctx, w, c, pipe)
 	default:
 		writeRPC(w, req.ID, nil, &Error{Code: -32007, Msg: "this agent has no extended card"})
 	}

@@ -2,6 +2,7 @@ package a2a
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,10 +86,10 @@ func (s *Server) asError(err error) *Error {
 type sendParams struct {
 	Message       *message `json:"message"`
 	Configuration *struct {
-		ReturnImmediately bool  `json:"returnImmediately"`
-		Blocking          *bool `json:"blocking"`
-		PushConfig        any   `json:"pushNotificationConfig"`
-		TaskPushConfig    any   `json:"taskPushNotificationConfig"`
+		ReturnImmediately bool        `json:"returnImmediately"`
+		Blocking          *bool       `json:"blocking"`
+		PushConfig        *pushConfig `json:"pushNotificationConfig"`
+		TaskPushConfig    *pushConfig `json:"taskPushNotificationConfig"`
 	} `json:"configuration"`
 	Metadata json.RawMessage `json:"metadata"`
 }
@@ -152,9 +153,37 @@ func (s *Server) send(ctx context.Context, caller string, pipe *mesh.Pipeline, p
 	if p.Message == nil {
 		return tracing.MeshRow{}, errInvalidParams("message is required")
 	}
-	if p.Configuration != nil && (p.Configuration.PushConfig != nil || p.Configuration.TaskPushConfig != nil) {
-		return tracing.MeshRow{}, errPushUnsupported()
+	push := p.pushConfig()
+	if push != nil {
+		if e := s.checkPushConfig(push); e != nil {
+			return tracing.MeshRow{}, e
+		}
 	}
+	row, err := s.start(ctx, caller, pipe, p)
+	if err != nil || push == nil {
+		return row, err
+	}
+	v := v10
+	if p.Configuration.TaskPushConfig == nil {
+		v = v03
+	}
+	if err := s.setPush(ctx, caller, row.ID, v, push); err != nil {
+		return row, err
+	}
+	return row, nil
+}
+
+// pushConfig is the webhook a send names, nil for none.
+func (p *sendParams) pushConfig() *pushConfig {
+	if p.Configuration == nil {
+		return nil
+	}
+	return cmp.Or(p.Configuration.TaskPushConfig, p.Configuration.PushConfig)
+}
+
+// start creates the envelope of a message to pipe, or resumes the paused
+// task it names.
+func (s *Server) start(ctx context.Context, caller string, pipe *mesh.Pipeline, p *sendParams) (tracing.MeshRow, error) {
 	if p.Message.TaskID != "" {
 		row, err := s.visible(ctx, caller, pipe, p.Message.TaskID)
 		if err != nil {
@@ -263,7 +292,7 @@ func (s *Server) list(ctx context.Context, caller string, pipe *mesh.Pipeline, p
 		if !ok {
 			return nil, "", 0, errInvalidParams("unknown task state " + p.Status)
 		}
-		q.Statuses = []tracing.MeshStatus{st}
+		q.Statuses = st
 	}
 	rows, _, err := s.cfg.Mesh.Envelopes(ctx, q)
 	if err != nil {

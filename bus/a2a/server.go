@@ -6,12 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/tracing"
 )
 
 // Config configures New.
@@ -30,6 +32,13 @@ type Config struct {
 	Logger *slog.Logger
 	// KeepaliveInterval is how often an idle stream gets a comment (15 s).
 	KeepaliveInterval time.Duration
+	// Log stores the tasks' push notification configs (a table written
+	// through its writer); nil keeps them in memory only.
+	Log *tracing.Log
+	// AllowPrivateWebhooks lets push notifications go to http:// loopback
+	// URLs and to loopback, private and link-local addresses
+	// (--allow-private-endpoints: local development only).
+	AllowPrivateWebhooks bool
 }
 
 // Server answers A2A requests. It is safe for concurrent use.
@@ -37,6 +46,7 @@ type Server struct {
 	cfg   Config
 	pipes map[string]*mesh.Pipeline
 	lg    *slog.Logger
+	push  *pushes
 }
 
 // New builds a server for cfg's pipelines.
@@ -50,6 +60,9 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, pipes: map[string]*mesh.Pipeline{}, lg: cfg.Logger.With("component", "a2a")}
 	for i := range cfg.Pipelines {
 		s.pipes[cfg.Pipelines[i].Name] = &cfg.Pipelines[i]
+	}
+	if err := s.openPushes(); err != nil {
+		return nil, fmt.Errorf("a2a: %w", err)
 	}
 	return s, nil
 }
@@ -68,6 +81,12 @@ func (s *Server) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /a2a/pipelines/{name}/tasks/{task}", s.handleRESTTask)
 	mux.HandleFunc("GET /a2a/agents/{beamId}/.well-known/agent-card.json", s.handleAgentCard)
 	mux.HandleFunc("POST /a2a/agents/{beamId}", s.handleAgentRPC)
+	for _, base := range []string{"/a2a/pipelines/{name}/tasks/{task}", "/a2a/tasks/{task}"} {
+		mux.HandleFunc("POST "+base+"/pushNotificationConfigs", s.handleRESTPush)
+		mux.HandleFunc("GET "+base+"/pushNotificationConfigs", s.handleRESTPush)
+		mux.HandleFunc("GET "+base+"/pushNotificationConfigs/{config}", s.handleRESTPush)
+		mux.HandleFunc("DELETE "+base+"/pushNotificationConfigs/{config}", s.handleRESTPush)
+	}
 	mux.HandleFunc("GET /a2a/tasks", s.handleRESTList)
 	mux.HandleFunc("GET /a2a/tasks/{task}", s.handleRESTTask)
 	mux.HandleFunc("POST /a2a/tasks/{task}", s.handleRESTTask)

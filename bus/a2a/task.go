@@ -29,6 +29,7 @@ const (
 var states = map[tracing.MeshStatus][2]string{
 	tracing.MeshPending:   {"TASK_STATE_SUBMITTED", "submitted"},
 	tracing.MeshRunning:   {"TASK_STATE_WORKING", "working"},
+	tracing.MeshRetrying:  {"TASK_STATE_WORKING", "working"},
 	tracing.MeshPaused:    {"TASK_STATE_INPUT_REQUIRED", "input-required"},
 	tracing.MeshSucceeded: {"TASK_STATE_COMPLETED", "completed"},
 	tracing.MeshFailed:    {"TASK_STATE_FAILED", "failed"},
@@ -47,14 +48,16 @@ func (v version) state(s tracing.MeshStatus) string {
 	return "TASK_STATE_UNSPECIFIED"
 }
 
-// statusOf maps a task state filter back to envelope statuses.
-func statusOf(state string) (tracing.MeshStatus, bool) {
-	for s, names := range states {
-		if names[0] == state || names[1] == state {
-			return s, true
+// statusOf maps a task state filter back to envelope statuses ("unknown"
+// and TASK_STATE_UNSPECIFIED are not filters: see list).
+func statusOf(state string) ([]tracing.MeshStatus, bool) {
+	var out []tracing.MeshStatus
+	for _, s := range tracing.MeshStatuses {
+		if names, ok := states[s]; ok && (names[0] == state || names[1] == state) {
+			out = append(out, s)
 		}
 	}
-	return "", false
+	return out, len(out) > 0
 }
 
 func (v version) kind(k string) string {

@@ -18,11 +18,26 @@ func TestTaskStateFollowsTheEnvelopeStatus(t *testing.T) {
 		tracing.MeshSucceeded: {"TASK_STATE_COMPLETED", "completed"},
 		tracing.MeshFailed:    {"TASK_STATE_FAILED", "failed"},
 		tracing.MeshCanceled:  {"TASK_STATE_CANCELED", "canceled"},
-		"retrying":            {"TASK_STATE_UNSPECIFIED", "unknown"},
+		tracing.MeshRetrying:  {"TASK_STATE_WORKING", "working"},
+		tracing.MeshUnknown:   {"TASK_STATE_UNSPECIFIED", "unknown"},
+		"bogus":               {"TASK_STATE_UNSPECIFIED", "unknown"},
 	} {
 		require.Equal(t, want[0], v10.state(status), status)
 		require.Equal(t, want[1], v03.state(status), status)
 	}
+}
+
+// TestWorkingFilterKeepsRetryingTasks: ListTasks filtered by working keeps
+// the envelopes that are running or retrying.
+func TestWorkingFilterKeepsRetryingTasks(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"TASK_STATE_WORKING", "working"} {
+		got, ok := statusOf(name)
+		require.True(t, ok)
+		require.Equal(t, []tracing.MeshStatus{tracing.MeshRunning, tracing.MeshRetrying}, got)
+	}
+	_, ok := statusOf("unknown")
+	require.False(t, ok)
 }
 
 func TestPayloadOfAMessage(t *testing.T) {

@@ -40,6 +40,7 @@ func (e *Engine) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/mesh/{id}/resume", e.api(e.handleResume))
 	mux.HandleFunc("POST /api/v1/mesh/{id}/requeue", e.api(e.handleRequeue))
 	mux.HandleFunc("POST /api/v1/mesh/{id}/fly", e.api(e.handleFly))
+	mux.HandleFunc("POST /api/v1/mesh/{id}/processing", e.api(e.handleProcessing))
 	mux.HandleFunc("GET /api/v1/mesh/{id}/events", e.handleEvents)
 }
 
@@ -505,12 +506,43 @@ func (e *Engine) handleFly(w http.ResponseWriter, r *http.Request) error {
 	if row.Status.Terminal() {
 		return inputErr(http.StatusConflict, CodeConflict, "envelope %s already %s", row.ID, row.Status)
 	}
-	n := e.hub.fly(row.ID, b.Data)
+	n := 0
+	if !statusOff(row) {
+		n = e.hub.fly(row.ID, b.Data)
+	}
 	httpjson.Write(w, http.StatusAccepted, map[string]any{"subscribers": n})
 	return nil
 }
 
-// statusOff reports whether the envelope suppresses live status reporting.
+// handleProcessing takes the report of the envelope's current actor that
+// it started processing attempt {"attempt": n} of its hop (the seed's
+// "processing" point: progress only, recorded in the log).
+func (e *Engine) handleProcessing(w http.ResponseWriter, r *http.Request) error {
+	p, err := e.authenticate(r)
+	if err != nil {
+		return err
+	}
+	var b struct {
+		Attempt int `json:"attempt"`
+	}
+	if err := e.readJSON(w, r, &b, 4<<10); err != nil {
+		return err
+	}
+	if p.operator {
+		return inputErr(http.StatusForbidden, CodeForbidden, "only the hop's actor reports processing")
+	}
+	row, err := e.Processing(r.Context(), r.PathValue("id"), p.agent, b.Attempt)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusAccepted, map[string]any{"id": row.ID, "progress": row.Progress})
+	return nil
+}
+
+// statusOff reports whether the envelope suppresses live status reporting
+// (x-asya-mesh-status: off): no progress, no FLY events and no status but
+// the terminal one reach its live subscribers (SSE, A2A streams and push
+// notifications, MCP progress); GET still reads its state.
 func statusOff(row tracing.MeshRow) bool {
 	env, err := envelopes.decode(row.Envelope)
 	return err == nil && strings.EqualFold(env.Headers[HeaderMeshStatus], "off")
@@ -558,7 +590,8 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 
-	s := &sseWriter{w: w, lastSeq: -1}
+	off := statusOff(row)
+	s := &sseWriter{w: w, lastSeq: -1, noProgress: off}
 	if after >= 0 {
 		events, err := e.log.Trace(r.Context(), row.Nonce)
 		if err != nil {
@@ -579,7 +612,6 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if row.Status.Terminal() || s.err != nil {
 		return
 	}
-	off := statusOff(row)
 	keep := time.NewTicker(KeepaliveInterval)
 	defer keep.Stop()
 	for {
@@ -594,7 +626,9 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 			_, s.err = io.WriteString(w, ": keepalive\n\n")
 		case ev := <-sub.ch:
 			if ev.fly != nil {
-				s.event("fly", "", ev.fly)
+				if !off {
+					s.event("fly", "", ev.fly)
+				}
 			} else if ev.row.LastSeq > s.lastSeq && (!off || ev.row.Status.Terminal()) {
 				s.status(*ev.row)
 			}
@@ -615,9 +649,11 @@ type sseWriter struct {
 	w        io.Writer
 	lastSeq  int64
 	progress float64
-	err      error
-	buf      []byte // the event being written, reused
-	data     []byte // a status event's data, reused
+	// noProgress leaves progress events out (status reporting off).
+	noProgress bool
+	err        error
+	buf        []byte // the event being written, reused
+	data       []byte // a status event's data, reused
 }
 
 func (s *sseWriter) event(name, id string, data []byte) {
@@ -655,7 +691,7 @@ func (s *sseWriter) status(row tracing.MeshRow) {
 		return
 	}
 	s.data = data
-	if row.Progress > s.progress {
+	if row.Progress > s.progress && !s.noProgress {
 		s.progress = row.Progress
 		s.event("progress", id, appendProgress(nil, row))
 	}

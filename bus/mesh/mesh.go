@@ -9,6 +9,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -366,8 +367,10 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		if row.State != tracing.Dispatched && row.State != tracing.Delivered {
 			continue
 		}
-		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Attempt: max(row.Attempt-1, 0),
-			Reason: "interrupted by a restart"})
+		// The outcome of the hop in flight cannot be determined: unknown
+		// until it is dispatched again.
+		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Status: tracing.MeshUnknown,
+			Attempt: max(row.Attempt-1, 0), Reason: "interrupted by a restart"})
 		ev.Transport = "recovery"
 		if _, err := e.log.Append(ctx, ev); err != nil {
 			return n, fmt.Errorf("mesh recover %s: %w", row.ID, err)
@@ -397,16 +400,45 @@ func (e *Engine) append(ctx context.Context, ids []string, events ...tracing.Eve
 	return nil
 }
 
-// notify publishes the current row of id to its subscribers.
+// notify publishes the current row of id to its subscribers: only the
+// terminal one when the envelope's status reporting is off.
 func (e *Engine) notify(id string) {
 	if !e.hub.has(id) {
 		return
 	}
 	row, ok, err := e.log.MeshEnvelope(context.Background(), id)
-	if err != nil || !ok {
+	if err != nil || !ok || (!row.Status.Terminal() && statusOff(row)) {
 		return
 	}
 	e.hub.status(row)
+}
+
+// newTraceparent returns a new W3C trace context (version 00, sampled):
+// a random trace id and parent id.
+func newTraceparent() string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("read random: %v", err))
+	}
+	return fmt.Sprintf("00-%x-%x-01", b[:16], b[16:])
+}
+
+// validTraceparent reports whether v is a W3C traceparent this gateway
+// keeps: version 00, 32 and 16 lowercase hex digits not all zero, two hex
+// flag digits.
+func validTraceparent(v string) bool {
+	if len(v) != 55 || v[:3] != "00-" || v[35] != '-' || v[52] != '-' {
+		return false
+	}
+	hex := func(s string) bool {
+		for _, c := range s {
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+		return strings.Trim(s, "0") != "" || len(s) == 2
+	}
+	return hex(v[3:35]) && hex(v[36:52]) && hex(v[53:55])
 }
 
 // newUUID4 returns a random (version 4) UUID.

@@ -69,12 +69,15 @@ type CreateRequest struct {
 	Payload json.RawMessage
 	Headers map[string]string
 	Timeout time.Duration
-	// ParentID is set by an operator requeue.
+	// ParentID and Prev are set by an operator requeue: the dead envelope
+	// and the actors it went through, which the new envelope's route.prev
+	// keeps.
 	ParentID string
+	Prev     []string
 	// Author and ContentAuthor are set by an operator requeue: the agent
 	// that chose the route the requeued envelope goes on with (its hops
 	// are admitted with it as the sender), and the author of the payload
-	// ("" or Creator: the creator's).
+	// ("": the creator's).
 	Author, ContentAuthor string
 }
 
@@ -119,8 +122,16 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 		return tracing.MeshRow{}, inputErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			"payload is %d bytes, at most %d", len(payload), e.cfg.MaxPayloadBytes)
 	}
+	if req.Prev != nil {
+		if len(req.Prev)+len(req.Route) > e.cfg.MaxHops {
+			return tracing.MeshRow{}, routeErr(fmt.Errorf("%w: %d actors, at most %d hops", ErrHopLimit, len(req.Prev)+len(req.Route), e.cfg.MaxHops))
+		}
+		route.Prev = append([]string{}, req.Prev...)
+	}
 	timeout := req.Timeout
 	if timeout == 0 {
+		// The gateway's hard limit; the envelope's status names no
+		// deadline the creator did not ask for.
 		timeout = e.cfg.DefaultTimeout
 	}
 	if timeout < 0 || timeout > e.cfg.MaxTimeout {
@@ -136,14 +147,21 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 		}
 		headers[k] = v
 	}
+	if !validTraceparent(headers[HeaderTraceparent]) {
+		headers[HeaderTraceparent] = newTraceparent()
+	}
 	now := e.cfg.Clock().UTC()
 	deadline := now.Add(timeout)
 	env := Envelope{
 		ID: newUUID4(), ParentID: req.ParentID, Route: route, Headers: headers, Payload: payload, Creator: req.Creator,
-		Author: req.Author, Status: Status{Phase: string(tracing.MeshPending), Actor: route.Curr, CreatedAt: rfc3339(now), UpdatedAt: rfc3339(now),
-			DeadlineAt: rfc3339(deadline)},
+		Author: req.Author, Status: Status{Phase: string(tracing.MeshPending), Actor: route.Curr, CreatedAt: rfc3339(now), UpdatedAt: rfc3339(now)},
 	}
-	if req.ContentAuthor != req.Creator {
+	if req.Timeout > 0 {
+		env.Status.DeadlineAt = rfc3339(deadline)
+	}
+	// The payload's author is named whenever the kept route.prev would
+	// name another (contentAuthor falls back to its last actor).
+	if req.ContentAuthor != "" && req.ContentAuthor != env.contentAuthor() {
 		env.PrevActor = req.ContentAuthor
 	}
 	row := tracing.MeshRow{ID: env.ID, Nonce: nonceOf(env.ID)}
@@ -249,7 +267,7 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 	pol := e.policy(actor)
 	env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(first))
 	env.Status = Status{Phase: "processing", Actor: actor, Attempt: n, MaxAttempts: pol.MaxAttempts,
-		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: deadlineString(row)}
+		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: env.Status.DeadlineAt}
 	disp := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
 		Actor: actor, Attempt: n, FirstAttemptAt: first, Reason: carriedReason(row.Reason)})
 	disp.Transport = transport
@@ -265,7 +283,7 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 	}
 	unlock()
 	target := hopTarget{actor: actor, endpoint: agent.HTTPEndpoint, senderKey: creator.PublicKeyB64, transport: transport,
-		peerNonce: peerNonce, peerFrame: peerFrame}
+		peerNonce: peerNonce, peerFrame: peerFrame, deadline: row.DeadlineAt}
 	e.deliver(id, n, env, target, now)
 	return nil
 }
@@ -303,13 +321,6 @@ func (e *Engine) waitForActor(ctx context.Context, row tracing.MeshRow, actor st
 		return err
 	}
 	return nil
-}
-
-func deadlineString(row tracing.MeshRow) string {
-	if row.DeadlineAt == 0 {
-		return ""
-	}
-	return rfc3339(time.UnixMilli(row.DeadlineAt))
 }
 
 // hopTimeout is the effective timeout of one attempt: HopTimeout, or less
@@ -373,18 +384,16 @@ type hopTarget struct {
 	// peerFrame, when set, is the frame an earlier dispatch of the same
 	// attempt recorded under peerNonce; it is relayed again unchanged.
 	peerFrame *wire.IntentFrame
+	// deadline is the envelope's hard deadline (unix ms, 0 none), which
+	// bounds the attempt's timeout.
+	deadline int64
 }
 
 // deliver hands attempt n of the hop to the actor and arranges for its
 // outcome.
 func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.Time) {
 	frame, auth := hopFrame(env, to.actor, nonceOf(id), now)
-	row := tracing.MeshRow{DeadlineAt: 0}
-	timeout := e.cfg.HopTimeout
-	if dl, err := time.Parse(time.RFC3339Nano, env.Status.DeadlineAt); err == nil {
-		row.DeadlineAt = dl.UnixMilli()
-		timeout = e.hopTimeout(row, now)
-	}
+	timeout := e.hopTimeout(tracing.MeshRow{DeadlineAt: to.deadline}, now)
 	e.m.hops.Inc()
 	switch to.transport {
 	case directory.TransportDirectHTTP:
@@ -430,6 +439,13 @@ func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.
 	}
 	err := e.dir.DeliverBus(directory.BusDelivery{
 		Frame: frame, SenderKey: to.senderKey, MessageID: env.ID, Attempt: n, Auth: auth, Timeout: timeout,
+		OnDelivered: func() {
+			// The actor received the hop: its subscribers see the
+			// received progress the delivered event folds in.
+			if e.hub.has(id) {
+				e.goWarm(func() { e.notify(id) })
+			}
+		},
 		OnOutcome: func(o directory.BusOutcome) {
 			e.goWarm(func() { e.outcome(id, n, to.transport, o.Result, o.ErrorCode, o.Error) })
 		},
@@ -586,7 +602,7 @@ func (e *Engine) failedAttempt(ctx context.Context, row tracing.MeshRow, env Env
 	}
 	delay, reason := pol.Retry(n, retryable, first, now, e.draw(row.ID, n))
 	if reason == "" {
-		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindRetry, Status: tracing.MeshRunning,
+		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindRetry, Status: tracing.MeshRetrying,
 			Actor: actor, Attempt: n, FirstAttemptAt: row.FirstAttemptAt, NextAt: now.Add(delay).UnixMilli(), Error: msg, Reason: code})
 		ev.Details.ErrorCode, ev.Details.Error, ev.Details.Retryable = code, msg, true
 		e.m.retries.Inc()
@@ -721,7 +737,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	if eager != nil {
 		// Outside the envelope's lock, which the caller holds.
 		id, env, now := row.ID, eager.env, eager.now
-		to := hopTarget{actor: eager.actor, senderKey: eager.key, transport: directory.TransportWS}
+		to := hopTarget{actor: eager.actor, senderKey: eager.key, transport: directory.TransportWS, deadline: row.DeadlineAt}
 		e.goWarm(func() { e.deliver(id, 1, env, to, now) })
 	}
 	for _, id := range starts {
@@ -813,7 +829,7 @@ func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope, reason string)
 	env = env.clone()
 	env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(first))
 	env.Status = Status{Phase: "processing", Actor: actor, Attempt: 1, MaxAttempts: e.policy(actor).MaxAttempts,
-		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: deadlineString(row)}
+		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: env.Status.DeadlineAt}
 	ev := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
 		Actor: actor, Attempt: 1, FirstAttemptAt: first, Reason: carriedReason(reason)})
 	ev.Transport = directory.TransportWS
@@ -904,6 +920,37 @@ func (e *Engine) Cancel(ctx context.Context, id string) (tracing.MeshRow, error)
 	return out, err
 }
 
+// Processing records that actor, the actor of envelope id's current hop,
+// started processing attempt n of it: the hop's processing share of the
+// progress (tracing.MeshProcessingShare). The step is recorded as
+// delivered (the actor has the hop). A report for another actor or
+// attempt, or a settled one, is a conflict; a repeated one changes nothing.
+func (e *Engine) Processing(ctx context.Context, id, actor string, n int) (tracing.MeshRow, error) {
+	unlock := e.lock(id)
+	defer unlock()
+	row, ok, err := e.log.MeshEnvelope(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	if !ok || (row.Actor != actor && row.Creator != actor) {
+		return tracing.MeshRow{}, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+	}
+	if row.Actor != actor || row.Status.Terminal() || row.Attempt != n ||
+		(row.State != tracing.Dispatched && row.State != tracing.Delivered) {
+		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s has no attempt %d of %s in flight", id, n, actor)
+	}
+	p := tracing.MeshHopProgress(row.Envelope, tracing.MeshProcessingShare)
+	if p <= row.Progress {
+		return row, nil
+	}
+	ev := e.event(row, tracing.Delivered, tracing.MeshStep{Kind: tracing.MeshKindProcessing, Actor: actor, Attempt: n, Progress: p})
+	if err := e.append(ctx, []string{id}, ev); err != nil {
+		return row, err
+	}
+	out, _, err := e.log.MeshEnvelope(ctx, id)
+	return out, err
+}
+
 // Pause stops envelope id before its next hop (a hop in flight finishes).
 func (e *Engine) Pause(ctx context.Context, id string) (tracing.MeshRow, error) {
 	return e.annotate(ctx, id, tracing.MeshKindPause, tracing.MeshPaused)
@@ -987,5 +1034,5 @@ func (e *Engine) Requeue(ctx context.Context, id string) (tracing.MeshRow, error
 		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s has no hop left to run", id)
 	}
 	return e.Create(ctx, CreateRequest{Creator: row.Creator, Route: actors, Payload: env.Payload, Headers: env.Headers, ParentID: id,
-		Author: env.Author, ContentAuthor: env.contentAuthor()})
+		Prev: append([]string{}, env.Route.Prev...), Author: env.Author, ContentAuthor: env.contentAuthor()})
 }

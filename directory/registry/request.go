@@ -234,6 +234,12 @@ func validateVisibility(s string) error {
 }
 
 // validateEndpoint accepts https URLs, and http on loopback when allowed.
+// ValidateEndpoint checks a URL the directory will send requests to by the
+// rules of an agent's httpEndpoint: an https URL (http only on loopback
+// when allowInsecure), no user info, at most 2048 bytes, no control
+// characters. It returns the registry's INVALID_HTTP_ENDPOINT error.
+func ValidateEndpoint(s string, allowInsecure bool) error { return validateEndpoint(s, allowInsecure) }
+
 func validateEndpoint(s string, allowInsecure bool) error {
 	if s == "" {
 		return nil

@@ -15,10 +15,12 @@ import (
 func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Registry, intents a2a.Intents) error {
 	srv, err := a2a.New(a2a.Config{
 		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines, Intents: intents, AllowCreator: s.rl.intents.Allow, Name: s.cfg.Domain, Logger: s.logger,
+		Log: s.log, AllowPrivateWebhooks: s.cfg.AllowPrivateEndpoints,
 	})
 	if err != nil {
 		return fmt.Errorf("open A2A server: %w", err)
 	}
+	s.a2a = srv
 	srv.Routes(s.mux)
 	tools, err := mcp.New(mcp.Config{Mesh: pipes, Pipelines: s.cfg.Pipelines, AllowCreator: s.rl.intents.Allow, Logger: s.logger,
 		Registry: agents, Intents: intents, Catalog: s.cfg.IntentCatalog})

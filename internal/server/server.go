@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/beamdir/beam/bus"
+	"github.com/beamdir/beam/bus/a2a"
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/attest"
@@ -141,6 +142,7 @@ type Server struct {
 	dir      *directory.Directory
 	bus      *bus.Bus
 	mesh     *mesh.Engine
+	a2a      *a2a.Server // A2A server (agentprotocols.go)
 	fed      *federation.Node
 	cluster  *cluster.Node
 	registry *prometheus.Registry
@@ -333,6 +335,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			if err := s.fed.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close federation: %w", err))
 			}
+		}
+		if s.a2a != nil {
+			s.a2a.Close() // its push notification followers
 		}
 		if s.mesh != nil {
 			_ = s.mesh.Close()

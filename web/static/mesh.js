@@ -33,7 +33,7 @@ async function call(path, method = "GET") {
   return body;
 }
 
-const STATUS_CLASS = { succeeded: "s-acked", failed: "s-failed", canceled: "s-dead_letter", running: "s-delivered", paused: "s-queued", pending: "s-received" };
+const STATUS_CLASS = { succeeded: "s-acked", failed: "s-failed", canceled: "s-dead_letter", running: "s-delivered", retrying: "s-delivered", unknown: "s-queued", paused: "s-queued", pending: "s-received" };
 
 function statusChip(s, id) {
   return el("span", { class: `chip ${STATUS_CLASS[s] || ""}`, id, dataset: { status: s } }, s);
@@ -137,7 +137,7 @@ export function renderPipelines(root, { params, isCurrent }) {
   const status = params.get("status") || "";
   const dead = params.get("dead") === "1";
   const filters = el("div", { class: "segmented", role: "group", "aria-label": "Status filter" },
-    ...[["", "All"], ["running", "Running"], ["paused", "Paused"], ["succeeded", "Succeeded"], ["failed", "Failed"], ["canceled", "Canceled"]].map(([v, t]) =>
+    ...[["", "All"], ["running", "Running"], ["retrying", "Retrying"], ["unknown", "Unknown"], ["paused", "Paused"], ["succeeded", "Succeeded"], ["failed", "Failed"], ["canceled", "Canceled"]].map(([v, t]) =>
       el("button", { type: "button", "aria-pressed": String(v === status && !dead), onclick: () => { location.hash = v ? `#/pipelines?status=${v}` : "#/pipelines"; } }, t)),
     el("button", { type: "button", id: "mesh-dead-filter", "aria-pressed": String(dead), onclick: () => { location.hash = "#/pipelines?dead=1"; } }, "Dead letters"));
   root.append(el("div", { class: "page-head" },
