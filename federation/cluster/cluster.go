@@ -28,8 +28,8 @@ import (
 	"github.com/beamdir/beam/directory/registry"
 )
 
-// nodeIDFile holds a node's generated ID inside its data directory.
-const nodeIDFile = "cluster.node"
+// NodeIDFile holds a node's generated ID inside its data directory.
+const NodeIDFile = "cluster.node"
 
 var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
@@ -45,7 +45,7 @@ func ValidNodeID(id string) error {
 // LoadOrCreateNodeID returns the node ID stored in dataDir, generating and
 // storing one on first start.
 func LoadOrCreateNodeID(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, nodeIDFile)
+	path := filepath.Join(dataDir, NodeIDFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
 		id := strings.TrimSpace(string(b))
