@@ -20,7 +20,7 @@ func deliveredNode(t *testing.T, ctx context.Context, js jetstream.JetStream, id
 	t.Helper()
 	kv, err := createKV(ctx, js, jetstream.KeyValueConfig{Bucket: "BEAM_DELIVERED_test", TTL: deliveredTTL})
 	require.NoError(t, err)
-	n := sealNode(t, id, testClusterKey, "")
+	n := sealNode(t, id, testClusterKey)
 	n.route.delivered = kv
 	return n
 }
