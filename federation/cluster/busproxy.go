@@ -44,8 +44,8 @@ import (
 // the call ID, status and body digest. Nodes are only those whose entries
 // in the nodes bucket the cluster's key signed (nodes.go).
 
-// headerCall is the header of the HTTP requests nodes sent each other
-// before their calls moved to NATS; a request carrying it is refused.
+// headerCall is the header by which an HTTP request claims to be a node's
+// call; nodes call each other over NATS only, so such a request is refused.
 const headerCall = "X-Beam-Cluster-Call"
 
 // headerChunk numbers the chunks of a call's answer ("i/n", from 1).

@@ -64,9 +64,7 @@ func TestSetLiveWakesTheSessionsOfARejoiningNode(t *testing.T) {
 // nonceNode returns a node whose nonces bucket lives on js.
 func nonceNode(t *testing.T, ctx context.Context, js jetstream.JetStream, id string) *Node {
 	t.Helper()
-	kv, err := createKV(ctx, js, jetstream.KeyValueConfig{Bucket: "BEAM_NONCES_test", TTL: nonceTTL})
-	require.NoError(t, err)
-	n := sealNode(t, id, testClusterKey)
+	n, kv := bucketNode(t, ctx, js, id, jetstream.KeyValueConfig{Bucket: "BEAM_NONCES_test", TTL: nonceTTL})
 	n.route.nonces = kv
 	return n
 }
