@@ -236,13 +236,18 @@ func TestClusterForgeryProcesses(t *testing.T) {
 			entry, err = sessions.Get(ctx, key(aliceID.BeamID))
 			return err == nil
 		}, 20*time.Second, 100*time.Millisecond, "alice's session entry")
+		send := func() error {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := carol.Send(sctx, bobID.BeamID, "task.run", map[string]any{"n": 1})
+			return err
+		}
+		// Node 2 has learnt where bob's session is.
+		require.Eventually(t, func() bool { return send() == nil }, 20*time.Second, 100*time.Millisecond)
 		require.Never(t, func() bool {
 			_, err := sessions.Put(ctx, key(bobID.BeamID), entry.Value())
 			require.NoError(t, err)
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			_, err = carol.Send(sctx, bobID.BeamID, "task.run", map[string]any{"n": 1})
-			return err != nil
+			return send() != nil
 		}, 8*time.Second, 500*time.Millisecond, "a copy of alice's session entry moved bob's session")
 	})
 
