@@ -82,6 +82,16 @@ func forgedJWS(t *testing.T, typ string, payload []byte) []byte {
 // applies them: alice's key works everywhere, the attacker's gets 401, and
 // the registry keeps applying the changes published after them.
 //
+// session copy: it copies alice's session entry, sealed by the node that
+// holds her session, under bob's key in the sessions bucket. No node takes
+// it for bob's (the entry names alice): intents to bob keep reaching him.
+//
+// call replay: it listens on a node's subject for the bus calls other
+// nodes send it (as it may: it can subscribe to the cluster's subjects),
+// captures the call a poll through another node made, and sends it again,
+// over NATS and as an HTTP request. Each call is answered once: the replay
+// is refused and leases no message.
+//
 // nodes: it puts entries for a fake node (an HTTP server of the test) in
 // the nodes bucket, unsigned and signed by another key. A client polling,
 // and looking up a message, through a node makes the node ask the other
@@ -204,6 +214,93 @@ func TestClusterForgeryProcesses(t *testing.T) {
 			require.Empty(t, h.Get("Authorization"), "the fake node got the client's credentials")
 		}
 		require.Empty(t, hits, "a node called a node whose entry the cluster's key did not sign")
+	})
+
+	t.Run("session copy", func(t *testing.T) {
+		alice := sdkClient(t, nodes[0].URL(), aliceID)
+		alice.Handle("*", func(context.Context, *agents.Intent) agents.Reply {
+			return agents.Success(map[string]any{"who": "alice"})
+		})
+		require.NoError(t, alice.Connect(ctx))
+		bobID, bob := sdkAgent(t, ctx, nodes[1].URL(), "bobcopy@"+clusterDomain)
+		bob.Handle("*", func(context.Context, *agents.Intent) agents.Reply {
+			return agents.Success(map[string]any{"who": "bob"})
+		})
+		require.NoError(t, bob.Connect(ctx))
+		_, carol := sdkAgent(t, ctx, nodes[2].URL(), "carolcopy@"+clusterDomain)
+		sessions, err := js.KeyValue(ctx, "BEAM_SESSIONS_"+token)
+		require.NoError(t, err)
+		key := func(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
+		var entry jetstream.KeyValueEntry
+		require.Eventually(t, func() bool {
+			entry, err = sessions.Get(ctx, key(aliceID.BeamID))
+			return err == nil
+		}, 20*time.Second, 100*time.Millisecond, "alice's session entry")
+		send := func() error {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := carol.Send(sctx, bobID.BeamID, "task.run", map[string]any{"n": 1})
+			return err
+		}
+		// Node 2 has learnt where bob's session is.
+		require.Eventually(t, func() bool { return send() == nil }, 20*time.Second, 100*time.Millisecond)
+		require.Never(t, func() bool {
+			_, err := sessions.Put(ctx, key(bobID.BeamID), entry.Value())
+			require.NoError(t, err)
+			return send() != nil
+		}, 8*time.Second, 500*time.Millisecond, "a copy of alice's session entry moved bob's session")
+	})
+
+	t.Run("call replay", func(t *testing.T) {
+		const queued = 5
+		_, sender := sdkAgent(t, ctx, nodes[1].URL(), "replaysender@"+clusterDomain)
+		pollerID, _ := sdkAgent(t, ctx, nodes[1].URL(), "replaypoller@"+clusterDomain)
+		for i := range queued {
+			_, err := sender.SendDurable(ctx, pollerID.BeamID, "task.poll", map[string]any{"n": i}, nil)
+			require.NoError(t, err)
+		}
+		captured := make(chan *nats.Msg, 64)
+		sub, err := nc.ChanSubscribe("beam.cluster."+token+".node.node1.call", captured)
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+		onTwo := sdkClient(t, nodes[2].URL(), pollerID)
+		leased := 0
+		var call *nats.Msg
+		require.Eventually(t, func() bool {
+			msgs, err := onTwo.Poll(ctx, agents.PollOptions{Claim: true, Lease: time.Minute, Limit: 1})
+			require.NoError(t, err)
+			leased += len(msgs)
+			for {
+				select {
+				case m := <-captured:
+					if strings.Contains(m.Header.Get("Beam-Cluster-Seal"), ".") && len(msgs) == 1 {
+						call = m
+					}
+				default:
+					return call != nil
+				}
+			}
+		}, 20*time.Second, 200*time.Millisecond, "a poll through node 2 calls node 1")
+		require.NoError(t, sub.Unsubscribe())
+
+		replay := &nats.Msg{Subject: call.Subject, Header: call.Header, Data: call.Data}
+		answer, err := nc.RequestMsg(replay, 10*time.Second)
+		require.NoError(t, err)
+		require.Contains(t, string(answer.Data), "UNAUTHORIZED", "the replayed call was answered: %s", answer.Data)
+
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, nodes[1].URL()+"/v1/beam/poll?claim=true&limit=1", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Beam-Cluster-Call", call.Header.Get("Beam-Cluster-Seal"))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a node call over HTTP")
+
+		// Every message the clients did not lease is still queued.
+		onOne := sdkClient(t, nodes[1].URL(), pollerID)
+		rest, err := onOne.Poll(ctx, agents.PollOptions{Claim: true, Lease: time.Minute, Limit: 100})
+		require.NoError(t, err)
+		require.Len(t, rest, queued-leased, "the replay leased a message")
 	})
 
 	t.Run("handover", func(t *testing.T) {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,7 +13,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/internal/httpjson"
@@ -20,23 +24,32 @@ import (
 
 // The bus across nodes, for consumers that poll: a message belongs to the
 // node that accepted it, and a consumer may poll any node. Poll answers
-// with this node's messages first and then asks the other live nodes over
-// HTTP (the same request with the remaining limit), so leases are taken
-// where the messages live; ack, lease renewal and message status go to
-// this node and, when it does not know the message, to the others in turn.
+// with this node's messages first and then asks the other live nodes (the
+// same request with the remaining limit), so leases are taken where the
+// messages live; ack, lease renewal and message status go to this node
+// and, when it does not know the message, to the others in turn.
 //
-// A forwarded request never carries the client's credentials. The
-// forwarding node authenticated the client and sends, in headerCall, a
-// token sealed with the cluster's key (seal.go) naming the receiving node
-// (ID and URL), the request (method, path, query, body digest), the
-// principal (the agent's Beam ID, or the operator) and a short expiry; the
-// receiving node verifies it, drops any credentials the request carries,
-// acts as that principal and answers locally only, so nothing is
-// forwarded twice. Nodes are only those whose entries in the nodes bucket
-// the cluster's key signed (nodes.go).
+// These node calls travel over the cluster's NATS (the routes between the
+// embedded servers are TLS 1.3 with the cluster's certificates), on the
+// receiving node's call subject, never over HTTP: a node's HTTP listener
+// refuses a request that claims to be one. A call never carries the
+// client's credentials. The forwarding node authenticated the client and
+// sends, in headerSeal, a token sealed with the cluster's key (seal.go)
+// naming a random call ID, the receiving node, the request (method, path,
+// query, body digest), the principal (the agent's Beam ID, or the
+// operator) and a short expiry; the receiving node verifies it, takes each
+// call ID once (callLedger), acts as that principal and answers locally
+// only, so nothing is forwarded twice. The answer comes back in chunks
+// that fit a NATS message, the last one sealed by the answering node with
+// the call ID, status and body digest. Nodes are only those whose entries
+// in the nodes bucket the cluster's key signed (nodes.go).
 
-// headerCall carries a forwarding node's sealed token.
+// headerCall is the header by which an HTTP request claims to be a node's
+// call; nodes call each other over NATS only, so such a request is refused.
 const headerCall = "X-Beam-Cluster-Call"
+
+// headerChunk numbers the chunks of a call's answer ("i/n", from 1).
+const headerChunk = "Beam-Chunk"
 
 // forwardTimeout bounds one forwarded bus request.
 const forwardTimeout = 5 * time.Second
@@ -47,16 +60,69 @@ const maxForwardBody = 1 << 20
 // callTTL is how long a forwarded request's token is valid.
 const callTTL = 30 * time.Second
 
-// nodeCall is the payload of headerCall.
+// maxCallsRemembered bounds the call IDs a node remembers (each until its
+// token expires); past it, calls are refused until some expire.
+const maxCallsRemembered = 1 << 17
+
+// callRoom is what a call message keeps free for its headers.
+const callRoom = 8 << 10
+
+// maxCallsServed bounds the calls a node answers at once.
+const maxCallsServed = 256
+
+// nodeCall is the payload of a call's token.
 type nodeCall struct {
+	ID        string                 `json:"jti"` // random; taken once
 	To        string                 `json:"to"`  // the receiving node's ID
-	URL       string                 `json:"url"` // the receiving node's base URL, as its entry announces it
 	Method    string                 `json:"method"`
 	Path      string                 `json:"path"`
 	Query     string                 `json:"query"`
 	Body      string                 `json:"body"` // hex SHA-256 of the body
 	Principal directory.BusPrincipal `json:"principal"`
+	Iat       int64                  `json:"iat"` // Unix seconds
 	Exp       int64                  `json:"exp"` // Unix seconds
+}
+
+// callReply is the payload of the seal on a call's last answer chunk.
+type callReply struct {
+	Call   string `json:"call"` // the call's ID
+	To     string `json:"to"`   // the calling node's ID
+	Status int    `json:"status"`
+	Body   string `json:"body"` // hex SHA-256 of the whole answer body
+}
+
+// callLedger remembers the call IDs a node took, each until its token
+// expires, so a captured call is answered once.
+type callLedger struct {
+	mu    sync.Mutex
+	seen  map[string]int64 // call ID → expiry (Unix seconds)
+	swept int64
+}
+
+// take records id (valid until exp) and fails if it was taken before or
+// the ledger is full of unexpired calls.
+func (l *callLedger) take(id string, exp int64, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]int64{}
+	}
+	if _, ok := l.seen[id]; ok {
+		return fmt.Errorf("call %s replayed", id)
+	}
+	if unix := now.Unix(); len(l.seen) >= maxCallsRemembered || unix-l.swept >= int64(callTTL/time.Second) {
+		for k, e := range l.seen {
+			if e < unix {
+				delete(l.seen, k)
+			}
+		}
+		l.swept = unix
+	}
+	if len(l.seen) >= maxCallsRemembered {
+		return errors.New("too many calls in flight")
+	}
+	l.seen[id] = exp
+	return nil
 }
 
 func digest(body []byte) string {
@@ -64,77 +130,146 @@ func digest(body []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// forwardable reports whether method and path are a bus route nodes
+// forward to each other.
+func forwardable(method, path string) bool {
+	return method == http.MethodPost && (path == "/v1/beam/ack" || path == "/v1/beam/lease") ||
+		method == http.MethodGet && (path == "/v1/beam/poll" || strings.HasPrefix(path, "/v1/beam/messages/"))
+}
+
+func (n *Node) callSubject(nodeID string) string {
+	return "beam.cluster." + Token(n.cfg.Domain) + ".node." + nodeID + ".call"
+}
+
 // BusHandler wraps the directory's handler so that the bus's poll, ack,
-// lease and message routes reach the messages of every node. auth tells
-// who a client's credentials authenticate (bus.Bus.Principal).
+// lease and message routes reach the messages of every node; next also
+// answers the calls other nodes send this one. auth tells who a client's
+// credentials authenticate (bus.Bus.Principal).
 func (n *Node) BusHandler(next http.Handler, auth func(*http.Request) (directory.BusPrincipal, bool)) http.Handler {
-	client := &http.Client{Timeout: forwardTimeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	n.callNext.Store(&next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		forwardable := r.Method == http.MethodPost && (r.URL.Path == "/v1/beam/ack" || r.URL.Path == "/v1/beam/lease") ||
-			r.Method == http.MethodGet && (r.URL.Path == "/v1/beam/poll" || strings.HasPrefix(r.URL.Path, "/v1/beam/messages/"))
 		switch {
 		case r.Header.Get(headerCall) != "":
-			n.serveCall(w, r, next, forwardable)
-		case !forwardable:
+			n.refuse("call", errors.New("a node call over HTTP"), "path", r.URL.Path)
+			httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "nodes call each other over the cluster's NATS, not HTTP")
+		case !forwardable(r.Method, r.URL.Path):
 			next.ServeHTTP(w, r)
 		case r.URL.Path == "/v1/beam/poll":
-			n.pollAll(w, r, next, client, auth)
+			n.pollAll(w, r, next, auth)
 		default:
-			n.firstKnown(w, r, next, client, auth)
+			n.firstKnown(w, r, next, auth)
 		}
 	})
 }
 
-// serveCall answers a request another node forwarded, as the principal
-// its token names, once the token proves the sender a member.
-func (n *Node) serveCall(w http.ResponseWriter, r *http.Request, next http.Handler, forwardable bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxForwardBody))
-	if err != nil {
-		httpjson.Error(w, http.StatusBadRequest, "INVALID_BODY", "body too large or unreadable")
-		return
-	}
-	p, err := n.verifyCall(r, body)
-	if err == nil && !forwardable {
-		err = errors.New("not a route nodes forward")
+// onCall answers a request another node sent on this node's call subject,
+// as the principal its token names, once the token proves the sender a
+// member and the call new.
+func (n *Node) onCall(ctx context.Context, m *nats.Msg) {
+	from, c, err := n.verifyCall(m.Header.Get(headerSeal), m.Data, time.Now())
+	next := n.callNext.Load()
+	if err == nil && next == nil {
+		err = errors.New("this node serves no bus")
 	}
 	if err != nil {
-		n.refuse("call", err, "path", r.URL.Path)
-		httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "cluster request not signed by a member")
+		n.refuse("call", err, "path", c.Path)
+		n.answer(m, from, c.ID, http.StatusUnauthorized, nil,
+			[]byte(`{"error":"cluster request not signed by a member","errorCode":"UNAUTHORIZED"}`))
 		return
 	}
-	r.Header.Del("Authorization")
-	r.Header.Del("X-Api-Key")
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	next.ServeHTTP(w, r.WithContext(directory.WithBusPrincipal(r.Context(), p)))
+	select {
+	case n.callSlots <- struct{}{}:
+	default:
+		n.answer(m, from, c.ID, http.StatusServiceUnavailable, nil, []byte(`{"error":"node busy","errorCode":"BUSY"}`))
+		return
+	}
+	go func() {
+		defer func() { <-n.callSlots }()
+		u := c.Path
+		if c.Query != "" {
+			u += "?" + c.Query
+		}
+		rctx, cancel := context.WithTimeout(directory.WithBusPrincipal(ctx, c.Principal), forwardTimeout)
+		defer cancel()
+		r, err := http.NewRequestWithContext(rctx, c.Method, u, bytes.NewReader(m.Data))
+		if err != nil {
+			n.answer(m, from, c.ID, http.StatusBadRequest, nil, []byte(`{"error":"bad call","errorCode":"INVALID_REQUEST"}`))
+			return
+		}
+		if v := m.Header.Get("Content-Type"); v != "" {
+			r.Header.Set("Content-Type", v)
+		}
+		rec := serveCaptured(*next, r)
+		if rec.overflow {
+			n.answer(m, from, c.ID, http.StatusBadGateway, nil, []byte(`{"error":"answer too large","errorCode":"TOO_LARGE"}`))
+			return
+		}
+		n.answer(m, from, c.ID, rec.code(), rec.header, rec.body)
+	}()
 }
 
-// verifyCall checks r's headerCall token against r and this node and
-// returns the principal it names.
-func (n *Node) verifyCall(r *http.Request, body []byte) (directory.BusPrincipal, error) {
-	from, payload, err := n.open(typNodeCall, []byte(r.Header.Get(headerCall)))
-	if err != nil {
-		return directory.BusPrincipal{}, err
+// answer sends a call's answer to its reply subject in chunks that fit a
+// NATS message, the last sealed with the call ID, status and body digest.
+func (n *Node) answer(m *nats.Msg, to, call string, status int, hdr http.Header, body []byte) {
+	if m.Reply == "" {
+		return
 	}
+	size := max(int(n.nc.MaxPayload())-callRoom, 1<<10)
+	chunks := max(1, (len(body)+size-1)/size)
+	for i := range chunks {
+		part := body[min(i*size, len(body)):min((i+1)*size, len(body))]
+		msg := &nats.Msg{Subject: m.Reply, Data: part, Header: nats.Header{headerChunk: {fmt.Sprintf("%d/%d", i+1, chunks)}}}
+		if i == chunks-1 {
+			tok, err := n.seal(typCallReply, callReply{Call: call, To: to, Status: status, Body: digest(body)})
+			if err != nil {
+				n.lg.Warn("bus: seal a call's answer", "err", err)
+				return
+			}
+			msg.Header.Set(headerSeal, tok)
+			if v := hdr.Get("Content-Type"); v != "" {
+				msg.Header.Set("Content-Type", v)
+			}
+		}
+		if err := n.nc.PublishMsg(msg); err != nil {
+			n.lg.Warn("bus: answer a call", "to", to, "err", err)
+			return
+		}
+	}
+}
+
+// verifyCall checks a call's token against its body and this node, and
+// takes its ID; it returns the calling node and the call.
+func (n *Node) verifyCall(token string, body []byte, now time.Time) (string, nodeCall, error) {
 	var c nodeCall
+	from, payload, err := n.open(typNodeCall, []byte(token))
+	if err != nil {
+		return "", c, err
+	}
 	if err := json.Unmarshal(payload, &c); err != nil {
-		return directory.BusPrincipal{}, fmt.Errorf("call from %s: %w", from, err)
+		return from, c, fmt.Errorf("call from %s: %w", from, err)
 	}
-	now := time.Now()
 	switch {
-	case from == n.cfg.NodeID || c.To != n.cfg.NodeID || c.URL != n.url():
-		return directory.BusPrincipal{}, fmt.Errorf("call from %s is for node %s at %q", from, c.To, c.URL)
-	case c.Method != r.Method || c.Path != r.URL.Path || c.Query != r.URL.RawQuery || c.Body != digest(body):
-		return directory.BusPrincipal{}, fmt.Errorf("call from %s is for another request", from)
+	case from == n.cfg.NodeID || c.To != n.cfg.NodeID:
+		return from, c, fmt.Errorf("call from %s is for node %s", from, c.To)
+	case !forwardable(c.Method, c.Path) || c.Body != digest(body):
+		return from, c, fmt.Errorf("call from %s is for another request", from)
 	case c.Exp < now.Unix() || c.Exp > now.Add(2*callTTL).Unix():
-		return directory.BusPrincipal{}, fmt.Errorf("call from %s expired or too far ahead", from)
+		return from, c, fmt.Errorf("call from %s expired or too far ahead", from)
+	case c.Iat < n.started.Unix():
+		// Calls taken before a restart are forgotten; none older passes.
+		return from, c, fmt.Errorf("call from %s issued before this node started", from)
 	case !c.Principal.Valid():
-		return directory.BusPrincipal{}, fmt.Errorf("call from %s names no principal", from)
+		return from, c, fmt.Errorf("call from %s names no principal", from)
+	case len(c.ID) < 16:
+		return from, c, fmt.Errorf("call from %s has no ID", from)
 	}
-	return c.Principal, nil
+	if err := n.calls.take(c.ID, c.Exp, now); err != nil {
+		return from, c, fmt.Errorf("call from %s: %w", from, err)
+	}
+	return from, c, nil
 }
 
-// others returns the other live nodes that serve HTTP.
+// others returns the other live nodes.
 func (n *Node) others(ctx context.Context) []NodeInfo {
 	nodes, err := n.Nodes(ctx)
 	if err != nil {
@@ -143,7 +278,7 @@ func (n *Node) others(ctx context.Context) []NodeInfo {
 	}
 	var out []NodeInfo
 	for _, info := range nodes {
-		if info.NodeID != n.cfg.NodeID && info.URL != "" {
+		if info.NodeID != n.cfg.NodeID {
 			out = append(out, info)
 		}
 	}
@@ -152,37 +287,76 @@ func (n *Node) others(ctx context.Context) []NodeInfo {
 
 // forward sends r (with body and query) to node as principal p and
 // returns its answer.
-func (n *Node) forward(ctx context.Context, client *http.Client, r *http.Request, node NodeInfo, p directory.BusPrincipal,
+func (n *Node) forward(ctx context.Context, r *http.Request, node NodeInfo, p directory.BusPrincipal,
 	query string, body []byte) (int, http.Header, []byte, error) {
-	u := node.URL + r.URL.Path
-	if query != "" {
-		u += "?" + query
+	if len(body) > int(n.nc.MaxPayload())-callRoom {
+		return 0, nil, nil, fmt.Errorf("call to %s: body of %d bytes does not fit a message", node.NodeID, len(body))
 	}
-	tok, err := n.seal(typNodeCall, nodeCall{To: node.NodeID, URL: node.URL, Method: r.Method, Path: r.URL.Path,
-		Query: query, Body: digest(body), Principal: p, Exp: time.Now().Add(callTTL).Unix()})
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
+	}
+	now := time.Now()
+	c := nodeCall{ID: hex.EncodeToString(id), To: node.NodeID, Method: r.Method, Path: r.URL.Path, Query: query,
+		Body: digest(body), Principal: p, Iat: now.Unix(), Exp: now.Add(callTTL).Unix()}
+	tok, err := n.seal(typNodeCall, c)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, u, bytes.NewReader(body))
+	inbox := n.nc.NewRespInbox()
+	sub, err := n.nc.SubscribeSync(inbox)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
 	}
+	defer func() { _ = sub.Unsubscribe() }()
+	msg := &nats.Msg{Subject: n.callSubject(node.NodeID), Reply: inbox, Data: body, Header: nats.Header{headerSeal: {tok}}}
 	if v := r.Header.Get("Content-Type"); v != "" {
-		req.Header.Set("Content-Type", v)
+		msg.Header.Set("Content-Type", v)
 	}
-	req.Header.Set(headerCall, tok)
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
+	if err := n.nc.PublishMsg(msg); err != nil {
+		return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCapturedBody))
-	return resp.StatusCode, resp.Header, b, err
+	cctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	defer cancel()
+	var out []byte
+	for i := 1; ; i++ {
+		m, err := sub.NextMsgWithContext(cctx)
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
+		}
+		if m.Header.Get("Status") == "503" {
+			return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, nats.ErrNoResponders)
+		}
+		var at, of int
+		if _, err := fmt.Sscanf(m.Header.Get(headerChunk), "%d/%d", &at, &of); err != nil || at != i || of < i {
+			return 0, nil, nil, fmt.Errorf("call to %s: answer chunk %q out of place", node.NodeID, m.Header.Get(headerChunk))
+		}
+		if out = append(out, m.Data...); len(out) > maxCapturedBody {
+			return 0, nil, nil, fmt.Errorf("call to %s: answer too large", node.NodeID)
+		}
+		if at < of {
+			continue
+		}
+		var rep callReply
+		err = n.openAs(typCallReply, []byte(m.Header.Get(headerSeal)), &rep, func() string { return node.NodeID })
+		if err == nil && (rep.Call != c.ID || rep.To != n.cfg.NodeID || rep.Body != digest(out)) {
+			err = fmt.Errorf("%w: answer of %s is for another call", errUnsealed, node.NodeID)
+		}
+		if err != nil {
+			n.refuse("answer", err)
+			return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
+		}
+		hdr := http.Header{}
+		if v := m.Header.Get("Content-Type"); v != "" {
+			hdr.Set("Content-Type", v)
+		}
+		return rep.Status, hdr, out, nil
+	}
 }
 
 // pollAll answers a poll with this node's messages and then the other
 // nodes', up to the limit.
-func (n *Node) pollAll(w http.ResponseWriter, r *http.Request, next http.Handler, client *http.Client,
+func (n *Node) pollAll(w http.ResponseWriter, r *http.Request, next http.Handler,
 	auth func(*http.Request) (directory.BusPrincipal, bool)) {
 	rec := serveCaptured(next, r)
 	var local map[string]json.RawMessage
@@ -212,7 +386,7 @@ func (n *Node) pollAll(w http.ResponseWriter, r *http.Request, next http.Handler
 			}
 			q.Set("limit", strconv.Itoa(limit-len(msgs)))
 		}
-		status, _, body, err := n.forward(r.Context(), client, r, node, p, q.Encode(), nil)
+		status, _, body, err := n.forward(r.Context(), r, node, p, q.Encode(), nil)
 		if err != nil || status != http.StatusOK {
 			n.lg.Warn("bus: poll another node", "node", node.NodeID, "status", status, "err", err)
 			continue
@@ -243,7 +417,7 @@ func (n *Node) pollAll(w http.ResponseWriter, r *http.Request, next http.Handler
 
 // firstKnown answers from this node, or, when it does not know the
 // message (404), from the first other node that does.
-func (n *Node) firstKnown(w http.ResponseWriter, r *http.Request, next http.Handler, client *http.Client,
+func (n *Node) firstKnown(w http.ResponseWriter, r *http.Request, next http.Handler,
 	auth func(*http.Request) (directory.BusPrincipal, bool)) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxForwardBody))
 	if err != nil {
@@ -262,7 +436,7 @@ func (n *Node) firstKnown(w http.ResponseWriter, r *http.Request, next http.Hand
 		return
 	}
 	for _, node := range n.others(r.Context()) {
-		status, hdr, rb, err := n.forward(r.Context(), client, r, node, p, r.URL.RawQuery, body)
+		status, hdr, rb, err := n.forward(r.Context(), r, node, p, r.URL.RawQuery, body)
 		if err != nil || status == http.StatusNotFound {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -28,8 +30,8 @@ import (
 	"github.com/beamdir/beam/directory/registry"
 )
 
-// nodeIDFile holds a node's generated ID inside its data directory.
-const nodeIDFile = "cluster.node"
+// NodeIDFile holds a node's generated ID inside its data directory.
+const NodeIDFile = "cluster.node"
 
 var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
@@ -45,7 +47,7 @@ func ValidNodeID(id string) error {
 // LoadOrCreateNodeID returns the node ID stored in dataDir, generating and
 // storing one on first start.
 func LoadOrCreateNodeID(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, nodeIDFile)
+	path := filepath.Join(dataDir, NodeIDFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
 		id := strings.TrimSpace(string(b))
@@ -126,6 +128,13 @@ type Node struct {
 
 	rejected rejected
 
+	// callNext answers the bus calls of other nodes (BusHandler).
+	callNext  atomic.Pointer[http.Handler]
+	calls     callLedger
+	callSlots chan struct{}
+	callSub   *nats.Subscription
+	started   time.Time
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	// identityChecked: CheckIdentity passed before Start.
@@ -155,7 +164,8 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, lg: cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
-		subj: "beam.cluster." + Token(cfg.Domain) + ".registry", rejected: rej}
+		subj: "beam.cluster." + Token(cfg.Domain) + ".registry", rejected: rej,
+		callSlots: make(chan struct{}, maxCallsServed), started: time.Now()}
 	if cfg.Listen != "" {
 		host, portStr, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
@@ -404,6 +414,9 @@ const publishPatience = 20 * time.Second
 func (n *Node) Close() error {
 	if n.route.sub != nil {
 		_ = n.route.sub.Unsubscribe()
+	}
+	if n.callSub != nil {
+		_ = n.callSub.Unsubscribe()
 	}
 	if n.members.sub != nil {
 		_ = n.members.sub.Unsubscribe()

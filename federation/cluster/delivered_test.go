@@ -15,12 +15,20 @@ import (
 	"github.com/beamdir/beam/directory"
 )
 
+// bucketNode returns a node of the tests' cluster and the bucket on js,
+// created with cfg, which the caller gives it.
+func bucketNode(t *testing.T, ctx context.Context, js jetstream.JetStream, id string,
+	cfg jetstream.KeyValueConfig) (*Node, jetstream.KeyValue) {
+	t.Helper()
+	kv, err := createKV(ctx, js, cfg)
+	require.NoError(t, err)
+	return sealNode(t, id, testClusterKey), kv
+}
+
 // deliveredNode returns a node whose delivered bucket lives on js.
 func deliveredNode(t *testing.T, ctx context.Context, js jetstream.JetStream, id string) *Node {
 	t.Helper()
-	kv, err := createKV(ctx, js, jetstream.KeyValueConfig{Bucket: "BEAM_DELIVERED_test", TTL: deliveredTTL})
-	require.NoError(t, err)
-	n := sealNode(t, id, testClusterKey, "")
+	n, kv := bucketNode(t, ctx, js, id, jetstream.KeyValueConfig{Bucket: "BEAM_DELIVERED_test", TTL: deliveredTTL})
 	n.route.delivered = kv
 	return n
 }

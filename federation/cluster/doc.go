@@ -24,13 +24,16 @@
 //     NATS request/reply;
 //   - the nonces bucket BEAM_NONCES_<token>: a nonce accepted on one node
 //     is refused on the others;
+//   - each node's call subject: the bus requests other nodes forward to it
+//     (busproxy.go), over NATS rather than HTTP;
 //   - the delivered bucket BEAM_DELIVERED_<token>: the acknowledgements of
 //     bus messages, recorded by the node that received them before it
 //     reports them, read before a message is delivered again
 //     (delivered.go).
 //
-// Registry entries, node, session and delivery entries, hand-overs and the
-// bus requests a node forwards to another are signed with the directory key
+// Registry entries, node, session, nonce and delivery entries, hand-overs
+// and the bus requests a node forwards to another (and their answers) are
+// signed with the directory key
 // every node holds (seal.go); a client of the NATS servers without that key
 // cannot forge them.
 //

@@ -34,7 +34,8 @@ const (
 type NodeInfo struct {
 	// NodeID names the node.
 	NodeID string `json:"nodeId"`
-	// URL is the node's HTTP base URL ("" until it serves).
+	// URL is the node's HTTP base URL ("" until it serves), for display:
+	// nodes call each other over NATS (busproxy.go).
 	URL string `json:"url,omitempty"`
 	// Started is when the node joined.
 	Started time.Time `json:"started"`
@@ -154,7 +155,7 @@ func (n *Node) announce(ctx context.Context) {
 }
 
 // SetURL records the HTTP base URL this node serves on, shown to the other
-// nodes and the dashboard.
+// nodes and the dashboard (display only: node calls go over NATS).
 func (n *Node) SetURL(url string) {
 	n.members.mu.Lock()
 	n.members.url = url
@@ -166,13 +167,6 @@ func (n *Node) SetURL(url string) {
 		n.announce(ctx)
 		cancel()
 	}
-}
-
-// url returns the HTTP base URL this node announces.
-func (n *Node) url() string {
-	n.members.mu.Lock()
-	defer n.members.mu.Unlock()
-	return n.members.url
 }
 
 // maxEntryAge bounds how old a node entry's Seen may be: a node refreshes

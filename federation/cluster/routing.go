@@ -26,10 +26,18 @@ import (
 // nodes bucket is ignored. An intent for an agent another node holds is a
 // NATS request to that node's intent subject (directory.NodeRouter).
 //
+// A session entry names the agent it is for, and is taken only under that
+// agent's key: a copy of one agent's entry under another's is refused.
+//
 // The nonces bucket (BEAM_NONCES_<domain token>, TTL = the replay window
-// and then some) holds one key per accepted (sender, nonce): Create fails
-// when the key exists, so a nonce accepted on one node is refused on
-// another; the node that accepted it keeps its own replay semantics.
+// and then some) holds one key per accepted (sender, nonce), its value a
+// claim sealed by the node that accepted it and naming the key: the write
+// succeeds only when the key never had a value within the TTL (a deleted
+// claim leaves a marker that still counts), so a nonce accepted on one
+// node is refused on another; the node that accepted it keeps its own
+// replay semantics. A value that is not a member's claim for that key, or
+// a claim deleted, counts as another node's: at worst a forged value
+// refuses a frame, it never lets one in twice.
 
 // Defaults of routing.
 const (
@@ -41,8 +49,15 @@ const (
 
 // sessionEntry is one value of the sessions bucket.
 type sessionEntry struct {
-	Node string    `json:"node"`
-	At   time.Time `json:"at"`
+	Agent string    `json:"agent"` // the Beam ID whose session it is
+	Node  string    `json:"node"`
+	At    time.Time `json:"at"`
+}
+
+// nonceClaim is one value of the nonces bucket.
+type nonceClaim struct {
+	Key  string `json:"key"` // the bucket key it claims
+	Node string `json:"node"`
 }
 
 // router is the node's part of routing.
@@ -99,6 +114,10 @@ func (n *Node) startRouting(ctx, runCtx context.Context) error {
 		return fmt.Errorf("cluster: subscribe hand-overs: %w", err)
 	}
 	rt.sub.SetPendingLimits(16384, 64<<20)
+	if n.callSub, err = n.nc.Subscribe(n.callSubject(n.cfg.NodeID), func(m *nats.Msg) { n.onCall(runCtx, m) }); err != nil {
+		_ = w.Stop()
+		return fmt.Errorf("cluster: subscribe bus calls: %w", err)
+	}
 	if n.cfg.Directory != nil {
 		n.cfg.Directory.SetNodeRouter(n)
 	}
@@ -131,7 +150,7 @@ func (n *Node) noteSession(e jetstream.KeyValueEntry) {
 	var se sessionEntry
 	if e.Operation() == jetstream.KeyValuePut {
 		var ok bool
-		if se, ok = n.sessionOf(e.Value()); !ok {
+		if se, ok = n.sessionOf(string(raw), e.Value()); !ok {
 			return
 		}
 	}
@@ -140,11 +159,16 @@ func (n *Node) noteSession(e jetstream.KeyValueEntry) {
 	}
 }
 
-// sessionOf returns the sessions bucket entry value holds if the node it
-// names sealed it; anything else is refused and counted.
-func (n *Node) sessionOf(value []byte) (sessionEntry, bool) {
+// sessionOf returns the sessions bucket entry value holds under beamID's
+// key if the node it names sealed it for beamID; anything else is refused
+// and counted.
+func (n *Node) sessionOf(beamID string, value []byte) (sessionEntry, bool) {
 	var se sessionEntry
-	if err := n.openAs(typSession, value, &se, func() string { return se.Node }); err != nil {
+	err := n.openAs(typSession, value, &se, func() string { return se.Node })
+	if err == nil && se.Agent != beamID {
+		err = fmt.Errorf("%w: session entry of %q under the key of %q", errUnsealed, se.Agent, beamID)
+	}
+	if err != nil {
 		n.refuse("session", err)
 		return sessionEntry{}, false
 	}
@@ -227,7 +251,7 @@ func (n *Node) writeSession(ctx context.Context, id string, up bool) error {
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if up {
-		tok, err := n.seal(typSession, sessionEntry{Node: n.cfg.NodeID, At: time.Now().UTC()})
+		tok, err := n.seal(typSession, sessionEntry{Agent: id, Node: n.cfg.NodeID, At: time.Now().UTC()})
 		if err != nil {
 			return err
 		}
@@ -241,7 +265,7 @@ func (n *Node) writeSession(ctx context.Context, id string, up bool) error {
 	if err != nil {
 		return err
 	}
-	if se, ok := n.sessionOf(e.Value()); !ok || se.Node != n.cfg.NodeID {
+	if se, ok := n.sessionOf(id, e.Value()); !ok || se.Node != n.cfg.NodeID {
 		return nil
 	}
 	err = kv.Delete(wctx, key, jetstream.LastRevision(e.Revision()))
@@ -264,7 +288,7 @@ func (n *Node) sessionChanged(beamID string, up bool) {
 	rt.mu.Lock()
 	if up {
 		rt.held[beamID] = true
-		rt.where[beamID] = sessionEntry{Node: n.cfg.NodeID, At: time.Now().UTC()}
+		rt.where[beamID] = sessionEntry{Agent: beamID, Node: n.cfg.NodeID, At: time.Now().UTC()}
 	} else {
 		delete(rt.held, beamID)
 		if rt.where[beamID].Node == n.cfg.NodeID {
@@ -434,19 +458,37 @@ func (n *Node) ClaimNonce(ctx context.Context, from, nonce string) (bool, error)
 	kv := n.route.nonces
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := kv.Create(cctx, key, []byte(n.cfg.NodeID))
+	tok, err := n.seal(typNonce, nonceClaim{Key: key, Node: n.cfg.NodeID})
+	if err != nil {
+		return false, err
+	}
+	// Revision 0: only a key without any entry, not even a delete marker.
+	_, err = kv.Update(cctx, key, []byte(tok), 0)
 	if err == nil {
 		return true, nil
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
 		return false, fmt.Errorf("claim nonce: %w", err)
 	}
 	e, err := kv.Get(cctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		n.refuse("nonce", errors.New("nonce claim deleted"))
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("read nonce claim: %w", err)
 	}
+	var c nonceClaim
+	err = n.openAs(typNonce, e.Value(), &c, func() string { return c.Node })
+	if err == nil && c.Key != key {
+		err = fmt.Errorf("%w: nonce claim for key %s under key %s", errUnsealed, c.Key, key)
+	}
+	if err != nil {
+		n.refuse("nonce", err)
+		return false, nil
+	}
 	// The node that accepted the nonce answers its replays itself.
-	return string(e.Value()) == n.cfg.NodeID, nil
+	return c.Node == n.cfg.NodeID, nil
 }
 
 // nonceKey is the key of from's nonce in the nonces and delivered buckets.

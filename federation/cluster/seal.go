@@ -29,11 +29,13 @@ const (
 	typHandOver      = "beam-cluster-handover+jws"
 	typSession       = "beam-cluster-session+jws"
 	typDelivery      = "beam-cluster-delivery+jws"
+	typNonce         = "beam-cluster-nonce+jws"
+	typCallReply     = "beam-cluster-answer+jws"
 )
 
-// headerSeal carries the sealed digest of a hand-over request's data (a
-// NATS message header), so that a frame of any size is covered without
-// growing it.
+// headerSeal carries the sealed digest of a hand-over request's data, a
+// bus call's token and its answer's seal (a NATS message header), so that
+// data of any size is covered without growing it.
 const headerSeal = "Beam-Cluster-Seal"
 
 // handSeal is the payload of headerSeal: the receiving node, an expiry
@@ -124,7 +126,8 @@ func (n *Node) openEntry(seq uint64, data []byte) ([]byte, error) {
 }
 
 // rejected counts what the node refused from the cluster's buckets and
-// from other nodes, by kind (node, session, delivery, handover, call);
+// from other nodes, by kind (node, session, delivery, nonce, handover,
+// call, answer);
 // registry entries skipped are
 // the registry's count (registry.Registry.Rejected).
 type rejected struct{ c *prometheus.CounterVec }

@@ -4,11 +4,10 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,54 +19,54 @@ import (
 // testClusterKey is the directory key of the tests' clusters.
 var testClusterKey = ed25519.NewKeyFromSeed([]byte("beam cluster tests directory key"))
 
-// sealNode is a node with a cluster key and an announced URL, enough to
-// seal and verify.
-func sealNode(t *testing.T, id string, key ed25519.PrivateKey, url string) *Node {
+// sealNode is a node with a cluster key, enough to seal and verify.
+func sealNode(t *testing.T, id string, key ed25519.PrivateKey) *Node {
 	t.Helper()
 	rej, err := newRejected(nil, func() uint64 { return 0 })
 	require.NoError(t, err)
-	n := &Node{cfg: Config{NodeID: id, Key: key}, lg: slog.New(slog.NewTextHandler(io.Discard, nil)), rejected: rej}
-	n.members.url = url
-	return n
+	return &Node{cfg: Config{NodeID: id, Key: key}, lg: slog.New(slog.NewTextHandler(io.Discard, nil)), rejected: rej,
+		started: time.Now().Add(-time.Minute)}
 }
 
-// A forwarded request's token works only for the node, URL and request it
-// names, before it expires, from a holder of the cluster's key; a token
-// of another typ (a node entry) does not pass for one.
+// A forwarded request's token works only for the node and request it
+// names, before it expires, from a holder of the cluster's key, and once;
+// a token of another typ (a node entry) does not pass for one.
 func TestNodeCallIsBoundToItsNodeAndRequest(t *testing.T) {
 	t.Parallel()
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	_, other, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
-	from := sealNode(t, "n0", key, "http://127.0.0.1:1")
-	to := sealNode(t, "n1", key, "http://127.0.0.1:2")
+	from := sealNode(t, "n0", key)
+	to := sealNode(t, "n1", key)
+	body := []byte(`{"id":"m1"}`)
 	p := directory.BusPrincipal{Agent: "alice@acme.beam.directory", Via: directory.BusAuthAPIKey}
-	good := nodeCall{To: "n1", URL: "http://127.0.0.1:2", Method: http.MethodPost, Path: "/v1/beam/ack",
-		Query: "", Body: digest([]byte(`{"id":"m1"}`)), Principal: p, Exp: time.Now().Add(callTTL).Unix()}
-	request := func(tok string, body string) *http.Request {
-		r := httptest.NewRequest(http.MethodPost, "/v1/beam/ack", strings.NewReader(body))
-		r.Header.Set(headerCall, tok)
-		return r
-	}
+	good := nodeCall{ID: "0123456789abcdef0123456789abcdef", To: "n1", Method: http.MethodPost, Path: "/v1/beam/ack",
+		Query: "", Body: digest(body), Principal: p, Iat: time.Now().Unix(), Exp: time.Now().Add(callTTL).Unix()}
+	seq := 0
 	seal := func(n *Node, c nodeCall) string {
+		seq++
+		c.ID = fmt.Sprintf("%s%04d", c.ID, seq) // a new call each time but the replay
 		tok, err := n.seal(typNodeCall, c)
 		require.NoError(t, err)
 		return tok
 	}
 	tok := seal(from, good)
-	got, err := to.verifyCall(request(tok, `{"id":"m1"}`), []byte(`{"id":"m1"}`))
+	_, got, err := to.verifyCall(tok, body, time.Now())
 	require.NoError(t, err)
-	require.Equal(t, p, got)
+	require.Equal(t, p, got.Principal)
+	_, _, err = to.verifyCall(tok, body, time.Now())
+	require.ErrorContains(t, err, "replayed", "the same call taken twice")
 
 	mutate := map[string]func(*nodeCall){
-		"another node": func(c *nodeCall) { c.To = "n2" },
-		"another URL":  func(c *nodeCall) { c.URL = "http://127.0.0.1:3" },
-		"another path": func(c *nodeCall) { c.Path = "/v1/beam/lease" },
-		"another body": func(c *nodeCall) { c.Body = digest([]byte(`{"id":"m2"}`)) },
-		"expired":      func(c *nodeCall) { c.Exp = time.Now().Add(-time.Second).Unix() },
-		"far ahead":    func(c *nodeCall) { c.Exp = time.Now().Add(time.Hour).Unix() },
-		"no principal": func(c *nodeCall) { c.Principal = directory.BusPrincipal{} },
+		"another node":   func(c *nodeCall) { c.To = "n2" },
+		"another path":   func(c *nodeCall) { c.Path = "/v1/beam/send" },
+		"another body":   func(c *nodeCall) { c.Body = digest([]byte(`{"id":"m2"}`)) },
+		"expired":        func(c *nodeCall) { c.Exp = time.Now().Add(-time.Second).Unix() },
+		"far ahead":      func(c *nodeCall) { c.Exp = time.Now().Add(time.Hour).Unix() },
+		"before a start": func(c *nodeCall) { c.Iat = time.Now().Add(-2 * time.Minute).Unix() },
+		"no ID":          func(c *nodeCall) { c.ID = "" },
+		"no principal":   func(c *nodeCall) { c.Principal = directory.BusPrincipal{} },
 		"bad principal": func(c *nodeCall) {
 			c.Principal = directory.BusPrincipal{Agent: "a@b.beam.directory", Trusted: true, Via: "operator"}
 		},
@@ -75,19 +74,42 @@ func TestNodeCallIsBoundToItsNodeAndRequest(t *testing.T) {
 	for name, f := range mutate {
 		c := good
 		f(&c)
-		_, err := to.verifyCall(request(seal(from, c), `{"id":"m1"}`), []byte(`{"id":"m1"}`))
+		tok := seal(from, c)
+		if name == "no ID" {
+			raw, err := from.seal(typNodeCall, c)
+			require.NoError(t, err)
+			tok = raw
+		}
+		_, _, err := to.verifyCall(tok, body, time.Now())
 		require.Error(t, err, name)
 	}
 	// Signed by another key, or a node entry offered as a call.
-	_, err = to.verifyCall(request(seal(sealNode(t, "n0", other, ""), good), `{"id":"m1"}`), []byte(`{"id":"m1"}`))
+	_, _, err = to.verifyCall(seal(sealNode(t, "n0", other), good), body, time.Now())
 	require.ErrorIs(t, err, errUnsealed)
 	entry, err := from.seal(typNodeEntry, good)
 	require.NoError(t, err)
-	_, err = to.verifyCall(request(entry, `{"id":"m1"}`), []byte(`{"id":"m1"}`))
+	_, _, err = to.verifyCall(entry, body, time.Now())
 	require.ErrorIs(t, err, errUnsealed)
 	// A node does not take its own calls.
-	_, err = from.verifyCall(request(tok, `{"id":"m1"}`), []byte(`{"id":"m1"}`))
+	_, _, err = from.verifyCall(seal(from, good), body, time.Now())
 	require.Error(t, err)
+}
+
+// The call ledger remembers a call until its token expires, and no more
+// than maxCallsRemembered unexpired calls.
+func TestCallLedgerIsBounded(t *testing.T) {
+	t.Parallel()
+	var l callLedger
+	now := time.Now()
+	require.NoError(t, l.take("a", now.Add(callTTL).Unix(), now))
+	require.Error(t, l.take("a", now.Add(callTTL).Unix(), now))
+	later := now.Add(3 * callTTL)
+	require.NoError(t, l.take("b", later.Add(callTTL).Unix(), later))
+	require.Len(t, l.seen, 1, "the expired call is forgotten")
+	for i := len(l.seen); i < maxCallsRemembered; i++ {
+		require.NoError(t, l.take(fmt.Sprint("c", i), later.Add(callTTL).Unix(), later))
+	}
+	require.Error(t, l.take("one more", later.Add(callTTL).Unix(), later))
 }
 
 // A registry entry applies only at the position after the one it was
@@ -96,7 +118,7 @@ func TestRegistryEntryIsBoundToItsPosition(t *testing.T) {
 	t.Parallel()
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
-	n := sealNode(t, "n0", key, "")
+	n := sealNode(t, "n0", key)
 	tok, err := n.seal(typRegistryEntry, registryEntry{After: 6, Op: json.RawMessage(`{"kind":"agent.delete"}`)})
 	require.NoError(t, err)
 	op, err := n.openEntry(7, []byte(tok))

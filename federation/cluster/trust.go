@@ -183,21 +183,21 @@ func WriteNodeDirs(domain string, dirs []string) error {
 		if err != nil {
 			return fmt.Errorf("cluster init: %w", err)
 		}
-		_, err = os.Stat(filepath.Join(d, nodeIDFile))
+		_, err = os.Stat(filepath.Join(d, NodeIDFile))
 		keepID := err == nil
 		files := []struct {
 			name string
 			data []byte
 			mode os.FileMode
 		}{
-			{nodeIDFile, []byte(id + "\n"), 0o600},
+			{NodeIDFile, []byte(id + "\n"), 0o600},
 			{CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644},
 			{CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644},
 			{CertKeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600},
 			{SecretFile, []byte(secret + "\n"), 0o600},
 		}
 		for _, f := range files {
-			if f.name == nodeIDFile && keepID {
+			if f.name == NodeIDFile && keepID {
 				continue
 			}
 			if err := writeNew(filepath.Join(d, f.name), f.data, f.mode); err != nil {

@@ -24,7 +24,7 @@ func TestWriteNodeDirs(t *testing.T) {
 
 	trusts := make([]*Trust, len(dirs))
 	for i, d := range dirs {
-		for _, f := range []string{CertKeyFile, SecretFile, federation.KeyFile, nodeIDFile} {
+		for _, f := range []string{CertKeyFile, SecretFile, federation.KeyFile, NodeIDFile} {
 			st, err := os.Stat(filepath.Join(d, f))
 			require.NoError(t, err)
 			require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), f)

@@ -72,6 +72,11 @@ func AcquireFile(path string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
+	// A lock file left by an older version may be readable by others.
+	if err := f.Chmod(0o600); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("restrict lock file %s to mode 0600: %w", path, err)
+	}
 	if err := f.Truncate(0); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("write lock file: %w", err)

@@ -181,6 +181,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := restrictSecretFiles(cfg.DataDir); err != nil {
+		_ = lock.Release()
+		return nil, err
+	}
 	s := &Server{
 		lock:     lock,
 		rl:       newRateLimits(cfg.Limits, cfg.Clock),
