@@ -649,10 +649,11 @@ func (s *sseWriter) status(row tracing.MeshRow) {
 		return
 	}
 	s.data = data
+	// The row first: a stream opens with the envelope's current status.
+	s.event("status", id, data)
 	if row.Progress > s.progress {
 		s.progress = row.Progress
 		s.event("progress", id, appendProgress(nil, row))
 	}
-	s.event("status", id, data)
 	s.lastSeq = row.LastSeq
 }
