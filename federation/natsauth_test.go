@@ -193,3 +193,26 @@ func TestPeersAddedWhileOthersConnect(t *testing.T) {
 		require.Positive(t, n, "connector %d never connected", i)
 	}
 }
+
+// TestRepinnedPeerLinkCountsAsContact: a peer removed and pinned again has
+// a last contact as soon as the link is up (its TLS certificate verified
+// against the pinned key), not "never" until the next message.
+func TestRepinnedPeerLinkCountsAsContact(t *testing.T) {
+	t.Parallel()
+	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
+	beta := startDir(t, "beta.beam.directory", "", "", nil)
+	pin(t, alpha, beta)
+	ctx := context.Background()
+	_, err := alpha.node.RemovePeer(ctx, "beta.beam.directory")
+	require.NoError(t, err)
+	require.NoError(t, alpha.node.AddPeer(ctx, beta.node.Self()))
+	require.Eventually(t, func() bool {
+		for _, p := range alpha.node.Peers() {
+			if p.Domain == "beta.beam.directory" {
+				return !p.LastContact.IsZero()
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "the link's connection is recorded as contact")
+	require.False(t, alpha.node.LinkDown("beta.beam.directory"))
+}

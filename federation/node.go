@@ -469,7 +469,13 @@ func (n *Node) connectPeerLocked(ps *peerState) {
 		return
 	}
 	pub, _ := n.nkey.PublicKey()
+	// A connection made is contact: the peer's TLS certificate verified
+	// against the pinned key.
+	domain := ps.Domain
+	contact := func(*nats.Conn) { n.contact(domain) }
 	nc, err := nats.Connect(ps.URL,
+		nats.ConnectHandler(contact),
+		nats.ReconnectHandler(contact),
 		nats.Secure(PeerTLS(ps.PublicKey)),
 		nats.Nkey(pub, n.nkey.Sign),
 		nats.CustomInboxPrefix(InboxPrefix(n.cfg.Domain)),
