@@ -193,17 +193,9 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 			}
 			link := "unknown"
 			if l, ok := links[p.Domain]; ok {
-				switch {
-				case l.Connected != nil && !*l.Connected:
-					link = "down"
+				link = linkText(l)
+				if l.Connected != nil && !*l.Connected {
 					down = append(down, p)
-				case l.Connected != nil:
-					link = "up"
-				default:
-					link = "shared NATS"
-				}
-				if l.Failing > 0 {
-					link += fmt.Sprintf(" (%d sends retrying)", l.Failing)
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Domain, p.URL, link, last, p.PublicKey)
@@ -217,6 +209,26 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 		}
 	}
 	return nil
+}
+
+// linkText is the LINK column of beam peer list for a peer's link state.
+func linkText(l federation.LinkState) string {
+	var link string
+	switch {
+	case l.Connected != nil && !*l.Connected:
+		link = "down"
+	case l.Connected != nil:
+		link = "up"
+	default:
+		link = "shared NATS"
+	}
+	switch {
+	case l.Failing == 1:
+		link += " (1 send retrying)"
+	case l.Failing > 1:
+		link += fmt.Sprintf(" (%d sends retrying)", l.Failing)
+	}
+	return link
 }
 
 // peerLinks returns the live link state of each peer by domain, or nil when
