@@ -68,16 +68,39 @@ func (o *Outbox) failing(ctx context.Context) (map[string]LinkState, error) {
 	return out, rows.Err()
 }
 
+// LinkDownGrace is how long a link must have been down before
+// LinkKnownDown says so: longer than a reconnect to a peer that is up takes.
+const LinkDownGrace = 2 * time.Second
+
+// LinkKnownDown reports whether this directory has had no NATS connection
+// to the pinned peer for at least LinkDownGrace (embedded mode), so that a
+// plain send to one of its agents fails at once instead of waiting for its
+// timeout. It is false with a shared NATS deployment.
+func (n *Node) LinkKnownDown(peer string) bool {
+	since, down := n.linkDownSince(peer)
+	return down && !since.IsZero() && n.clock().Sub(since) >= LinkDownGrace
+}
+
 // LinkDown reports whether this directory has no NATS connection to the
 // pinned peer right now (embedded mode), so that a sender waiting for one of
 // its agents can be told why. It is false when the link is up, when the
 // peer is not pinned, and with a shared NATS deployment.
 func (n *Node) LinkDown(peer string) bool {
+	_, down := n.linkDownSince(peer)
+	return down
+}
+
+// linkDownSince reports whether the link to the pinned peer is down
+// (embedded mode) and since when (zero when not yet noted).
+func (n *Node) linkDownSince(peer string) (time.Time, bool) {
 	if n.cfg.NATSURL != "" {
-		return false
+		return time.Time{}, false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ps, ok := n.peers[peer]
-	return ok && (ps.conn == nil || !ps.conn.IsConnected())
+	if !ok || (ps.conn != nil && ps.conn.IsConnected()) {
+		return time.Time{}, false
+	}
+	return ps.downSince, true
 }
