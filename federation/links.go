@@ -72,13 +72,15 @@ func (o *Outbox) failing(ctx context.Context) (map[string]LinkState, error) {
 // LinkKnownDown says so: longer than a reconnect to a peer that is up takes.
 const LinkDownGrace = 2 * time.Second
 
-// LinkKnownDown reports whether this directory has had no NATS connection
-// to the pinned peer for at least LinkDownGrace (embedded mode), so that a
-// plain send to one of its agents fails at once instead of waiting for its
-// timeout. It is false with a shared NATS deployment.
+// LinkKnownDown reports whether this directory's NATS connection to the
+// pinned peer was up and has been lost for at least LinkDownGrace
+// (embedded mode), so that a plain send to one of its agents fails at once
+// instead of waiting for its timeout. A link that has not come up since
+// the peer was pinned (the peer may not have pinned this directory yet) is
+// not known down. It is false with a shared NATS deployment.
 func (n *Node) LinkKnownDown(peer string) bool {
-	since, down := n.linkDownSince(peer)
-	return down && !since.IsZero() && n.clock().Sub(since) >= LinkDownGrace
+	since, wasUp, down := n.linkDownSince(peer)
+	return down && wasUp && !since.IsZero() && n.clock().Sub(since) >= LinkDownGrace
 }
 
 // LinkDown reports whether this directory has no NATS connection to the
@@ -86,21 +88,22 @@ func (n *Node) LinkKnownDown(peer string) bool {
 // its agents can be told why. It is false when the link is up, when the
 // peer is not pinned, and with a shared NATS deployment.
 func (n *Node) LinkDown(peer string) bool {
-	_, down := n.linkDownSince(peer)
+	_, _, down := n.linkDownSince(peer)
 	return down
 }
 
 // linkDownSince reports whether the link to the pinned peer is down
-// (embedded mode) and since when (zero when not yet noted).
-func (n *Node) linkDownSince(peer string) (time.Time, bool) {
+// (embedded mode), since when (zero when not yet noted) and whether it was
+// ever up.
+func (n *Node) linkDownSince(peer string) (since time.Time, wasUp, down bool) {
 	if n.cfg.NATSURL != "" {
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ps, ok := n.peers[peer]
 	if !ok || (ps.conn != nil && ps.conn.IsConnected()) {
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
-	return ps.downSince, true
+	return ps.downSince, ps.wasUp, true
 }

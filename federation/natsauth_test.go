@@ -229,6 +229,9 @@ func TestPlainSendToPeerKnownDownFailsAtOnce(t *testing.T) {
 	beta := startDir(t, "beta.beam.directory", "", "", nil)
 	pin(t, alpha, beta)
 	a := alpha.agent("a")
+	require.Eventually(t, func() bool { return !alpha.node.LinkDown("beta.beam.directory") },
+		30*time.Second, 20*time.Millisecond, "the link to beta comes up")
+	require.False(t, alpha.node.LinkKnownDown("beta.beam.directory"))
 	beta.stop()
 	require.Eventually(t, func() bool { return alpha.node.LinkKnownDown("beta.beam.directory") },
 		30*time.Second, 20*time.Millisecond, "the link to beta is known down")

@@ -122,8 +122,9 @@ type peerState struct {
 	Peer
 	conn *nats.Conn // own connection to the peer's server (embedded mode)
 	// downSince is when conn was last seen without a connection (or was
-	// opened); zero while it is connected.
+	// opened); zero while it is connected. wasUp: conn has been connected.
 	downSince time.Time
+	wasUp     bool
 }
 
 type cachedKey struct {
@@ -501,7 +502,7 @@ func (n *Node) connectPeerLocked(ps *peerState) {
 // linkUp notes that ps's connection is made: contact, and the link is up.
 func (n *Node) linkUp(ps *peerState) {
 	n.mu.Lock()
-	ps.downSince = time.Time{}
+	ps.downSince, ps.wasUp = time.Time{}, true
 	n.mu.Unlock()
 	n.contact(ps.Domain)
 }

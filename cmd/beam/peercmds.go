@@ -205,7 +205,7 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 		}
 		for _, p := range down {
 			fmt.Fprintf(stdout, "%s is unreachable: no connection to %s. Check that its directory is running and that this host reaches that address; "+
-				"plain sends to its agents fail at once (DELIVERY_FAILED) while it stays down, durable ones wait in the outbox until it is back.\n", p.Domain, p.URL)
+				"plain sends to its agents fail at once (DELIVERY_FAILED) once a lost link has been down 2 s, durable ones wait in the outbox until it is back.\n", p.Domain, p.URL)
 		}
 	}
 	return nil

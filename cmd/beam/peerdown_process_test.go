@@ -33,7 +33,7 @@ func TestPeerDownIsNamedWithWhatToDo(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the link to beta is seen down")
 	require.Contains(t, list(), "beta.beam.directory is unreachable: no connection to "+betaURL+
 		". Check that its directory is running and that this host reaches that address; "+
-		"plain sends to its agents fail at once (DELIVERY_FAILED) while it stays down, durable ones wait in the outbox until it is back.\n")
+		"plain sends to its agents fail at once (DELIVERY_FAILED) once a lost link has been down 2 s, durable ones wait in the outbox until it is back.\n")
 
 	// Once the link has been down a while (a send before that waits for
 	// its timeout, 3 s here), a plain send fails at once.
