@@ -609,6 +609,7 @@ type sseWriter struct {
 	w        io.Writer
 	lastSeq  int64
 	progress float64
+	opened   bool // a status event was written
 	err      error
 	buf      []byte // the event being written, reused
 	data     []byte // a status event's data, reused
@@ -649,11 +650,16 @@ func (s *sseWriter) status(row tracing.MeshRow) {
 		return
 	}
 	s.data = data
-	// The row first: a stream opens with the envelope's current status.
-	s.event("status", id, data)
+	// A stream opens with the envelope's status row, which carries its
+	// progress; after that a change's progress comes before its row, so a
+	// terminal row is the stream's last event.
 	if row.Progress > s.progress {
 		s.progress = row.Progress
-		s.event("progress", id, appendProgress(nil, row))
+		if s.opened {
+			s.event("progress", id, appendProgress(nil, row))
+		}
 	}
+	s.event("status", id, data)
+	s.opened = true
 	s.lastSeq = row.LastSeq
 }
