@@ -31,7 +31,10 @@ type DurableOptions struct {
 
 // DurableReceipt is the bus's answer to SendDurable.
 type DurableReceipt struct {
+	// MessageID and ID are the message's id, under both names the bus
+	// answers with.
 	MessageID   string   `json:"message_id"`
+	ID          string   `json:"id"`
 	Nonce       string   `json:"nonce"`
 	Status      string   `json:"status"`
 	CreatedAt   float64  `json:"created_at"`
@@ -74,7 +77,10 @@ const (
 
 // AckResult is the bus's answer to Ack.
 type AckResult struct {
+	// MessageID and ID are the message's id, under both names the bus
+	// answers with.
 	MessageID string  `json:"message_id"`
+	ID        string  `json:"id"`
 	Nonce     string  `json:"nonce"`
 	Status    string  `json:"status"`
 	UpdatedAt float64 `json:"updated_at"`

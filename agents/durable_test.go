@@ -83,6 +83,7 @@ func TestSendDurableAsyncAcceptanceThenAck(t *testing.T) {
 	rec, err := sender.SendDurable(ctx, worker.BeamID(), "task.run", map[string]any{"n": 1}, &agents.DurableOptions{TraceID: "t-1"})
 	require.NoError(t, err)
 	require.Equal(t, "queued", rec.Status)
+	require.Equal(t, rec.MessageID, rec.ID, "the receipt names the id both ways")
 	again, err := sender.SendDurable(ctx, worker.BeamID(), "task.run", map[string]any{"n": 1}, &agents.DurableOptions{Nonce: rec.Nonce})
 	require.NoError(t, err)
 	require.True(t, again.Deduped)
@@ -106,6 +107,7 @@ func TestSendDurableAsyncAcceptanceThenAck(t *testing.T) {
 	res, err := worker.Ack(ctx, &inbox[0], agents.AckAcked, map[string]any{"total": 42})
 	require.NoError(t, err)
 	require.Equal(t, "acked", res.Status)
+	require.Equal(t, rec.MessageID, res.ID, "the ack answer names the id both ways")
 	o := <-outcomes
 	require.Equal(t, rec.MessageID, o.MessageID)
 	require.Equal(t, "acked", o.Status)

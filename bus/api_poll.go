@@ -127,7 +127,7 @@ func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "nonce": row.Nonce, "status": row.Status, "updated_at": row.UpdatedAt})
+	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "id": row.ID, "nonce": row.Nonce, "status": row.Status, "updated_at": row.UpdatedAt})
 	return nil
 }
 
@@ -260,7 +260,7 @@ func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "nonce": row.Nonce, "lease_id": row.LeaseOwner,
+	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "id": row.ID, "nonce": row.Nonce, "lease_id": row.LeaseOwner,
 		"lease_expires_at": row.LeaseExpiresAt})
 	return nil
 }

@@ -578,3 +578,30 @@ func TestMessageIDUnderBothNames(t *testing.T) {
 	require.Equal(t, body["message_id"], m["id"])
 	require.Equal(t, body["message_id"], m["message_id"])
 }
+
+// A message's id is both id and message_id in every bus answer that names
+// it: the send receipt, a lease renewal and an ack.
+func TestEveryAnswerCarriesIDAndMessageID(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	_, sent := tb.sendAs(alice, bob.id, "task.run", map[string]any{"job": 1}, nil)
+	id, _ := sent["message_id"].(string)
+	require.NotEmpty(t, id, sent)
+	require.Equal(t, id, sent["id"], "send receipt")
+
+	status, p := tb.call(http.MethodGet, "/v1/beam/poll?agent="+bob.id+"&claim=true&lease=30", bob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, p)
+	lease, _ := p["lease_id"].(string)
+	require.NotEmpty(t, lease, p)
+
+	status, renewed := tb.call(http.MethodPost, "/v1/beam/lease", bob.apiKey, "", map[string]any{"message_id": id, "lease_id": lease, "lease": 40})
+	require.Equal(t, http.StatusOK, status, renewed)
+	require.Equal(t, id, renewed["message_id"])
+	require.Equal(t, id, renewed["id"], "lease answer")
+
+	status, acked := tb.call(http.MethodPost, "/v1/beam/ack", bob.apiKey, "", map[string]any{"message_id": id, "lease_id": lease})
+	require.Equal(t, http.StatusOK, status, acked)
+	require.Equal(t, id, acked["message_id"])
+	require.Equal(t, id, acked["id"], "ack answer")
+}

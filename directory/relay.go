@@ -324,9 +324,34 @@ func (d *Directory) checkSignature(f *wire.IntentFrame, sender registry.Agent, o
 		return relayErr(CodeInvalidIntent, f.Nonce, "Signature required")
 	}
 	if err := f.Verify(sender.PublicKey); err != nil {
-		return relayErr(CodeInvalidIntent, f.Nonce, "Signature verification failed")
+		return relayErr(CodeInvalidIntent, f.Nonce, "%s", BadSignatureMessage(f, sender))
 	}
 	return nil
+}
+
+// maxRevokedKeysChecked bounds the former keys BadSignatureMessage tries,
+// newest first, so a bad frame costs a few verifications at most.
+const maxRevokedKeysChecked = 4
+
+// BadSignatureMessage is the error text for frame f whose signature does
+// not verify with sender's current key. It says whether f is signed with
+// one of the sender's revoked keys (the usual cause: an identity file
+// kept after the key was rotated), and what to do either way.
+func BadSignatureMessage(f *wire.IntentFrame, sender registry.Agent) string {
+	checked := 0
+	for i := len(sender.Keys) - 1; i >= 0 && checked < maxRevokedKeysChecked; i-- {
+		k := sender.Keys[i]
+		if !k.Revoked() {
+			continue
+		}
+		checked++
+		if pub, err := wire.ParsePublicKey(k.PublicKey); err == nil && f.Verify(pub) == nil {
+			return fmt.Sprintf("Signature verification failed: the frame is signed with a revoked key of %s (rotated out or revoked); "+
+				"sign with its current key: use the identity file that holds it", sender.BeamID)
+		}
+	}
+	return fmt.Sprintf("Signature verification failed: the signature does not verify with %s's current key "+
+		"(if the key in this identity file was rotated or revoked, use the identity file with the current key)", sender.BeamID)
 }
 
 // checkAdmission applies policy, the replay window and the delivered-size

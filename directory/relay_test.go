@@ -1,6 +1,7 @@
 package directory
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -556,4 +557,48 @@ func TestRelayVerifiesUnlessVouched(t *testing.T) {
 	require.Equal(t, vouched.Nonce, got.Nonce)
 	ws.respond(b.clock, got.Nonce, true, `{}`)
 	require.Nil(t, <-done)
+}
+
+// TestRotatedKeyFrameSaysKeyIsRevoked: a frame signed with a key the sender
+// rotated out is refused (INVALID_INTENT) with a message that says the key
+// is revoked and what to use instead; a frame signed with a key the agent
+// never had says it does not verify with the current key.
+func TestRotatedKeyFrameSaysKeyIsRevoked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice, bob := b.register("alice"), b.register("bob")
+	ws := b.connect(bob)
+	newPub, newPriv, err := wire.GenerateKey()
+	require.NoError(t, err)
+	body, err := json.Marshal(map[string]string{"newPublicKey": wire.EncodePublicKey(newPub)})
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/agents/"+alice.id+"/keys/rotate", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+alice.apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(out))
+
+	status, raw := b.send(b.frame(alice, bob.id, "task", `{"n":1}`))
+	require.Equal(t, http.StatusBadRequest, status, string(raw))
+	code, msg := errBody(t, raw)
+	require.Equal(t, CodeInvalidIntent, code)
+	require.Contains(t, msg, "signed with a revoked key of "+alice.id)
+	require.Contains(t, msg, "use the identity file that holds it")
+
+	_, strangerPriv, err := wire.GenerateKey()
+	require.NoError(t, err)
+	status, raw = b.send(b.frame(&agent{id: alice.id, priv: strangerPriv}, bob.id, "task", `{"n":2}`))
+	require.Equal(t, http.StatusBadRequest, status, string(raw))
+	code, msg = errBody(t, raw)
+	require.Equal(t, CodeInvalidIntent, code)
+	require.Contains(t, msg, "does not verify with "+alice.id+"'s current key")
+
+	current := b.frame(&agent{id: alice.id, priv: newPriv}, bob.id, "task", `{"n":3}`)
+	done := b.sendAsync(current)
+	intentFrame(t, ws.nextOf("intent"))
+	ws.respond(b.clock, current.Nonce, true, `{}`)
+	require.Equal(t, http.StatusOK, waitHTTP(t, done).status, "the current key signs")
 }

@@ -64,9 +64,18 @@ type ForwardRequest struct {
 	JWS string
 }
 
-// linkReporter is a Remote that knows whether its link to a peer is down.
+// linkReporter is a Remote that knows whether its link to a peer is down,
+// and whether it has been down long enough to fail plain sends at once.
 type linkReporter interface {
 	LinkDown(peer string) bool
+	LinkKnownDown(peer string) bool
+}
+
+// peerKnownDown reports whether the Remote's link to peer has been down for
+// a while (no plain send can reach it now).
+func (d *Directory) peerKnownDown(peer string) bool {
+	lr, ok := d.remoteRouter().(linkReporter)
+	return ok && lr.LinkKnownDown(peer)
 }
 
 // peerLinkDown reports whether the Remote knows its link to peer is down.
@@ -101,6 +110,13 @@ func (d *Directory) routeRemote(inf *inflight, f *wire.IntentFrame, pre []tracin
 	peer, ok := r.PeerFor(f.To)
 	if !ok {
 		return false
+	}
+	if inf.bus == nil && d.peerKnownDown(peer) {
+		// Nothing is sent: a plain send would only wait for its timeout.
+		d.fail(inf, pre, CodeDeliveryFailed, fmt.Sprintf("Not sent to %s: its directory %s is unreachable from this one (no connection to it). "+
+			"Check that it is running (beam peer list on this directory shows the link), then send again, "+
+			"or send with --durable to have it delivered when %s is back", inf.to, peer, peer), true, map[string]any{"peer": peer})
+		return true
 	}
 	frame := f.Raw
 	if len(frame) == 0 {

@@ -169,7 +169,7 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 			pub2, e := n.resolveKey(ctx, peer, f.From)
 			if e != nil || f.Verify(pub2) != nil {
 				n.rejected(rejectf(RejectSender, "signature of %s on %s does not verify", f.From, f.Nonce), peer)
-				return errorReply(directory.CodeInvalidIntent, "Signature verification failed")
+				return errorReply(directory.CodeInvalidIntent, directory.BadSignatureMessage(f, registry.Agent{BeamID: f.From}))
 			}
 			pub = pub2
 		}

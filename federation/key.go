@@ -100,8 +100,9 @@ type Peer struct {
 	PublicKey ed25519.PublicKey `json:"-"`
 	// AddedAt is when the peer was pinned.
 	AddedAt time.Time `json:"addedAt"`
-	// LastContact is when a verified message from the peer last arrived
-	// (zero: never).
+	// LastContact is when a verified message from the peer last arrived,
+	// or this directory's connection to it was made (its TLS certificate
+	// verified against the pinned key); zero: never.
 	LastContact time.Time `json:"lastContact,omitzero"`
 }
 

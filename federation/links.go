@@ -68,16 +68,42 @@ func (o *Outbox) failing(ctx context.Context) (map[string]LinkState, error) {
 	return out, rows.Err()
 }
 
+// LinkDownGrace is how long a link must have been down before
+// LinkKnownDown says so: longer than a reconnect to a peer that is up takes.
+const LinkDownGrace = 2 * time.Second
+
+// LinkKnownDown reports whether this directory's NATS connection to the
+// pinned peer was up and has been lost for at least LinkDownGrace
+// (embedded mode), so that a plain send to one of its agents fails at once
+// instead of waiting for its timeout. A link that has not come up since
+// the peer was pinned (the peer may not have pinned this directory yet) is
+// not known down. It is false with a shared NATS deployment.
+func (n *Node) LinkKnownDown(peer string) bool {
+	since, wasUp, down := n.linkDownSince(peer)
+	return down && wasUp && !since.IsZero() && n.clock().Sub(since) >= LinkDownGrace
+}
+
 // LinkDown reports whether this directory has no NATS connection to the
 // pinned peer right now (embedded mode), so that a sender waiting for one of
 // its agents can be told why. It is false when the link is up, when the
 // peer is not pinned, and with a shared NATS deployment.
 func (n *Node) LinkDown(peer string) bool {
+	_, _, down := n.linkDownSince(peer)
+	return down
+}
+
+// linkDownSince reports whether the link to the pinned peer is down
+// (embedded mode), since when (zero when not yet noted) and whether it was
+// ever up.
+func (n *Node) linkDownSince(peer string) (since time.Time, wasUp, down bool) {
 	if n.cfg.NATSURL != "" {
-		return false
+		return time.Time{}, false, false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ps, ok := n.peers[peer]
-	return ok && (ps.conn == nil || !ps.conn.IsConnected())
+	if !ok || (ps.conn != nil && ps.conn.IsConnected()) {
+		return time.Time{}, false, false
+	}
+	return ps.downSince, ps.wasUp, true
 }

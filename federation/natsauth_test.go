@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 )
 
@@ -192,4 +194,55 @@ func TestPeersAddedWhileOthersConnect(t *testing.T) {
 	for i, n := range connects {
 		require.Positive(t, n, "connector %d never connected", i)
 	}
+}
+
+// TestRepinnedPeerLinkCountsAsContact: a peer removed and pinned again has
+// a last contact as soon as the link is up (its TLS certificate verified
+// against the pinned key), not "never" until the next message.
+func TestRepinnedPeerLinkCountsAsContact(t *testing.T) {
+	t.Parallel()
+	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
+	beta := startDir(t, "beta.beam.directory", "", "", nil)
+	pin(t, alpha, beta)
+	ctx := context.Background()
+	_, err := alpha.node.RemovePeer(ctx, "beta.beam.directory")
+	require.NoError(t, err)
+	require.NoError(t, alpha.node.AddPeer(ctx, beta.node.Self()))
+	require.Eventually(t, func() bool {
+		for _, p := range alpha.node.Peers() {
+			if p.Domain == "beta.beam.directory" {
+				return !p.LastContact.IsZero()
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "the link's connection is recorded as contact")
+	require.False(t, alpha.node.LinkDown("beta.beam.directory"))
+}
+
+// TestPlainSendToPeerKnownDownFailsAtOnce: a plain send to an agent of a
+// peer whose link has been down for a while fails at once, retryable
+// DELIVERY_FAILED naming the peer, and leaves nothing in the outbox to go out
+// later; it does not wait for its timeout.
+func TestPlainSendToPeerKnownDownFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	alpha := startDir(t, "alpha.beam.directory", "", "", nil)
+	beta := startDir(t, "beta.beam.directory", "", "", nil)
+	pin(t, alpha, beta)
+	a := alpha.agent("a")
+	require.Eventually(t, func() bool { return !alpha.node.LinkDown("beta.beam.directory") },
+		30*time.Second, 20*time.Millisecond, "the link to beta comes up")
+	require.False(t, alpha.node.LinkKnownDown("beta.beam.directory"))
+	beta.stop()
+	require.Eventually(t, func() bool { return alpha.node.LinkKnownDown("beta.beam.directory") },
+		30*time.Second, 20*time.Millisecond, "the link to beta is known down")
+
+	_, err := a.Send(context.Background(), "b@beta.beam.directory", "task", map[string]any{"n": 1})
+	var aerr *agents.Error
+	require.ErrorAs(t, err, &aerr)
+	require.Equal(t, "DELIVERY_FAILED", aerr.Code, aerr.Message)
+	require.Equal(t, http.StatusBadGateway, aerr.Status)
+	require.Contains(t, aerr.Message, "Not sent to b@beta.beam.directory: its directory beta.beam.directory is unreachable from this one")
+	counts, err := alpha.node.Outbox().Counts(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, counts[Pending]+counts[Claimed]+counts[Published], "nothing waits to go out")
 }

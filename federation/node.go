@@ -121,6 +121,10 @@ type Config struct {
 type peerState struct {
 	Peer
 	conn *nats.Conn // own connection to the peer's server (embedded mode)
+	// downSince is when conn was last seen without a connection (or was
+	// opened); zero while it is connected. wasUp: conn has been connected.
+	downSince time.Time
+	wasUp     bool
 }
 
 type cachedKey struct {
@@ -469,7 +473,14 @@ func (n *Node) connectPeerLocked(ps *peerState) {
 		return
 	}
 	pub, _ := n.nkey.PublicKey()
+	// A connection made is contact: the peer's TLS certificate verified
+	// against the pinned key.
+	ps.downSince = n.clock()
+	up := func(*nats.Conn) { n.linkUp(ps) }
 	nc, err := nats.Connect(ps.URL,
+		nats.ConnectHandler(up),
+		nats.ReconnectHandler(up),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { n.linkLost(ps) }),
 		nats.Secure(PeerTLS(ps.PublicKey)),
 		nats.Nkey(pub, n.nkey.Sign),
 		nats.CustomInboxPrefix(InboxPrefix(n.cfg.Domain)),
@@ -486,6 +497,23 @@ func (n *Node) connectPeerLocked(ps *peerState) {
 		return
 	}
 	ps.conn = nc
+}
+
+// linkUp notes that ps's connection is made: contact, and the link is up.
+func (n *Node) linkUp(ps *peerState) {
+	n.mu.Lock()
+	ps.downSince, ps.wasUp = time.Time{}, true
+	n.mu.Unlock()
+	n.contact(ps.Domain)
+}
+
+// linkLost notes that ps's connection dropped.
+func (n *Node) linkLost(ps *peerState) {
+	n.mu.Lock()
+	if ps.downSince.IsZero() {
+		ps.downSince = n.clock()
+	}
+	n.mu.Unlock()
 }
 
 func (n *Node) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {

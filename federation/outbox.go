@@ -388,10 +388,13 @@ func (o *Outbox) release(ctx context.Context, c Claim, to OutboxState, change fu
 }
 
 // Publish records events and finalizes c as PUBLISHED in one transaction
-// (the step rides on the last event). A lost claim rejects both
-// (ErrClaimLost).
+// (the step rides on the last event); attempts+1, counting the publish. A
+// lost claim rejects both (ErrClaimLost).
 func (o *Outbox) Publish(ctx context.Context, c Claim, events ...tracing.Event) error {
-	return o.release(ctx, c, Published, func(r *Row) { r.PublishedAt = r.UpdatedAt }, events)
+	return o.release(ctx, c, Published, func(r *Row) {
+		r.Attempts++
+		r.PublishedAt = r.UpdatedAt
+	}, events)
 }
 
 // Retry returns c to PENDING after a failed attempt: attempts+1,

@@ -282,3 +282,20 @@ func TestOutboxDuplicateClaimsAndReapOthers(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs, 7)
 }
+
+// TestOutboxPublishedCountsItsAttempts: a published row's attempts count
+// the publish that succeeded, after the failed ones.
+func TestOutboxPublishedCountsItsAttempts(t *testing.T) {
+	t.Parallel()
+	b := setupOutbox(t)
+	ctx := context.Background()
+	first := b.enqueue()
+	require.NoError(t, b.ob.Publish(ctx, b.claimOne("relay-1")))
+	require.Equal(t, Published, b.get(first).State)
+	require.Equal(t, 1, b.get(first).Attempts, "published at the first attempt")
+
+	second := b.enqueue()
+	require.NoError(t, b.ob.Retry(ctx, b.claimOne("relay-1"), "peer down", b.clock.Now()))
+	require.NoError(t, b.ob.Publish(ctx, b.claimOne("relay-1")))
+	require.Equal(t, 2, b.get(second).Attempts, "one failed attempt, then the publish")
+}

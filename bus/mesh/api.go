@@ -651,6 +651,7 @@ type sseWriter struct {
 	progress float64
 	// noProgress leaves progress events out (status reporting off).
 	noProgress bool
+	opened     bool // a status event was written
 	err        error
 	buf        []byte // the event being written, reused
 	data       []byte // a status event's data, reused
@@ -691,10 +692,16 @@ func (s *sseWriter) status(row tracing.MeshRow) {
 		return
 	}
 	s.data = data
+	// A stream opens with the envelope's status row, which carries its
+	// progress; after that a change's progress comes before its row, so a
+	// terminal row is the stream's last event.
 	if row.Progress > s.progress && !s.noProgress {
 		s.progress = row.Progress
-		s.event("progress", id, appendProgress(nil, row))
+		if s.opened {
+			s.event("progress", id, appendProgress(nil, row))
+		}
 	}
 	s.event("status", id, data)
+	s.opened = true
 	s.lastSeq = row.LastSeq
 }

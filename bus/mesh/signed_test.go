@@ -150,3 +150,25 @@ func TestFlySignedWithoutAPIKey(t *testing.T) {
 	require.Equal(t, []string{`{"token":"signed"}`}, fly)
 	require.Equal(t, tracing.MeshSucceeded, s.wait(created.ID, auth).Status)
 }
+
+// TestEventsStartWithStatus: the SSE stream of an envelope opens with its
+// current row (event: status), before any progress event.
+func TestEventsStartWithStatus(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, server.Config{})
+	creator, _ := s.agent("creator@alpha.beam.directory")
+	s.actor("first@alpha.beam.directory", enrich("a", 1))
+	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
+	status, out := s.call(http.MethodPost, "/api/v1/mesh", []byte(`{"route":["first@alpha.beam.directory"],"payload":{}}`), auth)
+	require.Equal(t, http.StatusCreated, status, string(out))
+	var created struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal(out, &created))
+	require.Equal(t, tracing.MeshSucceeded, s.wait(created.ID, auth).Status)
+	var names []string
+	for ev := range s.events(created.ID, auth) {
+		names = append(names, ev.name)
+	}
+	require.Equal(t, []string{"status"}, names, "the stream of a finished envelope is its row, progress in it")
+}

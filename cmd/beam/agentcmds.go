@@ -179,7 +179,7 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // explainSendError adds what to do next to the failures of beam send:
-// the nonce of an OFFLINE or TIMEOUT intent (retrying it is a new attempt,
+// the nonce of an OFFLINE, TIMEOUT or DELIVERY_FAILED intent (retrying it is a new attempt,
 // beam trace shows what happened) and a hint for an unknown recipient.
 func explainSendError(err error, to string) error {
 	var e *agents.Error
@@ -187,7 +187,7 @@ func explainSendError(err error, to string) error {
 		return err
 	}
 	switch e.Code {
-	case "OFFLINE", "TIMEOUT":
+	case "OFFLINE", "TIMEOUT", "DELIVERY_FAILED":
 		if e.Nonce != "" {
 			return fmt.Errorf("%w\nnonce %s: beam trace %s shows its events; send again (or use --durable to queue it until %s connects)", err, e.Nonce, e.Nonce, to)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -163,4 +164,30 @@ func TestMissingIdentitySaysWhatToDo(t *testing.T) {
 		require.Equal(t, 1, code, "%v: %s", args, stderr)
 		require.Contains(t, stderr, "no identity file "+missing+": pass --identity FILE (or set BEAM_IDENTITY), or create one with beam keygen --beam-id", args)
 	}
+}
+
+// TestMeshCreateAsOperatorNeedsCreator: beam mesh create that falls back to
+// the operator's token, without --creator, says which flag to pass instead
+// of sending a request the gateway refuses; its help names one variable
+// per flag.
+func TestMeshCreateAsOperatorNeedsCreator(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "admin.token"), []byte("op-token\n"), 0o600))
+	code, _, stderr := runCLI(t, "mesh", "create", "--route", "bob@acme.beam.directory", "--url", "http://127.0.0.1:1",
+		"--data-dir", dir)
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "beam mesh create acts as the operator here")
+	require.Contains(t, stderr, "pass --identity FILE to create the envelope as that agent, or --creator ID")
+	require.NotContains(t, stderr, "connection refused", "no request goes out")
+
+	code, _, stderr = runCLI(t, "mesh", "create", "--route", "bob@acme.beam.directory", "--url", "http://127.0.0.1:1", "--admin-token", "t")
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "--admin-token or BEAM_ADMIN_TOKEN is set")
+
+	code, _, stderr = runCLI(t, "mesh", "create", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, stderr, "the agent's API key (env BEAM_API_KEY)")
+	require.NotContains(t, stderr, "BEAM_MESH_CREATE_API_KEY")
+	require.NotContains(t, stderr, "default $BEAM_API_KEY")
 }

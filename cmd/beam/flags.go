@@ -15,7 +15,7 @@ import (
 // that has them, so one variable (BEAM_URL, BEAM_DATA_DIR, …) sets them all.
 var sharedEnvFlags = map[string]bool{
 	"url": true, "identity": true, "data-dir": true, "admin-token": true,
-	"log-level": true, "log-format": true,
+	"log-level": true, "log-format": true, "api-key": true,
 }
 
 // envName is the environment variable that sets the flag flagName of the

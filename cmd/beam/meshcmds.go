@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 )
 
@@ -26,13 +25,16 @@ type meshFlags struct {
 	url, identity  string
 	apiKey         string
 	token, dataDir string
+	// asOperator, when set, is called before a request goes out with the
+	// operator's credentials; its error stops the request.
+	asOperator func() error
 }
 
 func newMeshFlags(fs *cmdFlags) *meshFlags {
 	f := &meshFlags{fs: fs}
 	fs.StringVar(&f.url, "url", defaultDirectoryURL, "base URL of the directory")
 	fs.StringVar(&f.identity, "identity", defaultIdentityFile, "identity file whose API key authenticates as its agent")
-	fs.StringVar(&f.apiKey, "api-key", os.Getenv("BEAM_API_KEY"), "the agent's API key (default $BEAM_API_KEY)")
+	fs.StringVar(&f.apiKey, "api-key", "", "the agent's API key")
 	fs.StringVar(&f.token, "admin-token", "", "act as the operator with this token (default: the admin.token of --data-dir)")
 	fs.alias("operator-token", "admin-token")
 	fs.StringVar(&f.dataDir, "data-dir", "./beam-data", "data directory of the running directory: act as the operator with its admin.token")
@@ -105,6 +107,11 @@ func (f *meshFlags) do(ctx context.Context, method, path string, query url.Value
 	if err := f.auth(req); err != nil {
 		return nil, err
 	}
+	if f.asOperator != nil && req.Header.Get("Authorization") != "" {
+		if err := f.asOperator(); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -173,6 +180,16 @@ func runMesh(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if creator != "" {
 			body["creator"] = creator
+		} else {
+			mf.asOperator = func() error {
+				why := fmt.Sprintf("no --api-key, and no agent's identity file with an API key at %s", mf.identity)
+				if mf.token != "" {
+					why = "--admin-token or BEAM_ADMIN_TOKEN is set"
+				}
+				return fmt.Errorf("beam mesh create acts as the operator here (%s), "+
+					"and the operator creates envelopes only on behalf of an agent: pass --identity FILE to create the envelope as that agent, "+
+					"or --creator ID to create it for agent ID", why)
+			}
 		}
 		raw, err := json.Marshal(body)
 		if err != nil {

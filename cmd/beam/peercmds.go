@@ -193,17 +193,9 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 			}
 			link := "unknown"
 			if l, ok := links[p.Domain]; ok {
-				switch {
-				case l.Connected != nil && !*l.Connected:
-					link = "down"
+				link = linkText(l)
+				if l.Connected != nil && !*l.Connected {
 					down = append(down, p)
-				case l.Connected != nil:
-					link = "up"
-				default:
-					link = "shared NATS"
-				}
-				if l.Failing > 0 {
-					link += fmt.Sprintf(" (%d sends retrying)", l.Failing)
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Domain, p.URL, link, last, p.PublicKey)
@@ -213,10 +205,30 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 		}
 		for _, p := range down {
 			fmt.Fprintf(stdout, "%s is unreachable: no connection to %s. Check that its directory is running and that this host reaches that address; "+
-				"sends to its agents wait in the outbox meanwhile (plain sends until their timeout, durable ones until it is back).\n", p.Domain, p.URL)
+				"plain sends to its agents fail at once (DELIVERY_FAILED) once a lost link has been down 2 s, durable ones wait in the outbox until it is back.\n", p.Domain, p.URL)
 		}
 	}
 	return nil
+}
+
+// linkText is the LINK column of beam peer list for a peer's link state.
+func linkText(l federation.LinkState) string {
+	var link string
+	switch {
+	case l.Connected != nil && !*l.Connected:
+		link = "down"
+	case l.Connected != nil:
+		link = "up"
+	default:
+		link = "shared NATS"
+	}
+	switch {
+	case l.Failing == 1:
+		link += " (1 send retrying)"
+	case l.Failing > 1:
+		link += fmt.Sprintf(" (%d sends retrying)", l.Failing)
+	}
+	return link
 }
 
 // peerLinks returns the live link state of each peer by domain, or nil when

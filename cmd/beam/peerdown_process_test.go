@@ -33,10 +33,16 @@ func TestPeerDownIsNamedWithWhatToDo(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the link to beta is seen down")
 	require.Contains(t, list(), "beta.beam.directory is unreachable: no connection to "+betaURL+
 		". Check that its directory is running and that this host reaches that address; "+
-		"sends to its agents wait in the outbox meanwhile (plain sends until their timeout, durable ones until it is back).\n")
+		"plain sends to its agents fail at once (DELIVERY_FAILED) once a lost link has been down 2 s, durable ones wait in the outbox until it is back.\n")
 
-	out := r.fail("send", "--identity", a, "b@beta.beam.directory", "conversation.message", `{"message":"hi b"}`)
-	require.Contains(t, out, "TIMEOUT (HTTP 504): No result from b@beta.beam.directory within 3s: "+
+	// Once the link has been down a while (a send before that waits for
+	// its timeout, 3 s here), a plain send fails at once.
+	var out string
+	require.Eventually(t, func() bool {
+		out = r.fail("send", "--identity", a, "b@beta.beam.directory", "conversation.message", `{"message":"hi b"}`)
+		return strings.Contains(out, "DELIVERY_FAILED")
+	}, 30*time.Second, 50*time.Millisecond, "a plain send to the peer that is down fails at once")
+	require.Contains(t, out, "DELIVERY_FAILED (HTTP 502): Not sent to b@beta.beam.directory: "+
 		"its directory beta.beam.directory is unreachable from this one (no connection to it). "+
 		"Check that it is running (beam peer list on this directory shows the link), then send again, "+
 		"or send with --durable to have it delivered when beta.beam.directory is back\n", out)
