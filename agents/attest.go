@@ -45,6 +45,10 @@ const attestRefetch = 10 * time.Second
 
 // attestState caches the directory's attestation keys.
 type attestState struct {
+	// fetchMu serializes attestationKey's fetches, so an intent that
+	// arrives while another one's fetch is under way waits for it instead
+	// of finding the key neither cached nor due for a fetch.
+	fetchMu sync.Mutex
 	mu      sync.Mutex
 	by      string
 	keys    map[string]ed25519.PublicKey
@@ -97,6 +101,11 @@ func (c *Client) cachedAttestationKey(keyID string) (ed25519.PublicKey, bool) {
 // attestationKey returns the published attestation key keyID, fetching
 // the document when the key is not cached (at most every attestRefetch).
 func (c *Client) attestationKey(ctx context.Context, keyID string) (ed25519.PublicKey, error) {
+	if k, ok := c.cachedAttestationKey(keyID); ok {
+		return k, nil
+	}
+	c.att.fetchMu.Lock()
+	defer c.att.fetchMu.Unlock()
 	if k, ok := c.cachedAttestationKey(keyID); ok {
 		return k, nil
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -366,4 +368,54 @@ func TestVerifyIncomingAttested(t *testing.T) {
 	bad.Attestation = &wire.Attestation{By: "x", KeyID: wire.AttestationKeyID(dirPub), Auth: "trust-me"}
 	_, err = c.verifyIncoming(bad)
 	require.ErrorContains(t, err, "unknown auth")
+}
+
+// Intents that arrive together before the attestation key is cached all
+// verify: the ones that find the first one's fetch under way wait for it,
+// rather than taking the key for unpublished.
+func TestConcurrentAttestedIntentsShareTheKeyFetch(t *testing.T) {
+	t.Parallel()
+	dirPub, _, err := ed25519.GenerateKey(nil)
+	require.NoError(t, err)
+	keyID := wire.AttestationKeyID(dirPub)
+	doc, err := json.Marshal(wire.AttestationKeys{By: "acme.beam.directory", Keys: []wire.AttestationKey{
+		{KeyID: keyID, PublicKey: wire.EncodePublicKey(dirPub), Algorithm: "Ed25519"}}})
+	require.NoError(t, err)
+	const callers = 4
+	arrived := make(chan struct{}, callers)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, wire.AttestationKeysPath, r.URL.Path)
+		arrived <- struct{}{}
+		<-release
+		_, _ = w.Write(doc)
+	}))
+	t.Cleanup(srv.Close)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before srv.Close, which waits for the held request
+	id, err := GenerateIdentity("bob@acme.beam.directory")
+	require.NoError(t, err)
+	c, err := NewClient(ClientConfig{DirectoryURL: srv.URL, Identity: id,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	errs := make(chan error, callers)
+	call := func() {
+		_, err := c.attestationKey(context.Background(), keyID)
+		errs <- err
+	}
+	go call()
+	<-arrived // the first fetch is under way
+	for range callers - 1 {
+		go call()
+	}
+	require.Never(t, func() bool { return len(errs) > 0 }, 300*time.Millisecond, 10*time.Millisecond,
+		"an intent arriving during the fetch waits for it")
+	open()
+	for range callers {
+		require.NoError(t, <-errs)
+	}
+	require.Len(t, arrived, 0, "one fetch served them all")
 }
