@@ -71,6 +71,9 @@ func (s *Server) asError(err error) *Error {
 	}
 	var ie *mesh.InputError
 	if errors.As(err, &ie) {
+		if ie.Status == http.StatusTooManyRequests {
+			return &Error{Code: -32000, HTTP: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Reason: ie.Code, Msg: ie.Msg}
+		}
 		e := errInvalidParams(ie.Msg)
 		e.Reason = ie.Code
 		if ie.Status == http.StatusForbidden {
@@ -221,7 +224,7 @@ func (s *Server) start(ctx context.Context, caller string, pipe *mesh.Pipeline, 
 	} else {
 		headers[HeaderContext] = newID()
 	}
-	return s.cfg.Mesh.Create(ctx, mesh.CreateRequest{Creator: caller, Route: pipe.Route, Payload: payload, Headers: headers})
+	return s.cfg.Mesh.CreateLimited(ctx, mesh.CreateRequest{Creator: caller, Route: pipe.Route, Payload: payload, Headers: headers})
 }
 
 // wait follows envelope row until it ends or waits for input.

@@ -137,7 +137,7 @@ func (s *Server) tool(p *mesh.Pipeline) sdk.ToolHandler {
 		if err := s.cfg.Mesh.MayStart(caller, p.Route); err != nil {
 			return failure(err.Error()), nil
 		}
-		row, err := s.cfg.Mesh.Create(ctx, mesh.CreateRequest{Creator: caller, Route: p.Route, Payload: args,
+		row, err := s.cfg.Mesh.CreateLimited(ctx, mesh.CreateRequest{Creator: caller, Route: p.Route, Payload: args,
 			Headers: map[string]string{HeaderProtocol: "mcp", HeaderPipeline: p.Name}})
 		if err != nil {
 			var ie *mesh.InputError

@@ -218,10 +218,10 @@ func (e *Engine) readJSON(w http.ResponseWriter, r *http.Request, v any, limit i
 // open envelopes: a guess, since only their actors can finish them.
 const openRetryAfter = 5 * time.Second
 
-// createLimited is Create for an agent's own request: within its creation
-// rate (AllowCreate) and its cap of open envelopes (MaxOpenPerCreator),
-// else a 429 InputError with Retry-After.
-func (e *Engine) createLimited(ctx context.Context, req CreateRequest) (tracing.MeshRow, error) {
+// CreateLimited is Create for an agent's own request (the gateway, A2A,
+// MCP): within its creation rate (AllowCreate) and its cap of open
+// envelopes (MaxOpenPerCreator), else a 429 InputError with Retry-After.
+func (e *Engine) CreateLimited(ctx context.Context, req CreateRequest) (tracing.MeshRow, error) {
 	if e.cfg.AllowCreate != nil {
 		if ok, wait := e.cfg.AllowCreate(req.Creator); !ok {
 			ie := inputErr(http.StatusTooManyRequests, CodeRateLimited, "too many envelopes created by %s; retry later", req.Creator)
@@ -334,7 +334,7 @@ func (e *Engine) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	if p.operator {
 		row, err = e.Create(r.Context(), req)
 	} else {
-		row, err = e.createLimited(r.Context(), req)
+		row, err = e.CreateLimited(r.Context(), req)
 	}
 	if err != nil {
 		return err

@@ -379,6 +379,28 @@ func TestA2AFloodIsRateLimited(t *testing.T) {
 	require.Contains(t, string(body), `"total":3`, "the refused sends created envelopes: %s", body)
 }
 
+// TestA2AOpenEnvelopeCap: tasks are envelopes of their caller, so the
+// gateway's cap of open envelopes per creator holds through A2A (JSON-RPC
+// and HTTP+JSON) and MCP's pipelines alike: past it, no envelope is made.
+func TestA2AOpenEnvelopeCap(t *testing.T) {
+	t.Parallel()
+	s := startA2AStack(t, "--limit-mesh-open=2")
+	send := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"n":1}}]},"configuration":{"returnImmediately":true}}}`
+	auth := []string{"Authorization", "Bearer " + s.caller.APIKey}
+	for range 2 {
+		_, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/hold", send, auth...)
+		require.Contains(t, string(body), `"result"`, string(body))
+	}
+	_, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/hold", send, auth...)
+	require.Contains(t, string(body), `"code":-32000`, string(body))
+	require.Contains(t, string(body), "TOO_MANY_OPEN_ENVELOPES", string(body))
+	status, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/hold/message:send", send[strings.Index(send, `{"message"`):len(send)-1], auth...)
+	require.Equal(t, http.StatusTooManyRequests, status, string(body))
+	status, _, body = httpCall(t, s.ctx, http.MethodGet, s.p.URL()+"/api/v1/mesh", "", "X-Api-Key", s.caller.APIKey)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, string(body), `"total":2`, "the refused sends created envelopes: %s", body)
+}
+
 // TestA2AStreamOutlivesTheWriteTimeout: a task's stream lasts as long as
 // the task, not as long as the server's write timeout allows a response.
 func TestA2AStreamOutlivesTheWriteTimeout(t *testing.T) {
