@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -407,4 +408,35 @@ func TestMeshOfflineActorWokenAfterRestart(t *testing.T) {
 	wc := sdkClient(t, s.p.URL(), worker)
 	s.connectSink(wc)
 	s.succeeded(creator, envID)
+}
+
+// TestMeshEventsOutliveTheWriteTimeout: an envelope's SSE stream lasts as
+// long as the envelope, not as long as the server's write timeout lets a
+// response run.
+func TestMeshEventsOutliveTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	s := startTrustStack(t, "--open-orgs", "--write-timeout=1s")
+	creator, _ := sdkAgent(t, s.ctx, s.p.URL(), "client@acme.beam.directory")
+	sdkAgent(t, s.ctx, s.p.URL(), "worker@acme.beam.directory") // registered, never connected
+	envID := s.create(creator, "worker@acme.beam.directory")
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodGet, s.p.URL()+"/api/v1/mesh/"+envID+"/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Api-Key", creator.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	require.True(t, sc.Scan(), "the stream opens")
+	// The condition is the passing of the write timeout itself.
+	<-time.After(1500 * time.Millisecond)
+	status, _, out := s.call(creator.APIKey, http.MethodPost, "/api/v1/mesh/"+envID+"/cancel", nil)
+	require.Equal(t, http.StatusOK, status, string(out))
+	var last string
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			last = d
+		}
+	}
+	require.Contains(t, last, `"status":"canceled"`, "the stream was cut before the envelope ended")
 }

@@ -93,10 +93,17 @@ func newRateLimits(l Limits, clock func() time.Time) *rateLimits {
 }
 
 // streaming reports whether r opens a long-lived stream (WebSocket, the
-// dashboard's event stream), which the per-request deadlines must not cut.
+// dashboard's event stream, an envelope's SSE events), which the
+// per-request deadlines must not cut.
 func streaming(r *http.Request) bool {
-	return r.URL.Path == "/ws" || strings.HasPrefix(r.URL.Path, "/ws/") ||
-		r.URL.Path == "/observability/stream"
+	return webSocket(r) || r.URL.Path == "/observability/stream" ||
+		strings.HasPrefix(r.URL.Path, "/api/v1/mesh/") && strings.HasSuffix(r.URL.Path, "/events")
+}
+
+// webSocket reports whether r is a WebSocket upgrade route, whose connects
+// are rate limited per address.
+func webSocket(r *http.Request) bool {
+	return r.URL.Path == "/ws" || strings.HasPrefix(r.URL.Path, "/ws/")
 }
 
 // limit wraps the routes: per-address rate limits on registration and
@@ -107,7 +114,7 @@ func (s *Server) limit(next http.Handler) http.Handler {
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/agents/register":
 			k = s.rl.register
-		case r.Method == http.MethodGet && streaming(r) && r.URL.Path != "/observability/stream":
+		case r.Method == http.MethodGet && webSocket(r):
 			k = s.rl.connect
 		}
 		if ok, wait := k.Allow(clientIP(r)); !ok {
