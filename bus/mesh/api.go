@@ -629,6 +629,11 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 				if !off {
 					s.event("fly", "", ev.fly)
 				}
+			} else if ev.progress {
+				if !off && ev.row.LastSeq == s.lastSeq && ev.row.Progress > s.progress {
+					s.progress = ev.row.Progress
+					s.event("progress", "", appendProgress(nil, *ev.row))
+				}
 			} else if ev.row.LastSeq > s.lastSeq && (!off || ev.row.Status.Terminal()) {
 				s.status(*ev.row)
 			}

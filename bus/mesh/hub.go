@@ -15,6 +15,9 @@ const subBuffer = 64
 type liveEvent struct {
 	row *tracing.MeshRow
 	fly json.RawMessage
+	// progress: row is a live progress report on top of the logged row of
+	// the same LastSeq (Engine.Processing), not a logged change.
+	progress bool
 }
 
 // subscriber is one SSE stream of one envelope.
@@ -67,12 +70,18 @@ func (h *hub) has(id string) bool {
 
 // status publishes a row snapshot; a subscriber whose buffer is full is
 // closed (it resumes from the log).
-func (h *hub) status(row tracing.MeshRow) {
+func (h *hub) status(row tracing.MeshRow) { h.publish(liveEvent{row: &row}) }
+
+// progress publishes row, a logged row with a live progress above its own.
+func (h *hub) progress(row tracing.MeshRow) { h.publish(liveEvent{row: &row, progress: true}) }
+
+func (h *hub) publish(ev liveEvent) {
+	row := ev.row
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs[row.ID] {
 		select {
-		case s.ch <- liveEvent{row: &row}:
+		case s.ch <- ev:
 		default:
 			if !s.lagged {
 				s.lagged = true

@@ -920,11 +920,13 @@ func (e *Engine) Cancel(ctx context.Context, id string) (tracing.MeshRow, error)
 	return out, err
 }
 
-// Processing records that actor, the actor of envelope id's current hop,
+// Processing reports that actor, the actor of envelope id's current hop,
 // started processing attempt n of it: the hop's processing share of the
-// progress (tracing.MeshProcessingShare). The step is recorded as
-// delivered (the actor has the hop). A report for another actor or
-// attempt, or a settled one, is a conflict; a repeated one changes nothing.
+// progress (tracing.MeshProcessingShare) goes to the envelope's live
+// subscribers (SSE, A2A, MCP), as the sidecar's processing report reaches
+// Asya's clients; like that report it changes no state and writes nothing
+// to the log (the received point, the delivered event, is in the log). A
+// report for another actor or attempt, or a settled one, is a conflict.
 func (e *Engine) Processing(ctx context.Context, id, actor string, n int) (tracing.MeshRow, error) {
 	unlock := e.lock(id)
 	defer unlock()
@@ -943,12 +945,11 @@ func (e *Engine) Processing(ctx context.Context, id, actor string, n int) (traci
 	if p <= row.Progress {
 		return row, nil
 	}
-	ev := e.event(row, tracing.Delivered, tracing.MeshStep{Kind: tracing.MeshKindProcessing, Actor: actor, Attempt: n, Progress: p})
-	if err := e.append(ctx, []string{id}, ev); err != nil {
-		return row, err
+	row.Progress = p
+	if e.hub.has(id) && !statusOff(row) {
+		e.hub.progress(row)
 	}
-	out, _, err := e.log.MeshEnvelope(ctx, id)
-	return out, err
+	return row, nil
 }
 
 // Pause stops envelope id before its next hop (a hop in flight finishes).
