@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -364,41 +365,39 @@ func TestMCPAttacks(t *testing.T) {
 func TestA2AFloodIsRateLimited(t *testing.T) {
 	t.Parallel()
 	s := startA2AStack(t, "BEAM_LIMIT_INTENTS=3/1h")
-	send := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"product_id":"1"}}]},"configuration":{"returnImmediately":true}}}`
-	auth := []string{"Authorization", "Bearer " + s.caller.APIKey}
-	for range 3 {
-		_, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich", send, auth...)
-		require.Contains(t, string(body), `"result"`, string(body))
-	}
-	_, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich", send, auth...)
-	require.Contains(t, string(body), `"code":-32000`, string(body))
-	status, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/enrich/message:send", send[strings.Index(send, `{"message"`):len(send)-1], auth...)
-	require.Equal(t, http.StatusTooManyRequests, status, string(body))
-	status, _, body = httpCall(t, s.ctx, http.MethodGet, s.p.URL()+"/api/v1/mesh", "", "X-Api-Key", s.caller.APIKey)
-	require.Equal(t, http.StatusOK, status)
-	require.Contains(t, string(body), `"total":3`, "the refused sends created envelopes: %s", body)
+	s.sendsBeyondALimit(t, "enrich", `{"product_id":"1"}`, 3, "RATE_LIMITED")
 }
 
 // TestA2AOpenEnvelopeCap: tasks are envelopes of their caller, so the
 // gateway's cap of open envelopes per creator holds through A2A (JSON-RPC
-// and HTTP+JSON) and MCP's pipelines alike: past it, no envelope is made.
+// and HTTP+JSON): past it, no envelope is made.
 func TestA2AOpenEnvelopeCap(t *testing.T) {
 	t.Parallel()
 	s := startA2AStack(t, "--limit-mesh-open=2")
-	send := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"n":1}}]},"configuration":{"returnImmediately":true}}}`
+	s.sendsBeyondALimit(t, "hold", `{"n":1}`, 2, "TOO_MANY_OPEN_ENVELOPES")
+}
+
+// sendsBeyondALimit sends n non-blocking tasks with data to pipeline, which
+// are accepted, then one over JSON-RPC (error -32000 with reason) and one
+// over HTTP+JSON (429), which are refused without an envelope.
+func (s *a2aStack) sendsBeyondALimit(t *testing.T, pipeline, data string, n int, reason string) {
+	t.Helper()
+	msg := `{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":` + data + `}]},"configuration":{"returnImmediately":true}}`
+	send := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":` + msg + `}`
 	auth := []string{"Authorization", "Bearer " + s.caller.APIKey}
-	for range 2 {
-		_, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/hold", send, auth...)
+	url := s.p.URL() + "/a2a/pipelines/" + pipeline
+	for range n {
+		_, _, body := httpCall(t, s.ctx, http.MethodPost, url, send, auth...)
 		require.Contains(t, string(body), `"result"`, string(body))
 	}
-	_, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/hold", send, auth...)
+	_, _, body := httpCall(t, s.ctx, http.MethodPost, url, send, auth...)
 	require.Contains(t, string(body), `"code":-32000`, string(body))
-	require.Contains(t, string(body), "TOO_MANY_OPEN_ENVELOPES", string(body))
-	status, _, body := httpCall(t, s.ctx, http.MethodPost, s.p.URL()+"/a2a/pipelines/hold/message:send", send[strings.Index(send, `{"message"`):len(send)-1], auth...)
+	require.Contains(t, string(body), reason, string(body))
+	status, _, body := httpCall(t, s.ctx, http.MethodPost, url+"/message:send", msg, auth...)
 	require.Equal(t, http.StatusTooManyRequests, status, string(body))
 	status, _, body = httpCall(t, s.ctx, http.MethodGet, s.p.URL()+"/api/v1/mesh", "", "X-Api-Key", s.caller.APIKey)
 	require.Equal(t, http.StatusOK, status)
-	require.Contains(t, string(body), `"total":2`, "the refused sends created envelopes: %s", body)
+	require.Contains(t, string(body), fmt.Sprintf(`"total":%d`, n), "the refused sends created envelopes: %s", body)
 }
 
 // TestA2AStreamOutlivesTheWriteTimeout: a task's stream lasts as long as
