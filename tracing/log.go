@@ -80,7 +80,7 @@ const writerLockSuffix = "-writer.lock"
 // are few; the readers' queries go through indexes to a few pages each.
 // Pages beyond the caps are read from the operating system's file cache.
 // Larger caps (64 MiB and 4 × 16 MiB) were measured no faster on any bench
-// path and held ~1.4 KB more per idle agent (BENCHMARKS.md).
+// path and held ~1.4 KB more per idle agent (the history of docs/BENCHMARKS.md).
 const (
 	writerCacheKiB = 8 << 10
 	readerCacheKiB = 2 << 10
