@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/beamdir/beam/tracing"
@@ -107,29 +108,20 @@ func (s *Service) Cleanup(ctx context.Context) (CleanupStats, error) {
 	return st, nil
 }
 
-// run acts on expired leases every ReapInterval and runs the retention
-// pass every CleanupInterval, until Close.
-func (s *Service) run() {
-	defer close(s.done)
-	t := time.NewTicker(s.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
+// reap acts on expired leases and due delays (the loop's tick, every
+// ReapInterval) and runs the retention pass every CleanupInterval.
+func (s *Service) reap(context.Context) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.expire(ctx)
+	s.mu.Lock()
+	s.promote(s.clock().UnixMilli())
+	due := s.clock().Sub(s.lastCleanup) >= s.cfg.CleanupInterval
+	s.mu.Unlock()
+	if due {
+		if _, err := s.Cleanup(ctx); err != nil {
+			return fmt.Errorf("intent bus cleanup: %w", err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		s.expire(ctx)
-		s.mu.Lock()
-		s.promote(s.clock().UnixMilli())
-		due := s.clock().Sub(s.lastCleanup) >= s.cfg.CleanupInterval
-		s.mu.Unlock()
-		if due {
-			if _, err := s.Cleanup(ctx); err != nil {
-				s.lg.Warn("intent bus cleanup", "err", err)
-			}
-		}
-		cancel()
 	}
+	return nil
 }

@@ -18,8 +18,10 @@
 // appends; the log checks the canonical one. The job rows are the fold
 // tracing.JobRow.Apply of those events, held in memory and rebuilt from the
 // log at every start, together with the claim index: a priority heap per
-// namespace and routing group, a heap of delayed jobs and a heap of leases.
-// A claim therefore reads no SQL and writes one append.
+// namespace and routing group, and the delayed jobs and the leases as
+// timers of the attempt engine (attempt.Due), which also gives the requeue
+// backoff and the reaper's loop. A claim therefore reads no SQL and writes
+// one append.
 //
 // Tester keys (as SHA-256 digests), KV entries, idempotency records and the
 // tombstones of purged or expired jobs are not job lifecycles: they live in

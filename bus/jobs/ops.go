@@ -261,16 +261,11 @@ const maxExpirePass = 512
 func (s *Service) expire(ctx context.Context) (requeued, dead int) {
 	now := s.clock()
 	nowMs := now.UnixMilli()
-	var taken []*job
 	s.mu.Lock()
-	for {
-		t := s.leases.top()
-		if t == nil || t.row.ClaimExpiresAt > nowMs || len(taken) >= maxExpirePass {
-			break
-		}
-		s.unindex(t)
-		t.busy = true
-		taken = append(taken, t)
+	taken := s.leases.PopDue(time.UnixMilli(nowMs), maxExpirePass)
+	for _, j := range taken {
+		s.unindex(j)
+		j.busy = true
 	}
 	s.mu.Unlock()
 	if len(taken) == 0 {

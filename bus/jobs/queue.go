@@ -15,11 +15,11 @@ type job struct {
 	// operation may start on it until the append's outcome is applied.
 	busy bool
 	grp  *group
-	// Indexes in the ready, delayed and lease heaps (-1: not in it).
-	ridx, didx, lidx int
+	// ridx is the job's index in its ready heap (-1: not in it).
+	ridx int
 }
 
-func newJob(row tracing.JobRow) *job { return &job{row: row, ridx: -1, didx: -1, lidx: -1} }
+func newJob(row tracing.JobRow) *job { return &job{row: row, ridx: -1} }
 
 // groupKey is what decides which workers may claim a job besides its
 // namespace: jobs with the same key are eligible for the same claims.
@@ -156,14 +156,4 @@ type group struct {
 
 func newReadyHeap() jheap {
 	return jheap{less: before, idx: func(j *job) *int { return &j.ridx }}
-}
-
-func newDelayedHeap() jheap {
-	return jheap{less: func(a, b *job) bool { return a.row.RunAt < b.row.RunAt },
-		idx: func(j *job) *int { return &j.didx }}
-}
-
-func newLeaseHeap() jheap {
-	return jheap{less: func(a, b *job) bool { return a.row.ClaimExpiresAt < b.row.ClaimExpiresAt },
-		idx: func(j *job) *int { return &j.lidx }}
 }

@@ -11,11 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/beamdir/beam/attempt"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -30,11 +30,13 @@ type Service struct {
 	clock func() time.Time
 	rand  io.Reader
 
-	mu      sync.Mutex
-	jobs    map[string]*job
-	ready   map[string]map[groupKey]*group // namespace → group
-	delayed jheap
-	leases  jheap
+	mu    sync.Mutex
+	jobs  map[string]*job
+	ready map[string]map[groupKey]*group // namespace → group
+	// delayed holds the open jobs by run_at until they are due, leases the
+	// claimed jobs by claim expiry.
+	delayed attempt.Due[*job]
+	leases  attempt.Due[*job]
 	open    map[string]int // open+claimed jobs per publisher digest
 	// counts holds jobs by namespace and status; dead the dead jobs. Both
 	// follow every change of s.jobs (track), so reads never scan.
@@ -49,8 +51,9 @@ type Service struct {
 	lastCleanup time.Time
 	cleanupMu   sync.Mutex
 
-	stop chan struct{}
-	done chan struct{}
+	// loop acts on expired leases and due delays every ReapInterval and
+	// runs the retention pass (reap).
+	loop attempt.Loop
 }
 
 type kvEntry struct {
@@ -75,10 +78,8 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: cfg.Log, lg: cfg.Logger.With("component", "intent-bus"), clock: cfg.Clock, rand: cfg.Rand,
 		jobs: map[string]*job{}, ready: map[string]map[groupKey]*group{},
-		delayed: newDelayedHeap(), leases: newLeaseHeap(),
 		open: map[string]int{}, counts: map[string]map[string]int{}, dead: map[string]*job{}, keys: map[string]string{}, kv: map[string]kvEntry{}, idem: map[string]*idemEntry{},
 		nonces: nonceStore{m: map[string]int64{}}, rates: map[string]*rateWindow{},
-		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader
@@ -91,18 +92,14 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.loadJobs(ctx, tomb); err != nil {
 		return nil, err
 	}
-	go s.run()
+	s.loop = attempt.Loop{Interval: cfg.ReapInterval, Tick: s.reap, Logger: s.lg, Name: "intent-bus"}
+	s.loop.Start(context.Background())
 	return s, nil
 }
 
 // Close stops the background passes. It does not close the log.
 func (s *Service) Close() error {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	<-s.done
+	s.loop.Close()
 	return nil
 }
 
@@ -205,12 +202,12 @@ func (s *Service) index(j *job) {
 	switch j.row.Status {
 	case tracing.JobOpen:
 		if j.row.RunAt > s.clock().UnixMilli() {
-			s.delayed.add(j)
+			s.delayed.Set(j, time.UnixMilli(j.row.RunAt))
 		} else {
 			s.addReady(j)
 		}
 	case tracing.JobClaimed:
-		s.leases.add(j)
+		s.leases.Set(j, time.UnixMilli(j.row.ClaimExpiresAt))
 	}
 }
 
@@ -220,8 +217,8 @@ func (s *Service) unindex(j *job) {
 		j.grp.h.remove(j)
 		j.grp = nil
 	}
-	s.delayed.remove(j)
-	s.leases.remove(j)
+	s.delayed.Remove(j)
+	s.leases.Remove(j)
 }
 
 func (s *Service) addReady(j *job) {
@@ -243,13 +240,8 @@ func (s *Service) addReady(j *job) {
 // promote moves the delayed jobs that are due to the ready heaps. Caller
 // holds mu.
 func (s *Service) promote(nowMs int64) {
-	for {
-		t := s.delayed.top()
-		if t == nil || t.row.RunAt > nowMs {
-			return
-		}
-		s.delayed.remove(t)
-		s.addReady(t)
+	for _, j := range s.delayed.PopDue(time.UnixMilli(nowMs), 0) {
+		s.addReady(j)
 	}
 }
 
@@ -262,20 +254,21 @@ func (s *Service) newID(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// jitter returns a random duration in [0, 2) s.
-func (s *Service) jitter() time.Duration {
-	var b [8]byte
-	if _, err := io.ReadFull(s.rand, b[:]); err != nil {
-		return time.Second
-	}
-	return time.Duration(binary.BigEndian.Uint64(b[:]) % uint64(2*time.Second))
+// backoff is backoff_base·2^attempts + [0,2) s, the first term capped at
+// IntentTTL (RFC §3.3).
+func (s *Service) backoff(r *tracing.JobRow) time.Duration {
+	b := attempt.Backoff{Growth: attempt.Exponential, Initial: time.Duration(r.BackoffBase * float64(time.Second)),
+		Max: IntentTTL, Spread: 2 * time.Second}
+	return b.Delay(r.ClaimAttempts+1, s.draw())
 }
 
-// backoff is backoff_base·2^attempts + [0,2) s (RFC §3.3).
-func (s *Service) backoff(r *tracing.JobRow) time.Duration {
-	secs := r.BackoffBase * math.Pow(2, float64(r.ClaimAttempts))
-	secs = min(secs, float64(IntentTTL/time.Second))
-	return time.Duration(secs*float64(time.Second)) + s.jitter()
+// draw returns a random number in [0, 1) (0.5 when the source fails).
+func (s *Service) draw() float64 {
+	var b [8]byte
+	if _, err := io.ReadFull(s.rand, b[:]); err != nil {
+		return 0.5
+	}
+	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
 }
 
 func hashHex(s string) string {

@@ -8,12 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/beamdir/beam/directory/registry"
@@ -234,9 +232,8 @@ func (e *Engine) CreateLimited(ctx context.Context, req CreateRequest) (tracing.
 	}
 	// One creator's check and creation at a time, so that racing requests
 	// cannot pass the check together.
-	mu := e.creatorLock(req.Creator)
-	mu.Lock()
-	defer mu.Unlock()
+	unlock := e.creates.Lock(req.Creator)
+	defer unlock()
 	n, err := e.log.MeshOpenCount(ctx, req.Creator, e.cfg.MaxOpenPerCreator)
 	if err != nil {
 		return tracing.MeshRow{}, err
@@ -248,11 +245,6 @@ func (e *Engine) CreateLimited(ctx context.Context, req CreateRequest) (tracing.
 		return tracing.MeshRow{}, ie
 	}
 	return e.Create(ctx, req)
-}
-
-// creatorLock is the lock of creator's checks against its open-envelope cap.
-func (e *Engine) creatorLock(creator string) *sync.Mutex {
-	return &e.creates[maphash.String(e.seed, creator)%uint64(len(e.creates))]
 }
 
 // parseRoute reads a route as a list of actors, or as {curr, next}.

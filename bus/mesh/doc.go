@@ -8,7 +8,8 @@
 // envelope's status and progress are the beam_mesh projection.
 //
 // It owns the envelope type and its route rules (pure functions), the hop
-// scheduler, retry policies, deadline enforcement, the gateway HTTP + SSE
+// scheduler, retry policies (the JSON form of the attempt engine's, which
+// decides each retry), deadline enforcement, the gateway HTTP + SSE
 // API under /api/v1/mesh and the in-process hub of live events.
 //
 // It must not write SQL (the log's tables are read through tracing's query

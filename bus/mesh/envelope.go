@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/beamdir/beam/attempt"
 )
 
 // The system actors every terminal envelope reaches. They are managed by
@@ -363,29 +365,26 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// Delay returns the wait before attempt+1 after attempt failed; u in [0,1)
-// is the jitter draw (ignored unless Jitter).
-func (p Policy) Delay(attempt int, u float64) time.Duration {
-	base := time.Duration(p.InitialDelay)
-	var d time.Duration
+// backoff maps p's delays onto the attempt engine: jitter spreads each
+// delay by ±50 %.
+func (p Policy) backoff() attempt.Backoff {
+	b := attempt.Backoff{Growth: attempt.Exponential, Initial: time.Duration(p.InitialDelay), Max: time.Duration(p.MaxInterval)}
 	switch p.Backoff {
 	case BackoffConstant:
-		d = base
+		b.Growth = attempt.Constant
 	case BackoffLinear:
-		d = base * time.Duration(max(attempt, 1))
-	default:
-		d = base
-		for i := 1; i < attempt && d < 24*time.Hour; i++ {
-			d *= 2
-		}
-	}
-	if p.MaxInterval > 0 && d > time.Duration(p.MaxInterval) {
-		d = time.Duration(p.MaxInterval)
+		b.Growth = attempt.Linear
 	}
 	if p.Jitter {
-		d = time.Duration(float64(d) * (0.5 + u))
+		b.Jitter = 0.5
 	}
-	return max(d, 0)
+	return b
+}
+
+// Delay returns the wait before attempt n+1 after attempt n failed; u in [0,1)
+// is the jitter draw (ignored unless Jitter).
+func (p Policy) Delay(n int, u float64) time.Duration {
+	return p.backoff().Delay(n, u)
 }
 
 // Exhaustion reasons.
@@ -400,21 +399,23 @@ const (
 	ReasonBadReply     = "ParseError"
 )
 
-// Retry decides what follows failed attempt number attempt (1-based) of a
-// hop first tried at first: retry after the returned delay, or stop with a
+// reasons are the wire's reasons of the attempt engine's.
+var reasons = map[attempt.Reason]string{
+	attempt.Exhausted:    ReasonMaxRetries,
+	attempt.OutOfTime:    ReasonMaxDuration,
+	attempt.NotRetryable: ReasonNonRetryable,
+}
+
+// Retry decides what follows failed attempt number n (1-based) of a hop
+// first tried at first: retry after the returned delay, or stop with a
 // reason.
-func (p Policy) Retry(attempt int, retryable bool, first, now time.Time, u float64) (time.Duration, string) {
-	if !retryable {
-		return 0, ReasonNonRetryable
+func (p Policy) Retry(n int, retryable bool, first, now time.Time, u float64) (time.Duration, string) {
+	pol := attempt.Policy{Backoff: p.backoff(), MaxAttempts: p.MaxAttempts, MaxDuration: time.Duration(p.MaxDuration)}
+	v := pol.Decide(attempt.Failure{N: n, Retryable: retryable, First: first, Now: now, Draw: u})
+	if v.Retry {
+		return v.Delay, ""
 	}
-	if attempt >= p.MaxAttempts {
-		return 0, ReasonMaxRetries
-	}
-	d := p.Delay(attempt, u)
-	if p.MaxDuration > 0 && now.Add(d).Sub(first) > time.Duration(p.MaxDuration) {
-		return 0, ReasonMaxDuration
-	}
-	return d, ""
+	return 0, reasons[v.Reason]
 }
 
 // PolicyFile is the JSON file of `beam serve --mesh-policies`: the default

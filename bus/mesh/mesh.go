@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/beamdir/beam/attempt"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
@@ -86,10 +87,14 @@ type Engine struct {
 	hub  *hub
 	seed maphash.Seed
 
-	locks [64]sync.Mutex
+	// locks serializes the steps of one envelope (lock).
+	locks attempt.Keyed
 	// creates serializes the open-envelope check and creation of one
 	// creator's envelopes (checkCreate).
-	creates [16]sync.Mutex
+	creates attempt.Keyed
+	// loop runs Tick every TickInterval; its Stopping ends the hop
+	// workers' waits at Close.
+	loop attempt.Loop
 
 	mu      sync.Mutex
 	closed  bool
@@ -98,7 +103,7 @@ type Engine struct {
 	// its connecting wakes them (actorConnected).
 	offline map[string]map[string]struct{}
 	wg      sync.WaitGroup
-	stop    chan struct{}
+	stop    <-chan struct{}
 	warm    chan func()   // hop workers waiting for more work (goWarm)
 	idle    time.Duration // how long a hop worker waits for work
 }
@@ -145,41 +150,24 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, log: cfg.Log, dir: cfg.Directory, reg: cfg.Registry, lg: cfg.Logger.With("component", "mesh"),
 		m: m, hub: newHub(m), seed: maphash.MakeSeed(), running: map[string]bool{},
 		offline: map[string]map[string]struct{}{},
-		stop:    make(chan struct{}),
 		warm:    make(chan func()), idle: warmIdle,
 	}
+	e.loop = attempt.Loop{Interval: cfg.TickInterval, Logger: e.lg, Name: "mesh", Tick: func(ctx context.Context) error {
+		if err := e.Tick(ctx); err != nil && !e.isClosed() {
+			return err
+		}
+		return nil
+	}}
+	e.stop = e.loop.Stopping()
 	cfg.Directory.SetMeshConnected(e.actorConnected)
 	return e, nil
 }
 
 // lock serializes the steps of one envelope.
-func (e *Engine) lock(id string) func() {
-	mu := &e.locks[maphash.String(e.seed, id)%uint64(len(e.locks))]
-	mu.Lock()
-	return mu.Unlock
-}
+func (e *Engine) lock(id string) func() { return e.locks.Lock(id) }
 
 // Start runs the scheduler until Close.
-func (e *Engine) Start(ctx context.Context) {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		t := time.NewTicker(e.cfg.TickInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-e.stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if err := e.Tick(ctx); err != nil && !e.isClosed() {
-				e.lg.Warn("mesh tick", "err", err)
-			}
-		}
-	}()
-}
+func (e *Engine) Start(ctx context.Context) { e.loop.Start(ctx) }
 
 // Close stops the scheduler and waits for it; attempts in flight keep their
 // state in the log and Recover resumes them after a restart.
@@ -190,8 +178,8 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
-	close(e.stop)
 	e.mu.Unlock()
+	e.loop.Close()
 	e.hub.closeAll()
 	e.wg.Wait()
 	return nil

@@ -759,17 +759,16 @@ func (e *Engine) checkFanout(ctx context.Context, creator string, children int) 
 	if children <= 0 || limit <= 0 {
 		return func() {}, "", "", nil
 	}
-	mu := e.creatorLock(creator)
-	mu.Lock()
+	unlock := e.creates.Lock(creator)
 	open, err := e.log.MeshOpenCount(ctx, creator, limit)
 	if err != nil {
-		return mu.Unlock, "", "", err
+		return unlock, "", "", err
 	}
 	if open+children > limit {
-		return mu.Unlock, CodeTooManyOpen, fmt.Sprintf("the fan-out of %d children would take %s past %d open envelopes, "+
+		return unlock, CodeTooManyOpen, fmt.Sprintf("the fan-out of %d children would take %s past %d open envelopes, "+
 			"the most one creator may have (it has %d)", children, creator, limit, open), nil
 	}
-	return mu.Unlock, "", "", nil
+	return unlock, "", "", nil
 }
 
 // known reports whether actor is an agent of this directory or of a

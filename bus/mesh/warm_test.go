@@ -17,7 +17,8 @@ func TestGoWarmRunsEveryFunctionOnceAndWorkersEndWithTheEngine(t *testing.T) {
 	base := runtime.NumGoroutine()
 	// Workers wait for work far longer than the test: only the stop can
 	// end them.
-	e := &Engine{stop: make(chan struct{}), warm: make(chan func()), idle: time.Hour}
+	e := &Engine{warm: make(chan func()), idle: time.Hour}
+	e.stop = e.loop.Stopping()
 	const n = 2000
 	var ran [n]atomic.Int32
 	var wg sync.WaitGroup
@@ -35,7 +36,7 @@ func TestGoWarmRunsEveryFunctionOnceAndWorkersEndWithTheEngine(t *testing.T) {
 		require.Equal(t, int32(1), ran[i].Load(), "function %d", i)
 	}
 	require.Greater(t, runtime.NumGoroutine(), base, "workers wait for more work")
-	close(e.stop)
+	e.loop.Close()
 	// Polled here: require.Eventually's own goroutines would be counted.
 	for deadline := time.Now().Add(20 * time.Second); runtime.NumGoroutine() > base; {
 		require.True(t, time.Now().Before(deadline), "%d goroutines left, %d before", runtime.NumGoroutine(), base)
