@@ -600,6 +600,11 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.status(row)
 	}
+	if lr, ok := e.hub.liveProgress(id); ok && !off && lr.LastSeq == s.lastSeq && lr.Progress > s.progress {
+		// Opened while the actor works: start from its live report.
+		s.progress = lr.Progress
+		s.event("progress", "", appendProgress(nil, lr))
+	}
 	flusher.Flush()
 	if row.Status.Terminal() || s.err != nil {
 		return

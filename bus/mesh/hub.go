@@ -37,9 +37,18 @@ type hub struct {
 	m    *metrics
 	mu   sync.Mutex
 	subs map[string]map[*subscriber]struct{}
+	// live holds each envelope's latest live progress report, so that a
+	// stream opened while the actor works starts from it; an entry counts
+	// only while its LastSeq is the envelope's (a logged change drops it).
+	live map[string]tracing.MeshRow
 }
 
-func newHub(m *metrics) *hub { return &hub{m: m, subs: map[string]map[*subscriber]struct{}{}} }
+// maxLive bounds the live progress reports kept for streams yet to open.
+const maxLive = 4096
+
+func newHub(m *metrics) *hub {
+	return &hub{m: m, subs: map[string]map[*subscriber]struct{}{}, live: map[string]tracing.MeshRow{}}
+}
 
 func (h *hub) subscribe(id string) *subscriber {
 	s := &subscriber{ch: make(chan liveEvent, subBuffer), done: make(chan struct{})}
@@ -72,8 +81,35 @@ func (h *hub) has(id string) bool {
 // closed (it resumes from the log).
 func (h *hub) status(row tracing.MeshRow) { h.publish(liveEvent{row: &row}) }
 
-// progress publishes row, a logged row with a live progress above its own.
-func (h *hub) progress(row tracing.MeshRow) { h.publish(liveEvent{row: &row, progress: true}) }
+// progress keeps and publishes row, a logged row with a live progress
+// above its own.
+func (h *hub) progress(row tracing.MeshRow) {
+	h.mu.Lock()
+	if _, ok := h.live[row.ID]; !ok && len(h.live) >= maxLive {
+		for id := range h.live {
+			delete(h.live, id)
+			break
+		}
+	}
+	h.live[row.ID] = row
+	h.mu.Unlock()
+	h.publish(liveEvent{row: &row, progress: true})
+}
+
+// liveProgress returns envelope id's latest live progress report.
+func (h *hub) liveProgress(id string) (tracing.MeshRow, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	row, ok := h.live[id]
+	return row, ok
+}
+
+// forget drops envelope id's live progress: a logged change supersedes it.
+func (h *hub) forget(id string) {
+	h.mu.Lock()
+	delete(h.live, id)
+	h.mu.Unlock()
+}
 
 func (h *hub) publish(ev liveEvent) {
 	row := ev.row

@@ -391,6 +391,7 @@ func (e *Engine) append(ctx context.Context, ids []string, events ...tracing.Eve
 // notify publishes the current row of id to its subscribers: only the
 // terminal one when the envelope's status reporting is off.
 func (e *Engine) notify(id string) {
+	e.hub.forget(id)
 	if !e.hub.has(id) {
 		return
 	}

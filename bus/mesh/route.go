@@ -945,7 +945,7 @@ func (e *Engine) Processing(ctx context.Context, id, actor string, n int) (traci
 		return row, nil
 	}
 	row.Progress = p
-	if e.hub.has(id) && !statusOff(row) {
+	if !statusOff(row) {
 		e.hub.progress(row)
 	}
 	return row, nil
