@@ -122,7 +122,7 @@ type Bus struct {
 	active    map[string]int                  // recipient → WebSocket attempts in flight
 	draining  map[string]bool                 // recipient → a drain runs (value: run again)
 	waiters   map[string][]chan tracing.State // nonce → POST /send handlers waiting
-	recovered map[string]time.Time            // delivered at restart, awaiting a result → deadline
+	recovered attempt.Due[string]             // delivered at restart, awaiting a result, by deadline
 	// flights mirrors the WebSocket attempts in flight in this process:
 	// nonce → the attempt and its message as dispatched. Every other state
 	// change of the nonce by the bus drops the entry, so an outcome that
@@ -199,7 +199,6 @@ func New(cfg Config) (*Bus, error) {
 		active:    map[string]int{},
 		draining:  map[string]bool{},
 		waiters:   map[string][]chan tracing.State{},
-		recovered: map[string]time.Time{},
 		flights:   map[string]flight{},
 		queuedFor: map[string]bool{},
 		backoff:   retryBackoff(cfg.Schedule, cfg.Jitter),

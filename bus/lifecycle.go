@@ -416,7 +416,7 @@ func (b *Bus) lateResult(beamID string, rf *wire.ResultFrame) bool {
 // forget drops a nonce from the recovered set.
 func (b *Bus) forget(nonce string) {
 	b.mu.Lock()
-	delete(b.recovered, nonce)
+	b.recovered.Remove(nonce)
 	b.mu.Unlock()
 }
 
@@ -480,7 +480,7 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 			continue
 		}
 		b.mu.Lock()
-		b.recovered[p.Nonce] = time.UnixMicro(int64(p.At * 1e6)).Add(b.cfg.DeliveryTimeout)
+		b.recovered.Set(p.Nonce, time.UnixMicro(int64(p.At*1e6)).Add(b.cfg.DeliveryTimeout))
 		b.mu.Unlock()
 		rep.AwaitingResult++
 	}
@@ -505,12 +505,7 @@ func (b *Bus) Tick(ctx context.Context) error {
 		}
 	}
 	b.mu.Lock()
-	var overdue []string
-	for nonce, dl := range b.recovered {
-		if !now.Before(dl) {
-			overdue = append(overdue, nonce)
-		}
-	}
+	overdue := b.recovered.PopDue(now, 0)
 	b.mu.Unlock()
 	for _, nonce := range overdue {
 		if err := b.timeoutRecovered(ctx, nonce); err != nil {
