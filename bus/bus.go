@@ -239,9 +239,6 @@ func (b *Bus) isClosed() bool {
 	return b.closed
 }
 
-// lock serializes the bus's state changes of one nonce.
-func (b *Bus) lock(nonce string) (unlock func()) { return b.keys.Lock(nonce) }
-
 // flight is a WebSocket attempt in flight: its number and its message as
 // the log had it when the attempt was dispatched.
 type flight struct {
