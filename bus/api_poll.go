@@ -135,7 +135,7 @@ func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) *apiError {
 // message dispatched under a live poll lease held by leaseID, dispatched →
 // delivered → acked|failed.
 func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing.State, response json.RawMessage, leaseID string) (tracing.MessageRow, *apiError) {
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	c, aerr := b.recipientCurrent(ctx, p, nonce, "ack")
 	row, n := c.MessageRow, c.Attempt
 	if aerr != nil {
@@ -267,7 +267,7 @@ func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) *apiError {
 
 // renew extends a live poll lease held by leaseID to now + lease.
 func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lease time.Duration) (tracing.MessageRow, *apiError) {
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	c, aerr := b.recipientCurrent(ctx, p, nonce, "renew leases on")
 	row, n := c.MessageRow, c.Attempt

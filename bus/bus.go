@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/attempt"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
@@ -111,13 +111,18 @@ type Bus struct {
 	lg    *slog.Logger
 	m     *metrics
 
-	locks [64]sync.Mutex
+	// backoff is the wait after a failed attempt (Schedule, Jitter).
+	backoff attempt.Backoff
+	// keys serializes the bus's state changes of one nonce.
+	keys attempt.Keyed
+	// loop runs Tick every TickInterval.
+	loop attempt.Loop
 
 	mu        sync.Mutex
 	active    map[string]int                  // recipient → WebSocket attempts in flight
 	draining  map[string]bool                 // recipient → a drain runs (value: run again)
 	waiters   map[string][]chan tracing.State // nonce → POST /send handlers waiting
-	recovered map[string]time.Time            // delivered at restart, awaiting a result → deadline
+	recovered attempt.Due[string]             // delivered at restart, awaiting a result, by deadline
 	// flights mirrors the WebSocket attempts in flight in this process:
 	// nonce → the attempt and its message as dispatched. Every other state
 	// change of the nonce by the bus drops the entry, so an outcome that
@@ -130,7 +135,6 @@ type Bus struct {
 	remote    Remote // federation router, nil without federation
 	closed    bool
 
-	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -195,11 +199,11 @@ func New(cfg Config) (*Bus, error) {
 		active:    map[string]int{},
 		draining:  map[string]bool{},
 		waiters:   map[string][]chan tracing.State{},
-		recovered: map[string]time.Time{},
 		flights:   map[string]flight{},
 		queuedFor: map[string]bool{},
-		stop:      make(chan struct{}),
+		backoff:   retryBackoff(cfg.Schedule, cfg.Jitter),
 	}
+	b.loop.Interval, b.loop.Tick, b.loop.Logger, b.loop.Name = cfg.TickInterval, b.Tick, b.lg, "bus"
 	m, err := newMetrics(cfg.Registerer, b)
 	if err != nil {
 		return nil, fmt.Errorf("bus: new: %w", err)
@@ -213,26 +217,7 @@ func New(cfg Config) (*Bus, error) {
 }
 
 // Start runs Tick every TickInterval until ctx ends or Close.
-func (b *Bus) Start(ctx context.Context) {
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		t := time.NewTicker(b.cfg.TickInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-b.stop:
-				return
-			case <-t.C:
-				if err := b.Tick(ctx); err != nil {
-					b.lg.Warn("bus tick", "err", err)
-				}
-			}
-		}
-	}()
-}
+func (b *Bus) Start(ctx context.Context) { b.loop.Start(ctx) }
 
 // Close stops the worker. Attempts in flight stay as the log has them;
 // the next start's Recover settles them. It does not close the log or the
@@ -242,7 +227,7 @@ func (b *Bus) Close() error {
 		b.mu.Lock()
 		b.closed = true
 		b.mu.Unlock()
-		close(b.stop)
+		b.loop.Close()
 		b.wg.Wait()
 	})
 	return nil
@@ -252,15 +237,6 @@ func (b *Bus) isClosed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.closed
-}
-
-// lock serializes the bus's state changes of one nonce.
-func (b *Bus) lock(nonce string) func() {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(nonce))
-	mu := &b.locks[h.Sum32()%uint32(len(b.locks))]
-	mu.Lock()
-	return mu.Unlock
 }
 
 // flight is a WebSocket attempt in flight: its number and its message as

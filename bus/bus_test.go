@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -525,6 +527,36 @@ func TestDelayScheduleAndJitter(t *testing.T) {
 	require.Equal(t, time.Second, delay([]time.Duration{time.Second}, 0, "n", 3))
 	d := delay([]time.Duration{time.Second}, 0.15, "n", 3)
 	require.True(t, d >= 850*time.Millisecond && d <= 1150*time.Millisecond, "test schedules below 5 s are kept: %s", d)
+}
+
+// TestDelayKeepsTheReferenceSpread checks the backoff draw against the
+// reference's integer spread: base + base·pct/100 with pct in [-p, +p]
+// picked by the 31-multiplier hash of "nonce:n", floored at 5 s (the draw
+// goes through floating point, so a nanosecond apart at most).
+func TestDelayKeepsTheReferenceSpread(t *testing.T) {
+	t.Parallel()
+	schedules := [][]time.Duration{defaultSchedule, {time.Second}, {7 * time.Second, 333 * time.Millisecond}}
+	for _, schedule := range schedules {
+		for _, jitter := range []float64{0.15, 0.5, 0.01, 0.004} {
+			for i := range 500 {
+				nonce := fmt.Sprintf("nonce-%d-ü-%x", i, i*7919)
+				for n := 1; n <= 5; n++ {
+					base := schedule[min(n-1, len(schedule)-1)]
+					p := int64(jitter*100 + 0.5)
+					want := base
+					if p > 0 {
+						h := stringHash(nonce + ":" + strconv.Itoa(n))
+						if h < 0 {
+							h = -h
+						}
+						want = max(base+time.Duration(int64(base)*(h%(2*p+1)-p)/100), min(minDelay, base))
+					}
+					got := delay(schedule, jitter, nonce, n)
+					require.LessOrEqual(t, (got - want).Abs(), time.Nanosecond, "%s attempt %d jitter %v", nonce, n, jitter)
+				}
+			}
+		}
+	}
 }
 
 // FuzzSendBody feeds arbitrary bodies to POST /v1/beam/send: every answer

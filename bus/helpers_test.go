@@ -319,3 +319,10 @@ func (tb *testBundle) sendAsync(a *agent, to, intent string) <-chan struct{} {
 	}()
 	return done
 }
+
+// delay is the bus's wait after the n-th failed attempt of nonce under a
+// schedule and jitter (Bus.Delay without a bus).
+func delay(schedule []time.Duration, jitter float64, nonce string, n int) time.Duration {
+	n = max(n, 1)
+	return retryBackoff(schedule, jitter).Delay(n, nonceDraw(nonce, n, jitter))
+}

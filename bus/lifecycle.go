@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/attempt"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
 )
@@ -88,7 +89,7 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 	if b.isClosed() {
 		return false, nil
 	}
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	c, ok, err := b.current(ctx, nonce)
 	if err != nil || !ok {
 		unlock()
@@ -223,7 +224,7 @@ func (b *Bus) observeDelivery(row tracing.MessageRow) {
 func (b *Bus) interrupted(nonce string, n int, cause error) {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	if _, ok := b.takeFlight(nonce, n); !ok {
 		return
@@ -261,7 +262,7 @@ func (b *Bus) interrupted(nonce string, n int, cause error) {
 // directory's delivered event (reported by o.Delivered) changed the
 // message in the log.
 func (b *Bus) onOutcome(nonce string, n int, o directory.BusOutcome) {
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	f, ok := b.takeFlight(nonce, n)
 	if !ok {
@@ -354,7 +355,11 @@ func (b *Bus) applyResult(row tracing.MessageRow, n int, transport string, rf *w
 func (b *Bus) retry(row tracing.MessageRow, n int, transport, code, msg string, pre []tracing.Event, extra map[string]any, result []byte, immediate bool) error {
 	now := b.clock()
 	count := row.RetryCount + 1
-	if !Retryable(code) || count >= row.MaxRetries {
+	// MaxRetries counts every attempt; a row without one gets a single one.
+	policy := attempt.Policy{Backoff: b.backoff, MaxAttempts: max(row.MaxRetries, 1)}
+	v := policy.Decide(attempt.Failure{N: count, Retryable: Retryable(code), Now: now,
+		Draw: nonceDraw(row.Nonce, count, b.cfg.Jitter)})
+	if !v.Retry {
 		if len(result) == 0 {
 			result = wire.FailureResult(row.Nonce, code, msg, now, nil)
 		}
@@ -371,7 +376,7 @@ func (b *Bus) retry(row tracing.MessageRow, n int, transport, code, msg string, 
 		b.notifySender(row, tracing.DeadLetter, result)
 		return nil
 	}
-	next := now.Add(b.Delay(row.Nonce, count))
+	next := v.At
 	if immediate {
 		next = now
 	}
@@ -391,7 +396,7 @@ func (b *Bus) retry(row tracing.MessageRow, n int, transport, code, msg string, 
 func (b *Bus) lateResult(beamID string, rf *wire.ResultFrame) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
-	unlock := b.lock(rf.Nonce)
+	unlock := b.keys.Lock(rf.Nonce)
 	defer unlock()
 	c, ok, err := b.current(ctx, rf.Nonce)
 	if err != nil || !ok {
@@ -411,7 +416,7 @@ func (b *Bus) lateResult(beamID string, rf *wire.ResultFrame) bool {
 // forget drops a nonce from the recovered set.
 func (b *Bus) forget(nonce string) {
 	b.mu.Lock()
-	delete(b.recovered, nonce)
+	b.recovered.Remove(nonce)
 	b.mu.Unlock()
 }
 
@@ -439,7 +444,7 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 	}
 	var errs []error
 	for _, nonce := range nonces {
-		unlock := b.lock(nonce)
+		unlock := b.keys.Lock(nonce)
 		c, ok, err := b.current(ctx, nonce)
 		row := c.MessageRow
 		if err == nil && ok && row.Status == tracing.Dispatched && c.Transport == directory.TransportFederation {
@@ -475,7 +480,7 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 			continue
 		}
 		b.mu.Lock()
-		b.recovered[p.Nonce] = time.UnixMicro(int64(p.At * 1e6)).Add(b.cfg.DeliveryTimeout)
+		b.recovered.Set(p.Nonce, time.UnixMicro(int64(p.At*1e6)).Add(b.cfg.DeliveryTimeout))
 		b.mu.Unlock()
 		rep.AwaitingResult++
 	}
@@ -500,12 +505,7 @@ func (b *Bus) Tick(ctx context.Context) error {
 		}
 	}
 	b.mu.Lock()
-	var overdue []string
-	for nonce, dl := range b.recovered {
-		if !now.Before(dl) {
-			overdue = append(overdue, nonce)
-		}
-	}
+	overdue := b.recovered.PopDue(now, 0)
 	b.mu.Unlock()
 	for _, nonce := range overdue {
 		if err := b.timeoutRecovered(ctx, nonce); err != nil {
@@ -527,7 +527,7 @@ func (b *Bus) Tick(ctx context.Context) error {
 // expireLease returns a leased message whose lease ran out to queued, due
 // at once, with the attempt counted (or dead-letters it).
 func (b *Bus) expireLease(ctx context.Context, nonce string) error {
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	c, ok, err := b.current(ctx, nonce)
 	if err != nil || !ok {
@@ -546,7 +546,7 @@ func (b *Bus) expireLease(ctx context.Context, nonce string) error {
 // did not come in time.
 func (b *Bus) timeoutRecovered(ctx context.Context, nonce string) error {
 	b.forget(nonce)
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	c, ok, err := b.current(ctx, nonce)
 	row, n := c.MessageRow, c.Attempt
@@ -656,7 +656,7 @@ func (b *Bus) Requeue(ctx context.Context, messageID string) error {
 	if !ok {
 		return ErrNotFound
 	}
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	c, ok, err := b.current(ctx, nonce)
 	row := c.MessageRow
 	if err != nil || !ok {
@@ -709,7 +709,7 @@ func (b *Bus) claimLeases(ctx context.Context, agent string, limit int, lease ti
 }
 
 func (b *Bus) claimOne(ctx context.Context, nonce, leaseID string, exp time.Time, lease time.Duration) (tracing.MessageRow, bool, error) {
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	c, ok, err := b.current(ctx, nonce)
 	row, n := c.MessageRow, c.Attempt

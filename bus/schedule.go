@@ -2,8 +2,11 @@ package bus
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/beamdir/beam/attempt"
 )
 
 // Delay returns the wait before the next attempt after the n-th failed
@@ -12,31 +15,40 @@ import (
 // per nonce and attempt, and never below 5 s unless the schedule itself is
 // shorter (test schedules).
 func (b *Bus) Delay(nonce string, n int) time.Duration {
-	return delay(b.cfg.Schedule, b.cfg.Jitter, nonce, n)
+	n = max(n, 1)
+	return b.backoff.Delay(n, nonceDraw(nonce, n, b.cfg.Jitter))
 }
 
-func delay(schedule []time.Duration, jitter float64, nonce string, n int) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	base := schedule[min(n-1, len(schedule)-1)]
+// retryBackoff is the bus's backoff: the schedule, ± jitter in whole
+// percent, never below minDelay unless the schedule is shorter.
+func retryBackoff(schedule []time.Duration, jitter float64) attempt.Backoff {
+	return attempt.Backoff{Growth: attempt.Scheduled, Schedule: schedule,
+		Jitter: float64(jitterPercent(jitter)) / 100, Floor: minDelay}
+}
+
+// jitterPercent is jitter as the whole percentage the spread uses.
+func jitterPercent(jitter float64) int64 {
 	if jitter <= 0 {
-		return base
+		return 0
 	}
-	// Spread: an integer percentage in [-p, +p] from a 31-multiplier string
-	// hash of "nonce:n", as the reference computes it.
-	p := int64(jitter*100 + 0.5)
-	h := stringHash(nonce + ":" + itoa(n))
+	return int64(jitter*100 + 0.5)
+}
+
+// nonceDraw is the backoff draw of attempt n of nonce. The reference picks
+// an integer percentage in [-p, +p] (p: the jitter in whole percent) from a
+// 31-multiplier string hash of "nonce:n"; the draw k/(2p), for k the
+// hash's remainder modulo 2p+1, gives the backoff the same spread (k = 2p
+// draws 1, the top of the range).
+func nonceDraw(nonce string, n int, jitter float64) float64 {
+	p := jitterPercent(jitter)
+	if p == 0 {
+		return 0
+	}
+	h := stringHash(nonce + ":" + strconv.Itoa(n))
 	if h < 0 {
 		h = -h
 	}
-	pct := h%(2*p+1) - p
-	d := base + time.Duration(int64(base)*pct/100)
-	floor := min(minDelay, base)
-	if d < floor {
-		d = floor
-	}
-	return d
+	return float64(h%(2*p+1)) / float64(2*p)
 }
 
 // stringHash is the 32-bit 31-multiplier hash of s's UTF-16 code units.
@@ -52,28 +64,6 @@ func stringHash(s string) int64 {
 		h = 31*h + int32(r)
 	}
 	return int64(h)
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var buf [20]byte
-	i := len(buf)
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	for n > 0 {
-		i--
-		buf[i] = byte('0' + n%10)
-		n /= 10
-	}
-	if neg {
-		i--
-		buf[i] = '-'
-	}
-	return string(buf[i:])
 }
 
 // ParseSchedule parses a comma-separated list of positive durations such as

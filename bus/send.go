@@ -98,7 +98,7 @@ const (
 // claim, and starts the attempt.
 func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Event, hash string, release func()) (int, any, *apiError) {
 	nonce := req.nonce
-	unlock := b.lock(nonce)
+	unlock := b.keys.Lock(nonce)
 	events := []tracing.Event{received}
 	how := planNone
 	var frame *wire.IntentFrame

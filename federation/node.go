@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/beamdir/beam/attempt"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
@@ -160,12 +161,12 @@ type Node struct {
 	contacts map[string]time.Time  // unsaved last contacts
 	busHook  func(nonce string)    // outcome hook of bus-owned intents
 
-	kick    chan struct{}
-	slots   chan struct{}
-	inbound chan struct{}
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	// relay claims due rows and publishes them (relay.go); house reaps
+	// expired claims and stores last contacts.
+	relay, house attempt.Loop
+	slots        chan struct{} // publishes in flight, at most MaxInFlight
+	inbound      chan struct{}
+	once         sync.Once
 }
 
 // New opens the outbox and the peer store, pins cfg.Peers, starts the
@@ -229,9 +230,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		outbox: ob, store: peerStore{log: cfg.Log}, m: m, nkey: kp,
 		peers: map[string]*peerState{}, byToken: map[string]string{}, keys: map[string]cachedKey{},
 		contacts: map[string]time.Time{},
-		kick:     make(chan struct{}, 1), slots: make(chan struct{}, cfg.MaxInFlight),
-		inbound: make(chan struct{}, cfg.MaxInbound), stop: make(chan struct{}),
+		slots:    make(chan struct{}, cfg.MaxInFlight), inbound: make(chan struct{}, cfg.MaxInbound),
 	}
+	n.relay.Interval, n.relay.Tick, n.relay.Logger, n.relay.Name = cfg.PollInterval, n.relayTick, n.lg, "federation relay"
+	n.house.Interval, n.house.Tick, n.house.Logger, n.house.Name = min(cfg.ClaimLease/4, 10*time.Second), n.housekeep, n.lg, "federation housekeeping"
 	n.self = Peer{Domain: cfg.Domain, PublicKey: cfg.Key.Public().(ed25519.PublicKey)}
 	m.outboxCounts = ob.Counts
 
@@ -531,9 +533,9 @@ func (n *Node) Start(ctx context.Context) error {
 	} else if k > 0 {
 		n.lg.Info("released claims of an earlier process", "rows", k)
 	}
-	n.wg.Add(2)
-	go n.relayLoop()
-	go n.housekeeping()
+	// The loops run until Close, not until the end of ctx.
+	n.relay.Start(context.Background())
+	n.house.Start(context.Background())
 	n.Kick()
 	return nil
 }
@@ -542,8 +544,12 @@ func (n *Node) Start(ctx context.Context) error {
 // connections and the embedded server. It does not close the log.
 func (n *Node) Close() error {
 	n.once.Do(func() {
-		close(n.stop)
-		n.wg.Wait()
+		n.relay.Close()
+		n.house.Close()
+		// Wait for publishes in flight.
+		for range cap(n.slots) {
+			n.slots <- struct{}{}
+		}
 		n.flushContacts()
 		n.closeNATS()
 	})
@@ -569,12 +575,7 @@ func (n *Node) closeNATS() {
 }
 
 // Kick wakes the relay (a row was written).
-func (n *Node) Kick() {
-	select {
-	case n.kick <- struct{}{}:
-	default:
-	}
-}
+func (n *Node) Kick() { n.relay.Kick() }
 
 // Outbox returns the node's outbox.
 func (n *Node) Outbox() *Outbox { return n.outbox }
@@ -753,32 +754,21 @@ func (n *Node) flushContacts() {
 	}
 }
 
-// housekeeping reaps expired claims and stores last contacts.
-func (n *Node) housekeeping() {
-	defer n.wg.Done()
-	every := n.cfg.ClaimLease / 4
-	if every > 10*time.Second {
-		every = 10 * time.Second
+// housekeep reaps expired claims and stores last contacts.
+func (n *Node) housekeep(context.Context) error {
+	defer n.flushContacts()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := n.outbox.Reap(ctx, n.cfg.ClaimLease)
+	if err != nil {
+		return fmt.Errorf("reap claims: %w", err)
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if k, err := n.outbox.Reap(ctx, n.cfg.ClaimLease); err != nil {
-			n.lg.Warn("reap claims", "err", err)
-		} else if k > 0 {
-			n.m.reaped.Add(float64(k))
-			n.lg.Info("reaped expired claims", "rows", k)
-			n.Kick()
-		}
-		cancel()
-		n.flushContacts()
+	if k > 0 {
+		n.m.reaped.Add(float64(k))
+		n.lg.Info("reaped expired claims", "rows", k)
+		n.Kick()
 	}
+	return nil
 }
 
 // Status summarises federation for operators: this directory, its peers with

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/attempt"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
 )
@@ -117,45 +118,29 @@ func (n *Node) Forward(ctx context.Context, req directory.ForwardRequest, events
 	return nil
 }
 
-// relayLoop claims due rows and publishes them, at most MaxInFlight at a
-// time.
-func (n *Node) relayLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.PollInterval)
-	defer t.Stop()
+// relayTick claims due rows and publishes them, at most MaxInFlight at a
+// time: it claims while slots are free and rows are due.
+func (n *Node) relayTick(context.Context) error {
 	for {
-		select {
-		case <-n.stop:
-			// Wait for publishes in flight.
-			for range cap(n.slots) {
-				n.slots <- struct{}{}
-			}
-			return
-		case <-n.kick:
-		case <-t.C:
+		free := cap(n.slots) - len(n.slots)
+		if free == 0 {
+			return nil
 		}
-		for {
-			free := cap(n.slots) - len(n.slots)
-			if free == 0 {
-				break
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			claims, err := n.outbox.Claim(ctx, n.cfg.RelayID, free)
-			cancel()
-			if err != nil {
-				n.lg.Warn("claim outbox rows", "err", err)
-				break
-			}
-			for _, c := range claims {
-				n.slots <- struct{}{}
-				go func() {
-					defer func() { <-n.slots }()
-					n.process(c)
-				}()
-			}
-			if len(claims) < free {
-				break
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		claims, err := n.outbox.Claim(ctx, n.cfg.RelayID, free)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("claim outbox rows: %w", err)
+		}
+		for _, c := range claims {
+			n.slots <- struct{}{}
+			go func() {
+				defer func() { <-n.slots }()
+				n.process(c)
+			}()
+		}
+		if len(claims) < free {
+			return nil
 		}
 	}
 }
@@ -391,33 +376,38 @@ func (n *Node) outcomeEvents(c Claim, res *Message, rf *wire.ResultFrame, row tr
 	}
 }
 
-// retry returns c to PENDING with backoff, or kills it when a termination
-// condition is met.
-func (n *Node) retry(ctx context.Context, c Claim, lastErr string) {
-	attempts := c.Attempts + 1
-	if c.MaxAttempts > 0 && attempts >= c.MaxAttempts {
-		n.kill(ctx, c, lastErr)
-		return
-	}
+// retryPolicy is c's retry policy: RetryBase doubling up to SyncRetryMax
+// for rows whose sender waits, DurableRetryMax for durable sends, and
+// c.MaxAttempts attempts (0: no limit).
+func (n *Node) retryPolicy(c Claim) attempt.Policy {
 	limit := n.cfg.DurableRetryMax
 	if c.Owner == string(tracing.OwnerDirectory) {
 		limit = n.cfg.SyncRetryMax
 	}
-	backoff := n.cfg.RetryBase
-	for i := 1; i < attempts && backoff < limit; i++ {
-		backoff *= 2
+	return attempt.Policy{
+		Backoff:     attempt.Backoff{Growth: attempt.Exponential, Initial: n.cfg.RetryBase, Max: limit},
+		MaxAttempts: c.MaxAttempts,
 	}
-	backoff = min(backoff, limit)
-	at := n.clock().Add(backoff)
-	if !c.Deadline.IsZero() && !at.Before(c.Deadline) {
+}
+
+// retry returns c to PENDING with backoff, or kills it when its attempts
+// are used up or the retry would start after its deadline.
+func (n *Node) retry(ctx context.Context, c Claim, lastErr string) {
+	attempts := c.Attempts + 1
+	v := n.retryPolicy(c).Decide(attempt.Failure{N: attempts, Retryable: true, Now: n.clock(), Deadline: c.Deadline})
+	switch {
+	case v.Reason == attempt.OutOfTime:
 		n.kill(ctx, c, lastErr+" (deadline passed)")
+		return
+	case !v.Retry:
+		n.kill(ctx, c, lastErr)
 		return
 	}
 	n.m.retried.WithLabelValues(c.Peer).Inc()
-	if err := n.outbox.Retry(ctx, c, lastErr, at); err != nil {
+	if err := n.outbox.Retry(ctx, c, lastErr, v.At); err != nil {
 		n.lg.Warn("return outbox row to PENDING", "row", c.ID, "err", err)
 	}
-	n.lg.Debug("publish will be retried", "row", c.ID, "nonce", c.Nonce, "attempts", attempts, "in", backoff, "err", lastErr)
+	n.lg.Debug("publish will be retried", "row", c.ID, "nonce", c.Nonce, "attempts", attempts, "in", v.Delay, "err", lastErr)
 }
 
 // kill moves c to DEAD; a durable intent still in flight is recorded
