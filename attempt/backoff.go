@@ -102,7 +102,7 @@ func (b Backoff) Base(n int) time.Duration {
 	return max(d, 0)
 }
 
-// Delay returns the wait after the n-th failure (n ≥ 1). draw, in [0, 1),
+// Delay returns the wait after the n-th failure (n ≥ 1). draw, in [0, 1],
 // picks the jitter and the spread: the same draw gives the same delay.
 func (b Backoff) Delay(n int, draw float64) time.Duration {
 	base := b.Base(n)

@@ -41,7 +41,7 @@ type Failure struct {
 	Now time.Time
 	// Deadline, when set, is the time by which a retry must start.
 	Deadline time.Time
-	// Draw, in [0, 1), picks the backoff's jitter.
+	// Draw, in [0, 1], picks the backoff's jitter.
 	Draw float64
 }
 

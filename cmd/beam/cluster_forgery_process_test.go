@@ -244,11 +244,11 @@ func TestClusterForgeryProcesses(t *testing.T) {
 		}
 		// Node 2 has learnt where bob's session is.
 		require.Eventually(t, func() bool { return send() == nil }, 20*time.Second, 100*time.Millisecond)
-		require.Never(t, func() bool {
+		neverWithin(t, 8*time.Second, 500*time.Millisecond, func() bool {
 			_, err := sessions.Put(ctx, key(bobID.BeamID), entry.Value())
 			require.NoError(t, err)
 			return send() != nil
-		}, 8*time.Second, 500*time.Millisecond, "a copy of alice's session entry moved bob's session")
+		}, "a copy of alice's session entry moved bob's session")
 	})
 
 	t.Run("call replay", func(t *testing.T) {
@@ -355,7 +355,7 @@ func TestClusterForgeryProcesses(t *testing.T) {
 		kv, err := js.KeyValue(ctx, "BEAM_NODES_"+token)
 		require.NoError(t, err)
 		alice := sdkClient(t, nodes[0].URL(), aliceID)
-		require.Never(t, func() bool {
+		neverWithin(t, 8*time.Second, 500*time.Millisecond, func() bool {
 			now := time.Now().UTC()
 			entry, err := json.Marshal(cluster.NodeInfo{NodeID: "nodefake", URL: "http://127.0.0.1:9", Started: now, Seen: now})
 			require.NoError(t, err)
@@ -369,7 +369,7 @@ func TestClusterForgeryProcesses(t *testing.T) {
 			defer cancel()
 			_, _ = alice.Send(sctx, bobID.BeamID, "task.run", map[string]any{"n": 1})
 			return stolen.Load()
-		}, 8*time.Second, 500*time.Millisecond, "an intent to bob went to the attacker's node")
+		}, "an intent to bob went to the attacker's node")
 		// Alice's intents through node 0 reach bob on node 1 (sealed
 		// hand-overs), and the forged frame never did.
 		require.Eventually(t, func() bool {
@@ -379,4 +379,19 @@ func TestClusterForgeryProcesses(t *testing.T) {
 		}, 30*time.Second, 100*time.Millisecond)
 		require.False(t, forgedSeen(), "bob received the forged frame")
 	})
+}
+
+// neverWithin checks, on the test's goroutine, that cond stays false each
+// time it is run, every tick for d. Unlike require.Never it never runs cond
+// after the test moved on, so cond may use t.
+func neverWithin(t *testing.T, d, tick time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for {
+		require.False(t, cond(), msg)
+		if time.Now().After(end) {
+			return
+		}
+		<-time.After(tick)
+	}
 }

@@ -355,8 +355,8 @@ func TestMeshAttackOfflineActorLogWrites(t *testing.T) {
 	envID := s.create(creator, workerID)
 	row := s.waitingOffline(creator, envID)
 	require.Equal(t, row.DeadlineAt, row.NextAt, "the wait is due at the deadline, not in a second")
-	require.Never(t, func() bool { return s.row(creator, envID).LastSeq != row.LastSeq }, 2500*time.Millisecond,
-		100*time.Millisecond, "no log write while the actor is offline")
+	neverWithin(t, 2500*time.Millisecond, 100*time.Millisecond,
+		func() bool { return s.row(creator, envID).LastSeq != row.LastSeq }, "no log write while the actor is offline")
 
 	s.connectSink(wc)
 	s.succeeded(creator, envID)
