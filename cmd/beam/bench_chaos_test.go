@@ -65,3 +65,47 @@ func TestBenchChaosCLI(t *testing.T) {
 	require.Contains(t, out, "kill 1 at")
 	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "CHAOS PASS"), out)
 }
+
+// TestBenchChaosMixed is the acceptance form of the chaos run, small: bus
+// sends, synchronous intents, Intent Protocol jobs (signed publish, claim,
+// fulfil) and pipeline envelopes mixed, while the server is SIGKILLed and
+// restarted three times. Nothing acknowledged is lost (an acknowledged
+// intent is acked, an acknowledged publish and fulfil are in the log), no
+// job is published or fulfilled twice, every envelope finishes exactly
+// once, and the bus and trace invariants of TestBenchChaos hold.
+func TestBenchChaosMixed(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	duration, kills := 15*time.Second, 3
+	if testing.Short() {
+		duration, kills = 8*time.Second, 2
+	}
+	cfg := bench.ChaosConfig{
+		Binary: beamtest.Binary(t), DataDir: t.TempDir(), Mixed: true,
+		Duration: duration, Kills: kills, Rate: 30, Workers: 4,
+		Senders: 2, Online: 2, Late: 1, SettleTimeout: 2 * time.Minute,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), duration+5*time.Minute)
+	defer cancel()
+	rep, err := bench.RunChaos(ctx, cfg)
+	if rep != nil {
+		require.NoError(t, rep.WriteText(&out))
+		t.Logf("chaos report:\n%s", out.String())
+	}
+	require.NoError(t, err)
+	require.Len(t, rep.Kills, kills)
+	require.True(t, rep.Settled, out.String())
+	require.Len(t, rep.Invariants, 7)
+	require.True(t, rep.OK(), out.String())
+	// Every kind of operation was acknowledged, and the workers fulfilled
+	// jobs and the actors finished envelopes.
+	m := rep.Mix
+	require.NotNil(t, m)
+	require.Positive(t, rep.Accepted)
+	require.Positive(t, m.SyncAcked)
+	require.Positive(t, m.JobsPublished)
+	require.Positive(t, m.JobsFulfilled)
+	require.Positive(t, m.JobsLog["fulfilled"])
+	require.Positive(t, m.EnvelopesCreated)
+	require.Positive(t, m.Envelopes["succeeded"])
+}
