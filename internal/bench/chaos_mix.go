@@ -188,17 +188,15 @@ func (m *chaosMix) publishOne(ctx context.Context) {
 			last = "UNREACHABLE"
 			continue
 		case st == http.StatusCreated:
-			var got struct {
-				ID string `json:"id"`
-			}
-			if json.Unmarshal(b, &got) != nil || got.ID == "" {
+			id := receiptID(b)
+			if id == "" {
 				m.fail("publish", "BAD_RECEIPT")
 				return
 			}
 			m.mu.Lock()
-			m.published[key] = got.ID
-			if m.fulfilled[got.ID] == 0 {
-				m.pending[got.ID] = true
+			m.published[key] = id
+			if m.fulfilled[id] == 0 {
+				m.pending[id] = true
 			}
 			m.mu.Unlock()
 			return
@@ -278,16 +276,24 @@ func (m *chaosMix) createEnvelope(ctx context.Context, from *chaosAgent, start i
 		m.fail("envelope", code)
 		return
 	}
-	var got struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(b, &got) != nil || got.ID == "" {
+	id := receiptID(b)
+	if id == "" {
 		m.fail("envelope", "BAD_RECEIPT")
 		return
 	}
 	m.mu.Lock()
-	m.created[got.ID] = from.id.BeamID
+	m.created[id] = from.id.BeamID
 	m.mu.Unlock()
+}
+
+// receiptID returns the id of a JSON answer {"id": …}, "" when it has
+// none.
+func receiptID(b []byte) string {
+	var got struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(b, &got)
+	return got.ID
 }
 
 // pause waits d or until ctx ends; false when ctx ended.
