@@ -78,7 +78,8 @@ func TestBenchChaosCLI(t *testing.T) {
 
 // TestBenchChaosMixed is the acceptance form of the chaos run, small: bus
 // sends, synchronous intents, Intent Protocol jobs (signed publish, claim,
-// fulfil) and pipeline envelopes mixed, while the server is SIGKILLed and
+// fulfil or fail) and pipeline envelopes (one actor failing some hops)
+// mixed, while the server is SIGKILLed and
 // restarted three times. Nothing acknowledged is lost (an acknowledged
 // intent is acked, an acknowledged publish and fulfil are in the log), no
 // job is published or fulfilled twice, every envelope finishes exactly
@@ -102,6 +103,8 @@ func TestBenchChaosMixed(t *testing.T) {
 	require.Positive(t, m.SyncAcked)
 	require.Positive(t, m.JobsPublished)
 	require.Positive(t, m.JobsFulfilled)
+	require.Positive(t, m.JobsFailed, "no job was failed on purpose")
+	require.Positive(t, m.HopFailures, "the flaky actor failed no hop")
 	require.Positive(t, m.JobsLog["fulfilled"])
 	require.Positive(t, m.EnvelopesCreated)
 	require.Positive(t, m.Envelopes["succeeded"])

@@ -243,10 +243,10 @@ func (r *ChaosReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "log messages by status: %s\n", countsString(r.Messages))
 	if m := r.Mix; m != nil {
 		fmt.Fprintf(&b, "synchronous intents: %d sent, %d acknowledged\n", m.SyncAttempted, m.SyncAcked)
-		fmt.Fprintf(&b, "jobs: %d publishes tried, %d acknowledged, %d fulfils acknowledged; log jobs by status: %s\n",
-			m.JobsAttempted, m.JobsPublished, m.JobsFulfilled, countsString(m.JobsLog))
-		fmt.Fprintf(&b, "envelopes: %d creates tried, %d acknowledged; log envelopes by status: %s\n",
-			m.EnvelopesAttempted, m.EnvelopesCreated, countsString(m.Envelopes))
+		fmt.Fprintf(&b, "jobs: %d publishes tried, %d acknowledged, %d fulfils and %d fails (on purpose) acknowledged; log jobs by status: %s\n",
+			m.JobsAttempted, m.JobsPublished, m.JobsFulfilled, m.JobsFailed, countsString(m.JobsLog))
+		fmt.Fprintf(&b, "envelopes: %d creates tried, %d acknowledged, %d hops failed on purpose; log envelopes by status: %s\n",
+			m.EnvelopesAttempted, m.EnvelopesCreated, m.HopFailures, countsString(m.Envelopes))
 		if len(m.Failures) > 0 {
 			fmt.Fprintf(&b, "  last error of mixed operations never acknowledged: %s\n", countsString(m.Failures))
 		}

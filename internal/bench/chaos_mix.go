@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,8 +25,11 @@ import (
 
 // The mixed chaos load (ChaosConfig.Mixed) adds, next to the durable bus
 // sends, synchronous intents, Intent Protocol jobs (published, claimed and
-// fulfilled over the job bus's HTTP API, HMAC-signed) and pipeline
-// envelopes routed through actor agents, all on the server that is killed.
+// fulfilled or failed over the job bus's HTTP API, HMAC-signed) and
+// pipeline envelopes routed through actor agents, all on the server that
+// is killed. A share of the claims is failed on purpose (the job is
+// requeued with backoff, or dead after its last attempt), and one actor
+// fails a share of its hops (retried by the pipeline policy).
 
 // chaosSyncIntent is the intent type of the mixed load's synchronous
 // intents.
@@ -33,6 +37,10 @@ const chaosSyncIntent = "chaos.sync"
 
 // chaosHops is the route length of the mixed load's envelopes.
 const chaosHops = 3
+
+// chaosFailPercent is the share of job claims the workers fail and of hops
+// the flaky actor fails, on purpose.
+const chaosFailPercent = 20
 
 // chaosClaimTimeout is the job bus's claim lease in a mixed run: a claim
 // cut off by a kill is claimable again this long after it was made.
@@ -46,17 +54,20 @@ type ChaosMixReport struct {
 	SyncAcked     int64 `json:"sync_acked"`
 	// JobsAttempted publishes were tried (each with its own
 	// Idempotency-Key, resent on a failure); JobsPublished were answered
-	// 201; JobsFulfilled fulfils were answered 200; JobsLog counts the
-	// log's jobs by status at the end.
+	// 201; JobsFulfilled fulfils and JobsFailed fails (on purpose) were
+	// answered 200; JobsLog counts the log's jobs by status at the end.
 	JobsAttempted int64            `json:"jobs_attempted"`
 	JobsPublished int64            `json:"jobs_published"`
 	JobsFulfilled int64            `json:"jobs_fulfilled"`
+	JobsFailed    int64            `json:"jobs_failed"`
 	JobsLog       map[string]int64 `json:"jobs_log"`
 	// EnvelopesAttempted creates were tried; EnvelopesCreated were answered
 	// 201; Envelopes counts the log's envelopes by status at the end.
 	EnvelopesAttempted int64            `json:"envelopes_attempted"`
 	EnvelopesCreated   int64            `json:"envelopes_created"`
 	Envelopes          map[string]int64 `json:"envelopes"`
+	// HopFailures is how many hops the flaky actor failed on purpose.
+	HopFailures int64 `json:"hop_failures"`
 	// Failures counts the last error of the operations never acknowledged,
 	// by kind and code.
 	Failures map[string]int64 `json:"failures,omitempty"`
@@ -75,11 +86,12 @@ type chaosMix struct {
 	published map[string]string          // idempotency key → job id (answered 201)
 	fulfilled map[string]int             // job id → fulfils answered 200
 	results   map[string]string          // job id → the result the acknowledged fulfil sent
+	failed    map[string]int             // job id → fails answered 200
 	pending   map[string]bool            // published job ids not yet known fulfilled or dead
 	created   map[string]string          // envelope id → creator (answered 201)
 	failures  map[string]int64
 
-	syncAttempted, jobsAttempted, envAttempted atomic.Int64
+	syncAttempted, jobsAttempted, envAttempted, hopFailures atomic.Int64
 }
 
 // setupMix prepares a mixed run's server options: the job bus on a fixed
@@ -109,7 +121,7 @@ func (r *chaosRun) setupMix() error {
 			http: r.hc, errs: map[string]int64{}},
 		syncAcked: map[string]string{}, syncSeen: map[string]map[string]bool{},
 		published: map[string]string{}, fulfilled: map[string]int{}, results: map[string]string{},
-		pending: map[string]bool{}, created: map[string]string{}, failures: map[string]int64{},
+		failed: map[string]int{}, pending: map[string]bool{}, created: map[string]string{}, failures: map[string]int64{},
 	}
 	return nil
 }
@@ -136,16 +148,34 @@ func (m *chaosMix) handleSync(a *chaosAgent) agents.Handler {
 }
 
 // addActors registers and connects the pipeline actors: each passes the
-// envelope's payload on.
+// envelope's payload on; the first fails chaosFailPercent of its (envelope,
+// attempt) pairs.
 func (m *chaosMix) addActors(ctx context.Context, org string) ([]*chaosAgent, error) {
+	flaky := true
 	actors, err := m.r.newAgents(ctx, org, "actor", chaosHops, false, true, func(c *agents.Client) {
-		c.HandleMesh(func(_ context.Context, h *agents.MeshHop) (any, error) { return h.Envelope.Payload, nil })
+		fails := flaky
+		flaky = false
+		c.HandleMesh(func(_ context.Context, h *agents.MeshHop) (any, error) {
+			if fails && onPurpose(fmt.Sprintf("%s/%d", h.Envelope.ID, h.Attempt)) {
+				m.hopFailures.Add(1)
+				return nil, errors.New("chaos: failing on purpose")
+			}
+			return h.Envelope.Payload, nil
+		})
 	})
 	if err != nil {
 		return nil, err
 	}
 	m.actors = actors
 	return actors, nil
+}
+
+// onPurpose reports whether the operation keyed by key fails on purpose: a
+// deterministic chaosFailPercent share of keys.
+func onPurpose(key string) bool {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return h.Sum32()%100 < chaosFailPercent
 }
 
 // syncOne sends one synchronous intent from → to; a success result is an
@@ -175,7 +205,8 @@ func (m *chaosMix) publishOne(ctx context.Context) {
 	kb := make([]byte, 12)
 	_, _ = rand.Read(kb)
 	key := hex.EncodeToString(kb)
-	body, _ := json.Marshal(map[string]any{"goal": "chaos", "namespace": m.ns, "payload": map[string]any{"k": key}})
+	body, _ := json.Marshal(map[string]any{"goal": "chaos", "namespace": m.ns, "payload": map[string]any{"k": key},
+		"max_attempts": 3, "backoff_base": 1})
 	hdr := http.Header{"Idempotency-Key": {key}}
 	last := ""
 	for try := range 6 {
@@ -211,9 +242,10 @@ func (m *chaosMix) publishOne(ctx context.Context) {
 	m.fail("publish", last)
 }
 
-// work claims and fulfils the run's jobs until ctx ends. A fulfil is
-// resent with the same claim token while the server is unreachable; an
-// answer 200 is its acknowledgement.
+// work claims the run's jobs and fulfils them, or fails chaosFailPercent
+// of the claims, until ctx ends. A fulfil or fail is resent with the same
+// claim token while the server is unreachable; an answer 200 is its
+// acknowledgement.
 func (m *chaosMix) work(ctx context.Context, worker int) {
 	for ctx.Err() == nil {
 		st, b, err := m.jobs.do(ctx, http.MethodPost, "/claim", "namespace="+url.QueryEscape(m.ns), nil, nil)
@@ -229,24 +261,35 @@ func (m *chaosMix) work(ctx context.Context, worker int) {
 			m.fail("claim", "BAD_CLAIM")
 			continue
 		}
-		result, _ := json.Marshal(map[string]any{"id": got.ID, "worker": worker})
-		body, _ := json.Marshal(map[string]any{"claim_token": got.ClaimToken, "result": json.RawMessage(result)})
+		op, result := "fulfill", []byte(nil)
+		body, _ := json.Marshal(map[string]any{"claim_token": got.ClaimToken, "error": "chaos: failing on purpose"})
+		if !onPurpose(got.ID + "/" + got.ClaimToken) {
+			result, _ = json.Marshal(map[string]any{"id": got.ID, "worker": worker})
+			body, _ = json.Marshal(map[string]any{"claim_token": got.ClaimToken, "result": json.RawMessage(result)})
+		} else {
+			op = "fail"
+		}
 		for try := range 6 {
 			if try > 0 && !pause(ctx, time.Duration(100*try)*time.Millisecond) {
 				return
 			}
-			st, b, err := m.jobs.do(ctx, http.MethodPost, "/fulfill/"+url.PathEscape(got.ID), "", body, nil)
+			st, b, err := m.jobs.do(ctx, http.MethodPost, "/"+op+"/"+url.PathEscape(got.ID), "", body, nil)
 			if err != nil || st >= 500 {
 				continue
 			}
-			if st == http.StatusOK {
+			switch {
+			case st != http.StatusOK:
+				m.fail(op, errCode(st, b)) // e.g. the lease expired and the job went to another claim
+			case result != nil:
 				m.mu.Lock()
 				m.fulfilled[got.ID]++
 				m.results[got.ID] = string(result)
 				delete(m.pending, got.ID)
 				m.mu.Unlock()
-			} else {
-				m.fail("fulfill", errCode(st, b)) // e.g. the lease expired and the job went to another claim
+			default:
+				m.mu.Lock()
+				m.failed[got.ID]++
+				m.mu.Unlock()
 			}
 			break
 		}
@@ -374,6 +417,10 @@ func (m *chaosMix) report(rep *ChaosReport) {
 	for _, n := range m.fulfilled {
 		mr.JobsFulfilled += int64(n)
 	}
+	for _, n := range m.failed {
+		mr.JobsFailed += int64(n)
+	}
+	mr.HopFailures = m.hopFailures.Load()
 	if len(m.failures) > 0 {
 		mr.Failures = m.failures
 	}
@@ -383,8 +430,9 @@ func (m *chaosMix) report(rep *ChaosReport) {
 // mixLog is what the check reads of the log for the mixed load.
 type mixLog struct {
 	jobs map[string]*tracing.JobRow // job id → folded row
-	// jobAcks counts each job's acked (fulfilled) events.
-	jobAcks map[string]int
+	// jobAcks counts each job's acked (fulfilled) events, jobFails its
+	// fail events.
+	jobAcks, jobFails map[string]int
 	// meshEnds counts each envelope nonce's steps to a terminal status.
 	meshEnds map[string]int
 }
@@ -392,7 +440,7 @@ type mixLog struct {
 // readMixLog streams the whole log once and folds the jobs and the
 // envelopes' terminal steps.
 func readMixLog(ctx context.Context, lg *tracing.Log) (*mixLog, error) {
-	ml := &mixLog{jobs: map[string]*tracing.JobRow{}, jobAcks: map[string]int{}, meshEnds: map[string]int{}}
+	ml := &mixLog{jobs: map[string]*tracing.JobRow{}, jobAcks: map[string]int{}, jobFails: map[string]int{}, meshEnds: map[string]int{}}
 	var after int64
 	for {
 		evs, err := lg.Events(ctx, after, 5000)
@@ -413,6 +461,9 @@ func readMixLog(ctx context.Context, lg *tracing.Log) (*mixLog, error) {
 				row.Apply(ev)
 				if ev.State == tracing.Acked {
 					ml.jobAcks[id]++
+				}
+				if ev.Details.Job.Op == "fail" {
+					ml.jobFails[id]++
 				}
 			}
 			if len(ev.Details.Mesh) > 0 {
@@ -455,8 +506,9 @@ func (m *chaosMix) check(ctx context.Context, lg *tracing.Log, rep *ChaosReport)
 
 	// (f) every acknowledged publish is one job in the log and ends
 	// fulfilled or dead; every acknowledged fulfil is its job's one
-	// fulfil, with its result; no job is fulfilled twice.
-	f := &Invariant{Name: "(f) every acknowledged job publish and fulfil is in the log; no job is published twice or fulfilled twice"}
+	// fulfil, with its result; every acknowledged fail is in the log; no
+	// job is fulfilled twice.
+	f := &Invariant{Name: "(f) every acknowledged job publish, fulfil and fail is in the log; no job is published twice or fulfilled twice"}
 	acked := map[string]bool{}
 	for _, id := range m.published {
 		acked[id] = true
@@ -510,6 +562,13 @@ func (m *chaosMix) check(ctx context.Context, lg *tracing.Log, rep *ChaosReport)
 	// (g) every acknowledged envelope is in the log, and every envelope
 	// finishes exactly once.
 	g := &Invariant{Name: "(g) every acknowledged envelope is in the log and every envelope finishes exactly once"}
+	for id, n := range m.failed {
+		f.Checked++
+		if got := ml.jobFails[id]; got < n {
+			f.violate("job %s: %d fails acknowledged, the log has %d", id, n, got)
+		}
+	}
+
 	rows, err := lg.MeshRows(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read envelopes: %w", err)

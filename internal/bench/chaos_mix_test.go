@@ -15,8 +15,8 @@ import (
 const mixNS = "chaos-test"
 
 // mixedLog writes a log with what a mixed run leaves: the synchronous
-// intent "s-1" acked; job "j1" (key k1) published, claimed and fulfilled
-// with {"id":"j1"}; envelope "e1" created and succeeded; envelope "e2"
+// intent "s-1" acked; job "j1" (key k1) published, claimed, failed,
+// claimed again and fulfilled with {"id":"j1"}; envelope "e1" created and succeeded; envelope "e2"
 // recorded failed twice (two terminal steps). It returns the data
 // directory.
 func mixedLog(t *testing.T) string {
@@ -48,6 +48,9 @@ func mixedLog(t *testing.T) string {
 		job(tracing.Queued, tracing.JobDetails{Op: "publish"}),
 		job(tracing.Dispatched, tracing.JobDetails{Op: "claim"}),
 		job(tracing.Delivered, tracing.JobDetails{Op: "claim"}),
+		job(tracing.Queued, tracing.JobDetails{Op: "fail", Error: "chaos: failing on purpose"}),
+		job(tracing.Dispatched, tracing.JobDetails{Op: "claim"}),
+		job(tracing.Delivered, tracing.JobDetails{Op: "claim"}),
 		job(tracing.Acked, tracing.JobDetails{Op: "fulfill", Result: json.RawMessage(`{"id":"j1"}`)}))
 	require.NoError(t, err)
 
@@ -77,7 +80,7 @@ func newMix() *chaosMix {
 		ns:        mixNS,
 		syncAcked: map[string]string{"s-1": "r@x.beam.directory"},
 		syncSeen:  map[string]map[string]bool{"r@x.beam.directory": {"s-1": true}},
-		published: map[string]string{"k1": "j1"}, fulfilled: map[string]int{"j1": 1},
+		published: map[string]string{"k1": "j1"}, fulfilled: map[string]int{"j1": 1}, failed: map[string]int{"j1": 1},
 		results: map[string]string{"j1": `{"id": "j1"}`},
 		pending: map[string]bool{}, created: map[string]string{"e1": "s@x.beam.directory"}, failures: map[string]int64{},
 	}
@@ -116,8 +119,8 @@ func TestChaosMixCheck(t *testing.T) {
 }
 
 // Each lost acknowledgement is reported: an intent the log does not have or
-// its recipient never saw (e), a publish or a fulfil the log lost, a fulfil
-// acknowledged twice, a result that differs (f), an envelope the log does
+// its recipient never saw (e), a publish, a fulfil or a fail the log lost, a
+// fulfil acknowledged twice, a result that differs (f), an envelope the log does
 // not have (g).
 func TestChaosMixCheckReportsLosses(t *testing.T) {
 	t.Parallel()
@@ -127,11 +130,13 @@ func TestChaosMixCheckReportsLosses(t *testing.T) {
 	m.published["k2"] = "j-lost"
 	m.fulfilled["j-gone"] = 1
 	m.fulfilled["j1"] = 2
+	m.failed["j1"] = 2
 	m.results["j1"] = `{"id":"other"}`
 	m.created["e-lost"] = "s@x.beam.directory"
 	_, inv := mixCheck(t, mixedLog(t), m)
 	require.EqualValues(t, 2, inv["(e)"].ViolationCount, inv["(e)"].Violations)
-	require.EqualValues(t, 3, inv["(f)"].ViolationCount, inv["(f)"].Violations)
+	require.EqualValues(t, 4, inv["(f)"].ViolationCount, inv["(f)"].Violations)
+	require.Contains(t, inv["(f)"].Violations, "job j1: 2 fails acknowledged, the log has 1")
 	require.EqualValues(t, 2, inv["(g)"].ViolationCount, inv["(g)"].Violations)
 	require.Contains(t, inv["(g)"].Violations, "acknowledged envelope e-lost is not in the log")
 
