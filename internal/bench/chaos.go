@@ -67,9 +67,9 @@ type ChaosConfig struct {
 	// be acked or dead-lettered (default 2 min).
 	SettleTimeout time.Duration
 	// Mixed adds to the durable bus sends synchronous intents, Intent
-	// Protocol jobs (published, claimed and fulfilled over the job bus's
-	// signed HTTP API by workers of the run) and pipeline envelopes routed
-	// through actor agents, and checks that none acknowledged is lost, no
+	// Protocol jobs (published, claimed and fulfilled or failed over the
+	// job bus's signed HTTP API by workers of the run) and pipeline
+	// envelopes routed through actor agents, and checks that none acknowledged is lost, no
 	// job is fulfilled twice and every envelope finishes exactly once
 	// (invariants e–g, counts in ChaosReport.Mix).
 	Mixed bool
@@ -474,7 +474,8 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		}()
 	}
 
-	// The job workers claim and fulfil until the load has settled.
+	// The job workers claim and fulfil (or fail) until the load has
+	// settled.
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	var workers sync.WaitGroup
@@ -881,13 +882,16 @@ func (r *chaosRun) check(ctx context.Context, rep *ChaosReport) error {
 	}
 	rep.Invariants = append(rep.Invariants, c)
 
-	// (d) the projections equal a rebuild.
+	// (e)–(g) of the mixed load, read before the rebuild so that a drift
+	// shows in (d) only.
 	var mixed []*Invariant
-	if r.mix != nil { // read before the rebuild, so that drift shows in (d) only
+	if r.mix != nil {
 		if mixed, err = r.mix.check(ctx, lg, rep); err != nil {
 			return err
 		}
 	}
+
+	// (d) the projections equal a rebuild.
 	d := &Invariant{Name: "(d) projections equal a rebuild"}
 	if err := checkRebuild(ctx, lg, d); err != nil {
 		return err
