@@ -9,7 +9,7 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// messageView is a beam_messages row as the API shows it (epoch seconds,
+// messageView is a message row (tracing.MessageRow) as the API shows it (epoch seconds,
 // snake_case, JSON fields parsed): the wire type the Go SDK reads.
 type messageView = wire.BusMessage
 

@@ -356,7 +356,7 @@ func (b *Bus) dropWaiters(nonce string) {
 // nowMs is the clock in unix milliseconds.
 func (b *Bus) nowMs() int64 { return b.clock().UnixMilli() }
 
-// secs converts a time to the epoch seconds of beam_messages.
+// secs converts a time to the epoch seconds of tracing.MessageRow's times.
 func secs(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
 
 // event returns an event of row's message.

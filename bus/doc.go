@@ -11,7 +11,8 @@
 // intents. Its received event carries details.owner "bus" and details.bus
 // {messageId, payload, priority, maxRetries, traceId}, plus extra
 // payloadHash (the directory's hash, so either side detects a reused
-// nonce) and auth (how the sender was authenticated). beam_messages is the
+// nonce) and auth (how the sender was authenticated). The message rows
+// (tracing.MessageRow, read with tracing.Log.Message, Messages, …) are the
 // tracing package's projection of those events; the bus writes nothing but
 // events (tracing.Log.Append / Do), each committed before the HTTP answer
 // or the frame leaves. While a send records a new nonce it holds the

@@ -21,8 +21,9 @@ type metrics struct {
 	latency       prometheus.Histogram
 }
 
-// depthCollector reports beam_bus_messages{state} from beam_messages at
-// scrape time, so the gauge never drifts from the projection.
+// depthCollector reports beam_bus_messages{state} from the log's message
+// projection (tracing.Log.MessageCountsByState) at scrape time, so the
+// gauge never drifts from it.
 type depthCollector struct {
 	b    *Bus
 	desc *prometheus.Desc

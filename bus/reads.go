@@ -6,8 +6,9 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// The bus reads its messages through the log's query methods: beam_messages
-// is a projection the log owns.
+// The bus reads its messages through the log's query methods
+// (tracing.Log.MessageState, WaitingMessages, …): the message projection is
+// the log's.
 
 // current is a message's row with the attempt and transport of its latest
 // event.
@@ -19,7 +20,7 @@ func (b *Bus) current(ctx context.Context, nonce string) (current, bool, error) 
 	return b.log.MessageState(ctx, nonce)
 }
 
-// message reads the beam_messages row of nonce.
+// message reads the message row of nonce.
 func (b *Bus) message(ctx context.Context, nonce string) (tracing.MessageRow, bool, error) {
 	c, ok, err := b.current(ctx, nonce)
 	return c.MessageRow, ok, err
@@ -54,7 +55,7 @@ func (b *Bus) waitingFor(ctx context.Context, recipient string, nowSecs float64,
 }
 
 // registeredSince is when beamID's current registration began, in the
-// epoch seconds of beam_messages.created_at (0 when it is not registered
+// epoch seconds of tracing.MessageRow.CreatedAt (0 when it is not registered
 // here). An agent sees and receives only messages created since: a Beam ID
 // that was deleted and released to a newcomer hands over none of the old
 // agent's messages.

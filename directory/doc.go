@@ -40,7 +40,7 @@
 //
 // # Nonces
 //
-// The nonce is the global idempotency key (intent_log.nonce):
+// The nonce is the global idempotency key (tracing.IntentRow.Nonce):
 //
 //   - new: claimed in memory (so two concurrent first frames cannot both
 //     start it), then recorded received (frame, client timestamp, payload
@@ -52,7 +52,7 @@
 //   - same nonce with a different from, to, intent or payload:
 //     NONCE_REUSE_CONFLICT;
 //   - acked, or failed with a non-retryable code: the cached result
-//     (intent_log.result_json), never a second delivery;
+//     (tracing.IntentRow.ResultJSON), never a second delivery;
 //   - failed with a retryable code (OFFLINE, TIMEOUT, DELIVERY_FAILED,
 //     DIRECT_HTTP_FAILED): a new attempt, recorded queued (attempt+1) →
 //     dispatched → …

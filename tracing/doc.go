@@ -11,6 +11,11 @@
 // mark of the events they hold, and folded again from the log on Open when
 // a stop left some unwritten (behind.go).
 //
+// Every query on these tables lives here, behind the Log's methods with
+// typed results (Intent, Messages, MessageState, WaitingMessages, …); no other
+// package holds SQL on them (TestNoLogSQLOutsideTracing), so their indexes
+// and the single writer stay this package's to keep.
+//
 // tracing must not import any other package of this module: the directory,
 // the bus and federation build on it, never the other way round. It knows
 // nothing of WebSockets, HTTP, signatures or NATS.

@@ -9,7 +9,7 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// deadLetterSummary is one beam_messages row as lists show it.
+// deadLetterSummary is one message row (tracing.MessageRow) as lists show it.
 type deadLetterSummary struct {
 	ID          string        `json:"id"`
 	Nonce       string        `json:"nonce"`

@@ -9,7 +9,7 @@
 //     check and a rate limit on failed logins. Scripts may instead send
 //     "Authorization: Bearer <token>" to /observability/*.
 //   - Read models computed on request from the event log's projections
-//     (intent_log, beam_messages) and the agent registry: the overview
+//     (tracing.Log.Intents, Messages, …) and the agent registry: the overview
 //     (outcome buckets, latency percentiles, timeline), the intent list, one
 //     intent's trace, error pressure, agents, dead letters, federation.
 //   - GET /observability/events/{nonce}: one nonce's events exactly as the

@@ -13,7 +13,7 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// intentView is one intent_log row as the dashboard serves it.
+// intentView is one intent row (tracing.IntentRow) as the dashboard serves it.
 type intentView struct {
 	Nonce              string          `json:"nonce"`
 	From               string          `json:"from"`

@@ -63,6 +63,7 @@ type benchFlags struct {
 	chaosRate     float64
 	chaosWorkers  int
 	chaosSettle   time.Duration
+	chaosMix      bool
 
 	cpuProfile string
 
@@ -105,7 +106,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.chaosDuration, "chaos-duration", 5*time.Minute, "with --chaos: length of the load")
 	fs.IntVar(&f.chaosKills, "chaos-kills", 3, "with --chaos: how many times the server is SIGKILLed")
 	fs.Uint64Var(&f.chaosSeed, "chaos-seed", 0, "with --chaos: seed of the kill schedule and the load (0: random, printed)")
-	fs.Float64Var(&f.chaosRate, "chaos-rate", 200, "with --chaos: durable sends per second at most")
+	fs.BoolVar(&f.chaosMix, "chaos-mix", true, "with --chaos: mix synchronous intents, Intent Protocol jobs (published, claimed, fulfilled or failed) and pipeline envelopes into the durable bus sends, and check none acknowledged is lost, no job is fulfilled twice and every envelope finishes once; false: bus sends only")
+	fs.Float64Var(&f.chaosRate, "chaos-rate", 200, "with --chaos: operations (durable sends, and with --chaos-mix intents, job publishes, envelopes) per second at most")
 	fs.IntVar(&f.chaosWorkers, "chaos-workers", 16, "with --chaos: sends in flight at most")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (this process, not the server) during the run to this file")
 	fs.DurationVar(&f.chaosSettle, "chaos-settle-timeout", 2*time.Minute, "with --chaos: how long to wait after the load for every message to be acked or dead-lettered")
@@ -406,7 +408,7 @@ func benchChaos(ctx context.Context, f *benchFlags, logger *slog.Logger, stdout,
 	}
 	cfg := bench.ChaosConfig{
 		Binary: bin, DataDir: dir, Duration: f.chaosDuration, Kills: f.chaosKills, Seed: f.chaosSeed,
-		Rate: f.chaosRate, Workers: f.chaosWorkers, SettleTimeout: f.chaosSettle,
+		Rate: f.chaosRate, Workers: f.chaosWorkers, SettleTimeout: f.chaosSettle, Mixed: f.chaosMix,
 		Synchronous: f.synchronous, Logger: logger,
 	}
 	if f.serverLog {

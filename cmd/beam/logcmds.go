@@ -54,7 +54,7 @@ func logCmdFlags(name, synopsis string, stderr io.Writer, dataDir *string, descr
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dataDir string
 	fs := logCmdFlags("beam replay", "beam replay [--data-dir DIR]", stderr, &dataDir,
-		"Drops the projections (intent_log, beam_messages) and refolds them from the log,",
+		"Drops the projections (intents, bus messages, …) and refolds them from the log,",
 		"then refolds the federation outbox rows from their steps in the log.",
 		"Run it while the directory is stopped; it refuses while a server holds --data-dir.")
 	if err := fs.parse(args, 0, anyArgs); err != nil {

@@ -66,6 +66,13 @@ type ChaosConfig struct {
 	// SettleTimeout bounds the wait, after the load, for every message to
 	// be acked or dead-lettered (default 2 min).
 	SettleTimeout time.Duration
+	// Mixed adds to the durable bus sends synchronous intents, Intent
+	// Protocol jobs (published, claimed and fulfilled or failed over the
+	// job bus's signed HTTP API by workers of the run) and pipeline
+	// envelopes routed through actor agents, and checks that none acknowledged is lost, no
+	// job is fulfilled twice and every envelope finishes exactly once
+	// (invariants e–g, counts in ChaosReport.Mix).
+	Mixed bool
 	// Synchronous is the server's --sqlite-synchronous (default FULL).
 	Synchronous string
 	// ServerArgs are extra flags for beam serve.
@@ -196,6 +203,8 @@ type ChaosReport struct {
 	SettleS float64 `json:"settle_s"`
 	// Messages counts the log's messages by status at the end.
 	Messages map[string]int64 `json:"messages"`
+	// Mix counts the mixed load (ChaosConfig.Mixed); nil without it.
+	Mix *ChaosMixReport `json:"mix,omitempty"`
 	// Invariants are the checks, in order.
 	Invariants []*Invariant `json:"invariants"`
 }
@@ -232,6 +241,16 @@ func (r *ChaosReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "settled: NO, messages still in flight %.1fs after the load\n", r.SettleS)
 	}
 	fmt.Fprintf(&b, "log messages by status: %s\n", countsString(r.Messages))
+	if m := r.Mix; m != nil {
+		fmt.Fprintf(&b, "synchronous intents: %d sent, %d acknowledged\n", m.SyncAttempted, m.SyncAcked)
+		fmt.Fprintf(&b, "jobs: %d publishes tried, %d acknowledged, %d fulfils and %d fails (on purpose) acknowledged; log jobs by status: %s\n",
+			m.JobsAttempted, m.JobsPublished, m.JobsFulfilled, m.JobsFailed, countsString(m.JobsLog))
+		fmt.Fprintf(&b, "envelopes: %d creates tried, %d acknowledged, %d hops failed on purpose; log envelopes by status: %s\n",
+			m.EnvelopesAttempted, m.EnvelopesCreated, m.HopFailures, countsString(m.Envelopes))
+		if len(m.Failures) > 0 {
+			fmt.Fprintf(&b, "  last error of mixed operations never acknowledged: %s\n", countsString(m.Failures))
+		}
+	}
 	for _, inv := range r.Invariants {
 		verdict := "PASS"
 		if inv.ViolationCount > 0 {
@@ -268,6 +287,7 @@ func countsString(m map[string]int64) string {
 type chaosAgent struct {
 	id     *agents.Identity
 	client *agents.Client
+	apiKey string
 	flaky  bool
 }
 
@@ -281,6 +301,7 @@ type chaosRun struct {
 
 	srvMu sync.Mutex
 	srv   *ServerProcess
+	mix   *chaosMix // nil unless cfg.Mixed
 
 	mu        sync.Mutex
 	attempted map[string]string          // nonce → recipient
@@ -325,6 +346,11 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 			"--bus-api-key", r.busKey,
 		}, cfg.ServerArgs...),
 	}
+	if cfg.Mixed {
+		if err := r.setupMix(); err != nil {
+			return nil, err
+		}
+	}
 	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x6368616f73))
 	rep := &ChaosReport{Seed: cfg.Seed, Kills: []ChaosKill{}}
 
@@ -361,6 +387,13 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return nil, err
 	}
 	all := slices.Concat(senders, online, late, flaky)
+	if r.mix != nil {
+		actors, err := r.mix.addActors(ctx, org)
+		all = append(all, actors...)
+		if err != nil {
+			return nil, err
+		}
+	}
 	defer func() {
 		for _, a := range all {
 			_ = a.client.Close()
@@ -404,7 +437,23 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		go func() {
 			defer wg.Done()
 			for lim.Wait(loadCtx) == nil {
-				r.sendOne(ctx, senders[wrng.IntN(len(senders))], recipients(wrng))
+				from := senders[wrng.IntN(len(senders))]
+				if r.mix == nil {
+					r.sendOne(ctx, from, recipients(wrng))
+					continue
+				}
+				// The mix: 40 % bus sends, 20 % each synchronous
+				// intents, job publishes and envelopes.
+				switch x := wrng.IntN(100); {
+				case x < 40:
+					r.sendOne(ctx, from, recipients(wrng))
+				case x < 60:
+					r.mix.syncOne(ctx, from, online[wrng.IntN(len(online))])
+				case x < 80:
+					r.mix.publishOne(ctx)
+				default:
+					r.mix.createEnvelope(ctx, from, wrng.IntN(chaosHops))
+				}
 			}
 		}()
 	}
@@ -423,6 +472,21 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 			}
 			r.connectLate(ctx, a)
 		}()
+	}
+
+	// The job workers claim and fulfil (or fail) until the load has
+	// settled.
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	var workers sync.WaitGroup
+	if r.mix != nil {
+		for w := range 2 {
+			workers.Add(1)
+			go func() {
+				defer workers.Done()
+				r.mix.work(workCtx, w)
+			}()
+		}
 	}
 
 	// The killer runs on this goroutine.
@@ -470,8 +534,10 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 
 	lg.Info("chaos: load stopped, waiting for messages to settle")
 	settleStart := time.Now()
-	rep.Settled = r.settle(ctx)
+	rep.Settled = r.settle(ctx, senders)
 	rep.SettleS = round3(time.Since(settleStart).Seconds())
+	stopWork()
+	workers.Wait()
 
 	for _, a := range all {
 		_ = a.client.Close()
@@ -496,6 +562,9 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	rep.Resends = r.resends.Load()
 	rep.Deliveries = r.deliveries.Load()
 	rep.FlakyFailures = r.flakyFails.Load()
+	if r.mix != nil {
+		r.mix.report(rep)
+	}
 	if err := r.check(ctx, rep); err != nil {
 		return rep, err
 	}
@@ -503,8 +572,10 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 }
 
 // newAgents creates n SDK clients named prefix-i@org, registers them and,
-// when connect is set, connects them.
-func (r *chaosRun) newAgents(ctx context.Context, org, prefix string, n int, flaky, connect bool) ([]*chaosAgent, error) {
+// when connect is set, connects them. setup adds handlers to each client
+// before it connects.
+func (r *chaosRun) newAgents(ctx context.Context, org, prefix string, n int, flaky, connect bool,
+	setup ...func(*agents.Client)) ([]*chaosAgent, error) {
 	out := make([]*chaosAgent, 0, n)
 	for i := range n {
 		id, err := agents.GenerateIdentity(fmt.Sprintf("%s-%d@%s.beam.directory", prefix, i, org))
@@ -526,13 +597,22 @@ func (r *chaosRun) newAgents(ctx context.Context, org, prefix string, n int, fla
 		r.seen[id.BeamID] = map[string]bool{}
 		r.mu.Unlock()
 		c.Handle(chaosIntent, r.handler(a))
+		caps := []string{chaosIntent}
+		if r.mix != nil {
+			c.Handle(chaosSyncIntent, r.mix.handleSync(a))
+			caps = append(caps, chaosSyncIntent, agents.MeshIntent)
+		}
+		for _, f := range setup {
+			f(c)
+		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err = c.Register(rctx, prefix, []string{chaosIntent})
+		res, err := c.Register(rctx, prefix, caps)
 		cancel()
 		if err != nil {
 			_ = c.Close()
 			return nil, fmt.Errorf("chaos: %w", err)
 		}
+		a.apiKey = res.APIKey
 		if connect {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err := c.Connect(cctx)
@@ -669,15 +749,16 @@ func (r *chaosRun) killAndRestart(ctx context.Context, delay time.Duration) (Cha
 	return ChaosKill{RestartS: round3(time.Since(t0).Seconds())}, nil
 }
 
-// settle waits until the bus reports every message acked or dead-lettered,
-// or SettleTimeout passes.
-func (r *chaosRun) settle(ctx context.Context) bool {
+// settle waits until the bus reports every message acked or dead-lettered
+// (and, with the mix, every published job is fulfilled or dead and no
+// envelope of creators is open), or SettleTimeout passes.
+func (r *chaosRun) settle(ctx context.Context, creators []*chaosAgent) bool {
 	deadline := time.Now().Add(r.cfg.SettleTimeout)
 	for {
 		counts, err := r.busStats(ctx)
 		if err == nil {
 			open := counts["total"] - counts[string(tracing.Acked)] - counts[string(tracing.DeadLetter)]
-			if open == 0 {
+			if open == 0 && (r.mix == nil || r.mix.settled(ctx, creators)) {
 				return true
 			}
 			r.cfg.Logger.Debug("chaos: settling", "open", open)
@@ -801,12 +882,22 @@ func (r *chaosRun) check(ctx context.Context, rep *ChaosReport) error {
 	}
 	rep.Invariants = append(rep.Invariants, c)
 
+	// (e)–(g) of the mixed load, read before the rebuild so that a drift
+	// shows in (d) only.
+	var mixed []*Invariant
+	if r.mix != nil {
+		if mixed, err = r.mix.check(ctx, lg, rep); err != nil {
+			return err
+		}
+	}
+
 	// (d) the projections equal a rebuild.
 	d := &Invariant{Name: "(d) projections equal a rebuild"}
 	if err := checkRebuild(ctx, lg, d); err != nil {
 		return err
 	}
 	rep.Invariants = append(rep.Invariants, d)
+	rep.Invariants = append(rep.Invariants, mixed...)
 	return nil
 }
 

@@ -97,8 +97,9 @@ func (c *jobsClient) fail(code string) {
 	c.mu.Unlock()
 }
 
-// do sends one request, signed like the SDK, and returns status and body.
-func (c *jobsClient) do(ctx context.Context, method, path, query string, body []byte) (int, []byte, error) {
+// do sends one request, signed like the SDK, with the extra headers hdr,
+// and returns status and body.
+func (c *jobsClient) do(ctx context.Context, method, path, query string, body []byte, hdr http.Header) (int, []byte, error) {
 	u := c.cfg.URL + path
 	if query != "" {
 		u += "?" + query
@@ -106,6 +107,11 @@ func (c *jobsClient) do(ctx context.Context, method, path, query string, body []
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
+	}
+	for k, vs := range hdr {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-API-KEY", c.cfg.Key)
@@ -179,7 +185,7 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 			for next.Add(1) <= int64(cfg.Count) && ctx.Err() == nil {
 				body, _ := json.Marshal(map[string]any{"goal": "bench", "namespace": ns, "payload": map[string]any{"f": filler}})
 				t0 := time.Now()
-				st, b, err := c.do(ctx, "POST", "/intent", "", body)
+				st, b, err := c.do(ctx, "POST", "/intent", "", body, nil)
 				switch {
 				case err != nil:
 					c.fail("CLIENT_ERROR")
@@ -223,7 +229,7 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 			}()
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				st, b, err := c.do(ctx, "POST", "/claim", "namespace="+ns, nil)
+				st, b, err := c.do(ctx, "POST", "/claim", "namespace="+ns, nil, nil)
 				if err != nil {
 					c.fail("CLIENT_ERROR")
 					continue
@@ -249,7 +255,7 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 				latMu.Unlock()
 				body, _ := json.Marshal(map[string]any{"claim_token": got.ClaimToken, "result": map[string]any{"ok": true}})
 				t1 := time.Now()
-				st, b, err = c.do(ctx, "POST", "/fulfill/"+got.ID, "", body)
+				st, b, err = c.do(ctx, "POST", "/fulfill/"+got.ID, "", body, nil)
 				switch {
 				case err != nil:
 					c.fail("CLIENT_ERROR")

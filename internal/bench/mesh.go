@@ -61,13 +61,11 @@ func (d *meshDriver) Send(ctx context.Context, from, to *Agent) error {
 	if err != nil {
 		return err
 	}
-	var created struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(b, &created); err != nil || created.ID == "" {
+	id := receiptID(b)
+	if id == "" {
 		return failure("BAD_RECEIPT", "create answered %.200q", b)
 	}
-	return d.await(ctx, from, created.ID)
+	return d.await(ctx, from, id)
 }
 
 // await reads the envelope's event stream until a terminal status.
