@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/beamdir/beam/attempt"
 )
 
 // Protocol names a Beam wire protocol.
@@ -260,13 +262,7 @@ func (c *Client) Close() error {
 // exponential from ReconnectMin to ReconnectMax, with the upper half
 // randomized ("equal jitter") so that many agents do not reconnect in step.
 func (c *Client) backoff(n int) time.Duration {
-	d := c.cfg.ReconnectMin
-	for i := 0; i < n && d < c.cfg.ReconnectMax; i++ {
-		d *= 2
-	}
-	if d > c.cfg.ReconnectMax {
-		d = c.cfg.ReconnectMax
-	}
+	d := attempt.Backoff{Growth: attempt.Exponential, Initial: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}.Base(n + 1)
 	half := d / 2
 	return half + jitter(d-half)
 }
