@@ -282,9 +282,9 @@ func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]Claim,
 	now := fromUs(us(o.clock()))
 	// Rows whose intent can take no step (acked, or queued by the bus) are
 	// not candidates, so they never hold up the rows behind them.
-	cands, err := o.query(ctx, `WHERE status = ? AND available_at <= ? AND NOT EXISTS (SELECT 1 FROM intent_log i
-   WHERE i.nonce = federation_outbox.nonce AND i.status IN (?, ?)) ORDER BY available_at, id LIMIT ?`,
-		string(Pending), us(now), string(tracing.Acked), string(tracing.Queued), limit)
+	open, openArgs := tracing.IntentNotIn("federation_outbox.nonce", tracing.Acked, tracing.Queued)
+	cands, err := o.query(ctx, `WHERE status = ? AND available_at <= ? AND `+open+` ORDER BY available_at, id LIMIT ?`,
+		append(append([]any{string(Pending), us(now)}, openArgs...), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", err)
 	}
