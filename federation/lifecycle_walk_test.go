@@ -35,16 +35,7 @@ func TestOutboxLifecycleWalk(t *testing.T) {
 		}
 		return Claim{}, false
 	}
-	snapshot := func() map[string]Row {
-		rows, err := b.ob.Rows(ctx, "", 1000)
-		require.NoError(t, err)
-		out := map[string]Row{}
-		for _, r := range rows {
-			r.token = ""
-			out[r.EventID] = r
-		}
-		return out
-	}
+	snapshot := func() map[string]Row { return rowsByEventID(t, b.ob) }
 	prev := map[string]Row{}
 	moves := 0
 	for step := range 400 {
@@ -120,5 +111,5 @@ func TestOutboxLifecycleWalk(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, len(prev), n)
 	require.Equal(t, prev, snapshot())
-	requireLogProjectionsEqualRebuild(t, b.log)
+	lifecycletest.RequireRebuildEqual(t, b.log)
 }

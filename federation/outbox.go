@@ -36,7 +36,7 @@ var OutboxLifecycle = tracing.Register(&tracing.Lifecycle{
 		"on the events of the intent it belongs to (`details.outbox`); the outbox checks the table in the " +
 		"transaction that records each step.",
 	Checked:  "federation, in the log's transaction that records the step",
-	States:   outboxNames(OutboxStates),
+	States:   tracing.Names(OutboxStates),
 	Terminal: []string{string(Published), string(Dead)},
 	Transitions: []tracing.Transition{
 		{From: "", To: string(Pending), On: "enqueue"},
@@ -49,14 +49,6 @@ var OutboxLifecycle = tracing.Register(&tracing.Lifecycle{
 		{From: string(Dead), To: string(Pending), On: "replay"},
 	},
 })
-
-func outboxNames(ss []OutboxState) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = string(s)
-	}
-	return out
-}
 
 // CanTransitionOutbox reports whether seed 001 allows an outbox row to move
 // from one state to another.

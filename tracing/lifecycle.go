@@ -72,6 +72,16 @@ func (lc *Lifecycle) Allows(from, to, on string) bool {
 	return from != "" && from == to && lc.repeat[from]
 }
 
+// Names returns the states of a typed state list as the strings a
+// Lifecycle holds.
+func Names[S ~string](ss []S) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}
+
 // Initial returns the states a new key may start in.
 func (lc *Lifecycle) Initial() []string {
 	var out []string

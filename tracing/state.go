@@ -40,9 +40,9 @@ var IntentLifecycle = Register(&Lifecycle{
 	Doc: "The canonical lifecycle every nonce of the log follows, whatever its owner; the owners' tables below " +
 		"come on top of it. The directory relays intents along it.",
 	Checked:  "the log's writer, on every append (CanTransition, whatever the owner)",
-	States:   stateNames(States),
-	Terminal: stateNames([]State{Acked, Failed, DeadLetter}),
-	Repeat:   stateNames([]State{Received, Validated, Queued, Dispatched, Delivered, Failed, DeadLetter}),
+	States:   Names(States),
+	Terminal: Names([]State{Acked, Failed, DeadLetter}),
+	Repeat:   Names([]State{Received, Validated, Queued, Dispatched, Delivered, Failed, DeadLetter}),
 	Transitions: []Transition{
 		{"", "received", ""},
 		{"received", "validated", ""}, {"received", "dispatched", ""}, {"received", "queued", ""},
@@ -58,14 +58,6 @@ var IntentLifecycle = Register(&Lifecycle{
 		{"dead_letter", "queued", ""},
 	},
 })
-
-func stateNames(ss []State) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = string(s)
-	}
-	return out
-}
 
 // canonical is IntentLifecycle as a matrix indexed by stateIndex+1 (0 is
 // the empty state), so that CanTransition costs two lookups per event.

@@ -18,7 +18,7 @@ var Lifecycle = tracing.Register(&tracing.Lifecycle{
 		"`beam_mesh`; by `step` is any step but a resume. A step out of the table is recorded and dropped " +
 		"by the fold (counted in `stale`), since a hop's report may arrive after the envelope moved on.",
 	Checked: "bus/mesh, before it appends a pause or a resume; the fold drops any other step out of the table",
-	States:  statusNames(tracing.MeshStatuses),
+	States:  tracing.Names(tracing.MeshStatuses),
 	Terminal: []string{string(tracing.MeshSucceeded), string(tracing.MeshFailed),
 		string(tracing.MeshCanceled)},
 	Transitions: []tracing.Transition{
@@ -71,12 +71,4 @@ func stepOn(kind string) string {
 		return tracing.MeshKindResume
 	}
 	return "step"
-}
-
-func statusNames(ss []tracing.MeshStatus) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = string(s)
-	}
-	return out
 }

@@ -104,13 +104,7 @@ func Walk(t *testing.T, log *tracing.Log, owner tracing.Owner, prefix string, se
 		require.Equal(t, state[nonce], cur)
 	}
 
-	before, err := log.Snapshot(ctx)
-	require.NoError(t, err)
-	_, err = log.Rebuild(ctx)
-	require.NoError(t, err)
-	after, err := log.Snapshot(ctx)
-	require.NoError(t, err)
-	require.Equal(t, before, after, "a full rebuild equals the incremental projections")
+	before := RequireRebuildEqual(t, log)
 	if reopen != nil {
 		log = reopen()
 		reopened, err := log.Snapshot(ctx)
@@ -118,6 +112,22 @@ func Walk(t *testing.T, log *tracing.Log, owner tracing.Owner, prefix string, se
 		require.Equal(t, before, reopened, "the projections survive a reopen")
 	}
 	return log, pool
+}
+
+// RequireRebuildEqual requires that a full rebuild of the log's
+// projections (the owners' included) leaves them as they are, and returns
+// them.
+func RequireRebuildEqual(t *testing.T, log *tracing.Log) map[string]map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	before, err := log.Snapshot(ctx)
+	require.NoError(t, err)
+	_, err = log.Rebuild(ctx)
+	require.NoError(t, err)
+	after, err := log.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a full rebuild equals the incremental projections")
+	return before
 }
 
 // Allowed reports whether the log may take ev on a nonce of owner in
