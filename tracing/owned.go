@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -22,8 +23,10 @@ import (
 // Open (catchUp), and refolds it in Rebuild. The owner reads its rows with
 // OwnedRows, after a read barrier, so a start reads its rows, not the log.
 //
-// The table has one row per nonce: (nonce, last_seq, row), the row in the
-// owner's stored form (MarshalBinary).
+// The table has one row per nonce: (first_seq, nonce, last_seq, row), the
+// row in the owner's stored form (MarshalBinary). It is keyed by the
+// nonce's first seq, as intent_log is, so that new rows are appended at the
+// end of the table rather than split into its middle.
 
 // ProjectedRow is one row of an owner's projection.
 type ProjectedRow interface {
@@ -55,16 +58,26 @@ func (p *Projection) check() error {
 }
 
 func (p *Projection) schema() string {
-	return `CREATE TABLE IF NOT EXISTS ` + p.Table + `(nonce TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, row BLOB NOT NULL)`
+	return `CREATE TABLE IF NOT EXISTS ` + p.Table +
+		`(first_seq INTEGER PRIMARY KEY, nonce TEXT NOT NULL, last_seq INTEGER NOT NULL, row BLOB NOT NULL)`
 }
 
 func (p *Projection) selectSQL() string {
-	return `SELECT row FROM ` + p.Table + ` WHERE nonce = ?`
+	return `SELECT row FROM ` + p.Table + ` WHERE first_seq = ?`
 }
 
-func (p *Projection) upsertSQL() string {
-	return `INSERT INTO ` + p.Table + `(nonce, last_seq, row) VALUES(?,?,?)
-  ON CONFLICT(nonce) DO UPDATE SET last_seq = excluded.last_seq, row = excluded.row`
+// ownedWidth is the number of values of a row of an owner's projection.
+const ownedWidth = 4
+
+// ownedLevels is how many multi-row upserts are prepared per projection:
+// for 1, 2, 4, ... rows.
+const ownedLevels = 7
+
+// upsertSQL upserts n rows.
+func (p *Projection) upsertSQL(n int) string {
+	values := strings.TrimSuffix(strings.Repeat("(?,?,?,?),", n), ",")
+	return `INSERT INTO ` + p.Table + `(first_seq, nonce, last_seq, row) VALUES` + values + `
+  ON CONFLICT(first_seq) DO UPDATE SET last_seq = excluded.last_seq, row = excluded.row`
 }
 
 // projectionOf returns the projection registered for the nonces of owner.
@@ -130,7 +143,11 @@ func recreateOwned(ctx context.Context, ts *txStmts) error {
 func (w *writerState) prepareOwned(ctx context.Context, db *sqlx.DB) error {
 	w.owned = make(map[string]*sql.Stmt)
 	for _, p := range projections() {
-		for _, q := range []string{p.selectSQL(), p.upsertSQL()} {
+		qs := []string{p.selectSQL()}
+		for level := range ownedLevels {
+			qs = append(qs, p.upsertSQL(1<<level))
+		}
+		for _, q := range qs {
 			s, err := db.PrepareContext(ctx, q)
 			if err != nil {
 				w.closeOwned()
@@ -182,7 +199,7 @@ func (w *writerState) readOwned(ts *txStmts, e *entry) error {
 		return fmt.Errorf("read %s: %w", p.Table, err)
 	}
 	var b []byte
-	err = s.QueryRowContext(ts.ctx, e.row.Nonce).Scan(&b)
+	err = s.QueryRowContext(ts.ctx, e.row.FirstSeq).Scan(&b)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}
@@ -197,8 +214,8 @@ func (w *writerState) readOwned(ts *txStmts, e *entry) error {
 	return nil
 }
 
-// writeOwned upserts e.ext.
-func (w *writerState) writeOwned(ts *txStmts, e *entry) error {
+// queueOwned queues e.ext for writing by flushOwned.
+func (w *writerState) queueOwned(e *entry) error {
 	p := projectionOf(e.row.Owner)
 	if p == nil || e.ext == nil {
 		return nil
@@ -207,12 +224,33 @@ func (w *writerState) writeOwned(ts *txStmts, e *entry) error {
 	if err != nil {
 		return fmt.Errorf("write %s %q: %w", p.Table, e.row.Nonce, err)
 	}
-	s, err := w.ownedStmt(ts, p.upsertSQL())
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p.Table, err)
+	if w.ownedArgs == nil {
+		w.ownedArgs = make(map[*Projection][]any)
 	}
-	if _, err := s.ExecContext(ts.ctx, e.row.Nonce, e.row.LastSeq, b); err != nil {
-		return fmt.Errorf("write %s %q: %w", p.Table, e.row.Nonce, err)
+	w.ownedArgs[p] = append(w.ownedArgs[p], e.row.FirstSeq, e.row.Nonce, e.row.LastSeq, b)
+	return nil
+}
+
+// flushOwned upserts the queued rows, with as few statements as the
+// prepared row counts allow.
+func (w *writerState) flushOwned(ts *txStmts) error {
+	for p, args := range w.ownedArgs {
+		n, done := len(args)/ownedWidth, 0
+		for level := ownedLevels - 1; level >= 0; level-- {
+			size := 1 << level
+			for n-done >= size {
+				s, err := w.ownedStmt(ts, p.upsertSQL(size))
+				if err != nil {
+					return fmt.Errorf("write %s: %w", p.Table, err)
+				}
+				if _, err := s.ExecContext(ts.ctx, args[done*ownedWidth:(done+size)*ownedWidth]...); err != nil {
+					return fmt.Errorf("write %s: %w", p.Table, err)
+				}
+				done += size
+			}
+		}
+		clear(args)
+		w.ownedArgs[p] = args[:0]
 	}
 	return nil
 }
@@ -221,7 +259,7 @@ func (w *writerState) writeOwned(ts *txStmts, e *entry) error {
 func loadOwnedCache(ctx context.Context, q queryer, cache map[string]*entry) error {
 	for _, p := range projections() {
 		rows, err := q.QueryContext(ctx, `SELECT nonce, row FROM `+p.Table+
-			` WHERE nonce IN (SELECT nonce FROM intent_log WHERE status IN `+openList+`)`)
+			` WHERE first_seq IN (SELECT first_seq FROM intent_log WHERE status IN `+openList+`)`)
 		if err != nil {
 			return fmt.Errorf("load %s cache: %w", p.Table, err)
 		}
@@ -264,7 +302,7 @@ func (l *Log) OwnedRows(ctx context.Context, owner Owner, fn func(nonce string, 
 	if err := l.sync(ctx); err != nil {
 		return err
 	}
-	rows, err := l.rdb.QueryContext(ctx, `SELECT nonce, row FROM `+p.Table+` ORDER BY last_seq`)
+	rows, err := l.rdb.QueryContext(ctx, `SELECT nonce, row FROM `+p.Table+` ORDER BY first_seq`)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", p.Table, err)
 	}

@@ -182,9 +182,10 @@ type writerState struct {
 	// (rowkeys.go).
 	rows rowKeys
 
-	// owned holds the statements prepared on the owners' projections
-	// (owned.go).
-	owned map[string]*sql.Stmt
+	// owned holds the statements prepared on the owners' projections,
+	// ownedArgs the rows queued for them (owned.go).
+	owned     map[string]*sql.Stmt
+	ownedArgs map[*Projection][]any
 }
 
 func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnector) error {
@@ -476,7 +477,10 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 			return err
 		}
 	}
-	if err := w.writeOwned(ts, e); err != nil {
+	if err := w.queueOwned(e); err != nil {
+		return err
+	}
+	if err := w.flushOwned(ts); err != nil {
 		return err
 	}
 	e.dirty = false
@@ -533,7 +537,7 @@ func (w *writerState) flush(ts *txStmts) error {
 				return err
 			}
 		}
-		if err := w.writeOwned(ts, e); err != nil {
+		if err := w.queueOwned(e); err != nil {
 			return err
 		}
 		e.dirty = false
@@ -551,7 +555,7 @@ func (w *writerState) flush(ts *txStmts) error {
 	if _, err := ts.execMulti(mMessageInsert, msg); err != nil {
 		return fmt.Errorf("insert beam_messages rows: %w", err)
 	}
-	return nil
+	return w.flushOwned(ts)
 }
 
 // merge moves the committed working entries into the cache and the state
@@ -608,6 +612,10 @@ func (w *writerState) discard() {
 	clear(w.idTaken)
 	clear(w.absent)
 	w.clearEvents()
+	for p, args := range w.ownedArgs {
+		clear(args)
+		w.ownedArgs[p] = args[:0]
+	}
 }
 
 // Append validates the events, hands them to the writer and waits until

@@ -1,7 +1,10 @@
 package jobs
 
 import (
-	"encoding/json"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -26,16 +29,8 @@ type jobRow struct {
 // signedUse is a signed request's nonce ("digest:nonce") and when its
 // event was written (unix ms).
 type signedUse struct {
-	Key string `json:"k"`
-	At  int64  `json:"at"`
-}
-
-// storedJob is the stored form of a jobRow (JobRow leaves the token hash
-// out of its JSON).
-type storedJob struct {
-	Row       tracing.JobRow `json:"row"`
-	TokenHash string         `json:"tokenHash,omitempty"`
-	Signed    []signedUse    `json:"signed,omitempty"`
+	Key string
+	At  int64
 }
 
 // Apply folds ev as loadJobs did when it read the log: events without
@@ -68,19 +63,155 @@ func (r *jobRow) Clone() tracing.ProjectedRow {
 	return &c
 }
 
-// MarshalBinary implements tracing.ProjectedRow.
+// rowFormat is the first byte of a stored jobRow.
+const rowFormat = 1
+
+// MarshalBinary implements tracing.ProjectedRow: a compact binary form
+// (the row is written at every write of the job's projection rows, so
+// reflection-based JSON would cost the writer more than the SQL).
 func (r *jobRow) MarshalBinary() ([]byte, error) {
-	return json.Marshal(storedJob{Row: r.row, TokenHash: r.row.TokenHash, Signed: r.signed})
+	j := &r.row
+	b := make([]byte, 0, 256+len(j.Payload)+len(j.Result))
+	b = append(b, rowFormat)
+	for _, s := range [...]string{j.ID, j.Nonce, j.Namespace, j.Goal, j.Status, string(j.State), j.Visibility,
+		j.TargetWorker, j.RequiredCapability, j.Publisher, j.ClaimedBy, j.TokenHash, j.LastError, j.ResultType,
+		j.DeadReason} {
+		b = putBytes(b, []byte(s), false)
+	}
+	b = putBytes(b, j.Payload, true)
+	b = putBytes(b, j.Result, true)
+	for _, v := range [...]int64{int64(j.Priority), int64(j.ClaimAttempts), int64(j.MaxAttempts), j.CreatedAt,
+		j.ExpiresAt, j.RunAt, j.ClaimedAt, j.ClaimExpiresAt, j.FailedAt, j.CompletedAt, j.DeadAt, j.UpdatedAt,
+		j.FirstSeq, j.LastSeq} {
+		b = binary.AppendVarint(b, v)
+	}
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(j.BackoffBase))
+	purged := byte(0)
+	if j.Purged {
+		purged = 1
+	}
+	b = append(b, purged)
+	b = binary.AppendUvarint(b, uint64(len(r.signed)))
+	for _, u := range r.signed {
+		b = putBytes(b, []byte(u.Key), false)
+		b = binary.AppendVarint(b, u.At)
+	}
+	return b, nil
+}
+
+// putBytes appends v with its length; nullable keeps nil apart from
+// empty (length+1, 0 for nil).
+func putBytes(b, v []byte, nullable bool) []byte {
+	n := uint64(len(v))
+	if nullable {
+		if v == nil {
+			return binary.AppendUvarint(b, 0)
+		}
+		n++
+	}
+	return append(binary.AppendUvarint(b, n), v...)
+}
+
+// rowReader reads a stored jobRow; err is the first failure.
+type rowReader struct {
+	b   []byte
+	err error
+}
+
+var errShortRow = errors.New("job row: truncated")
+
+func (rd *rowReader) uvarint() uint64 {
+	v, n := binary.Uvarint(rd.b)
+	if n <= 0 {
+		rd.fail()
+		return 0
+	}
+	rd.b = rd.b[n:]
+	return v
+}
+
+func (rd *rowReader) varint() int64 {
+	v, n := binary.Varint(rd.b)
+	if n <= 0 {
+		rd.fail()
+		return 0
+	}
+	rd.b = rd.b[n:]
+	return v
+}
+
+func (rd *rowReader) bytes(nullable bool) []byte {
+	n := rd.uvarint()
+	if nullable {
+		if n == 0 {
+			return nil
+		}
+		n--
+	}
+	if rd.err != nil || n > uint64(len(rd.b)) {
+		rd.fail()
+		return nil
+	}
+	v := bytes.Clone(rd.b[:n])
+	if v == nil {
+		v = []byte{}
+	}
+	rd.b = rd.b[n:]
+	return v
+}
+
+func (rd *rowReader) str() string { return string(rd.bytes(false)) }
+
+func (rd *rowReader) fail() {
+	if rd.err == nil {
+		rd.err = errShortRow
+	}
+	rd.b = nil
 }
 
 // UnmarshalBinary implements tracing.ProjectedRow.
 func (r *jobRow) UnmarshalBinary(b []byte) error {
-	var s storedJob
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
+	if len(b) == 0 || b[0] != rowFormat {
+		return errors.New("job row: unknown format")
 	}
-	s.Row.TokenHash = s.TokenHash
-	r.row, r.signed = s.Row, s.Signed
+	rd := &rowReader{b: b[1:]}
+	var j tracing.JobRow
+	for _, s := range [...]*string{&j.ID, &j.Nonce, &j.Namespace, &j.Goal, &j.Status, (*string)(&j.State),
+		&j.Visibility, &j.TargetWorker, &j.RequiredCapability, &j.Publisher, &j.ClaimedBy, &j.TokenHash,
+		&j.LastError, &j.ResultType, &j.DeadReason} {
+		*s = rd.str()
+	}
+	j.Payload = rd.bytes(true)
+	j.Result = rd.bytes(true)
+	var prio, attempts, maxAttempts int64
+	for _, v := range [...]*int64{&prio, &attempts, &maxAttempts, &j.CreatedAt, &j.ExpiresAt, &j.RunAt,
+		&j.ClaimedAt, &j.ClaimExpiresAt, &j.FailedAt, &j.CompletedAt, &j.DeadAt, &j.UpdatedAt, &j.FirstSeq,
+		&j.LastSeq} {
+		*v = rd.varint()
+	}
+	j.Priority, j.ClaimAttempts, j.MaxAttempts = int(prio), int(attempts), int(maxAttempts)
+	if len(rd.b) < 9 {
+		rd.fail()
+	} else {
+		j.BackoffBase = math.Float64frombits(binary.LittleEndian.Uint64(rd.b))
+		j.Purged = rd.b[8] == 1
+		rd.b = rd.b[9:]
+	}
+	n := rd.uvarint()
+	if n > uint64(len(rd.b)) {
+		rd.fail()
+	}
+	var signed []signedUse
+	for i := uint64(0); i < n && rd.err == nil; i++ {
+		signed = append(signed, signedUse{Key: rd.str(), At: rd.varint()})
+	}
+	if rd.err == nil && len(rd.b) != 0 {
+		rd.err = errors.New("job row: trailing bytes")
+	}
+	if rd.err != nil {
+		return rd.err
+	}
+	r.row, r.signed = j, signed
 	return nil
 }
 
