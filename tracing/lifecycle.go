@@ -270,6 +270,9 @@ func Markdown(lcs []*Lifecycle) string {
 			checked = "the log's writer, on every append of one of its nonces"
 		}
 		fmt.Fprintf(&b, "- checked by: %s\n", checked)
+		if lc.Projection != nil {
+			fmt.Fprintf(&b, "- projection kept by the log: `%s`\n", lc.Projection.Table)
+		}
 		fmt.Fprintf(&b, "- states: %s\n", codes(lc.States))
 		fmt.Fprintf(&b, "- initial: %s\n", codes(lc.Initial()))
 		fmt.Fprintf(&b, "- terminal: %s\n", codes(lc.Terminal))
