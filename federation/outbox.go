@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -27,20 +26,34 @@ const (
 // OutboxStates lists every outbox state.
 var OutboxStates = []OutboxState{Pending, Claimed, Published, Dead}
 
-// outboxTransitions is seed 001's table; "" stands for a row not yet
-// written. Nothing else may happen.
-var outboxTransitions = map[OutboxState][]OutboxState{
-	"":        {Pending},
-	Pending:   {Claimed},
-	Claimed:   {Published, Pending, Dead},
-	Published: {Pending}, // replay
-	Dead:      {Pending}, // replay
-}
+// OutboxLifecycle is seed 001's table of an outbox row, as data; nothing
+// else may happen. Every change of a row checks it inside the log's
+// transaction that records the step (fenced, Replay).
+var OutboxLifecycle = tracing.Register(&tracing.Lifecycle{
+	Name:    "outbox row",
+	Package: "federation",
+	Doc: "A row of `federation_outbox`: one message to publish to a peer directory (seed 001). Its steps ride " +
+		"on the events of the intent it belongs to (`details.outbox`); the outbox checks the table in the " +
+		"transaction that records each step.",
+	Checked:  "federation, in the log's transaction that records the step",
+	States:   tracing.Names(OutboxStates),
+	Terminal: []string{string(Published), string(Dead)},
+	Transitions: []tracing.Transition{
+		{From: "", To: string(Pending), On: "enqueue"},
+		{From: string(Pending), To: string(Claimed), On: "claim"},
+		{From: string(Claimed), To: string(Published), On: "publish"},
+		{From: string(Claimed), To: string(Pending), On: "retry"},
+		{From: string(Claimed), To: string(Pending), On: "reap"},
+		{From: string(Claimed), To: string(Dead), On: "kill"},
+		{From: string(Published), To: string(Pending), On: "replay"},
+		{From: string(Dead), To: string(Pending), On: "replay"},
+	},
+})
 
 // CanTransitionOutbox reports whether seed 001 allows an outbox row to move
 // from one state to another.
 func CanTransitionOutbox(from, to OutboxState) bool {
-	return slices.Contains(outboxTransitions[from], to)
+	return OutboxLifecycle.Allows(string(from), string(to), "")
 }
 
 // ErrClaimLost is returned when a relay finalizes a row whose claim is no
@@ -261,9 +274,9 @@ func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]Claim,
 	now := fromUs(us(o.clock()))
 	// Rows whose intent can take no step (acked, or queued by the bus) are
 	// not candidates, so they never hold up the rows behind them.
-	cands, err := o.query(ctx, `WHERE status = ? AND available_at <= ? AND NOT EXISTS (SELECT 1 FROM intent_log i
-   WHERE i.nonce = federation_outbox.nonce AND i.status IN (?, ?)) ORDER BY available_at, id LIMIT ?`,
-		string(Pending), us(now), string(tracing.Acked), string(tracing.Queued), limit)
+	open, openArgs := tracing.IntentNotIn("federation_outbox.nonce", tracing.Acked, tracing.Queued)
+	cands, err := o.query(ctx, `WHERE status = ? AND available_at <= ? AND `+open+` ORDER BY available_at, id LIMIT ?`,
+		append(append([]any{string(Pending), us(now)}, openArgs...), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", err)
 	}

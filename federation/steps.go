@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -139,38 +140,31 @@ func RebuildOutbox(ctx context.Context, log *tracing.Log) (int, error) {
 	if tables == 0 {
 		return 0, nil // this directory never federated
 	}
-	rows, err := log.ReadDB().QueryContext(ctx,
-		`SELECT nonce, details FROM intent_trace_events WHERE details LIKE '%"outbox":{%' ORDER BY seq`)
-	if err != nil {
-		return 0, fmt.Errorf("rebuild outbox: %w", err)
-	}
 	byID := map[string]*Row{}
 	var order []string
-	for rows.Next() {
-		var nonce string
-		var details []byte
-		if err := rows.Scan(&nonce, &details); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("rebuild outbox: %w", err)
+	err := log.EachDetails(ctx, 0, func(nonce string, details []byte) error {
+		if !bytes.Contains(details, []byte(`"outbox":{`)) {
+			return nil // the cheap test first: most events carry no step
 		}
 		var d struct {
 			Outbox *Step `json:"outbox"`
 		}
 		if json.Unmarshal(details, &d) != nil || d.Outbox == nil || d.Outbox.EventID == "" {
-			continue
+			return nil
 		}
 		r := byID[d.Outbox.EventID]
 		if r == nil {
 			if d.Outbox.Kind == "" {
-				continue // a step of a row whose creation is not in the log
+				return nil // a step of a row whose creation is not in the log
 			}
 			r = &Row{}
 			byID[d.Outbox.EventID] = r
 			order = append(order, d.Outbox.EventID)
 		}
 		applyStep(r, nonce, *d.Outbox)
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return 0, fmt.Errorf("rebuild outbox: %w", err)
 	}
 	if _, err := log.Do(ctx, func(tx *sqlx.Tx) error {

@@ -332,6 +332,9 @@ func (w *writerState) fold(e *entry, ev *Event) *entry {
 		if ev.Details.Owner == OwnerMesh {
 			e.mesh = &MeshRow{}
 		}
+		if p := projectionOf(ev.Details.Owner); p != nil {
+			e.ext = p.New()
+		}
 		w.work[ev.Nonce] = e
 	}
 	e.row.Apply(*ev)
@@ -340,6 +343,9 @@ func (w *writerState) fold(e *entry, ev *Event) *entry {
 	}
 	if e.mesh != nil {
 		e.mesh.Apply(*ev)
+	}
+	if e.ext != nil {
+		e.ext.Apply(*ev)
 	}
 	e.dirty = true
 	if e.from == 0 {

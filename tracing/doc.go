@@ -11,10 +11,16 @@
 // mark of the events they hold, and folded again from the log on Open when
 // a stop left some unwritten (behind.go).
 //
-// Every query on these tables lives here, behind the Log's methods with
-// typed results (Intent, Messages, MessageState, WaitingMessages, …); no other
-// package holds SQL on them (TestNoLogSQLOutsideTracing), so their indexes
-// and the single writer stay this package's to keep.
+// Every system that keeps state in the log (intents, the bus, jobs,
+// pipelines, the federation outbox) declares its lifecycle as a transition
+// table (Lifecycle) in its own package and registers it, with the
+// projection it folds from its nonces' events if it has one, before it
+// first appends (Register, lifecycle.go, owned.go). The writer checks every
+// event of a registered owner's nonce against the owner's table too, and
+// keeps the owner's projection with its own (written behind, caught up on
+// Open, rebuilt by Rebuild). docs/lifecycles.md is rendered from the
+// registered tables (Markdown). All SQL on the log's tables lives here, behind the Log's methods with
+// typed results (TestNoLogSQLOutsideTracing keeps it so).
 //
 // tracing must not import any other package of this module: the directory,
 // the bus and federation build on it, never the other way round. It knows

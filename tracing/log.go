@@ -270,6 +270,16 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err != nil {
 		return fail(err)
 	}
+	fresh, err := l.createOwned(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if fresh {
+		// An owner's projection is new on a log that has events: fold
+		// its rows from the whole log, once.
+		l.logger.Info("a projection is new on this log; the projections will be rebuilt")
+		migrated = true
+	}
 
 	if l.ckpt, err = openCheckpointer(cfg.Path, syncMode); err != nil {
 		return fail(err)
@@ -496,6 +506,9 @@ func loadCache(ctx context.Context, q queryer, limit int) (map[string]*entry, er
 	}
 	mrows.Close()
 	if err := loadMeshCache(ctx, q, cache); err != nil {
+		return nil, err
+	}
+	if err := loadOwnedCache(ctx, q, cache); err != nil {
 		return nil, err
 	}
 	return cache, nil

@@ -594,7 +594,8 @@ func (l *Log) EachTransition(ctx context.Context, fn func(nonce string, state St
 	return nil
 }
 
-// ProjectionTables names the tables Rebuild derives from the log.
+// ProjectionTables names the log's own tables that Rebuild derives from
+// the log; Snapshot reads the owners' registered projections too.
 var ProjectionTables = []string{"intent_log", "beam_messages", "beam_mesh"}
 
 // Snapshot reads every row of every projection table, keyed by table, then
@@ -605,7 +606,11 @@ func (l *Log) Snapshot(ctx context.Context) (map[string]map[string]string, error
 		return nil, err
 	}
 	out := map[string]map[string]string{}
-	for _, t := range ProjectionTables {
+	tables := ProjectionTables
+	for _, p := range projections() {
+		tables = append(tables[:len(tables):len(tables)], p.Table)
+	}
+	for _, t := range tables {
 		rows, err := l.rdb.QueryContext(ctx, "SELECT * FROM "+t)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", t, err)

@@ -233,6 +233,9 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 	if err != nil {
 		return st, err
 	}
+	if err := recreateOwned(ctx, ts); err != nil {
+		return st, err
+	}
 	w.seen = make(map[uint64]int64)
 	w.seenSeed = maphash.MakeSeed()
 	defer func() { w.seen = nil }()

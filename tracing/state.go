@@ -22,23 +22,59 @@ const (
 	DeadLetter State = "dead_letter"
 )
 
+// nStates is the number of canonical states.
+const nStates = 8
+
 // States lists every canonical state in lifecycle order.
 var States = []State{Received, Validated, Queued, Dispatched, Delivered, Acked, Failed, DeadLetter}
 
-// transitions is the lifecycle transition table: for each state, the states
-// that may follow it. The empty state stands for "no event yet". Self
-// transitions are handled by CanTransition and are not listed here.
-var transitions = map[State][]State{
-	"":         {Received},
-	Received:   {Validated, Dispatched, Queued, Failed, DeadLetter},
-	Validated:  {Queued, Dispatched, Failed, DeadLetter},
-	Queued:     {Dispatched, Failed, DeadLetter},
-	Dispatched: {Delivered, Queued, Failed, DeadLetter},
-	Delivered:  {Acked, Failed, Queued, DeadLetter},
-	Failed:     {Queued},
-	DeadLetter: {Queued},
-	Acked:      nil,
-}
+// IntentLifecycle is the canonical lifecycle of an intent, as data: every
+// nonce's events follow it, whatever its owner (the owners' own tables come
+// on top). A state may follow itself (an annotation such as a second
+// federation hop or a late result recorded after a failure) unless it is
+// acked, which is final.
+var IntentLifecycle = Register(&Lifecycle{
+	Name:    "intent",
+	Owner:   OwnerDirectory,
+	Package: "tracing",
+	Doc: "The canonical lifecycle every nonce of the log follows, whatever its owner; the owners' tables below " +
+		"come on top of it. The directory relays intents along it.",
+	Checked:  "the log's writer, on every append (CanTransition, whatever the owner)",
+	States:   Names(States),
+	Terminal: Names([]State{Acked, Failed, DeadLetter}),
+	Repeat:   Names([]State{Received, Validated, Queued, Dispatched, Delivered, Failed, DeadLetter}),
+	Transitions: []Transition{
+		{"", "received", ""},
+		{"received", "validated", ""}, {"received", "dispatched", ""}, {"received", "queued", ""},
+		{"received", "failed", ""}, {"received", "dead_letter", ""},
+		{"validated", "queued", ""}, {"validated", "dispatched", ""}, {"validated", "failed", ""},
+		{"validated", "dead_letter", ""},
+		{"queued", "dispatched", ""}, {"queued", "failed", ""}, {"queued", "dead_letter", ""},
+		{"dispatched", "delivered", ""}, {"dispatched", "queued", ""}, {"dispatched", "failed", ""},
+		{"dispatched", "dead_letter", ""},
+		{"delivered", "acked", ""}, {"delivered", "failed", ""}, {"delivered", "queued", ""},
+		{"delivered", "dead_letter", ""},
+		{"failed", "queued", ""},
+		{"dead_letter", "queued", ""},
+	},
+})
+
+// canonical is IntentLifecycle as a matrix indexed by stateIndex+1 (0 is
+// the empty state), so that CanTransition costs two lookups per event.
+var canonical = func() (m [nStates + 1][nStates + 1]bool) {
+	idx := func(s string) int {
+		if s == "" {
+			return 0
+		}
+		return stateIndex(State(s)) + 1
+	}
+	for _, from := range append([]string{""}, IntentLifecycle.States...) {
+		for _, to := range IntentLifecycle.States {
+			m[idx(from)][idx(to)] = IntentLifecycle.Allows(from, to, "")
+		}
+	}
+	return m
+}()
 
 // Valid reports whether s is one of the canonical states.
 func (s State) Valid() bool {
@@ -60,13 +96,17 @@ func ParseState(s string) (State, error) {
 // (an annotation such as a second federation hop or a late result recorded
 // after a failure) unless it is acked, which is terminal.
 func CanTransition(from, to State) bool {
-	if !to.Valid() || (from != "" && !from.Valid()) {
+	t := stateIndex(to)
+	if t < 0 {
 		return false
 	}
-	if from != "" && from == to {
-		return from != Acked
+	f := 0
+	if from != "" {
+		if f = stateIndex(from) + 1; f == 0 {
+			return false
+		}
 	}
-	return slices.Contains(transitions[from], to)
+	return canonical[f][t+1]
 }
 
 // Terminal reports whether s ends the lifecycle: acked always; failed and

@@ -204,6 +204,8 @@ type txStmts struct {
 	stmts []*sql.Stmt
 	d     *execStmts
 	bound [stmtCount]*sql.Stmt
+	// owned holds the statements on the owners' projections (owned.go).
+	owned map[string]*sql.Stmt
 }
 
 // queryRow runs q, which is not prepared, in the transaction.

@@ -70,6 +70,9 @@ type entry struct {
 	// from is the seq of the first event folded into the entry since its
 	// rows were last written (0: the rows hold every event), see behind.go.
 	from int64
+	// ext is the row of the projection registered for the nonce's owner
+	// (owned.go), nil when it has none.
+	ext ProjectedRow
 }
 
 func (e *entry) clone() *entry {
@@ -81,6 +84,9 @@ func (e *entry) clone() *entry {
 	if e.mesh != nil {
 		m := *e.mesh
 		c.mesh = &m
+	}
+	if e.ext != nil {
+		c.ext = e.ext.Clone()
 	}
 	return &c
 }
@@ -96,6 +102,7 @@ const ovMapMin = 16
 type overlay struct {
 	nonce string
 	state State
+	owner Owner
 }
 
 // writerState is owned by the goroutine that writes: the writer goroutine,
@@ -139,8 +146,8 @@ type writerState struct {
 	absent  map[string]bool // nonces without a row at the start of the batch
 	keys    []any
 	ov      []overlay
-	ovm     map[string]State // replaces ov for requests of more than ovMapMin events
-	ovBig   map[string]State
+	ovm     map[string]overlay // replaces ov for requests of more than ovMapMin events
+	ovBig   map[string]overlay
 	reqIDs  []string
 	snaps   []snapshot
 	args    []driver.NamedValue
@@ -174,6 +181,11 @@ type writerState struct {
 	// rows tells which nonces and message ids certainly have no row
 	// (rowkeys.go).
 	rows rowKeys
+
+	// owned holds the statements prepared on the owners' projections,
+	// ownedArgs the rows queued for them (owned.go).
+	owned     map[string]*sql.Stmt
+	ownedArgs map[*Projection][]any
 }
 
 func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnector) error {
@@ -183,6 +195,10 @@ func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnect
 	}
 	w.stmts = stmts
 	w.wc = wc
+	if err := w.prepareOwned(ctx, db); err != nil {
+		closeStmts(stmts)
+		return err
+	}
 	w.work = make(map[string]*entry)
 	w.newIDs = make(map[string]bool)
 	w.idTaken = make(map[string]bool)
@@ -195,6 +211,7 @@ func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnect
 func (w *writerState) closeStmts() {
 	closeStmts(w.stmts)
 	w.stmts = nil
+	w.closeOwned()
 	w.dst.close()
 }
 
@@ -267,6 +284,9 @@ func (w *writerState) lookup(ts *txStmts, nonce string) (*entry, error) {
 		if e.mesh, err = readMesh(ts, nonce); err != nil {
 			return nil, err
 		}
+	}
+	if err := w.readOwned(ts, e); err != nil {
+		return nil, err
 	}
 	e.orig = e.row.Status
 	w.work[nonce] = e
@@ -359,8 +379,17 @@ func (w *writerState) prefetch(ts *txStmts, batch []*request) error {
 		return fmt.Errorf("read beam_messages rows: %w", err)
 	}
 	for _, n := range found {
-		if e := w.work[n.(string)]; e != nil && e.row.Owner == OwnerMesh && e.mesh == nil {
+		e := w.work[n.(string)]
+		if e == nil {
+			continue
+		}
+		if e.row.Owner == OwnerMesh && e.mesh == nil {
 			if e.mesh, err = readMesh(ts, n.(string)); err != nil {
+				return err
+			}
+		}
+		if e.ext == nil {
+			if err := w.readOwned(ts, e); err != nil {
 				return err
 			}
 		}
@@ -448,6 +477,12 @@ func (w *writerState) write(ts *txStmts, e *entry) error {
 			return err
 		}
 	}
+	if err := w.queueOwned(e); err != nil {
+		return err
+	}
+	if err := w.flushOwned(ts); err != nil {
+		return err
+	}
 	e.dirty = false
 	e.stored = true
 	e.from = 0
@@ -502,6 +537,9 @@ func (w *writerState) flush(ts *txStmts) error {
 				return err
 			}
 		}
+		if err := w.queueOwned(e); err != nil {
+			return err
+		}
 		e.dirty = false
 		e.stored = true
 		e.from = 0
@@ -517,7 +555,7 @@ func (w *writerState) flush(ts *txStmts) error {
 	if _, err := ts.execMulti(mMessageInsert, msg); err != nil {
 		return fmt.Errorf("insert beam_messages rows: %w", err)
 	}
-	return nil
+	return w.flushOwned(ts)
 }
 
 // merge moves the committed working entries into the cache and the state
@@ -574,6 +612,10 @@ func (w *writerState) discard() {
 	clear(w.idTaken)
 	clear(w.absent)
 	w.clearEvents()
+	for p, args := range w.ownedArgs {
+		clear(args)
+		w.ownedArgs[p] = args[:0]
+	}
 }
 
 // Append validates the events, hands them to the writer and waits until
@@ -1055,23 +1097,23 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 // stateOf returns the current state of nonce as seen by the request being
 // validated: its own earlier events first, then the batch, cache and
 // database.
-func (w *writerState) stateOf(ts *txStmts, nonce string) (State, bool, error) {
+func (w *writerState) stateOf(ts *txStmts, nonce string) (overlay, bool, error) {
 	if w.ovm != nil {
-		if st, ok := w.ovm[nonce]; ok {
-			return st, true, nil
+		if o, ok := w.ovm[nonce]; ok {
+			return o, true, nil
 		}
 	} else {
 		for i := len(w.ov) - 1; i >= 0; i-- {
 			if w.ov[i].nonce == nonce {
-				return w.ov[i].state, true, nil
+				return w.ov[i], true, nil
 			}
 		}
 	}
 	e, err := w.lookup(ts, nonce)
 	if err != nil || e == nil {
-		return "", false, err
+		return overlay{}, false, err
 	}
-	return e.row.Status, true, nil
+	return overlay{nonce: nonce, state: e.row.Status, owner: e.row.Owner}, true, nil
 }
 
 // messageIDTaken reports whether a bus message id is already used.
@@ -1133,7 +1175,7 @@ func (w *writerState) beginRequest(events int) {
 	w.ovm = nil
 	if events > ovMapMin {
 		if w.ovBig == nil {
-			w.ovBig = make(map[string]State)
+			w.ovBig = make(map[string]overlay)
 		}
 		clear(w.ovBig)
 		w.ovm = w.ovBig
@@ -1154,23 +1196,31 @@ func (w *writerState) dropRequestIDs() {
 func (w *writerState) validateRequest(ts *txStmts, r *request) (bool, error) {
 	for i := range r.events {
 		ev := &r.events[i]
-		cur, exists, err := w.stateOf(ts, ev.Nonce)
+		o, exists, err := w.stateOf(ts, ev.Nonce)
 		if err != nil {
 			return false, err
 		}
+		cur := o.state
 		if !CanTransition(cur, ev.State) {
 			reject(r, &TransitionError{Nonce: ev.Nonce, From: cur, To: ev.State}, rejectTransition)
 			return false, nil
 		}
 		if !exists {
+			o.owner = ev.Details.Owner
 			if ok, err := w.validateFirst(ts, r, i); !ok || err != nil {
 				return false, err
 			}
 		}
+		// The owner's own table, when it checks events (lifecycle.go).
+		if lc, t, ok := ownerStep(o.owner, cur, ev); ok && !lc.Allows(t.From, t.To, t.On) {
+			reject(r, &LifecycleError{Lifecycle: lc.Name, Nonce: ev.Nonce, From: t.From, To: t.To, On: t.On}, rejectTransition)
+			return false, nil
+		}
+		o = overlay{nonce: ev.Nonce, state: ev.State, owner: o.owner}
 		if w.ovm != nil {
-			w.ovm[ev.Nonce] = ev.State
+			w.ovm[ev.Nonce] = o
 		} else {
-			w.ov = append(w.ov, overlay{nonce: ev.Nonce, state: ev.State})
+			w.ov = append(w.ov, o)
 		}
 	}
 	return true, nil

@@ -16,7 +16,8 @@ import (
 // after one while an honest signature made before the start is accepted.
 // A nonce is stored before the request is answered, at no extra commit
 // when the request writes: in the job event its change appends
-// (details.job.signedNonce, folded back at start by loadJobs) or in the
+// (details.job.signedNonce, which the log folds into the job's beam_jobs
+// row while it can still be replayed, read back at start by loadJobs) or in the
 // same transaction as its table write (KV). Requests that write nothing
 // store it in intent_bus_nonces just before their answer (nonceWriter).
 

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -103,38 +102,27 @@ func (s *Service) Close() error {
 	return nil
 }
 
-// loadJobs folds the job events of the log into rows and indexes them.
+// loadJobs reads the jobs from their projection (beam_jobs, which the
+// log keeps current) and indexes them, and remembers the signed nonces the
+// rows hold.
 func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
-	rows := map[string]*tracing.JobRow{}
+	var rows []tracing.JobRow
 	now := s.clock().Unix()
-	var after int64
-	upto := s.log.LastSeq()
-	for after < upto {
-		evs, err := s.log.Events(ctx, after, 10000)
-		if err != nil {
-			return fmt.Errorf("load jobs: %w", err)
+	err := s.log.OwnedRows(ctx, tracing.OwnerJobs, func(nonce string, b []byte) error {
+		var r jobRow
+		if err := r.UnmarshalBinary(b); err != nil {
+			return fmt.Errorf("job row %s: %w", nonce, err)
 		}
-		if len(evs) == 0 {
-			break
+		for _, u := range r.signed {
+			s.rememberNonce(u.Key, u.usedAt(), now)
 		}
-		for _, ev := range evs {
-			if ev.Details.Job == nil || !strings.HasPrefix(ev.Nonce, noncePrefix) {
-				continue
-			}
-			if ev.Details.Job.SignedNonce != "" {
-				s.rememberNonce(ev.Details.Job.SignedNonce, ev.At, now)
-			}
-			r := rows[ev.Nonce]
-			if r == nil {
-				if ev.State != tracing.Received {
-					continue
-				}
-				r = &tracing.JobRow{}
-				rows[ev.Nonce] = r
-			}
-			r.Apply(ev)
+		if r.row.ID != "" {
+			rows = append(rows, r.row)
 		}
-		after = evs[len(evs)-1].Seq
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load jobs: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -142,7 +130,7 @@ func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 		if tomb[r.ID] || r.Purged {
 			continue
 		}
-		j := newJob(*r)
+		j := newJob(r)
 		s.jobs[r.ID] = j
 		s.track(j, 1)
 		s.slim(j)

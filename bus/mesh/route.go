@@ -976,7 +976,7 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 	if !ok {
 		return row, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
 	}
-	if _, ok := tracing.AdvanceMeshStatus(row.Status, to, kind == tracing.MeshKindResume); !ok || row.Status == to {
+	if !Lifecycle.Allows(string(row.Status), string(to), stepOn(kind)) || row.Status == to {
 		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
 	}
 	// The relay records delivered for a hop in flight without this lock,
@@ -999,7 +999,7 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 		if row, _, err = e.log.MeshEnvelope(ctx, id); err != nil {
 			return row, err
 		}
-		if _, ok := tracing.AdvanceMeshStatus(row.Status, to, kind == tracing.MeshKindResume); !ok || row.Status == to {
+		if !Lifecycle.Allows(string(row.Status), string(to), stepOn(kind)) || row.Status == to {
 			return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
 		}
 	}
