@@ -80,8 +80,9 @@
 // # Delivery, retries, dead letters
 //
 // A message to an online recipient is dispatched at once (received →
-// dispatched → delivered) through directory.DeliverBus: the directory's
-// bounded session queue, results accepted only from the recipient's
+// dispatched → delivered) through directory.Deliver: the directory's
+// bounded session queue, the recipient's policy applied again, delivered
+// appended by the bus itself when the directory reports the frame written, results accepted only from the recipient's
 // current session, routed back to the bus (not to the directory's
 // synchronous path). To an offline recipient it is queued with no
 // next_retry_at ("waiting for the recipient": no attempt is counted) and

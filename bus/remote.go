@@ -128,10 +128,10 @@ func (b *Bus) remoteOutcome(nonce string) {
 	}
 	switch row.Status {
 	case tracing.Delivered:
-		b.onDelivered(row)
+		b.observeDelivery(row)
 		b.m.outcomes.WithLabelValues("accepted").Inc()
 	case tracing.Acked:
-		b.onDelivered(row)
+		b.observeDelivery(row)
 		b.forget(nonce)
 		b.m.outcomes.WithLabelValues(string(tracing.Acked)).Inc()
 		b.notifySender(row, tracing.Acked, ir.ResultJSON)

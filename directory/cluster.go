@@ -139,14 +139,15 @@ func (inf *inflight) attestAuth() string {
 // beamID's session, so that messages waiting here for it go there.
 func (d *Directory) RemoteSessionUp(beamID string) { d.busConnected(beamID) }
 
-// handBus hands a bus attempt for a recipient another node holds to that
-// node; the outcome comes back as del.OnOutcome. It reports false when no
-// other node holds the recipient.
-func (d *Directory) handBus(del BusDelivery) bool {
+// handSession hands an owner's session attempt for a recipient another
+// node holds to that node; the outcome comes back through a. It reports
+// false when no other node holds the recipient.
+func (d *Directory) handSession(a *ownedAttempt) bool {
 	r := d.nodeRouter()
 	if r == nil {
 		return false
 	}
+	del := a.del
 	f := del.Frame
 	node, ok := r.NodeFor(f.To)
 	if !ok {
@@ -160,7 +161,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 	if timeout <= 0 {
 		timeout = d.cfg.WSTimeout
 	}
-	// The bus recorded dispatched before this call: the nonce left received.
+	// The owner recorded dispatched before this call: the nonce left received.
 	d.forgetBusReceived(f.Nonce)
 	h := HandOver{Frame: frame, Unsigned: f.Signature == "", TimeoutMs: timeout.Milliseconds(),
 		Bus: &BusMark{MessageID: del.MessageID, Attempt: del.Attempt, Auth: del.Auth}, Admitted: d.clock()}
@@ -168,7 +169,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Second)
 		defer cancel()
 		rep, err := r.Hand(ctx, node, h)
-		var o BusOutcome
+		var o Outcome
 		switch {
 		case err != nil:
 			o.ErrorCode, o.Error = handFailure(node, f.To, err)
@@ -184,9 +185,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 				o.Result, o.Written = rf, true
 			}
 		}
-		if del.OnOutcome != nil {
-			del.OnOutcome(o)
-		}
+		a.finish(o)
 	}()
 	return true
 }
@@ -195,7 +194,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 // reports false when no other node does (or inf came from one).
 func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.Event, extra map[string]any) bool {
 	r := d.nodeRouter()
-	if r == nil || inf.origin == OriginCluster || inf.bus != nil {
+	if r == nil || inf.origin == OriginCluster || inf.owned != nil {
 		return false
 	}
 	node, ok := r.NodeFor(inf.to)

@@ -126,8 +126,8 @@ func (d *Directory) recordBusAck(inf *inflight, rf *wire.ResultFrame) {
 	}
 	rec := DeliveryRecord{From: inf.from, Nonce: inf.nonce, Attempt: inf.attempt, At: d.clock().UTC()}
 	switch {
-	case inf.bus != nil:
-		rec.MessageID, rec.Attempt = inf.bus.del.MessageID, inf.bus.del.Attempt
+	case inf.owned != nil:
+		rec.MessageID, rec.Attempt = inf.owned.del.MessageID, inf.owned.del.Attempt
 	case inf.busMark != nil:
 		rec.MessageID, rec.Attempt = inf.busMark.MessageID, inf.busMark.Attempt
 	default:

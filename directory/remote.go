@@ -111,7 +111,7 @@ func (d *Directory) routeRemote(inf *inflight, f *wire.IntentFrame, pre []tracin
 	if !ok {
 		return false
 	}
-	if inf.bus == nil && d.peerKnownDown(peer) {
+	if inf.owned == nil && d.peerKnownDown(peer) {
 		// Nothing is sent: a plain send would only wait for its timeout.
 		d.fail(inf, pre, CodeDeliveryFailed, fmt.Sprintf("Not sent to %s: its directory %s is unreachable from this one (no connection to it). "+
 			"Check that it is running (beam peer list on this directory shows the link), then send again, "+
