@@ -205,7 +205,6 @@ func New(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("bus: new: %w", err)
 	}
 	b.m = m
-	b.dir.SetBusHooks(directory.BusHooks{Connected: b.AgentConnected, LateResult: b.lateResult})
 	if cfg.Remote != nil {
 		b.SetRemote(cfg.Remote)
 	}

@@ -412,10 +412,11 @@ func (b *Bus) retry(row tracing.MessageRow, n int, transport, code, msg string, 
 	return nil
 }
 
-// lateResult takes a result for a bus message that no attempt of this
-// process waits for: a delivered message (recovered after a restart, timed
-// out, or accepted asynchronously) is settled with it.
-func (b *Bus) lateResult(beamID string, rf *wire.ResultFrame) bool {
+// LateResult takes a result beamID sent for a bus message that no attempt
+// of this process waits for: a delivered message (recovered after a
+// restart, timed out, or accepted asynchronously) is settled with it. It
+// reports false when nonce is no bus message (directory.SessionOwner).
+func (b *Bus) LateResult(beamID string, rf *wire.ResultFrame) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
 	unlock := b.lock(rf.Nonce)

@@ -3,7 +3,6 @@ package directory
 import (
 	"encoding/json"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/beamdir/beam/agents/wire"
 )
@@ -11,8 +10,8 @@ import (
 // This file is the directory's side of the message bus (package bus): the
 // bus owns its messages' lifecycle, and the directory lends it its sessions
 // (bounded send queues, results accepted only from the addressed
-// recipient's current session) without recording anything but the
-// delivered event its session writers record for every frame they write.
+// recipient's current session, door.go) without recording anything of its
+// nonces.
 
 // Ways the bus authenticated a message's sender. They travel in the "bus"
 // member of a delivered intent message, outside the frame.
@@ -36,40 +35,33 @@ const (
 // directory; it never appears on events the directory writes itself.
 const TransportBus = "bus"
 
-// BusHooks are the bus's callbacks into the directory's events.
-type BusHooks struct {
-	// Connected is called (in its own goroutine) after an agent's session
-	// is attached.
-	Connected func(beamID string)
-	// LateResult is called for a result sent by beamID for a bus-owned
-	// nonce that no attempt of this process waits for (the attempt timed
-	// out, or the process restarted). It reports whether the bus took it.
-	LateResult func(beamID string, rf *wire.ResultFrame) bool
+// SessionOwner is what the owners of the nonces the directory does not own
+// — the message bus, the pipeline gateway — hear of its sessions. The
+// directory knows them only as this interface (Config.Owners).
+type SessionOwner interface {
+	// Connected is called (in its own goroutine) after beamID attached a
+	// session here, or on another node of the cluster: its waiting work
+	// may go now.
+	Connected(beamID string)
+	// LateResult is called with a result beamID sent for a nonce another
+	// owner holds that no Delivery waits for (the attempt timed out, or
+	// the process restarted). It reports whether an owner took it.
+	LateResult(beamID string, rf *wire.ResultFrame) bool
 }
 
-// busHookSlot holds the hooks set by SetBusHooks.
-type busHookSlot struct {
-	p atomic.Pointer[BusHooks]
-}
-
-// SetBusHooks installs the message bus's callbacks. Call it before serving.
-func (d *Directory) SetBusHooks(h BusHooks) {
-	d.busHooks.p.Store(&h)
-}
-
-// busConnected tells the bus (and the pipeline gateway) that beamID
-// attached a session.
-func (d *Directory) busConnected(beamID string) {
-	if h := d.busHooks.p.Load(); h != nil && h.Connected != nil {
-		go h.Connected(beamID)
+// ownersConnected tells the owners of other nonces that beamID attached a
+// session.
+func (d *Directory) ownersConnected(beamID string) {
+	if o := d.cfg.Owners; o != nil {
+		go o.Connected(beamID)
 	}
-	d.meshConnected(beamID)
 }
 
-// busLateResult hands a result for a bus-owned nonce to the bus.
-func (d *Directory) busLateResult(beamID string, rf *wire.ResultFrame) bool {
-	if h := d.busHooks.p.Load(); h != nil && h.LateResult != nil {
-		return h.LateResult(beamID, rf)
+// ownersLateResult hands a result for a nonce the directory does not own to
+// the owners.
+func (d *Directory) ownersLateResult(beamID string, rf *wire.ResultFrame) bool {
+	if o := d.cfg.Owners; o != nil {
+		return o.LateResult(beamID, rf)
 	}
 	return false
 }

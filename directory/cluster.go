@@ -135,9 +135,10 @@ func (inf *inflight) attestAuth() string {
 	return attestAuth(inf.vouchedBy)
 }
 
-// RemoteSessionUp tells the bus that another node of the cluster now holds
-// beamID's session, so that messages waiting here for it go there.
-func (d *Directory) RemoteSessionUp(beamID string) { d.busConnected(beamID) }
+// RemoteSessionUp tells the owners of other nonces (Config.Owners) that
+// another node of the cluster now holds beamID's session, so that messages
+// and hops waiting here for it go there.
+func (d *Directory) RemoteSessionUp(beamID string) { d.ownersConnected(beamID) }
 
 // handSession hands an owner's session attempt for a recipient another
 // node holds to that node; the outcome comes back through a. It reports

@@ -112,10 +112,11 @@ type Config struct {
 	// been authenticated (not for intents a peer directory relays): false
 	// refuses the intent with RATE_LIMITED, retryable after the duration.
 	AllowSender func(beamID string) (bool, time.Duration)
-	// OnAgentConnected is called (in its own goroutine) after an agent's
-	// session is attached; the message bus uses it to deliver queued
-	// messages. May be nil.
-	OnAgentConnected func(beamID string)
+	// Owners hears what the owners of the nonces the directory does not
+	// own (the message bus, the pipeline gateway) need of its sessions. They
+	// deliver through the directory, so the assembly builds them after it
+	// and has Owners reach them before anything is served. May be nil.
+	Owners SessionOwner
 	// parkLinger is how long an idle session's reader waits on its
 	// goroutine for the next message before it parks (1 s); tests set it.
 	parkLinger time.Duration
@@ -141,8 +142,6 @@ type Directory struct {
 	claims    map[string]*inflight // nonce → what this process is doing with it
 	sessions  map[string]*session  // beam ID → current session
 	recovered map[string]time.Time // delivered intents resumed by Recover → deadline
-	busHooks  busHookSlot          // the message bus's callbacks (bus_hooks.go)
-	meshHook  meshHookSlot         // the pipeline gateway's callback (mesh_hooks.go)
 	// busRecv holds the nonces the bus may keep in received, each with the
 	// generation it was last noted at (busnonces.go).
 	busRecv        map[string]uint64

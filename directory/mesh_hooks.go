@@ -2,7 +2,6 @@ package directory
 
 import (
 	"encoding/json"
-	"sync/atomic"
 
 	"github.com/beamdir/beam/agents/wire"
 )
@@ -14,26 +13,6 @@ const OriginMesh = "mesh"
 // pipelineHopIntent is the intent type of a pipeline hop's frame (the
 // mesh.envelope intent of bus/mesh).
 const pipelineHopIntent = "mesh.envelope"
-
-// meshHookSlot holds the callback set by SetMeshConnected.
-type meshHookSlot struct {
-	p atomic.Pointer[func(beamID string)]
-}
-
-// SetMeshConnected installs the pipeline gateway's callback for an agent
-// that attached a session (here, or on another node of a cluster), which
-// wakes the envelopes waiting for it as the bus's Connected hook wakes its
-// inbox. It is called in its own goroutine. Call it before serving.
-func (d *Directory) SetMeshConnected(f func(beamID string)) {
-	d.meshHook.p.Store(&f)
-}
-
-// meshConnected tells the pipeline gateway that beamID attached a session.
-func (d *Directory) meshConnected(beamID string) {
-	if f := d.meshHook.p.Load(); f != nil && *f != nil {
-		go (*f)(beamID)
-	}
-}
 
 // PeerFor returns the pinned peer directory that serves beamID when it is
 // not an agent of this directory (false without federation, or when no

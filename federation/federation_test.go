@@ -46,6 +46,7 @@ type fedDir struct {
 	node     *Node
 	srv      *httptest.Server
 	prom     *prometheus.Registry
+	owners   *busOwners
 	stopped  bool
 }
 
@@ -83,7 +84,9 @@ func prepareDir(t *testing.T, domain, path, natsListen string, mod func(*Config)
 	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, AllowInsecureEndpoints: true})
 	require.NoError(t, err)
 	prom := prometheus.NewRegistry()
-	dcfg := directory.Config{Log: lg, Registry: reg, Registerer: prom, HTTPTimeout: 20 * time.Second, WSTimeout: 20 * time.Second}
+	owners := &busOwners{}
+	dcfg := directory.Config{Log: lg, Registry: reg, Registerer: prom, HTTPTimeout: 20 * time.Second, WSTimeout: 20 * time.Second,
+		Owners: owners}
 	for _, m := range dmods {
 		m(&dcfg)
 	}
@@ -96,7 +99,7 @@ func prepareDir(t *testing.T, domain, path, natsListen string, mod func(*Config)
 	if mod != nil {
 		mod(&cfg)
 	}
-	return &fedDir{t: t, domain: domain, path: path, key: priv, log: lg, reg: reg, dir: dir, prom: prom}, cfg
+	return &fedDir{t: t, domain: domain, path: path, key: priv, log: lg, reg: reg, dir: dir, prom: prom, owners: owners}, cfg
 }
 
 func (d *fedDir) stop() {

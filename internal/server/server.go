@@ -485,7 +485,9 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	owners := &nonceOwners{}
 	dir, err := directory.New(directory.Config{
+		Owners:                owners,
 		Attester:              attester,
 		Log:                   s.log,
 		Registry:              agents,
@@ -520,6 +522,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return fmt.Errorf("open message bus: %w", err)
 	}
 	closers = append(closers, func() { _ = b.Close() })
+	owners.bus = b
 	if _, err := b.Recover(ctx); err != nil {
 		return fmt.Errorf("message bus recovery: %w", err)
 	}
@@ -534,6 +537,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return fmt.Errorf("open pipelines: %w", err)
 	}
 	closers = append(closers, func() { _ = pipes.Close() })
+	owners.mesh = pipes
 	if _, err := pipes.Recover(ctx); err != nil {
 		return fmt.Errorf("pipeline recovery: %w", err)
 	}
