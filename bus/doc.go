@@ -104,8 +104,8 @@
 //
 // # Recipients in peer directories
 //
-// With a federation router installed (Config.Remote or SetRemote: the
-// federation node), a message whose recipient is not a local agent but is
+// With a federation router installed (Config.Remote: the federation
+// node), a message whose recipient is not a local agent but is
 // served by a pinned peer is accepted (the peer applies its own policies)
 // and each attempt is handed to the federation outbox instead of a local
 // session: Remote.Forward commits the dispatched event (transport
@@ -114,7 +114,7 @@
 // the peer answers — retrying with backoff while the peer is down — and
 // records the outcome on the nonce (delivered, acked or failed;
 // dead_letter when the row dies); the bus's outcome hook
-// (Remote.SetBusOutcome) then counts it and notifies the sender. A
+// (RemoteOutcome, federation.Config.BusOutcome) then counts it and notifies the sender. A
 // sender-signed beam/1 frame travels verbatim (the peer verifies the
 // agent's signature); API-key, bus-key and JWS sends travel as an unsigned
 // frame this directory vouches for in its signed federation message, which

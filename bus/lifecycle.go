@@ -220,8 +220,7 @@ func (o *busOwner) Delivered(ws []directory.Written) error {
 	b := (*Bus)(o)
 	events := make([]tracing.Event, len(ws))
 	for i, w := range ws {
-		events[i] = tracing.Event{Nonce: w.Nonce, State: tracing.Delivered, From: w.From, To: w.To,
-			IntentType: w.Intent, Transport: transportWS, Attempt: w.Attempt}
+		events[i] = w.Event()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()

@@ -46,6 +46,9 @@ type NodeRouter interface {
 	// from's nonce, ok false when there is none.
 	RecordDelivery(ctx context.Context, rec DeliveryRecord) error
 	Delivery(ctx context.Context, from, nonce string) (rec DeliveryRecord, ok bool, err error)
+	// Joined reports whether this node joined its cluster, and when; the
+	// router is used only once it has.
+	Joined() (at time.Time, ok bool)
 }
 
 // HandOver is an intent handed from one node of the cluster to another.
@@ -70,17 +73,17 @@ type HandOver struct {
 	Admitted time.Time `json:"admitted,omitzero"`
 }
 
-// SetNodeRouter installs the cluster's router. Call it before serving.
-func (d *Directory) SetNodeRouter(r NodeRouter) {
-	d.mu.Lock()
-	d.nodes, d.nodesSince = r, d.clock()
-	d.mu.Unlock()
-}
-
+// nodeRouter returns the cluster's router once this node joined its
+// cluster (Config.Cluster); nil without cluster mode or before.
 func (d *Directory) nodeRouter() NodeRouter {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.nodes
+	r := d.cfg.Cluster
+	if r == nil {
+		return nil
+	}
+	if _, ok := r.Joined(); !ok {
+		return nil
+	}
+	return r
 }
 
 // sessionChanged tells the cluster about a session this node attached or

@@ -90,12 +90,11 @@ func (e *RecordsSettling) Error() string {
 // could not be read, or that records may still be arriving (recordSettle):
 // the caller must not deliver the message now.
 func (d *Directory) ClusterDelivery(ctx context.Context, from, nonce, messageID string) (DeliveryRecord, bool, error) {
-	d.mu.Lock()
-	r, since := d.nodes, d.nodesSince
-	d.mu.Unlock()
+	r := d.nodeRouter()
 	if r == nil {
 		return DeliveryRecord{}, false, nil
 	}
+	since, _ := r.Joined()
 	if joined := d.clock().Sub(since); joined < recordSettle {
 		return DeliveryRecord{}, false, &RecordsSettling{Joined: joined, Wait: recordSettle - joined}
 	}

@@ -112,6 +112,14 @@ type Config struct {
 	// been authenticated (not for intents a peer directory relays): false
 	// refuses the intent with RATE_LIMITED, retryable after the duration.
 	AllowSender func(beamID string) (bool, time.Duration)
+	// Remote routes intents to agents of pinned peer directories (the
+	// federation node, reached through a federation.Router the assembly
+	// builds before the directory); nil without federation.
+	Remote Remote
+	// Cluster reaches the other nodes of this directory's cluster (the
+	// cluster node, through a cluster.Router the assembly builds before the
+	// directory); nil without cluster mode.
+	Cluster NodeRouter
 	// Owners hears what the owners of the nonces the directory does not
 	// own (the message bus, the pipeline gateway) need of its sessions. They
 	// deliver through the directory, so the assembly builds them after it
@@ -150,9 +158,6 @@ type Directory struct {
 	busRecvPruning bool
 	deliv          delivState // the delivered recorder (delivered.go)
 	closed         bool
-	remote         Remote     // federation router; nil without federation
-	nodes          NodeRouter // cluster router (cluster.go); nil without cluster mode
-	nodesSince     time.Time  // when nodes was installed
 	attester       *attest.Attester
 
 	connMu     sync.Mutex
@@ -318,9 +323,8 @@ func (d *Directory) Close() error {
 func (d *Directory) Online(beamID string) bool {
 	d.mu.Lock()
 	_, ok := d.sessions[beamID]
-	r := d.nodes
 	d.mu.Unlock()
-	if !ok && r != nil {
+	if r := d.nodeRouter(); !ok && r != nil {
 		// In cluster mode, a session another node holds counts.
 		_, ok = r.NodeFor(beamID)
 	}

@@ -68,6 +68,12 @@ type Written struct {
 	MessageID string
 }
 
+// Event returns w's delivered event, for its owner to append.
+func (w Written) Event() tracing.Event {
+	return tracing.Event{Nonce: w.Nonce, State: tracing.Delivered, From: w.From, To: w.To,
+		IntentType: w.Intent, Transport: TransportWS, Attempt: w.Attempt}
+}
+
 // Delivery is one attempt to hand a frame to its recipient on behalf of the
 // owner of its nonce, which has recorded the attempt's dispatch.
 type Delivery struct {
@@ -372,8 +378,7 @@ type ownDelivered struct{ d *Directory }
 func (o ownDelivered) Delivered(ws []Written) error {
 	events := make([]tracing.Event, len(ws))
 	for i, w := range ws {
-		events[i] = tracing.Event{Nonce: w.Nonce, State: tracing.Delivered, From: w.From, To: w.To,
-			IntentType: w.Intent, Transport: TransportWS, Attempt: w.Attempt}
+		events[i] = w.Event()
 	}
 	return o.d.append(events...)
 }

@@ -62,6 +62,18 @@ func (b *testBundle) setConfig(a *agent, body string) {
 	require.Equal(b.t, http.StatusOK, resp.StatusCode)
 }
 
+// countingEndpoint is a direct-HTTP endpoint that answers {"ok":true} and
+// counts its requests.
+func countingEndpoint(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	var hits atomic.Int32
+	ep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(ep.Close)
+	return ep, &hits
+}
+
 // TestDeliverAppliesRecipientPolicyOnEveryPath: an owner's frame to a
 // recipient whose policy refuses its author is refused with FORBIDDEN on
 // the session path and on the direct-HTTP path alike; nothing reaches the
@@ -70,12 +82,7 @@ func TestDeliverAppliesRecipientPolicyOnEveryPath(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *setupOpts) { o.policy = registry.PolicyDeny })
 	alice, bob := b.register("alice"), b.register("bob")
-	var hits atomic.Int32
-	ep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		hits.Add(1)
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}))
-	defer ep.Close()
+	ep, hits := countingEndpoint(t)
 	bc := b.connect(bob)
 	owner := &collectingOwner{}
 
@@ -102,12 +109,7 @@ func TestDeliverRefusesAttestedPipelineHopsToSignatureRequiringActors(t *testing
 	t.Parallel()
 	b := setup(t)
 	alice, bob := b.register("alice"), b.register("bob")
-	var hits atomic.Int32
-	ep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		hits.Add(1)
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}))
-	defer ep.Close()
+	ep, hits := countingEndpoint(t)
 	b.setConfig(bob, `{"requireSenderSignatures":true}`)
 
 	hop := func() Outcome {

@@ -244,3 +244,10 @@ func (o *busOwners) LateResult(beamID string, rf *wire.ResultFrame) bool {
 	b := o.bus.Load()
 	return b != nil && b.LateResult(beamID, rf)
 }
+
+// remoteOutcome is the node's Config.BusOutcome: the bus's, once started.
+func (o *busOwners) remoteOutcome(nonce string) {
+	if b := o.bus.Load(); b != nil {
+		b.RemoteOutcome(nonce)
+	}
+}

@@ -85,8 +85,9 @@ func prepareDir(t *testing.T, domain, path, natsListen string, mod func(*Config)
 	require.NoError(t, err)
 	prom := prometheus.NewRegistry()
 	owners := &busOwners{}
+	router := &Router{}
 	dcfg := directory.Config{Log: lg, Registry: reg, Registerer: prom, HTTPTimeout: 20 * time.Second, WSTimeout: 20 * time.Second,
-		Owners: owners}
+		Owners: owners, Remote: router}
 	for _, m := range dmods {
 		m(&dcfg)
 	}
@@ -95,7 +96,7 @@ func prepareDir(t *testing.T, domain, path, natsListen string, mod func(*Config)
 	cfg := Config{Domain: domain, Key: priv, Log: lg, Directory: dir, Registry: reg, NATSListen: natsListen,
 		Registerer: prom, OperatorAuth: func(r *http.Request) bool { return r.Header.Get("X-Admin-Token") == "op" },
 		PollInterval: 50 * time.Millisecond, RetryBase: 20 * time.Millisecond, DurableRetryMax: 200 * time.Millisecond,
-		SyncRetryMax: 100 * time.Millisecond}
+		SyncRetryMax: 100 * time.Millisecond, BusOutcome: owners.remoteOutcome, Router: router}
 	if mod != nil {
 		mod(&cfg)
 	}

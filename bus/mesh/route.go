@@ -456,8 +456,7 @@ func (o *meshOwner) Delivered(ws []directory.Written) error {
 	e := (*Engine)(o)
 	events := make([]tracing.Event, len(ws))
 	for i, w := range ws {
-		events[i] = tracing.Event{Nonce: w.Nonce, State: tracing.Delivered, From: w.From, To: w.To,
-			IntentType: w.Intent, Transport: directory.TransportWS, Attempt: w.Attempt}
+		events[i] = w.Event()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

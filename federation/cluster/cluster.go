@@ -96,6 +96,13 @@ type Config struct {
 	// Directory is this node's relay; intents for agents other nodes hold
 	// leave it through the node (routing.go). Nil: no routing.
 	Directory *directory.Directory
+	// Router, when set, is the Router the directory was given
+	// (directory.Config.Cluster): Start points it at this node once it
+	// joined.
+	Router *Router
+	// Sessions, when set, counts the WebSocket sessions this node holds
+	// (shown to the other nodes).
+	Sessions func() int
 	// DirectoryKey is this node's directory public key (encoded), which
 	// must be the one the cluster announces (identity.go); empty skips the
 	// check.

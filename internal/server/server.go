@@ -486,8 +486,26 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return err
 	}
 	owners := &nonceOwners{}
+	// The directory and the bus reach the federation node, built after
+	// them, through one router (cluster mode runs federation too); the
+	// directory reaches the cluster node through another.
+	var peers *federation.Router
+	var dirRemote directory.Remote
+	var busRemote bus.Remote
+	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" || s.cfg.Cluster != nil {
+		peers = &federation.Router{}
+		dirRemote, busRemote = peers, peers
+	}
+	var nodes *cluster.Router
+	var dirCluster directory.NodeRouter
+	if s.cfg.Cluster != nil {
+		nodes = &cluster.Router{Clock: s.cfg.Clock}
+		dirCluster = nodes
+	}
 	dir, err := directory.New(directory.Config{
 		Owners:                owners,
+		Remote:                dirRemote,
+		Cluster:               dirCluster,
 		Attester:              attester,
 		Log:                   s.log,
 		Registry:              agents,
@@ -516,7 +534,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		Registerer: s.registry, BusAPIKey: s.cfg.BusAPIKey, OperatorAuth: s.IsOperator,
 		Schedule: s.cfg.BusRetrySchedule, MaxAttempts: s.cfg.BusMaxAttempts,
 		DeliveryTimeout: s.cfg.BusDeliveryTimeout, TickInterval: s.cfg.BusTickInterval,
-		AllowSender: s.rl.busSends.Allow,
+		AllowSender: s.rl.busSends.Allow, Remote: busRemote,
 	})
 	if err != nil {
 		return fmt.Errorf("open message bus: %w", err)
@@ -543,20 +561,19 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	}
 
 	var fedStatus func(context.Context) (any, error)
-	if err := s.openCluster(agents, dir); err != nil {
+	if err := s.openCluster(agents, dir, nodes); err != nil {
 		return err
 	}
 	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" {
-		node, err := s.openFederation(ctx, agents, dir)
+		node, err := s.openFederation(ctx, agents, dir, peers, b.RemoteOutcome)
 		if err != nil {
 			return err
 		}
 		closers = append(closers, func() { _ = node.Close() })
 		s.fed = node
-		b.SetRemote(node)
 		fedStatus = node.Status
 	}
-	if err := s.startCluster(ctx, dir.ConnectedAgents); err != nil {
+	if err := s.startCluster(ctx); err != nil {
 		return err
 	}
 	if s.cluster != nil {
@@ -617,7 +634,8 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 // openFederation loads (or creates) the directory key and starts the
 // federation node: the embedded NATS server or a client of NATSURL, the
 // pinned peers and the outbox relay.
-func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, dir *directory.Directory) (*federation.Node, error) {
+func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, dir *directory.Directory,
+	router *federation.Router, busOutcome func(nonce string)) (*federation.Node, error) {
 	if s.cfg.Domain == "" {
 		return nil, errors.New("federation needs --domain")
 	}
@@ -626,7 +644,7 @@ func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, 
 		return nil, fmt.Errorf("directory key: %w", err)
 	}
 	node, err := federation.New(ctx, federation.Config{
-		Domain: s.cfg.Domain, Key: key, Log: s.log, Directory: dir, Registry: agents,
+		Domain: s.cfg.Domain, Key: key, Log: s.log, Directory: dir, Registry: agents, Router: router, BusOutcome: busOutcome,
 		NATSListen: s.cfg.NATSListen, NATSURL: s.cfg.NATSURL, Peers: s.cfg.Peers,
 		Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry, OperatorAuth: s.IsOperator,
 		ServerOptions: s.natsServerOptions(), QueueGroup: s.federationQueue(), BeforeSubscribe: s.clusterIdentity(ctx),
