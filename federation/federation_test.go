@@ -81,11 +81,12 @@ func prepareDir(t *testing.T, domain, path, natsListen string, mod func(*Config)
 	require.NoError(t, err)
 	lg, err := tracing.Open(ctx, tracing.Config{Path: filepath.Join(path, "beam.db"), Synchronous: "NORMAL"})
 	require.NoError(t, err)
-	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, AllowInsecureEndpoints: true})
+	router := &Router{}
+	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, AllowInsecureEndpoints: true,
+		Peers: router})
 	require.NoError(t, err)
 	prom := prometheus.NewRegistry()
 	owners := &busOwners{}
-	router := &Router{}
 	dcfg := directory.Config{Log: lg, Registry: reg, Registerer: prom, HTTPTimeout: 20 * time.Second, WSTimeout: 20 * time.Second,
 		Owners: owners, Remote: router}
 	for _, m := range dmods {

@@ -278,9 +278,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Router != nil {
 		cfg.Router.node.Store(n)
 	}
-	// Nobody may register an ID in a pinned peer's domain here.
-	cfg.Registry.SetForeignDomains(n.isPeerDomain)
-	cfg.Registry.SetRemoteLookup(n.lookupRemote)
 	return n, nil
 }
 

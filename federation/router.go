@@ -6,13 +6,15 @@ import (
 	"sync/atomic"
 
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/tracing"
 )
 
 // Router reaches the federation node from the parts built before it: the
-// directory (directory.Config.Remote) and the message bus
+// registry (registry.Config.Peers) answers for peers' domains and agents,
+// the directory (directory.Config.Remote) and the message bus
 // (bus.Config.Remote) route to pinned peers through it, and the node, which
-// needs the directory, is built after them. The assembly gives the same
+// needs them, is built after them. The assembly gives the same
 // Router to all three; New points it at the node (Config.Router). Until
 // then no recipient is a peer's. The zero value is ready to use.
 type Router struct {
@@ -52,4 +54,20 @@ func (r *Router) LinkDown(peer string) bool {
 func (r *Router) LinkKnownDown(peer string) bool {
 	n := r.node.Load()
 	return n != nil && n.LinkKnownDown(peer)
+}
+
+// IsPeerDomain reports whether a pinned peer serves domain: nobody may
+// register an ID in it here.
+func (r *Router) IsPeerDomain(domain string) bool {
+	n := r.node.Load()
+	return n != nil && n.isPeerDomain(domain)
+}
+
+// LookupRemote resolves an agent of a pinned peer's domain from the peer.
+func (r *Router) LookupRemote(ctx context.Context, beamID string) (registry.RemoteKey, bool) {
+	n := r.node.Load()
+	if n == nil {
+		return registry.RemoteKey{}, false
+	}
+	return n.lookupRemote(ctx, beamID)
 }

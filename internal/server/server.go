@@ -458,7 +458,19 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		}
 	}()
 
+	// The registry, the directory and the bus reach the federation node,
+	// built after them, through one router (cluster mode runs federation
+	// too); the directory reaches the cluster node through another.
+	var peers *federation.Router
+	var regPeers registry.Peers
+	var dirRemote directory.Remote
+	var busRemote bus.Remote
+	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" || s.cfg.Cluster != nil {
+		peers = &federation.Router{}
+		regPeers, dirRemote, busRemote = peers, peers, peers
+	}
 	agents, err := registry.Open(ctx, s.log, registry.Config{
+		Peers:         regPeers,
 		DefaultPolicy: policy,
 		OperatorAuth: func(r *http.Request) (string, bool) {
 			if s.IsOperator(r) {
@@ -486,16 +498,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return err
 	}
 	owners := &nonceOwners{}
-	// The directory and the bus reach the federation node, built after
-	// them, through one router (cluster mode runs federation too); the
-	// directory reaches the cluster node through another.
-	var peers *federation.Router
-	var dirRemote directory.Remote
-	var busRemote bus.Remote
-	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" || s.cfg.Cluster != nil {
-		peers = &federation.Router{}
-		dirRemote, busRemote = peers, peers
-	}
+	// The directory reaches the cluster node through its own router.
 	var nodes *cluster.Router
 	var dirCluster directory.NodeRouter
 	if s.cfg.Cluster != nil {
