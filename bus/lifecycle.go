@@ -218,13 +218,9 @@ type busOwner Bus
 // follows.
 func (o *busOwner) Delivered(ws []directory.Written) error {
 	b := (*Bus)(o)
-	events := make([]tracing.Event, len(ws))
-	for i, w := range ws {
-		events[i] = w.Event()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
-	if _, err := b.log.Append(ctx, events...); err != nil {
+	if _, err := b.log.Append(ctx, directory.DeliveredEvents(ws)...); err != nil {
 		return fmt.Errorf("record delivered of %s: %w", ws[0].Nonce, err)
 	}
 	for _, w := range ws {

@@ -68,10 +68,15 @@ type Written struct {
 	MessageID string
 }
 
-// Event returns w's delivered event, for its owner to append.
-func (w Written) Event() tracing.Event {
-	return tracing.Event{Nonce: w.Nonce, State: tracing.Delivered, From: w.From, To: w.To,
-		IntentType: w.Intent, Transport: TransportWS, Attempt: w.Attempt}
+// DeliveredEvents returns the delivered events of ws, for their owner to
+// append.
+func DeliveredEvents(ws []Written) []tracing.Event {
+	events := make([]tracing.Event, len(ws))
+	for i, w := range ws {
+		events[i] = tracing.Event{Nonce: w.Nonce, State: tracing.Delivered, From: w.From, To: w.To,
+			IntentType: w.Intent, Transport: TransportWS, Attempt: w.Attempt}
+	}
+	return events
 }
 
 // Delivery is one attempt to hand a frame to its recipient on behalf of the
@@ -376,9 +381,5 @@ type ownDelivered struct{ d *Directory }
 
 // Delivered appends delivered for the directory's own written frames.
 func (o ownDelivered) Delivered(ws []Written) error {
-	events := make([]tracing.Event, len(ws))
-	for i, w := range ws {
-		events[i] = w.Event()
-	}
-	return o.d.append(events...)
+	return o.d.append(DeliveredEvents(ws)...)
 }

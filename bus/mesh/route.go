@@ -454,13 +454,9 @@ type meshOwner Engine
 // subscribers see the received progress the delivered event folds in.
 func (o *meshOwner) Delivered(ws []directory.Written) error {
 	e := (*Engine)(o)
-	events := make([]tracing.Event, len(ws))
-	for i, w := range ws {
-		events[i] = w.Event()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := e.log.Append(ctx, events...); err != nil {
+	if _, err := e.log.Append(ctx, directory.DeliveredEvents(ws)...); err != nil {
 		return fmt.Errorf("record delivered of %s: %w", ws[0].Nonce, err)
 	}
 	for _, w := range ws {
