@@ -74,6 +74,10 @@ type Config struct {
 	// only in it and the orgs beneath it (default beam.directory: personal
 	// IDs and every org). Pinned peers' domains are excluded (Peers).
 	Domain string
+	// Replicator, when set, replicates every mutation through the cluster
+	// (federation/cluster's Router) once it says it is Replicating; nil on
+	// a single node.
+	Replicator Replicator
 	// Peers, when set, answers for the agents of pinned peer directories
 	// (federation); nil without federation.
 	Peers Peers

@@ -9,16 +9,19 @@ import (
 	"github.com/beamdir/beam/directory"
 )
 
-// Router reaches the cluster from the directory (directory.Config.Cluster),
-// which is built before the node: the node needs the directory, and joins
-// its cluster only at Start, which points the router at it (Config.Router).
-// Until then the directory acts alone. The zero value is ready to use.
+// Router reaches the cluster from the registry (registry.Config.Replicator)
+// and the directory (directory.Config.Cluster), which are built before the
+// node: the node needs them, and joins its cluster only at Start, which
+// points the router at it (Config.Router) and, once the registry caught up
+// on the stream, turns replication on. Until then both act alone. The zero
+// value is ready to use.
 type Router struct {
 	// Clock is the directory's clock, which says when the node joined
 	// (Joined); default time.Now.
 	Clock func() time.Time
 
-	joined atomic.Pointer[joinedNode]
+	joined      atomic.Pointer[joinedNode]
+	replicating atomic.Bool
 }
 
 // errNotJoined is the Router's error before its node joined the cluster.
@@ -107,4 +110,25 @@ func (r *Router) Delivery(ctx context.Context, from, nonce string) (directory.De
 		return n.Delivery(ctx, from, nonce)
 	}
 	return directory.DeliveryRecord{}, false, errNotJoined
+}
+
+// Replicating reports whether the registry's mutations go through the
+// cluster's stream (registry.Replicator).
+func (r *Router) Replicating() bool { return r.replicating.Load() && r.node() != nil }
+
+// Publish appends a registry operation to the cluster's stream
+// (Node.Publish).
+func (r *Router) Publish(ctx context.Context, after uint64, op []byte) (uint64, error) {
+	if n := r.node(); n != nil {
+		return n.Publish(ctx, after, op)
+	}
+	return 0, errNotJoined
+}
+
+// Settle waits for the other serving nodes to apply the stream up to seq
+// (Node.Settle).
+func (r *Router) Settle(ctx context.Context, seq uint64) {
+	if n := r.node(); n != nil {
+		n.Settle(ctx, seq)
+	}
 }

@@ -469,8 +469,18 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		peers = &federation.Router{}
 		regPeers, dirRemote, busRemote = peers, peers, peers
 	}
+	// The registry and the directory reach the cluster node through
+	// another.
+	var nodes *cluster.Router
+	var regCluster registry.Replicator
+	var dirCluster directory.NodeRouter
+	if s.cfg.Cluster != nil {
+		nodes = &cluster.Router{Clock: s.cfg.Clock}
+		regCluster, dirCluster = nodes, nodes
+	}
 	agents, err := registry.Open(ctx, s.log, registry.Config{
 		Peers:         regPeers,
+		Replicator:    regCluster,
 		DefaultPolicy: policy,
 		OperatorAuth: func(r *http.Request) (string, bool) {
 			if s.IsOperator(r) {
@@ -498,13 +508,6 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return err
 	}
 	owners := &nonceOwners{}
-	// The directory reaches the cluster node through its own router.
-	var nodes *cluster.Router
-	var dirCluster directory.NodeRouter
-	if s.cfg.Cluster != nil {
-		nodes = &cluster.Router{Clock: s.cfg.Clock}
-		dirCluster = nodes
-	}
 	dir, err := directory.New(directory.Config{
 		Owners:                owners,
 		Remote:                dirRemote,
