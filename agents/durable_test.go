@@ -31,11 +31,13 @@ func busServer(t *testing.T) string {
 	require.NoError(t, err)
 	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, Logger: quiet})
 	require.NoError(t, err)
-	dir, err := directory.New(directory.Config{Log: lg, Registry: reg, Logger: quiet})
+	owners := &busOwners{}
+	dir, err := directory.New(directory.Config{Log: lg, Registry: reg, Logger: quiet, Owners: owners})
 	require.NoError(t, err)
 	b, err := bus.New(bus.Config{Log: lg, Directory: dir, Registry: reg, Logger: quiet, BusAPIKey: "bk-test-bus",
 		TickInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
+	owners.bus = b
 	_, err = b.Recover(ctx)
 	require.NoError(t, err)
 	b.Start(ctx)
@@ -261,4 +263,14 @@ func TestBeam2SessionReceivesAttestedBusFrame(t *testing.T) {
 		m, err := sender.DurableMessageStatus(ctx, rec.MessageID)
 		return err == nil && m.Status == "acked"
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// busOwners is the directory's SessionOwner here: the bus, built after the
+// directory and filled in before anything is served.
+type busOwners struct{ bus *bus.Bus }
+
+func (o *busOwners) Connected(beamID string) { o.bus.AgentConnected(beamID) }
+
+func (o *busOwners) LateResult(beamID string, rf *wire.ResultFrame) bool {
+	return o.bus.LateResult(beamID, rf)
 }

@@ -10,7 +10,7 @@ import (
 
 // Attestation on the bus: a message its sender did not sign (API key, bus
 // key, beam/2 JWS) is delivered as a frame the directory signs with its
-// attestation key (directory.DeliverBus); the dispatched event of such an
+// attestation key (directory.Deliver); the dispatched event of such an
 // attempt carries details.attestation. A recipient that requires sender
 // signatures gets no such message: the send is refused (403
 // SENDER_SIGNATURE_REQUIRED), and a message queued before the recipient

@@ -113,3 +113,34 @@ func TestUnansweredAttemptIsNotASuccess(t *testing.T) {
 	require.Equal(t, map[string]any{"sessionProtocol": "beam/1", "sessionAuth": "api_key", "noAnswer": true}, last.Details.Extra)
 	require.NotContains(t, tb.states(nonce), tracing.Acked)
 }
+
+// TestQueuedMessageObeysADenyRuleAddedBeforeDelivery: ATTACK — a sender
+// queues a message for an offline recipient, which then denies it with an
+// ACL rule. The send-time check passed; the delivery goes through the
+// directory's one door, which applies the recipient's policy again, so the
+// message is dead-lettered FORBIDDEN and never reaches the recipient.
+func TestQueuedMessageObeysADenyRuleAddedBeforeDelivery(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "x", nil, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	nonce := nonceOf(t, body)
+	status, body = tb.call(http.MethodPost, "/acl", bob.apiKey, "",
+		map[string]any{"targetBeamId": bob.id, "allowedFrom": alice.id, "intentType": "*", "effect": "deny"})
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	bobWS := tb.connect(bob)
+	m := tb.waitStatus(nonce, tracing.DeadLetter)
+	require.Contains(t, m.Error, "ACL denied")
+	ir, _, err := tb.log.Intent(t.Context(), nonce)
+	require.NoError(t, err)
+	require.Equal(t, directory.CodeForbidden, ir.ErrorCode)
+	require.NotContains(t, tb.states(nonce), tracing.Delivered, "the frame reached the recipient")
+	// The session got nothing: the next thing it reads is a later message
+	// of another sender.
+	carol := tb.register("carol")
+	status, body = tb.sendAs(carol, bob.id, "y", nil, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	_, f := bobWS.nextIntent()
+	require.Equal(t, nonceOf(t, body), f.Nonce)
+}

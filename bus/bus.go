@@ -97,7 +97,8 @@ type Config struct {
 	// (32).
 	PerRecipient int
 	// Remote, when set, forwards messages to agents of pinned peer
-	// directories (the federation node); see also SetRemote.
+	// directories (the federation node), which calls RemoteOutcome when the
+	// peer's outcome of a forwarded message is committed.
 	Remote Remote
 }
 
@@ -132,7 +133,6 @@ type Bus struct {
 	// a free attempt slot or due now: only for them does a finished attempt
 	// look for more work (a session's connect always does).
 	queuedFor map[string]bool
-	remote    Remote // federation router, nil without federation
 	closed    bool
 
 	closeOnce sync.Once
@@ -209,10 +209,6 @@ func New(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("bus: new: %w", err)
 	}
 	b.m = m
-	b.dir.SetBusHooks(directory.BusHooks{Connected: b.AgentConnected, LateResult: b.lateResult})
-	if cfg.Remote != nil {
-		b.SetRemote(cfg.Remote)
-	}
 	return b, nil
 }
 

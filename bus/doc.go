@@ -81,13 +81,14 @@
 // # Delivery, retries, dead letters
 //
 // A message to an online recipient is dispatched at once (received →
-// dispatched → delivered) through directory.DeliverBus: the directory's
-// bounded session queue, results accepted only from the recipient's
+// dispatched → delivered) through directory.Deliver: the directory's
+// bounded session queue, the recipient's policy applied again, delivered
+// appended by the bus itself when the directory reports the frame written, results accepted only from the recipient's
 // current session, routed back to the bus (not to the directory's
 // synchronous path). To an offline recipient it is queued with no
 // next_retry_at ("waiting for the recipient": no attempt is counted) and
 // delivered the moment the recipient attaches a session
-// (BusHooks.Connected), at most PerRecipient attempts in flight per
+// (directory.SessionOwner.Connected), at most PerRecipient attempts in flight per
 // recipient. A success result acks it (response = the result payload); an
 // async acceptance ("terminal": false) leaves it delivered until POST
 // /v1/beam/ack; a failure result, TIMEOUT (no result within
@@ -104,8 +105,8 @@
 //
 // # Recipients in peer directories
 //
-// With a federation router installed (Config.Remote or SetRemote: the
-// federation node), a message whose recipient is not a local agent but is
+// With a federation router installed (Config.Remote: the federation
+// node), a message whose recipient is not a local agent but is
 // served by a pinned peer is accepted (the peer applies its own policies)
 // and each attempt is handed to the federation outbox instead of a local
 // session: Remote.Forward commits the dispatched event (transport
@@ -114,7 +115,7 @@
 // the peer answers — retrying with backoff while the peer is down — and
 // records the outcome on the nonce (delivered, acked or failed;
 // dead_letter when the row dies); the bus's outcome hook
-// (Remote.SetBusOutcome) then counts it and notifies the sender. A
+// (RemoteOutcome, federation.Config.BusOutcome) then counts it and notifies the sender. A
 // sender-signed beam/1 frame travels verbatim (the peer verifies the
 // agent's signature); API-key, bus-key and JWS sends travel as an unsigned
 // frame this directory vouches for in its signed federation message, which
@@ -143,7 +144,7 @@
 // requeued at once with the same nonce (retry_count kept); queued ones
 // keep next_retry_at; delivered, acked, failed and dead_letter are
 // unchanged. A delivered message that still waited for a WebSocket result
-// may get it late (BusHooks.LateResult); if none comes within
+// may get it late (directory.SessionOwner.LateResult); if none comes within
 // DeliveryTimeout of its delivery, Tick retries it as TIMEOUT. Async
 // acceptances stay delivered until acked.
 //

@@ -76,7 +76,8 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 			return "admin", r.Header.Get("Authorization") == "Bearer "+testOperatorToken
 		}})
 	require.NoError(t, err)
-	d, err := directory.New(directory.Config{Log: lg, Registry: reg, Clock: o.clock.Now})
+	owners := &testOwners{}
+	d, err := directory.New(directory.Config{Log: lg, Registry: reg, Clock: o.clock.Now, Owners: owners})
 	require.NoError(t, err)
 	prom := prometheus.NewRegistry()
 	cfg := Config{Log: lg, Directory: d, Registry: reg, Clock: o.clock.Now, BusAPIKey: testBusKey, Registerer: prom,
@@ -86,6 +87,7 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 	}
 	b, err := New(cfg)
 	require.NoError(t, err)
+	owners.bus = b
 	_, err = b.Recover(ctx)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -325,4 +327,14 @@ func (tb *testBundle) sendAsync(a *agent, to, intent string) <-chan struct{} {
 func delay(schedule []time.Duration, jitter float64, nonce string, n int) time.Duration {
 	n = max(n, 1)
 	return retryBackoff(schedule, jitter).Delay(n, nonceDraw(nonce, n, jitter))
+}
+
+// testOwners is the directory's SessionOwner in tests: the bus, built after
+// the directory and filled in before anything is served.
+type testOwners struct{ bus *Bus }
+
+func (o *testOwners) Connected(beamID string) { o.bus.AgentConnected(beamID) }
+
+func (o *testOwners) LateResult(beamID string, rf *wire.ResultFrame) bool {
+	return o.bus.LateResult(beamID, rf)
 }

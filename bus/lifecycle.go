@@ -208,10 +208,32 @@ func (b *Bus) frameFor(row tracing.MessageRow, first tracing.Details, now time.T
 	return f, auth, nil
 }
 
-// onDelivered records the delivery latency and wakes a waiting send.
-func (b *Bus) onDelivered(row tracing.MessageRow) {
-	b.observeDelivery(row)
-	b.signal(row.Nonce, tracing.Delivered)
+// busOwner is the bus as the owner of its messages' nonces: the directory
+// hands it the WebSocket attempts whose frames were written, and it
+// appends their delivered events (directory.Owner).
+type busOwner Bus
+
+// Delivered appends delivered for written attempts in one append, then
+// records their delivery latency and wakes the sends waiting for them. The
+// attempts stay in flight: their outcome (directory.Outcome.Delivered)
+// follows.
+func (o *busOwner) Delivered(ws []directory.Written) error {
+	b := (*Bus)(o)
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	if _, err := b.log.Append(ctx, directory.DeliveredEvents(ws)...); err != nil {
+		return fmt.Errorf("record delivered of %s: %w", ws[0].Nonce, err)
+	}
+	for _, w := range ws {
+		b.mu.Lock()
+		f, ok := b.flights[w.Nonce]
+		b.mu.Unlock()
+		if ok {
+			b.observeDelivery(f.row)
+		}
+		b.signal(w.Nonce, tracing.Delivered)
+	}
+	return nil
 }
 
 // observeDelivery records the time from row's send to its delivery.
@@ -235,7 +257,7 @@ func (b *Bus) interrupted(nonce string, n int, cause error) {
 	}
 	row := c.MessageRow
 	switch {
-	case errors.Is(cause, directory.ErrBusRecipientOffline):
+	case errors.Is(cause, directory.ErrRecipientOffline):
 		// Not an attempt: the recipient left between the check and the
 		// hand-off. Wait for it again; the attempt number is reused.
 		ev := event(row, tracing.Queued, transportBus, n-1)
@@ -243,7 +265,7 @@ func (b *Bus) interrupted(nonce string, n int, cause error) {
 		if err := b.append(ev); err != nil {
 			b.lg.Warn("requeue after offline hand-off", "nonce", nonce, "err", err)
 		}
-	case errors.Is(cause, directory.ErrBusNonceBusy):
+	case errors.Is(cause, directory.ErrNonceBusy):
 		ev := event(row, tracing.Queued, transportBus, n-1)
 		ev.Details.NextRetryAt = b.clock().Add(time.Second).UnixMilli()
 		ev.Details.Extra = map[string]any{"interrupted": "nonce busy"}
@@ -261,7 +283,7 @@ func (b *Bus) interrupted(nonce string, n int, cause error) {
 // taken from the attempt's flight: while it is set, nothing but the
 // directory's delivered event (reported by o.Delivered) changed the
 // message in the log.
-func (b *Bus) onOutcome(nonce string, n int, o directory.BusOutcome) {
+func (b *Bus) onOutcome(nonce string, n int, o directory.Outcome) {
 	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	f, ok := b.takeFlight(nonce, n)
@@ -390,10 +412,11 @@ func (b *Bus) retry(row tracing.MessageRow, n int, transport, code, msg string, 
 	return nil
 }
 
-// lateResult takes a result for a bus message that no attempt of this
-// process waits for: a delivered message (recovered after a restart, timed
-// out, or accepted asynchronously) is settled with it.
-func (b *Bus) lateResult(beamID string, rf *wire.ResultFrame) bool {
+// LateResult takes a result beamID sent for a bus message that no attempt
+// of this process waits for: a delivered message (recovered after a
+// restart, timed out, or accepted asynchronously) is settled with it. It
+// reports false when nonce is no bus message (directory.SessionOwner).
+func (b *Bus) LateResult(beamID string, rf *wire.ResultFrame) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
 	unlock := b.keys.Lock(rf.Nonce)

@@ -28,30 +28,10 @@ type Remote interface {
 	// Forward records events (ending with the dispatched event) and the
 	// outbox row carrying the frame to the peer in one log transaction.
 	Forward(ctx context.Context, req directory.ForwardRequest, events ...tracing.Event) error
-	// SetBusOutcome registers fn, called with the nonce after the peer's
-	// outcome of a bus-owned intent (delivered, acked, failed, or
-	// dead_letter when the outbox row dies) is committed in the log.
-	SetBusOutcome(fn func(nonce string))
 }
 
-// SetRemote installs the federation router: from now on a message whose
-// recipient is not a local agent but is served by a pinned peer is
-// forwarded through it instead of being refused. Call it before Start
-// (nil removes it).
-func (b *Bus) SetRemote(r Remote) {
-	b.mu.Lock()
-	b.remote = r
-	b.mu.Unlock()
-	if r != nil {
-		r.SetBusOutcome(b.remoteOutcome)
-	}
-}
-
-func (b *Bus) remoteRouter() Remote {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.remote
-}
+// remoteRouter returns the federation router; nil without federation.
+func (b *Bus) remoteRouter() Remote { return b.cfg.Remote }
 
 // remotePeer returns the peer directory serving a recipient that is not a
 // local agent, or "" when none does.
@@ -107,10 +87,11 @@ func (b *Bus) forward(r Remote, peer string, row tracing.MessageRow, first traci
 	return nil
 }
 
-// remoteOutcome runs after federation committed the peer's outcome of a
-// forwarded message: it updates the metrics, wakes a waiting send and
-// tells a connected sender how the message ended.
-func (b *Bus) remoteOutcome(nonce string) {
+// RemoteOutcome runs after federation committed the peer's outcome of a
+// forwarded message (federation.Config.BusOutcome): it updates the
+// metrics, wakes a waiting send and tells a connected sender how the
+// message ended.
+func (b *Bus) RemoteOutcome(nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
 	row, ok, err := b.message(ctx, nonce)
@@ -128,10 +109,10 @@ func (b *Bus) remoteOutcome(nonce string) {
 	}
 	switch row.Status {
 	case tracing.Delivered:
-		b.onDelivered(row)
+		b.observeDelivery(row)
 		b.m.outcomes.WithLabelValues("accepted").Inc()
 	case tracing.Acked:
-		b.onDelivered(row)
+		b.observeDelivery(row)
 		b.forget(nonce)
 		b.m.outcomes.WithLabelValues(string(tracing.Acked)).Inc()
 		b.notifySender(row, tracing.Acked, ir.ResultJSON)

@@ -259,21 +259,23 @@ func (b *Bus) waitSettled(ctx context.Context, nonce string) {
 func (b *Bus) deliver(row tracing.MessageRow, frame *wire.IntentFrame, senderKey, auth string, n int) bool {
 	b.m.attempts.WithLabelValues(transportWS).Inc()
 	nonce, recipient := row.Nonce, row.Recipient
-	err := b.dir.DeliverBus(directory.BusDelivery{
+	started := true
+	b.dir.Deliver(context.Background(), directory.Delivery{
 		Frame: frame, SenderKey: senderKey, MessageID: row.ID, Attempt: n, Auth: auth,
-		Timeout:     b.cfg.DeliveryTimeout,
-		OnDelivered: func() { b.onDelivered(row) },
-		OnOutcome: func(o directory.BusOutcome) {
+		Timeout: b.cfg.DeliveryTimeout, Owner: (*busOwner)(b),
+		Done: func(o directory.Outcome) {
+			if o.Err != nil {
+				// Not started (reported before Deliver returns).
+				started = false
+				b.unreserve(recipient)
+				b.interrupted(nonce, n, o.Err)
+				return
+			}
 			// The slot is held until the outcome is recorded.
 			b.onOutcome(nonce, n, o)
 			b.unreserve(recipient)
 			b.kickDrain(recipient, false)
 		},
 	})
-	if err != nil {
-		b.unreserve(recipient)
-		b.interrupted(nonce, n, err)
-		return false
-	}
-	return true
+	return started
 }

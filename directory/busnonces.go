@@ -17,7 +17,7 @@ import (
 // through ClaimBusNonce first. So the directory remembers those nonces, and
 // the ones Recover found in received, and looks them up before recording a
 // frame with one of them. A nonce leaves the set when the bus hands it to
-// DeliverBus (dispatched is then recorded) or when a prune finds that it
+// Deliver (dispatched is then recorded) or when a prune finds that it
 // is no longer in received.
 
 // busRecvMinLimit is the set's size that starts the first prune.

@@ -46,6 +46,9 @@ type NodeRouter interface {
 	// from's nonce, ok false when there is none.
 	RecordDelivery(ctx context.Context, rec DeliveryRecord) error
 	Delivery(ctx context.Context, from, nonce string) (rec DeliveryRecord, ok bool, err error)
+	// Joined reports whether this node joined its cluster, and when; the
+	// router is used only once it has.
+	Joined() (at time.Time, ok bool)
 }
 
 // HandOver is an intent handed from one node of the cluster to another.
@@ -70,17 +73,17 @@ type HandOver struct {
 	Admitted time.Time `json:"admitted,omitzero"`
 }
 
-// SetNodeRouter installs the cluster's router. Call it before serving.
-func (d *Directory) SetNodeRouter(r NodeRouter) {
-	d.mu.Lock()
-	d.nodes, d.nodesSince = r, d.clock()
-	d.mu.Unlock()
-}
-
+// nodeRouter returns the cluster's router once this node joined its
+// cluster (Config.Cluster); nil without cluster mode or before.
 func (d *Directory) nodeRouter() NodeRouter {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.nodes
+	r := d.cfg.Cluster
+	if r == nil {
+		return nil
+	}
+	if _, ok := r.Joined(); !ok {
+		return nil
+	}
+	return r
 }
 
 // sessionChanged tells the cluster about a session this node attached or
@@ -135,18 +138,20 @@ func (inf *inflight) attestAuth() string {
 	return attestAuth(inf.vouchedBy)
 }
 
-// RemoteSessionUp tells the bus that another node of the cluster now holds
-// beamID's session, so that messages waiting here for it go there.
-func (d *Directory) RemoteSessionUp(beamID string) { d.busConnected(beamID) }
+// RemoteSessionUp tells the owners of other nonces (Config.Owners) that
+// another node of the cluster now holds beamID's session, so that messages
+// and hops waiting here for it go there.
+func (d *Directory) RemoteSessionUp(beamID string) { d.ownersConnected(beamID) }
 
-// handBus hands a bus attempt for a recipient another node holds to that
-// node; the outcome comes back as del.OnOutcome. It reports false when no
-// other node holds the recipient.
-func (d *Directory) handBus(del BusDelivery) bool {
+// handSession hands an owner's session attempt for a recipient another
+// node holds to that node; the outcome comes back through a. It reports
+// false when no other node holds the recipient.
+func (d *Directory) handSession(a *ownedAttempt) bool {
 	r := d.nodeRouter()
 	if r == nil {
 		return false
 	}
+	del := a.del
 	f := del.Frame
 	node, ok := r.NodeFor(f.To)
 	if !ok {
@@ -160,7 +165,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 	if timeout <= 0 {
 		timeout = d.cfg.WSTimeout
 	}
-	// The bus recorded dispatched before this call: the nonce left received.
+	// The owner recorded dispatched before this call: the nonce left received.
 	d.forgetBusReceived(f.Nonce)
 	h := HandOver{Frame: frame, Unsigned: f.Signature == "", TimeoutMs: timeout.Milliseconds(),
 		Bus: &BusMark{MessageID: del.MessageID, Attempt: del.Attempt, Auth: del.Auth}, Admitted: d.clock()}
@@ -168,7 +173,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Second)
 		defer cancel()
 		rep, err := r.Hand(ctx, node, h)
-		var o BusOutcome
+		var o Outcome
 		switch {
 		case err != nil:
 			o.ErrorCode, o.Error = handFailure(node, f.To, err)
@@ -184,9 +189,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 				o.Result, o.Written = rf, true
 			}
 		}
-		if del.OnOutcome != nil {
-			del.OnOutcome(o)
-		}
+		a.finish(o)
 	}()
 	return true
 }
@@ -195,7 +198,7 @@ func (d *Directory) handBus(del BusDelivery) bool {
 // reports false when no other node does (or inf came from one).
 func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.Event, extra map[string]any) bool {
 	r := d.nodeRouter()
-	if r == nil || inf.origin == OriginCluster || inf.bus != nil {
+	if r == nil || inf.origin == OriginCluster || inf.owned != nil {
 		return false
 	}
 	node, ok := r.NodeFor(inf.to)

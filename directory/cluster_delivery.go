@@ -90,12 +90,11 @@ func (e *RecordsSettling) Error() string {
 // could not be read, or that records may still be arriving (recordSettle):
 // the caller must not deliver the message now.
 func (d *Directory) ClusterDelivery(ctx context.Context, from, nonce, messageID string) (DeliveryRecord, bool, error) {
-	d.mu.Lock()
-	r, since := d.nodes, d.nodesSince
-	d.mu.Unlock()
+	r := d.nodeRouter()
 	if r == nil {
 		return DeliveryRecord{}, false, nil
 	}
+	since, _ := r.Joined()
 	if joined := d.clock().Sub(since); joined < recordSettle {
 		return DeliveryRecord{}, false, &RecordsSettling{Joined: joined, Wait: recordSettle - joined}
 	}
@@ -126,8 +125,8 @@ func (d *Directory) recordBusAck(inf *inflight, rf *wire.ResultFrame) {
 	}
 	rec := DeliveryRecord{From: inf.from, Nonce: inf.nonce, Attempt: inf.attempt, At: d.clock().UTC()}
 	switch {
-	case inf.bus != nil:
-		rec.MessageID, rec.Attempt = inf.bus.del.MessageID, inf.bus.del.Attempt
+	case inf.owned != nil:
+		rec.MessageID, rec.Attempt = inf.owned.del.MessageID, inf.owned.del.Attempt
 	case inf.busMark != nil:
 		rec.MessageID, rec.Attempt = inf.busMark.MessageID, inf.busMark.Attempt
 	default:

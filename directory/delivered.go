@@ -2,17 +2,17 @@ package directory
 
 import (
 	"time"
-
-	"github.com/beamdir/beam/tracing"
 )
 
 // Recording delivered. A session writer writes a frame and hands the
 // intent to the directory's delivered recorder without waiting; the
-// recorder appends the delivered events of many intents (of every session)
-// in one call, DeliveredDelay after the oldest of them was written. A result
-// (or a timeout) that settles an intent whose delivered is still queued
-// takes it out of the queue, and the settling caller appends delivered
-// together with acked or failed: one append instead of two for a recipient
+// recorder has the delivered events of many intents (of every session)
+// appended by the owners of their nonces (Owner.Delivered: the directory
+// for the intents it relays, the bus, the pipeline gateway), one call per
+// owner, DeliveredDelay after the oldest of them was written. A result (or
+// a timeout) that settles an intent whose delivered is still queued takes
+// it out of the queue, and the settling caller (the owner) appends
+// delivered together with acked or failed: one append instead of two for a recipient
 // that answers quickly. A settle that finds the frame still being written
 // waits for the write, and queueDelivered hands delivered to it in the same
 // way (a recipient on a fast link often answers before the session writer
@@ -147,37 +147,57 @@ func (d *Directory) stopDelivered() {
 	d.kickDelivered()
 }
 
-// recordDelivered commits delivered for infs (in chunks of at most
-// deliveredChunk events), then wakes anyone waiting in settle.
+// recordDelivered has delivered committed for infs by their owners (in
+// chunks of at most deliveredChunk events), then wakes anyone waiting in
+// settle.
 func (d *Directory) recordDelivered(infs []*inflight) {
 	if len(infs) == 0 {
 		return
 	}
 	ok := make([]bool, len(infs))
-	events := make([]tracing.Event, 0, min(len(infs), deliveredChunk))
-	for start := 0; start < len(infs); start += deliveredChunk {
-		part := infs[start:min(start+deliveredChunk, len(infs))]
-		events = events[:0]
-		for _, inf := range part {
-			events = append(events, inf.event(tracing.Delivered, TransportWS))
+	// Group by owner, keeping each owner's order.
+	type group struct {
+		owner Owner
+		idx   []int
+	}
+	var groups []group
+next:
+	for i, inf := range infs {
+		o := inf.owner(d)
+		for g := range groups {
+			if groups[g].owner == o {
+				groups[g].idx = append(groups[g].idx, i)
+				continue next
+			}
 		}
-		err := d.append(events...)
-		switch {
-		case err == nil:
-			for i := range part {
-				ok[start+i] = true
+		groups = append(groups, group{owner: o, idx: []int{i}})
+	}
+	ws := make([]Written, 0, min(len(infs), deliveredChunk))
+	for _, g := range groups {
+		for start := 0; start < len(g.idx); start += deliveredChunk {
+			part := g.idx[start:min(start+deliveredChunk, len(g.idx))]
+			ws = ws[:0]
+			for _, i := range part {
+				ws = append(ws, infs[i].written())
 			}
-		case len(part) > 1:
-			// One bad nonce rejects the whole call; record the others alone.
-			for i, ev := range events {
-				if e := d.append(ev); e == nil {
-					ok[start+i] = true
-				} else {
-					d.lg.Warn("record delivered", "nonce", ev.Nonce, "err", e)
+			err := g.owner.Delivered(ws)
+			switch {
+			case err == nil:
+				for _, i := range part {
+					ok[i] = true
 				}
+			case len(part) > 1:
+				// One bad nonce rejects the whole call; record the others alone.
+				for k, i := range part {
+					if e := g.owner.Delivered(ws[k : k+1]); e == nil {
+						ok[i] = true
+					} else {
+						d.lg.Warn("record delivered", "nonce", ws[k].Nonce, "err", e)
+					}
+				}
+			default:
+				d.lg.Warn("record delivered", "nonce", ws[0].Nonce, "err", err)
 			}
-		default:
-			d.lg.Warn("record delivered", "nonce", events[0].Nonce, "err", err)
 		}
 	}
 	d.mu.Lock()
@@ -187,9 +207,13 @@ func (d *Directory) recordDelivered(infs []*inflight) {
 		close(inf.deliveredCh)
 	}
 	d.mu.Unlock()
-	for i, inf := range infs {
-		if ok[i] {
-			inf.busDelivered()
-		}
+}
+
+// owner is who appends inf's delivered: the owner of the Delivery, or the
+// directory for the nonces it relays.
+func (inf *inflight) owner(d *Directory) Owner {
+	if inf.owned != nil && inf.owned.del.Owner != nil {
+		return inf.owned.del.Owner
 	}
+	return ownDelivered{d}
 }

@@ -112,10 +112,19 @@ type Config struct {
 	// been authenticated (not for intents a peer directory relays): false
 	// refuses the intent with RATE_LIMITED, retryable after the duration.
 	AllowSender func(beamID string) (bool, time.Duration)
-	// OnAgentConnected is called (in its own goroutine) after an agent's
-	// session is attached; the message bus uses it to deliver queued
-	// messages. May be nil.
-	OnAgentConnected func(beamID string)
+	// Remote routes intents to agents of pinned peer directories (the
+	// federation node, reached through a federation.Router the assembly
+	// builds before the directory); nil without federation.
+	Remote Remote
+	// Cluster reaches the other nodes of this directory's cluster (the
+	// cluster node, through a cluster.Router the assembly builds before the
+	// directory); nil without cluster mode.
+	Cluster NodeRouter
+	// Owners hears what the owners of the nonces the directory does not
+	// own (the message bus, the pipeline gateway) need of its sessions. They
+	// deliver through the directory, so the assembly builds them after it
+	// and has Owners reach them before anything is served. May be nil.
+	Owners SessionOwner
 	// parkLinger is how long an idle session's reader waits on its
 	// goroutine for the next message before it parks (1 s); tests set it.
 	parkLinger time.Duration
@@ -141,8 +150,6 @@ type Directory struct {
 	claims    map[string]*inflight // nonce → what this process is doing with it
 	sessions  map[string]*session  // beam ID → current session
 	recovered map[string]time.Time // delivered intents resumed by Recover → deadline
-	busHooks  busHookSlot          // the message bus's callbacks (bus_hooks.go)
-	meshHook  meshHookSlot         // the pipeline gateway's callback (mesh_hooks.go)
 	// busRecv holds the nonces the bus may keep in received, each with the
 	// generation it was last noted at (busnonces.go).
 	busRecv        map[string]uint64
@@ -151,9 +158,6 @@ type Directory struct {
 	busRecvPruning bool
 	deliv          delivState // the delivered recorder (delivered.go)
 	closed         bool
-	remote         Remote     // federation router; nil without federation
-	nodes          NodeRouter // cluster router (cluster.go); nil without cluster mode
-	nodesSince     time.Time  // when nodes was installed
 	attester       *attest.Attester
 
 	connMu     sync.Mutex
@@ -319,9 +323,8 @@ func (d *Directory) Close() error {
 func (d *Directory) Online(beamID string) bool {
 	d.mu.Lock()
 	_, ok := d.sessions[beamID]
-	r := d.nodes
 	d.mu.Unlock()
-	if !ok && r != nil {
+	if r := d.nodeRouter(); !ok && r != nil {
 		// In cluster mode, a session another node holds counts.
 		_, ok = r.NodeFor(beamID)
 	}

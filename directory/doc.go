@@ -77,6 +77,19 @@
 // recorded as a failed → failed annotation with lateResult:true; one that
 // arrives for an intent still delivered (after a restart) finalizes it.
 //
+// # One door for the other owners
+//
+// The message bus and the pipeline gateway own their nonces and append
+// every event of them. They hand frames to recipients through Deliver
+// (door.go) alone: one operation for the session, direct-HTTP and peer
+// paths that applies the recipient's policy on each (the relay's ACL check
+// and end-to-end signature rule) and attests unsigned frames. A frame
+// written to a session is reported to its owner (Owner.Delivered, batched
+// as the directory's own delivered events are), which appends delivered
+// itself, so each nonce has one writer. The directory names neither the bus
+// nor the pipelines: it hears them as a SessionOwner, reaches federation
+// and the cluster through Remote and NodeRouter, all given in Config.
+//
 // # Errors
 //
 // POST /intents/send answers 200 with the bare result frame (a success, or
@@ -113,5 +126,6 @@
 // The package must not write SQLite except through the event log, must not
 // keep an intent's state anywhere but the log (the in-memory claims and
 // waiters only mirror what is in flight in this process), and does not own
-// the agent registry (directory/registry), the message bus or federation.
+// the agent registry (directory/registry), the message bus, the pipelines
+// or federation, and imports none of them.
 package directory

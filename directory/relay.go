@@ -124,7 +124,7 @@ type inflight struct {
 	needDelivered bool
 	deliveredCh   chan struct{} // closed when delivering ends
 	released      chan struct{} // closed when the claim is released
-	bus           *busAttempt   // set for a message bus delivery (bus_hooks.go)
+	owned         *ownedAttempt // set for an owner's Delivery (door.go)
 	jws           string        // beam/2: the sender's intent JWS (beam2.go)
 	vouchedBy     string        // the peer vouching for an unsigned frame (attested.go)
 	resultJWS     *jwsSink      // beam/2: where the recipient's result JWS goes
@@ -564,8 +564,8 @@ func (d *Directory) abort(inf *inflight, err error) {
 // fail records pre followed by a failed event with a synthesized failure
 // result, releases the claim and answers the sender.
 func (d *Directory) fail(inf *inflight, pre []tracing.Event, code, msg string, retryable bool, extra map[string]any) {
-	if inf.bus != nil {
-		d.busFailed(inf, code, msg)
+	if inf.owned != nil {
+		d.ownedFailed(inf, code, msg)
 		return
 	}
 	now := d.clock()
@@ -690,8 +690,8 @@ func (d *Directory) settle(inf *inflight) bool {
 	var wait chan struct{}
 	if inf.delivering {
 		if inf.delivQueued {
-			// delivered is not issued yet: the caller (or, for a bus
-			// attempt, the bus) records it with its own events, in the
+			// delivered is not issued yet: the caller (or, for an
+			// owner's delivery, the owner) records it with its own events, in the
 			// same append.
 			inf.delivQueued = false
 			inf.handDelivered()
@@ -743,8 +743,8 @@ func (d *Directory) undelivered(inf *inflight, msg string) {
 // finishWithResult records the recipient's result for a settled inf and
 // answers the sender with the result frame.
 func (d *Directory) finishWithResult(inf *inflight, rf *wire.ResultFrame, extra map[string]any) {
-	if inf.bus != nil {
-		d.busResult(inf, rf)
+	if inf.owned != nil {
+		d.ownedResult(inf, rf)
 		return
 	}
 	now := d.clock()

@@ -19,7 +19,8 @@ const OriginFederation = "federation"
 const TransportFederation = "federation"
 
 // Remote routes intents whose recipient lives in a peer directory. The
-// federation package implements it; SetRemote installs it.
+// federation package implements it (federation.Router); Config.Remote
+// gives it to the directory.
 type Remote interface {
 	// PeerFor returns the domain of the peer directory that serves the Beam
 	// ID to, or false when no pinned peer does.
@@ -84,18 +85,8 @@ func (d *Directory) peerLinkDown(peer string) bool {
 	return ok && lr.LinkDown(peer)
 }
 
-// SetRemote installs the federation router. Call it before serving.
-func (d *Directory) SetRemote(r Remote) {
-	d.mu.Lock()
-	d.remote = r
-	d.mu.Unlock()
-}
-
-func (d *Directory) remoteRouter() Remote {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.remote
-}
+// remoteRouter returns the federation router; nil without federation.
+func (d *Directory) remoteRouter() Remote { return d.cfg.Remote }
 
 // routeRemote hands a validated intent whose recipient is served by a peer
 // directory to federation. It reports false when the intent is not remote.
@@ -111,7 +102,7 @@ func (d *Directory) routeRemote(inf *inflight, f *wire.IntentFrame, pre []tracin
 	if !ok {
 		return false
 	}
-	if inf.bus == nil && d.peerKnownDown(peer) {
+	if inf.owned == nil && d.peerKnownDown(peer) {
 		// Nothing is sent: a plain send would only wait for its timeout.
 		d.fail(inf, pre, CodeDeliveryFailed, fmt.Sprintf("Not sent to %s: its directory %s is unreachable from this one (no connection to it). "+
 			"Check that it is running (beam peer list on this directory shows the link), then send again, "+

@@ -236,7 +236,7 @@ func (d *Directory) lateResult(s *session, rf *wire.ResultFrame, token string) {
 		return
 	}
 	if row.Owner != tracing.OwnerDirectory {
-		if d.busLateResult(s.beamID, rf) {
+		if d.ownersLateResult(s.beamID, rf) {
 			return
 		}
 		d.lg.Info("late result for a bus message ignored", "nonce", rf.Nonce)

@@ -154,10 +154,7 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.enqueue(outMsg{data: connectedMessage(s)})
 	s.scheduleKeepalive()
 	d.reg.Touch(s.beamID)
-	if hook := d.cfg.OnAgentConnected; hook != nil {
-		go hook(s.beamID)
-	}
-	d.busConnected(s.beamID)
+	d.ownersConnected(s.beamID)
 	// The reader runs on its own goroutine so that the HTTP server's
 	// connection state (request, response and their buffers) can be
 	// collected: a hijacked connection needs none of it.

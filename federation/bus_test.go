@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/agents"
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
@@ -38,6 +39,7 @@ func startBus(t *testing.T, d *fedDir) *busFront {
 	b, err := bus.New(bus.Config{Log: d.log, Directory: d.dir, Registry: d.reg, Registerer: prom, BusAPIKey: testBusKey,
 		Remote: d.node, TickInterval: 20 * time.Millisecond, DeliveryTimeout: 10 * time.Second})
 	require.NoError(t, err)
+	d.owners.bus.Store(b)
 	_, err = b.Recover(context.Background())
 	require.NoError(t, err)
 	b.Start(context.Background())
@@ -226,4 +228,26 @@ func TestBusForwardedFrameOutlivesReplayWindow(t *testing.T) {
 	_, err = aws.Send(ctx, "b@beta.beam.directory", "task.run", map[string]any{"n": 2})
 	require.ErrorContains(t, err, "replay window")
 	require.EqualValues(t, 1, delivered.Load())
+}
+
+// busOwners is the directory's SessionOwner in these tests: the bus that
+// startBus may start after the directory serves.
+type busOwners struct{ bus atomic.Pointer[bus.Bus] }
+
+func (o *busOwners) Connected(beamID string) {
+	if b := o.bus.Load(); b != nil {
+		b.AgentConnected(beamID)
+	}
+}
+
+func (o *busOwners) LateResult(beamID string, rf *wire.ResultFrame) bool {
+	b := o.bus.Load()
+	return b != nil && b.LateResult(beamID, rf)
+}
+
+// remoteOutcome is the node's Config.BusOutcome: the bus's, once started.
+func (o *busOwners) remoteOutcome(nonce string) {
+	if b := o.bus.Load(); b != nil {
+		b.RemoteOutcome(nonce)
+	}
 }

@@ -102,7 +102,7 @@
 // target checks the frame's replay window, so an outage longer than the
 // window loses nothing); retryable failures at the target
 // (OFFLINE, TIMEOUT, …) are retried for them too. The bus forwards through
-// Forward (the node implements bus.Remote) and registers SetBusOutcome,
+// Forward (the node implements bus.Remote) and is given the bus's outcome callback (Config.BusOutcome),
 // called with the nonce after each outcome of a bus-owned row is committed
 // (PUBLISHED with delivered/acked/failed, or DEAD with dead_letter).
 //

@@ -46,6 +46,7 @@ type fedDir struct {
 	node     *Node
 	srv      *httptest.Server
 	prom     *prometheus.Registry
+	owners   *busOwners
 	stopped  bool
 }
 
@@ -80,10 +81,14 @@ func prepareDir(t *testing.T, domain, path, natsListen string, mod func(*Config)
 	require.NoError(t, err)
 	lg, err := tracing.Open(ctx, tracing.Config{Path: filepath.Join(path, "beam.db"), Synchronous: "NORMAL"})
 	require.NoError(t, err)
-	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, AllowInsecureEndpoints: true})
+	router := &Router{}
+	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, AllowInsecureEndpoints: true,
+		Peers: router})
 	require.NoError(t, err)
 	prom := prometheus.NewRegistry()
-	dcfg := directory.Config{Log: lg, Registry: reg, Registerer: prom, HTTPTimeout: 20 * time.Second, WSTimeout: 20 * time.Second}
+	owners := &busOwners{}
+	dcfg := directory.Config{Log: lg, Registry: reg, Registerer: prom, HTTPTimeout: 20 * time.Second, WSTimeout: 20 * time.Second,
+		Owners: owners, Remote: router}
 	for _, m := range dmods {
 		m(&dcfg)
 	}
@@ -92,11 +97,11 @@ func prepareDir(t *testing.T, domain, path, natsListen string, mod func(*Config)
 	cfg := Config{Domain: domain, Key: priv, Log: lg, Directory: dir, Registry: reg, NATSListen: natsListen,
 		Registerer: prom, OperatorAuth: func(r *http.Request) bool { return r.Header.Get("X-Admin-Token") == "op" },
 		PollInterval: 50 * time.Millisecond, RetryBase: 20 * time.Millisecond, DurableRetryMax: 200 * time.Millisecond,
-		SyncRetryMax: 100 * time.Millisecond}
+		SyncRetryMax: 100 * time.Millisecond, BusOutcome: owners.remoteOutcome, Router: router}
 	if mod != nil {
 		mod(&cfg)
 	}
-	return &fedDir{t: t, domain: domain, path: path, key: priv, log: lg, reg: reg, dir: dir, prom: prom}, cfg
+	return &fedDir{t: t, domain: domain, path: path, key: priv, log: lg, reg: reg, dir: dir, prom: prom, owners: owners}, cfg
 }
 
 func (d *fedDir) stop() {

@@ -57,6 +57,14 @@ type Config struct {
 	Directory *directory.Directory
 	// Registry answers key resolution requests for this directory's agents.
 	Registry *registry.Registry
+	// BusOutcome, when set, is called with the nonce after the outcome of a
+	// bus-owned intent forwarded by Forward (delivered, acked, failed, or
+	// dead_letter when its row dies) is committed in the log: the message
+	// bus counts it and notifies the sender.
+	BusOutcome func(nonce string)
+	// Router, when set, is the Router the directory and the bus were given
+	// (their Config.Remote): New points it at this node.
+	Router *Router
 
 	// NATSListen (host:port, port 0 for a random one) starts the embedded
 	// NATS server: pinned peers authenticate to it with their nkeys.
@@ -159,7 +167,6 @@ type Node struct {
 	byToken  map[string]string     // subject token → domain
 	keys     map[string]cachedKey  // remote agent → key
 	contacts map[string]time.Time  // unsaved last contacts
-	busHook  func(nonce string)    // outcome hook of bus-owned intents
 
 	// relay claims due rows and publishes them (relay.go); house reaps
 	// expired claims and stores last contacts.
@@ -270,10 +277,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.m.peers.Set(float64(len(n.peers)))
 	n.mu.Unlock()
-	cfg.Directory.SetRemote(n)
-	// Nobody may register an ID in a pinned peer's domain here.
-	cfg.Registry.SetForeignDomains(n.isPeerDomain)
-	cfg.Registry.SetRemoteLookup(n.lookupRemote)
+	if cfg.Router != nil {
+		cfg.Router.node.Store(n)
+	}
 	return n, nil
 }
 

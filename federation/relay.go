@@ -443,25 +443,12 @@ func (n *Node) kill(ctx context.Context, c Claim, lastErr string) {
 	}
 }
 
-// SetBusOutcome registers fn, called with the nonce after the outcome of a
-// bus-owned intent forwarded by Forward (delivered, acked, failed, or
-// dead_letter when its row dies) is committed in the log. The bus sets it
-// to notify senders and count outcomes; nil removes it.
-func (n *Node) SetBusOutcome(fn func(nonce string)) {
-	n.mu.Lock()
-	n.busHook = fn
-	n.mu.Unlock()
-}
-
-// busOutcome calls the bus's outcome hook for a bus-owned row.
+// busOutcome tells the bus (Config.BusOutcome) of a bus-owned row's outcome.
 func (n *Node) busOutcome(c Claim) {
 	if c.Owner != string(tracing.OwnerBus) {
 		return
 	}
-	n.mu.Lock()
-	fn := n.busHook
-	n.mu.Unlock()
-	if fn != nil {
+	if fn := n.cfg.BusOutcome; fn != nil {
 		fn(c.Nonce)
 	}
 }

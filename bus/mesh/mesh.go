@@ -159,7 +159,6 @@ func New(cfg Config) (*Engine, error) {
 		return nil
 	}}
 	e.stop = e.loop.Stopping()
-	cfg.Directory.SetMeshConnected(e.actorConnected)
 	return e, nil
 }
 
@@ -286,9 +285,10 @@ func (e *Engine) woken(id, actor string) bool {
 	return waiting && e.dir.Online(actor)
 }
 
-// actorConnected starts the hops waiting for beamID, which attached a
-// session (directory.SetMeshConnected).
-func (e *Engine) actorConnected(beamID string) {
+// ActorConnected starts the hops waiting for beamID, which attached a
+// session here or on another node of the cluster (the assembly calls it
+// from the directory's directory.SessionOwner).
+func (e *Engine) ActorConnected(beamID string) {
 	e.mu.Lock()
 	ids := make([]string, 0, len(e.offline[beamID]))
 	for id := range e.offline[beamID] {

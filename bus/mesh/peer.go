@@ -9,7 +9,7 @@ import (
 )
 
 // A hop to an actor of a peer directory is an intent of its own nonce
-// (RelayToPeer). Each attempt of a hop has one such nonce, recorded in the
+// (directory.PathPeer). Each attempt of a hop has one such nonce, recorded in the
 // attempt's dispatched event (details.extra.peerNonce). When the attempt is
 // started again because a restart interrupted it (Recover counts the
 // attempt back), the same nonce and the same frame are relayed again: the

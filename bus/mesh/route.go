@@ -361,7 +361,7 @@ func (e *Engine) admit(env Envelope, actor string, remote bool) (code, msg strin
 // content: the previous actor, or the creator for the first hop; the
 // envelope it carries names the creator and the previous actor
 // (prev_actor) apart. No agent signed it, so the directory's delivery
-// (DeliverBus, DeliverDirect) attests it with auth "api_key", as it does
+// (directory.Deliver) attests it with auth "api_key", as it does
 // for the bus's API-key sends (docs/SECURITY.md, "Attestation").
 func hopFrame(env Envelope, actor, nonce string, now time.Time) (*wire.IntentFrame, string) {
 	from := env.contentAuthor()
@@ -389,70 +389,82 @@ type hopTarget struct {
 	deadline int64
 }
 
-// deliver hands attempt n of the hop to the actor and arranges for its
-// outcome.
+// deliver hands attempt n of the hop to the actor through the directory's
+// one door (directory.Deliver) and arranges for its outcome.
 func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.Time) {
 	frame, auth := hopFrame(env, to.actor, nonceOf(id), now)
 	timeout := e.hopTimeout(tracing.MeshRow{DeadlineAt: to.deadline}, now)
 	e.m.hops.Inc()
+	del := directory.Delivery{Frame: frame, Auth: auth, Author: env.routeAuthor(), Timeout: timeout}
 	switch to.transport {
 	case directory.TransportDirectHTTP:
+		del.Path, del.Endpoint = directory.PathDirectHTTP, to.endpoint
 		e.wg.Add(1)
-		go func() {
+		del.Done = func(o directory.Outcome) {
 			defer e.wg.Done()
-			rf, rerr := e.dir.DeliverDirect(frame, auth, to.endpoint)
-			if rerr != nil {
-				e.outcome(id, n, to.transport, nil, rerr.Code, rerr.Message)
-				return
-			}
-			e.outcome(id, n, to.transport, rf, "", "")
-		}()
+			e.outcome(id, n, to.transport, o.Result, o.ErrorCode, o.Error)
+		}
+		e.dir.Deliver(context.Background(), del)
 		return
 	case directory.TransportFederation:
 		frame.Nonce = to.peerNonce
 		if to.peerFrame != nil {
 			frame = to.peerFrame
 		}
-		e.wg.Add(1)
+		// The peer's directory applies the actor's policy to the hop's
+		// author (its route author travels in the envelope).
+		del.Frame, del.Path, del.Author = frame, directory.PathPeer, ""
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
 		go func() {
+			select {
+			case <-e.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		e.wg.Add(1)
+		del.Done = func(o directory.Outcome) {
 			defer e.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
 			defer cancel()
-			go func() {
-				select {
-				case <-e.stop:
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
-			rf, rerr := e.dir.RelayToPeer(ctx, frame, timeout)
 			if e.isClosed() {
 				return // Recover queues the hop again after a restart.
 			}
-			if rerr != nil {
-				e.outcome(id, n, to.transport, nil, rerr.Code, rerr.Message)
-				return
-			}
-			e.outcome(id, n, to.transport, rf, "", "")
-		}()
+			e.outcome(id, n, to.transport, o.Result, o.ErrorCode, o.Error)
+		}
+		e.dir.Deliver(ctx, del)
 		return
 	}
-	err := e.dir.DeliverBus(directory.BusDelivery{
-		Frame: frame, SenderKey: to.senderKey, MessageID: env.ID, Attempt: n, Auth: auth, Timeout: timeout,
-		OnDelivered: func() {
-			// The actor received the hop: its subscribers see the
-			// received progress the delivered event folds in.
-			if e.hub.has(id) {
-				e.goWarm(func() { e.notify(id) })
-			}
-		},
-		OnOutcome: func(o directory.BusOutcome) {
-			e.goWarm(func() { e.outcome(id, n, to.transport, o.Result, o.ErrorCode, o.Error) })
-		},
-	})
-	if err != nil {
-		e.interrupted(id, n, err)
+	del.SenderKey, del.MessageID, del.Attempt, del.Owner = to.senderKey, env.ID, n, (*meshOwner)(e)
+	del.Done = func(o directory.Outcome) {
+		if o.Err != nil {
+			e.interrupted(id, n, o.Err)
+			return
+		}
+		e.goWarm(func() { e.outcome(id, n, to.transport, o.Result, o.ErrorCode, o.Error) })
 	}
+	e.dir.Deliver(context.Background(), del)
+}
+
+// meshOwner is the gateway as the owner of its hops' nonces: the directory
+// hands it the hops whose frames were written to their actors' sessions,
+// and it appends their delivered events (directory.Owner).
+type meshOwner Engine
+
+// Delivered appends delivered for written hops in one append; their
+// subscribers see the received progress the delivered event folds in.
+func (o *meshOwner) Delivered(ws []directory.Written) error {
+	e := (*Engine)(o)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.log.Append(ctx, directory.DeliveredEvents(ws)...); err != nil {
+		return fmt.Errorf("record delivered of %s: %w", ws[0].Nonce, err)
+	}
+	for _, w := range ws {
+		if id := w.MessageID; e.hub.has(id) {
+			e.goWarm(func() { e.notify(id) })
+		}
+	}
+	return nil
 }
 
 // interrupted puts back an attempt the directory could not start (the

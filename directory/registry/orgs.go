@@ -130,15 +130,6 @@ func (r *Registry) MemberStatus(beamID string) string {
 	return r.members[beamID]
 }
 
-// SetForeignDomains installs the test for domains that another directory
-// serves (federation's pinned peers): nobody may register a Beam ID in such
-// a domain here, so nothing can shadow the peer's agents.
-func (r *Registry) SetForeignDomains(foreign func(domain string) bool) {
-	r.mu.Lock()
-	r.foreign = foreign
-	r.mu.Unlock()
-}
-
 // Domain returns the domain this registry serves (Config.Domain).
 func (r *Registry) Domain() string { return r.cfg.Domain }
 
@@ -156,10 +147,7 @@ func (r *Registry) Serves(beamID string) bool {
 	if d != r.cfg.Domain && !strings.HasSuffix(d, "."+r.cfg.Domain) {
 		return false
 	}
-	r.mu.RLock()
-	foreign := r.foreign
-	r.mu.RUnlock()
-	return foreign == nil || !foreign(d)
+	return r.cfg.Peers == nil || !r.cfg.Peers.IsPeerDomain(d)
 }
 
 // checkClaim refuses a new registration of beamID that this directory does

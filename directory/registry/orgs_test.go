@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"net/http"
 	"testing"
 
@@ -129,10 +130,19 @@ func TestRegistrationOnlyInServedDomains(t *testing.T) {
 
 	// The default domain serves personal IDs and every org, except the
 	// domains of pinned peers.
-	d := setup(t)
-	d.reg.SetForeignDomains(func(domain string) bool { return domain == "beta.beam.directory" })
+	d := setup(t, func(c *Config) { c.Peers = peerDomain("beta.beam.directory") })
 	d.register("x@beam.directory")
 	d.register("y@acme.beam.directory")
 	body := map[string]any{"beamId": "b@beta.beam.directory", "displayName": "Impostor", "publicKey": newIdentity(t).pubB64}
 	requireErr(t, d.call("POST", "/agents/register", body), http.StatusForbidden, "DOMAIN_NOT_SERVED")
+}
+
+// peerDomain is the one domain a pinned peer serves, as federation's
+// Router answers for it.
+type peerDomain string
+
+func (p peerDomain) IsPeerDomain(domain string) bool { return domain == string(p) }
+
+func (p peerDomain) LookupRemote(context.Context, string) (RemoteKey, bool) {
+	return RemoteKey{}, false
 }

@@ -72,9 +72,15 @@ type Config struct {
 	TouchInterval time.Duration
 	// Domain is the domain this directory serves: Beam IDs are registered
 	// only in it and the orgs beneath it (default beam.directory: personal
-	// IDs and every org). Pinned peers' domains are excluded
-	// (SetForeignDomains).
+	// IDs and every org). Pinned peers' domains are excluded (Peers).
 	Domain string
+	// Replicator, when set, replicates every mutation through the cluster
+	// (federation/cluster's Router) once it says it is Replicating; nil on
+	// a single node.
+	Replicator Replicator
+	// Peers, when set, answers for the agents of pinned peer directories
+	// (federation); nil without federation.
+	Peers Peers
 	// OpenOrgs makes every registrant of an existing org an approved
 	// member at once (a private directory whose registrants are all
 	// trusted). Off by default: the org's owner or an operator approves.
@@ -200,9 +206,6 @@ type Registry struct {
 	orgs       map[string]bool   // orgs that exist
 	members    map[string]string // beam_id → Member* state
 	tombstones map[string]bool   // deleted Beam IDs not released
-	foreign    func(domain string) bool
-	// remoteLookup resolves a peer's agent for GET /agents/{beamId}.
-	remoteLookup func(ctx context.Context, beamID string) (RemoteKey, bool)
 
 	// repl is the cluster replication state (replica.go).
 	repl replica

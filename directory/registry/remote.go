@@ -17,26 +17,26 @@ type RemoteKey struct {
 	Remote bool `json:"remote"`
 }
 
-// SetRemoteLookup installs how GET /agents/{beamId} answers for an agent
-// of a pinned peer's domain (federation resolves its key from the peer),
-// so that a sender verifies a peer agent's beam/2 result JWS like a local
-// agent's. fn returns false when the peer does not know the agent.
-func (r *Registry) SetRemoteLookup(fn func(ctx context.Context, beamID string) (RemoteKey, bool)) {
-	r.mu.Lock()
-	r.remoteLookup = fn
-	r.mu.Unlock()
+// Peers answers for the agents of pinned peer directories (federation's
+// Router implements it; Config.Peers).
+type Peers interface {
+	// IsPeerDomain reports whether a pinned peer serves domain: nobody may
+	// register a Beam ID in it here, so nothing shadows the peer's agents.
+	IsPeerDomain(domain string) bool
+	// LookupRemote resolves an agent of a pinned peer's domain (its key
+	// from the peer) for GET /agents/{beamId}, so that a sender verifies a
+	// peer agent's beam/2 result JWS like a local agent's; false when the
+	// peer does not know the agent.
+	LookupRemote(ctx context.Context, beamID string) (RemoteKey, bool)
 }
 
 // lookupRemote answers a lookup of an agent this registry does not hold
 // from the peer that serves its domain; false when none does.
 func (r *Registry) lookupRemote(w http.ResponseWriter, req *http.Request, beamID string) bool {
-	r.mu.RLock()
-	fn := r.remoteLookup
-	r.mu.RUnlock()
-	if fn == nil || r.Serves(beamID) {
+	if r.cfg.Peers == nil || r.Serves(beamID) {
 		return false
 	}
-	k, ok := fn(req.Context(), beamID)
+	k, ok := r.cfg.Peers.LookupRemote(req.Context(), beamID)
 	if !ok {
 		return false
 	}

@@ -61,6 +61,10 @@ type Replicator interface {
 	// to seq (or did not answer in time: they are down and catch up before
 	// they serve again).
 	Settle(ctx context.Context, seq uint64)
+	// Replicating reports whether cluster mode is on: the node caught up
+	// on the stream so far and applies it, so every mutation from now on
+	// is published and applied by Apply.
+	Replicating() bool
 }
 
 // ErrStale is wrapped by Replicator.Publish when the stream moved past the
@@ -91,8 +95,6 @@ type dbtx interface {
 
 // replica is the replication state of a registry.
 type replica struct {
-	rep Replicator
-
 	mu      sync.Mutex
 	applied uint64
 	moved   chan struct{}         // closed and replaced when applied grows
@@ -101,19 +103,13 @@ type replica struct {
 	rejected atomic.Uint64 // entries skipped as invalid
 }
 
-// SetReplicator turns on cluster mode: from now on every mutation is
-// published through rep and applied by Apply. Call it before serving, after
-// CatchUp-style application of the stream so far is running.
-func (r *Registry) SetReplicator(rep Replicator) {
-	r.repl.mu.Lock()
-	r.repl.rep = rep
-	r.repl.mu.Unlock()
-}
-
+// replicator returns Config.Replicator once it replicates (cluster mode);
+// nil before and without a cluster.
 func (r *Registry) replicator() Replicator {
-	r.repl.mu.Lock()
-	defer r.repl.mu.Unlock()
-	return r.repl.rep
+	if rep := r.cfg.Replicator; rep != nil && rep.Replicating() {
+		return rep
+	}
+	return nil
 }
 
 // Applied returns the last stream sequence this registry applied (0 when

@@ -96,6 +96,15 @@ type Config struct {
 	// Directory is this node's relay; intents for agents other nodes hold
 	// leave it through the node (routing.go). Nil: no routing.
 	Directory *directory.Directory
+	// Router is the Router the registry and the directory were given
+	// (registry.Config.Replicator, directory.Config.Cluster): Start points
+	// it at this node once it joined, and turns the registry's replication
+	// on once it caught up on the stream. Without it the node neither
+	// replicates the registry nor routes intents.
+	Router *Router
+	// Sessions, when set, counts the WebSocket sessions this node holds
+	// (shown to the other nodes).
+	Sessions func() int
 	// DirectoryKey is this node's directory public key (encoded), which
 	// must be the one the cluster announces (identity.go); empty skips the
 	// check.
@@ -299,7 +308,9 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 	if err := n.cfg.Registry.WaitApplied(ctx, last); err != nil {
 		return fmt.Errorf("cluster: catch up on the registry stream: %w", err)
 	}
-	n.cfg.Registry.SetReplicator(n)
+	if n.cfg.Router != nil {
+		n.cfg.Router.replicating.Store(true)
+	}
 	n.lg.Info("cluster node ready", "registrySeq", last, "replicas", n.Replicas())
 	return nil
 }

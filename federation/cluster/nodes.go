@@ -52,10 +52,9 @@ type membership struct {
 	kv  jetstream.KeyValue
 	sub *nats.Subscription
 
-	mu       sync.Mutex
-	url      string
-	started  time.Time
-	sessions func() int
+	mu      sync.Mutex
+	url     string
+	started time.Time
 }
 
 func (n *Node) syncSubject(nodeID string) string {
@@ -134,9 +133,8 @@ func (n *Node) announce(ctx context.Context) {
 	n.members.mu.Lock()
 	info := NodeInfo{NodeID: n.cfg.NodeID, URL: n.members.url, Started: n.members.started,
 		Seen: time.Now().UTC(), RegistrySeq: n.cfg.Registry.Applied()}
-	sessions := n.members.sessions
 	n.members.mu.Unlock()
-	if sessions != nil {
+	if sessions := n.cfg.Sessions; sessions != nil {
 		info.Sessions = sessions()
 	}
 	tok, err := n.seal(typNodeEntry, info)
@@ -191,13 +189,6 @@ func (n *Node) nodeOf(e jetstream.KeyValueEntry) (NodeInfo, bool) {
 		return NodeInfo{}, false
 	}
 	return info, true
-}
-
-// SetSessions installs the count of WebSocket sessions the node holds.
-func (n *Node) SetSessions(count func() int) {
-	n.members.mu.Lock()
-	n.members.sessions = count
-	n.members.mu.Unlock()
 }
 
 // Nodes returns the live nodes of the cluster (their entries have not

@@ -85,7 +85,7 @@ func (n *Node) intentSubject(nodeID string) string {
 }
 
 // startRouting creates the buckets, watches the sessions, answers hand-overs
-// and installs the node router in the directory.
+// and points the directory's Router at this node.
 func (n *Node) startRouting(ctx, runCtx context.Context) error {
 	tok := Token(n.cfg.Domain)
 	var err error
@@ -118,8 +118,8 @@ func (n *Node) startRouting(ctx, runCtx context.Context) error {
 		_ = w.Stop()
 		return fmt.Errorf("cluster: subscribe bus calls: %w", err)
 	}
-	if n.cfg.Directory != nil {
-		n.cfg.Directory.SetNodeRouter(n)
+	if n.cfg.Router != nil {
+		n.cfg.Router.join(n)
 	}
 	// The watch is read only now: a session it reports wakes the messages
 	// waiting for that agent, and they find it only through the router

@@ -39,7 +39,7 @@ const clusterJoinTimeout = 2 * time.Minute
 
 // openCluster prepares the cluster node when cluster mode is on: the
 // embedded NATS server (started by federation) then gets its options.
-func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory) error {
+func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory, router *cluster.Router) error {
 	c := s.cfg.Cluster
 	if c == nil {
 		return nil
@@ -77,7 +77,7 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 	}
 	node, err := cluster.New(cluster.Config{
 		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Trust: trust,
-		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Logger: s.logger,
+		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Router: router, Sessions: dir.ConnectedAgents, Logger: s.logger,
 		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)), Key: key, Registerer: s.registry,
 	})
 	if err != nil {
@@ -119,13 +119,12 @@ func (s *Server) joinTimeout() time.Duration {
 
 // startCluster joins the cluster once federation's NATS connection is up
 // and catches the registry up before anything is served.
-func (s *Server) startCluster(ctx context.Context, sessions func() int) error {
+func (s *Server) startCluster(ctx context.Context) error {
 	if s.cluster == nil {
 		return nil
 	}
 	jctx, cancel := context.WithTimeout(ctx, s.joinTimeout())
 	defer cancel()
-	s.cluster.SetSessions(sessions)
 	if err := s.cluster.Start(jctx, s.fed.Conn()); err != nil {
 		return err
 	}

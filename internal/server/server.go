@@ -458,7 +458,29 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		}
 	}()
 
+	// The registry, the directory and the bus reach the federation node,
+	// built after them, through one router (cluster mode runs federation
+	// too); the directory reaches the cluster node through another.
+	var peers *federation.Router
+	var regPeers registry.Peers
+	var dirRemote directory.Remote
+	var busRemote bus.Remote
+	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" || s.cfg.Cluster != nil {
+		peers = &federation.Router{}
+		regPeers, dirRemote, busRemote = peers, peers, peers
+	}
+	// The registry and the directory reach the cluster node through
+	// another.
+	var nodes *cluster.Router
+	var regCluster registry.Replicator
+	var dirCluster directory.NodeRouter
+	if s.cfg.Cluster != nil {
+		nodes = &cluster.Router{Clock: s.cfg.Clock}
+		regCluster, dirCluster = nodes, nodes
+	}
 	agents, err := registry.Open(ctx, s.log, registry.Config{
+		Peers:         regPeers,
+		Replicator:    regCluster,
 		DefaultPolicy: policy,
 		OperatorAuth: func(r *http.Request) (string, bool) {
 			if s.IsOperator(r) {
@@ -485,7 +507,11 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	owners := &nonceOwners{}
 	dir, err := directory.New(directory.Config{
+		Owners:                owners,
+		Remote:                dirRemote,
+		Cluster:               dirCluster,
 		Attester:              attester,
 		Log:                   s.log,
 		Registry:              agents,
@@ -514,12 +540,13 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		Registerer: s.registry, BusAPIKey: s.cfg.BusAPIKey, OperatorAuth: s.IsOperator,
 		Schedule: s.cfg.BusRetrySchedule, MaxAttempts: s.cfg.BusMaxAttempts,
 		DeliveryTimeout: s.cfg.BusDeliveryTimeout, TickInterval: s.cfg.BusTickInterval,
-		AllowSender: s.rl.busSends.Allow,
+		AllowSender: s.rl.busSends.Allow, Remote: busRemote,
 	})
 	if err != nil {
 		return fmt.Errorf("open message bus: %w", err)
 	}
 	closers = append(closers, func() { _ = b.Close() })
+	owners.bus = b
 	if _, err := b.Recover(ctx); err != nil {
 		return fmt.Errorf("message bus recovery: %w", err)
 	}
@@ -534,25 +561,25 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		return fmt.Errorf("open pipelines: %w", err)
 	}
 	closers = append(closers, func() { _ = pipes.Close() })
+	owners.mesh = pipes
 	if _, err := pipes.Recover(ctx); err != nil {
 		return fmt.Errorf("pipeline recovery: %w", err)
 	}
 
 	var fedStatus func(context.Context) (any, error)
-	if err := s.openCluster(agents, dir); err != nil {
+	if err := s.openCluster(agents, dir, nodes); err != nil {
 		return err
 	}
 	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" {
-		node, err := s.openFederation(ctx, agents, dir)
+		node, err := s.openFederation(ctx, agents, dir, peers, b.RemoteOutcome)
 		if err != nil {
 			return err
 		}
 		closers = append(closers, func() { _ = node.Close() })
 		s.fed = node
-		b.SetRemote(node)
 		fedStatus = node.Status
 	}
-	if err := s.startCluster(ctx, dir.ConnectedAgents); err != nil {
+	if err := s.startCluster(ctx); err != nil {
 		return err
 	}
 	if s.cluster != nil {
@@ -613,7 +640,8 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 // openFederation loads (or creates) the directory key and starts the
 // federation node: the embedded NATS server or a client of NATSURL, the
 // pinned peers and the outbox relay.
-func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, dir *directory.Directory) (*federation.Node, error) {
+func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, dir *directory.Directory,
+	router *federation.Router, busOutcome func(nonce string)) (*federation.Node, error) {
 	if s.cfg.Domain == "" {
 		return nil, errors.New("federation needs --domain")
 	}
@@ -622,7 +650,7 @@ func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, 
 		return nil, fmt.Errorf("directory key: %w", err)
 	}
 	node, err := federation.New(ctx, federation.Config{
-		Domain: s.cfg.Domain, Key: key, Log: s.log, Directory: dir, Registry: agents,
+		Domain: s.cfg.Domain, Key: key, Log: s.log, Directory: dir, Registry: agents, Router: router, BusOutcome: busOutcome,
 		NATSListen: s.cfg.NATSListen, NATSURL: s.cfg.NATSURL, Peers: s.cfg.Peers,
 		Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry, OperatorAuth: s.IsOperator,
 		ServerOptions: s.natsServerOptions(), QueueGroup: s.federationQueue(), BeforeSubscribe: s.clusterIdentity(ctx),
