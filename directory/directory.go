@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/attempt"
 	"github.com/beamdir/beam/directory/attest"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
@@ -167,6 +168,7 @@ type Directory struct {
 	keepalives *keepaliveWheel // pings every session once per PingInterval (keepalive.go)
 
 	stop      chan struct{}
+	sweeper   attempt.Loop // the recovery sweep, started by Start
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -238,6 +240,11 @@ func New(cfg Config) (*Directory, error) {
 		deliv:      delivState{kick: make(chan struct{}, 1)},
 		keepalives: newKeepaliveWheel(cfg.PingInterval),
 	}
+	d.sweeper = attempt.Loop{Interval: d.cfg.RecoverySweepInterval, Logger: d.lg, Name: "recovery sweep",
+		Tick: func(ctx context.Context) error {
+			_, err := d.Sweep(ctx)
+			return err
+		}}
 	d.wg.Add(1)
 	go d.runKeepalives()
 	return d, nil
@@ -258,24 +265,7 @@ func (d *Directory) Routes(mux *http.ServeMux) {
 // Start starts the recovery sweep, which fails recovered delivered intents
 // whose deadline passed without a result. It stops with ctx or Close.
 func (d *Directory) Start(ctx context.Context) {
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		t := time.NewTicker(d.cfg.RecoverySweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-d.stop:
-				return
-			case <-t.C:
-				if _, err := d.Sweep(ctx); err != nil {
-					d.lg.Warn("recovery sweep", "err", err)
-				}
-			}
-		}
-	}()
+	d.sweeper.Start(ctx)
 }
 
 // Close closes every session (1001 going away), stops the sweep and the
@@ -284,6 +274,7 @@ func (d *Directory) Start(ctx context.Context) {
 func (d *Directory) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.stop)
+		d.sweeper.Close()
 		d.mu.Lock()
 		d.closed = true
 		sessions := make([]*session, 0, len(d.sessions))
