@@ -144,3 +144,24 @@ func TestQueuedMessageObeysADenyRuleAddedBeforeDelivery(t *testing.T) {
 	_, f := bobWS.nextIntent()
 	require.Equal(t, nonceOf(t, body), f.Nonce)
 }
+
+// TestPolledMessageObeysADenyRuleAddedBeforeDelivery: ATTACK — the same
+// queued message as in TestQueuedMessageObeysADenyRuleAddedBeforeDelivery,
+// but the recipient takes its inbox by polling with a claim instead of a
+// WebSocket. The poll path must apply the recipient's policy as the door
+// does: the message is not handed out, and it ends FORBIDDEN.
+func TestPolledMessageObeysADenyRuleAddedBeforeDelivery(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "x", map[string]any{"secret": "denied content"}, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	nonce := nonceOf(t, body)
+	status, body = tb.call(http.MethodPost, "/acl", bob.apiKey, "",
+		map[string]any{"targetBeamId": bob.id, "allowedFrom": alice.id, "intentType": "*", "effect": "deny"})
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	status, p := tb.call(http.MethodGet, "/v1/beam/poll?agent="+bob.id+"&claim=true&lease=30", bob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, "%v", p)
+	require.EqualValues(t, 0, p["count"], "a message from a denied sender was handed out by a poll: %v", p)
+	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "the poll leased a denied message")
+}
