@@ -164,4 +164,44 @@ func TestPolledMessageObeysADenyRuleAddedBeforeDelivery(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%v", p)
 	require.EqualValues(t, 0, p["count"], "a message from a denied sender was handed out by a poll: %v", p)
 	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "the poll leased a denied message")
+	m := tb.message(nonce)
+	require.Equal(t, tracing.DeadLetter, m.Status)
+	require.Contains(t, m.Error, "ACL denied")
+	ir, _, err := tb.log.Intent(t.Context(), nonce)
+	require.NoError(t, err)
+	require.Equal(t, directory.CodeForbidden, ir.ErrorCode)
+}
+
+// TestPolledUnsignedMessageIsNotHandedOutAfterTheSettingTurnsOn: ATTACK —
+// an API-key message queued while the recipient allowed attested frames,
+// which the recipient then forbids, must not reach it by a poll claim
+// either: it is dead-lettered SENDER_SIGNATURE_REQUIRED, as the WebSocket
+// path does (TestQueuedUnsignedMessageIsNotDeliveredAttestedAfterTheSettingTurnsOn).
+// A sender-signed message queued with it is still handed out.
+func TestPolledUnsignedMessageIsNotHandedOutAfterTheSettingTurnsOn(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "x", map[string]any{"unsigned": true}, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	nonce := nonceOf(t, body)
+	f := wire.NewIntentFrame(alice.id, bob.id, "x", json.RawMessage(`{"signed":true}`), tb.clock.Now())
+	require.NoError(t, wire.SignIntent(f, alice.priv))
+	raw, err := f.DeliveryJSON()
+	require.NoError(t, err)
+	status, body = tb.call(http.MethodPost, "/v1/beam/send", "", "", map[string]any{"frame": json.RawMessage(raw)})
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	tb.requireSignatures(bob, true)
+	status, p := tb.call(http.MethodGet, "/v1/beam/poll?agent="+bob.id+"&claim=true&lease=30", bob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, "%v", p)
+	require.EqualValues(t, 1, p["count"], "only the signed message is handed out: %v", p)
+	got := p["messages"].([]any)[0].(map[string]any)
+	require.Equal(t, f.Nonce, got["nonce"])
+	m := tb.message(nonce)
+	require.Equal(t, tracing.DeadLetter, m.Status)
+	require.Contains(t, m.Error, "requireSenderSignatures")
+	ir, _, err := tb.log.Intent(t.Context(), nonce)
+	require.NoError(t, err)
+	require.Equal(t, directory.CodeSenderSignatureRequired, ir.ErrorCode)
+	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
 }
