@@ -205,3 +205,25 @@ func TestPolledUnsignedMessageIsNotHandedOutAfterTheSettingTurnsOn(t *testing.T)
 	require.Equal(t, directory.CodeSenderSignatureRequired, ir.ErrorCode)
 	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
 }
+
+// TestBusMessageNamedLikeAPipelineHopIsNoHop: ATTACK — an agent that
+// requires sender signatures but accepts the directory's attested pipeline
+// hops must not receive an attested bus message just because its sender
+// named its intent like a hop ("mesh.envelope"). The message was queued
+// before the recipient turned the requirement on; at delivery the door must
+// judge it as the bus message it is, not as a pipeline hop.
+func TestBusMessageNamedLikeAPipelineHopIsNoHop(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "mesh.envelope", map[string]any{"id": "forged", "route": map[string]any{}}, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	nonce := nonceOf(t, body)
+	status, body = tb.call(http.MethodPatch, "/agents/"+bob.id+"/config", bob.apiKey, "",
+		map[string]any{"requireSenderSignatures": true, "acceptAttestedPipelineHops": true})
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	tb.connect(bob)
+	m := tb.waitStatus(nonce, tracing.DeadLetter)
+	require.Contains(t, m.Error, "requireSenderSignatures")
+	require.NotContains(t, tb.states(nonce), tracing.Delivered, "an attested bus message reached a recipient that requires signatures")
+}
