@@ -21,6 +21,19 @@ func (tb *testBundle) requireSignatures(a *agent, on bool) {
 	require.Equal(tb.t, http.StatusOK, status, "%v", body)
 }
 
+// requireRefusedUndelivered requires that m, the message of nonce, was
+// dead-lettered by the recipient's policy with code and an error that says
+// why (why), and that it was never handed to the recipient.
+func (tb *testBundle) requireRefusedUndelivered(m tracing.MessageRow, nonce, code, why string) {
+	tb.t.Helper()
+	require.Equal(tb.t, tracing.DeadLetter, m.Status)
+	require.Contains(tb.t, m.Error, why)
+	ir, _, err := tb.log.Intent(tb.t.Context(), nonce)
+	require.NoError(tb.t, err)
+	require.Equal(tb.t, code, ir.ErrorCode)
+	require.NotContains(tb.t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
+}
+
 // TestSendsToAnAgentRequiringSignatures: API-key, bus-key and beam/2 JWS
 // sends are refused at send time with 403 SENDER_SIGNATURE_REQUIRED naming
 // the setting, and nothing is recorded; a sender-signed frame is accepted
@@ -79,12 +92,7 @@ func TestQueuedUnsignedMessageIsNotDeliveredAttestedAfterTheSettingTurnsOn(t *te
 	nonce := nonceOf(t, body)
 	tb.requireSignatures(bob, true)
 	tb.connect(bob)
-	m := tb.waitStatus(nonce, tracing.DeadLetter)
-	require.Contains(t, m.Error, "requireSenderSignatures")
-	ir, _, err := tb.log.Intent(t.Context(), nonce)
-	require.NoError(t, err)
-	require.Equal(t, directory.CodeSenderSignatureRequired, ir.ErrorCode)
-	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
+	tb.requireRefusedUndelivered(tb.waitStatus(nonce, tracing.DeadLetter), nonce, directory.CodeSenderSignatureRequired, "requireSenderSignatures")
 }
 
 // TestUnansweredAttemptIsNotASuccess: a recipient whose session takes the
@@ -163,13 +171,7 @@ func TestPolledMessageObeysADenyRuleAddedBeforeDelivery(t *testing.T) {
 	status, p := tb.call(http.MethodGet, "/v1/beam/poll?agent="+bob.id+"&claim=true&lease=30", bob.apiKey, "", nil)
 	require.Equal(t, http.StatusOK, status, "%v", p)
 	require.EqualValues(t, 0, p["count"], "a message from a denied sender was handed out by a poll: %v", p)
-	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "the poll leased a denied message")
-	m := tb.message(nonce)
-	require.Equal(t, tracing.DeadLetter, m.Status)
-	require.Contains(t, m.Error, "ACL denied")
-	ir, _, err := tb.log.Intent(t.Context(), nonce)
-	require.NoError(t, err)
-	require.Equal(t, directory.CodeForbidden, ir.ErrorCode)
+	tb.requireRefusedUndelivered(tb.message(nonce), nonce, directory.CodeForbidden, "ACL denied")
 }
 
 // TestPolledUnsignedMessageIsNotHandedOutAfterTheSettingTurnsOn: ATTACK —
@@ -197,13 +199,7 @@ func TestPolledUnsignedMessageIsNotHandedOutAfterTheSettingTurnsOn(t *testing.T)
 	require.EqualValues(t, 1, p["count"], "only the signed message is handed out: %v", p)
 	got := p["messages"].([]any)[0].(map[string]any)
 	require.Equal(t, f.Nonce, got["nonce"])
-	m := tb.message(nonce)
-	require.Equal(t, tracing.DeadLetter, m.Status)
-	require.Contains(t, m.Error, "requireSenderSignatures")
-	ir, _, err := tb.log.Intent(t.Context(), nonce)
-	require.NoError(t, err)
-	require.Equal(t, directory.CodeSenderSignatureRequired, ir.ErrorCode)
-	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
+	tb.requireRefusedUndelivered(tb.message(nonce), nonce, directory.CodeSenderSignatureRequired, "requireSenderSignatures")
 }
 
 // TestBusMessageNamedLikeAPipelineHopIsNoHop: ATTACK — an agent that
