@@ -21,6 +21,19 @@ func (tb *testBundle) requireSignatures(a *agent, on bool) {
 	require.Equal(tb.t, http.StatusOK, status, "%v", body)
 }
 
+// requireRefusedUndelivered requires that m, the message of nonce, was
+// dead-lettered by the recipient's policy with code and an error that says
+// why (why), and that it was never handed to the recipient.
+func (tb *testBundle) requireRefusedUndelivered(m tracing.MessageRow, nonce, code, why string) {
+	tb.t.Helper()
+	require.Equal(tb.t, tracing.DeadLetter, m.Status)
+	require.Contains(tb.t, m.Error, why)
+	ir, _, err := tb.log.Intent(tb.t.Context(), nonce)
+	require.NoError(tb.t, err)
+	require.Equal(tb.t, code, ir.ErrorCode)
+	require.NotContains(tb.t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
+}
+
 // TestSendsToAnAgentRequiringSignatures: API-key, bus-key and beam/2 JWS
 // sends are refused at send time with 403 SENDER_SIGNATURE_REQUIRED naming
 // the setting, and nothing is recorded; a sender-signed frame is accepted
@@ -79,12 +92,7 @@ func TestQueuedUnsignedMessageIsNotDeliveredAttestedAfterTheSettingTurnsOn(t *te
 	nonce := nonceOf(t, body)
 	tb.requireSignatures(bob, true)
 	tb.connect(bob)
-	m := tb.waitStatus(nonce, tracing.DeadLetter)
-	require.Contains(t, m.Error, "requireSenderSignatures")
-	ir, _, err := tb.log.Intent(t.Context(), nonce)
-	require.NoError(t, err)
-	require.Equal(t, directory.CodeSenderSignatureRequired, ir.ErrorCode)
-	require.NotContains(t, tb.states(nonce), tracing.Dispatched, "never handed to the recipient")
+	tb.requireRefusedUndelivered(tb.waitStatus(nonce, tracing.DeadLetter), nonce, directory.CodeSenderSignatureRequired, "requireSenderSignatures")
 }
 
 // TestUnansweredAttemptIsNotASuccess: a recipient whose session takes the
@@ -143,4 +151,75 @@ func TestQueuedMessageObeysADenyRuleAddedBeforeDelivery(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, "%v", body)
 	_, f := bobWS.nextIntent()
 	require.Equal(t, nonceOf(t, body), f.Nonce)
+}
+
+// TestPolledMessageObeysADenyRuleAddedBeforeDelivery: ATTACK — the same
+// queued message as in TestQueuedMessageObeysADenyRuleAddedBeforeDelivery,
+// but the recipient takes its inbox by polling with a claim instead of a
+// WebSocket. The poll path must apply the recipient's policy as the door
+// does: the message is not handed out, and it ends FORBIDDEN.
+func TestPolledMessageObeysADenyRuleAddedBeforeDelivery(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "x", map[string]any{"secret": "denied content"}, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	nonce := nonceOf(t, body)
+	status, body = tb.call(http.MethodPost, "/acl", bob.apiKey, "",
+		map[string]any{"targetBeamId": bob.id, "allowedFrom": alice.id, "intentType": "*", "effect": "deny"})
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	status, p := tb.call(http.MethodGet, "/v1/beam/poll?agent="+bob.id+"&claim=true&lease=30", bob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, "%v", p)
+	require.EqualValues(t, 0, p["count"], "a message from a denied sender was handed out by a poll: %v", p)
+	tb.requireRefusedUndelivered(tb.message(nonce), nonce, directory.CodeForbidden, "ACL denied")
+}
+
+// TestPolledUnsignedMessageIsNotHandedOutAfterTheSettingTurnsOn: ATTACK —
+// an API-key message queued while the recipient allowed attested frames,
+// which the recipient then forbids, must not reach it by a poll claim
+// either: it is dead-lettered SENDER_SIGNATURE_REQUIRED, as the WebSocket
+// path does (TestQueuedUnsignedMessageIsNotDeliveredAttestedAfterTheSettingTurnsOn).
+// A sender-signed message queued with it is still handed out.
+func TestPolledUnsignedMessageIsNotHandedOutAfterTheSettingTurnsOn(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "x", map[string]any{"unsigned": true}, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	nonce := nonceOf(t, body)
+	f := wire.NewIntentFrame(alice.id, bob.id, "x", json.RawMessage(`{"signed":true}`), tb.clock.Now())
+	require.NoError(t, wire.SignIntent(f, alice.priv))
+	raw, err := f.DeliveryJSON()
+	require.NoError(t, err)
+	status, body = tb.call(http.MethodPost, "/v1/beam/send", "", "", map[string]any{"frame": json.RawMessage(raw)})
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	tb.requireSignatures(bob, true)
+	status, p := tb.call(http.MethodGet, "/v1/beam/poll?agent="+bob.id+"&claim=true&lease=30", bob.apiKey, "", nil)
+	require.Equal(t, http.StatusOK, status, "%v", p)
+	require.EqualValues(t, 1, p["count"], "only the signed message is handed out: %v", p)
+	got := p["messages"].([]any)[0].(map[string]any)
+	require.Equal(t, f.Nonce, got["nonce"])
+	tb.requireRefusedUndelivered(tb.message(nonce), nonce, directory.CodeSenderSignatureRequired, "requireSenderSignatures")
+}
+
+// TestBusMessageNamedLikeAPipelineHopIsNoHop: ATTACK — an agent that
+// requires sender signatures but accepts the directory's attested pipeline
+// hops must not receive an attested bus message just because its sender
+// named its intent like a hop ("mesh.envelope"). The message was queued
+// before the recipient turned the requirement on; at delivery the door must
+// judge it as the bus message it is, not as a pipeline hop.
+func TestBusMessageNamedLikeAPipelineHopIsNoHop(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	status, body := tb.sendAs(alice, bob.id, "mesh.envelope", map[string]any{"id": "forged", "route": map[string]any{}}, nil)
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+	nonce := nonceOf(t, body)
+	status, body = tb.call(http.MethodPatch, "/agents/"+bob.id+"/config", bob.apiKey, "",
+		map[string]any{"requireSenderSignatures": true, "acceptAttestedPipelineHops": true})
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	tb.connect(bob)
+	m := tb.waitStatus(nonce, tracing.DeadLetter)
+	require.Contains(t, m.Error, "requireSenderSignatures")
+	require.NotContains(t, tb.states(nonce), tracing.Delivered, "an attested bus message reached a recipient that requires signatures")
 }

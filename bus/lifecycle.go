@@ -742,6 +742,14 @@ func (b *Bus) claimOne(ctx context.Context, nonce, leaseID string, exp time.Time
 	if handled, err := b.checkRecord(ctx, row, n); handled || err != nil {
 		return tracing.MessageRow{}, false, err
 	}
+	if code, msg, err := b.pollPolicy(ctx, row); err != nil || code != "" {
+		if err == nil {
+			// Refused as the door refuses a WebSocket attempt: not handed
+			// out, and not retryable.
+			err = b.retry(row, n, transportPoll, code, msg, nil, nil, nil, false)
+		}
+		return tracing.MessageRow{}, false, err
+	}
 	ev := event(row, tracing.Dispatched, transportPoll, n+1)
 	ev.Details = tracing.Details{LeaseOwner: leaseID, LeaseExpiresAt: exp.UnixMilli(), TimeoutMs: lease.Milliseconds()}
 	if err := b.append(ev); err != nil {
@@ -750,6 +758,31 @@ func (b *Bus) claimOne(ctx context.Context, nonce, leaseID string, exp time.Time
 	b.m.attempts.WithLabelValues(transportPoll).Inc()
 	row, ok, err = b.message(ctx, nonce)
 	return row, ok, err
+}
+
+// pollPolicy applies the recipient's policy to a message about to be
+// leased to a poll, as directory.Deliver applies it to every WebSocket
+// attempt: its ACL now, and its end-to-end rule for an unsigned frame. It
+// reads how the sender was authenticated only when the recipient requires
+// sender signatures.
+func (b *Bus) pollPolicy(ctx context.Context, row tracing.MessageRow) (code, msg string, err error) {
+	if code, msg = b.dir.CheckDelivery(row.Sender, row.Recipient, row.Intent, true, ""); code != "" {
+		return code, msg, nil
+	}
+	if rcpt, ok := b.reg.Get(row.Recipient); !ok || !rcpt.RequireSenderSignatures {
+		return "", "", nil
+	}
+	first, err := b.log.FirstDetails(ctx, row.Nonce)
+	if err != nil {
+		return "", "", fmt.Errorf("poll policy of %s: %w", row.Nonce, err)
+	}
+	auth, _ := first.Extra["auth"].(string)
+	signed := auth == directory.BusAuthSignature && len(first.Frame) > 0
+	if auth == "" {
+		auth = directory.BusAuthAPIKey
+	}
+	code, msg = b.dir.CheckDelivery(row.Sender, row.Recipient, row.Intent, signed, auth)
+	return code, msg, nil
 }
 
 func newLeaseID() string {

@@ -229,6 +229,17 @@ func (d *Directory) checkRecipient(author, to, intent string, signed bool, auth 
 		" (or turn on its acceptAttestedPipelineHops setting)"
 }
 
+// CheckDelivery is the policy Deliver applies (checkRecipient), for an
+// owner that hands a frame to its recipient by another way than the door:
+// the bus's poll leases, which the recipient takes over HTTP. author chose
+// to send the frame to to; signed says whether the sender signed it, auth
+// how the owner authenticated the sender of an unsigned one. It returns ""
+// when the frame may be handed out, else the relay's code (FORBIDDEN,
+// SENDER_SIGNATURE_REQUIRED) and message.
+func (d *Directory) CheckDelivery(author, to, intent string, signed bool, auth string) (code, msg string) {
+	return d.checkRecipient(author, to, intent, signed, auth)
+}
+
 // CheckPipelineHop is the policy Deliver applies to a pipeline hop to a
 // local actor to (checkRecipient), with author as the sender: the agent
 // that chose the hop, which is the envelope's creator for the route it gave
