@@ -109,8 +109,9 @@ func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) HandReply {
 	if err != nil {
 		return HandReply{Error: relayErr(CodeInvalidIntent, "", "handed-over frame: %v", err)}
 	}
-	if h.Bus != nil && h.Bus.Attempt > 1 {
-		// A first attempt cannot have been acknowledged before.
+	if h.Bus != nil && h.Bus.MessageID != "" && h.Bus.Attempt > 1 {
+		// A first attempt cannot have been acknowledged before; only bus
+		// messages (with an id) have records.
 		if rep, ok := d.recordedHandOver(ctx, f, h.Bus); ok {
 			return rep
 		}

@@ -132,6 +132,11 @@ func (d *Directory) recordBusAck(inf *inflight, rf *wire.ResultFrame) {
 	default:
 		return
 	}
+	if rec.MessageID == "" {
+		// Not a bus message (a pipeline hop: every hop of an envelope has
+		// the envelope's nonce, so a record would answer a later hop).
+		return
+	}
 	if len(rf.Raw) <= MaxRecordedResult {
 		rec.Result = rf.Raw
 	}
