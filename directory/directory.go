@@ -18,6 +18,7 @@ import (
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/internal/httpjson"
+	"github.com/beamdir/beam/internal/replay"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -162,8 +163,8 @@ type Directory struct {
 	attester       *attest.Attester
 
 	connMu     sync.Mutex
-	connNonces map[string]map[string]time.Time // beam ID → used ws.connect nonce → expiry
-	connPruned time.Time                       // last sweep of expired connect nonces
+	connNonces map[string]*replay.Set // beam ID → used ws.connect nonces
+	connPruned time.Time              // last sweep of expired connect nonces
 
 	keepalives *keepaliveWheel // pings every session once per PingInterval (keepalive.go)
 
@@ -234,7 +235,7 @@ func New(cfg Config) (*Directory, error) {
 		claims:     map[string]*inflight{},
 		sessions:   map[string]*session{},
 		recovered:  map[string]time.Time{},
-		connNonces: map[string]map[string]time.Time{},
+		connNonces: map[string]*replay.Set{},
 		attester:   att,
 		stop:       make(chan struct{}),
 		deliv:      delivState{kick: make(chan struct{}, 1)},

@@ -38,7 +38,7 @@ func TestConnectNonceBudgetIsPerAgent(t *testing.T) {
 	b := setup(t)
 	mallory, bob := b.register("mallory"), b.register("bob")
 	for i := 0; i < maxConnectNoncesPerAgent; i++ {
-		c, err := b.dial(signedConnectQuery(t, mallory, b.clock.Now(), "m-"+itoa(i)), true)
+		c, err := b.dial(signedConnectQuery(t, mallory, b.clock.Now(), "m-"+strconv.Itoa(i)), true)
 		require.NoError(t, err)
 		require.Equal(t, "connected", c.next().Type)
 		_ = c.conn.CloseNow()
@@ -52,8 +52,6 @@ func TestConnectNonceBudgetIsPerAgent(t *testing.T) {
 	// Bob is not affected.
 	b.connectQuery(bob, signedConnectQuery(t, bob, b.clock.Now(), "b-1"))
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }
 
 // A signed connect URL captured before a restart cannot be replayed after
 // it, although the used-nonce table starts empty.

@@ -19,6 +19,7 @@ import (
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/httpjson"
+	"github.com/beamdir/beam/internal/replay"
 )
 
 // Authentication methods reported in the connected message.
@@ -286,25 +287,21 @@ func (d *Directory) checkConnectFreshness(beamID, nonce, ts string) error {
 	d.connMu.Lock()
 	defer d.connMu.Unlock()
 	used := d.connNonces[beamID]
-	if exp, ok := used[nonce]; ok && now.Before(exp) {
+	if used != nil && used.Seen(nonce, now) {
 		return errors.New("connect nonce already used")
 	}
-	if len(used) >= maxConnectNoncesPerAgent {
-		for k, exp := range used {
-			if !now.Before(exp) {
-				delete(used, k)
-			}
-		}
-		if len(used) >= maxConnectNoncesPerAgent {
+	if used != nil && used.Len() >= maxConnectNoncesPerAgent {
+		used.Sweep(now, nil)
+		if used.Len() >= maxConnectNoncesPerAgent {
 			return errors.New("too many signed connects of this agent; try again later or connect with the API key")
 		}
 	}
 	if used == nil {
 		d.pruneConnNoncesLocked(now)
-		used = map[string]time.Time{}
+		used = &replay.Set{}
 		d.connNonces[beamID] = used
 	}
-	used[nonce] = now.Add(2 * ReplayWindow)
+	used.Use(nonce, now, now.Add(2*ReplayWindow))
 	return nil
 }
 
@@ -316,12 +313,7 @@ func (d *Directory) pruneConnNoncesLocked(now time.Time) {
 	}
 	d.connPruned = now
 	for id, used := range d.connNonces {
-		for k, exp := range used {
-			if !now.Before(exp) {
-				delete(used, k)
-			}
-		}
-		if len(used) == 0 {
+		if used.Sweep(now, nil); used.Len() == 0 {
 			delete(d.connNonces, id)
 		}
 	}

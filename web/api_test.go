@@ -169,7 +169,7 @@ func TestIntentsList(t *testing.T) {
 	since := baseTime.Add(3 * time.Minute).Format(time.RFC3339Nano)
 	require.Equal(t, []string{"n-dl", "n-open", "n-fail"}, nonces(list("since="+url.QueryEscape(since))))
 	until := baseTime.Add(time.Minute).UnixMilli()
-	require.Equal(t, []string{"n-ack-2", "n-ack-1"}, nonces(list("until="+itoa(until))))
+	require.Equal(t, []string{"n-ack-2", "n-ack-1"}, nonces(list("until="+strconv.FormatInt(until, 10))))
 	page := list("limit=2&offset=2")
 	require.Equal(t, []string{"n-fail", "n-ack-3"}, nonces(page))
 	require.EqualValues(t, 6, page.Total)
@@ -180,8 +180,6 @@ func TestIntentsList(t *testing.T) {
 		require.Equal(t, "INVALID_QUERY", r.json(t)["errorCode"], bad)
 	}
 }
-
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 func TestTraceShape(t *testing.T) {
 	t.Parallel()

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/beamdir/beam/internal/limits"
 )
 
@@ -98,47 +96,10 @@ const (
 	maxLoginClients = 10_000
 )
 
-// loginLimiter limits failed logins per client address, with a bounded
-// table; when it is full, unknown clients share one limiter.
-type loginLimiter struct {
-	mu       sync.Mutex
-	clients  map[string]*rate.Limiter
-	overflow *rate.Limiter
-}
-
-func newLoginLimiter() *loginLimiter {
-	return &loginLimiter{clients: map[string]*rate.Limiter{}, overflow: rate.NewLimiter(rate.Every(loginEvery), loginBurst)}
-}
-
-func (l *loginLimiter) limiter(client string, now time.Time) *rate.Limiter {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if lim, ok := l.clients[client]; ok {
-		return lim
-	}
-	if len(l.clients) >= maxLoginClients {
-		for k, lim := range l.clients {
-			if lim.TokensAt(now) >= loginBurst {
-				delete(l.clients, k)
-			}
-		}
-		if len(l.clients) >= maxLoginClients {
-			return l.overflow
-		}
-	}
-	lim := rate.NewLimiter(rate.Every(loginEvery), loginBurst)
-	l.clients[client] = lim
-	return lim
-}
-
-// blocked reports whether client has no failed attempt left right now.
-func (l *loginLimiter) blocked(client string, now time.Time) bool {
-	return l.limiter(client, now).TokensAt(now) < 1
-}
-
-// failed records a failed attempt.
-func (l *loginLimiter) failed(client string, now time.Time) {
-	l.limiter(client, now).AllowN(now, 1)
+// newLoginLimiter returns the failed-login limit per client address, with
+// a bounded table; when it is full, unknown clients share one bucket.
+func newLoginLimiter(clock func() time.Time) *limits.Keyed {
+	return limits.NewKeyedShared(limits.Rate{N: loginBurst, Per: loginBurst * loginEvery}, clock, maxLoginClients)
 }
 
 // clientAddr is the login limiter's key of r's address (an IPv6 address
@@ -214,13 +175,13 @@ func (d *Dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 	// Guessing is defeated by the tokens' length; the limit only slows and
 	// flags a client that keeps failing.
 	role, ok := d.roleOf(r.PostForm.Get("token"))
-	if !ok && d.limiter.blocked(client, now) {
+	if !ok && d.limiter.Blocked(client) {
 		w.Header().Set("Retry-After", "15")
 		d.renderLogin(w, http.StatusTooManyRequests, loginPage{Error: "Too many failed attempts. Wait a few seconds and try again."})
 		return
 	}
 	if !ok {
-		d.limiter.failed(client, now)
+		d.limiter.Allow(client) // takes one of the client's failures
 		d.lg.Info("dashboard: failed login", "client", client)
 		d.renderLogin(w, http.StatusUnauthorized, loginPage{Error: "That token is not valid for this directory."})
 		return

@@ -18,6 +18,7 @@ import (
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/httpjson"
+	"github.com/beamdir/beam/internal/limits"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -95,7 +96,7 @@ type Dashboard struct {
 	clock    func() time.Time
 	lg       *slog.Logger
 	sessions *sessionStore
-	limiter  *loginLimiter
+	limiter  *limits.Keyed
 	assets   fs.FS
 	pages    *template.Template
 
@@ -152,7 +153,7 @@ func New(cfg Config) (*Dashboard, error) {
 		clock:    cfg.Clock,
 		lg:       cfg.Logger,
 		sessions: newSessionStore(cfg.SessionTTL, MaxSessions),
-		limiter:  newLoginLimiter(),
+		limiter:  newLoginLimiter(cfg.Clock),
 		assets:   assets,
 		pages:    pages,
 	}, nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/beamdir/beam/internal/sse"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -103,13 +104,11 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ princ
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{}) // the stream outlives any server write timeout
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	sse.Open(w, "no-store")
 	bw := bufio.NewWriterSize(w, 32<<10)
-	fmt.Fprintf(bw, "retry: 2000\n: stream from seq %d\n\n", from)
+	out := sse.NewWriter(bw)
+	out.Retry(2000)
+	out.Comment("stream from seq " + strconv.FormatInt(from, 10))
 	if err := flush(bw, rc); err != nil {
 		return
 	}
@@ -128,7 +127,7 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ princ
 		case <-ctx.Done():
 			return
 		case <-keep.C:
-			fmt.Fprintf(bw, ": keepalive %d\n\n", d.clock().Unix())
+			out.Comment("keepalive " + strconv.FormatInt(d.clock().Unix(), 10))
 			if err := flush(bw, rc); err != nil {
 				return
 			}
@@ -137,7 +136,7 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ princ
 				if err := sub.Err(); errors.Is(err, tracing.ErrSubscriberLagged) {
 					// End the response; EventSource reconnects with the
 					// last id it saw and resumes exactly after it.
-					fmt.Fprint(bw, ": lagged behind the log; reconnect with Last-Event-ID\n\n")
+					out.Comment("lagged behind the log; reconnect with Last-Event-ID")
 					_ = flush(bw, rc)
 				} else if err != nil && ctx.Err() == nil {
 					d.lg.Warn("dashboard: stream subscription ended", "err", err)
@@ -157,7 +156,7 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ princ
 					break drain
 				}
 			}
-			if err := d.writeBatch(ctx, bw, batch); err != nil {
+			if err := d.writeBatch(ctx, out, batch); err != nil {
 				if ctx.Err() == nil {
 					d.lg.Warn("dashboard: stream", "err", err)
 				}
@@ -179,7 +178,7 @@ func flush(bw *bufio.Writer, rc *http.ResponseController) error {
 
 // writeBatch writes the events of batch with the current summaries of
 // their intents (read in one query).
-func (d *Dashboard) writeBatch(ctx context.Context, bw *bufio.Writer, batch []tracing.Event) error {
+func (d *Dashboard) writeBatch(ctx context.Context, out *sse.Writer, batch []tracing.Event) error {
 	summaries, err := d.summaries(ctx, batch)
 	if err != nil {
 		return err
@@ -198,9 +197,9 @@ func (d *Dashboard) writeBatch(ctx context.Context, bw *bufio.Writer, batch []tr
 		if err != nil {
 			return fmt.Errorf("encode event %d: %w", ev.Seq, err)
 		}
-		fmt.Fprintf(bw, "id: %d\nevent: intent\ndata: %s\n\n", ev.Seq, data)
+		out.Event("intent", strconv.FormatInt(ev.Seq, 10), data)
 	}
-	return nil
+	return nil // a write error shows in the flush that follows
 }
 
 func (d *Dashboard) summaries(ctx context.Context, batch []tracing.Event) (map[string]*intentView, error) {

@@ -3,13 +3,13 @@ package wire
 import (
 	"bytes"
 	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 )
 
 // Version is the beam/1 frame version carried in the "v" field.
@@ -510,23 +510,7 @@ func NewIntentFrame(from, to, intent string, payload json.RawMessage, now time.T
 }
 
 // NewNonce returns a random RFC 4122 version 4 UUID string.
-func NewNonce() string {
-	var u [16]byte
-	_, _ = rand.Read(u[:]) // crypto/rand.Read never fails on supported platforms
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	var out [36]byte
-	hex.Encode(out[0:8], u[0:4])
-	out[8] = '-'
-	hex.Encode(out[9:13], u[4:6])
-	out[13] = '-'
-	hex.Encode(out[14:18], u[6:8])
-	out[18] = '-'
-	hex.Encode(out[19:23], u[8:10])
-	out[23] = '-'
-	hex.Encode(out[24:], u[10:])
-	return string(out[:])
-}
+func NewNonce() string { return uuid.NewString() }
 
 // FormatTimestamp writes t as JavaScript's Date.prototype.toISOString does: UTC with milliseconds.
 func FormatTimestamp(t time.Time) string {

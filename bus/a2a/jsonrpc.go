@@ -242,13 +242,13 @@ func (s *Server) listResult(ctx context.Context, caller string, pipe *mesh.Pipel
 
 // stream answers with the task's event stream.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, v version, wrap func(string, any) any, row tracing.MeshRow) {
-	out, err := newSSE(w, v, wrap)
+	out, err := newStream(w, v, wrap)
 	if err != nil {
 		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
 		return
 	}
 	s.follow(r.Context(), out, row)
-	if out.err != nil && !errors.Is(out.err, context.Canceled) {
-		s.lg.Debug("a2a stream ended", "task", row.ID, "err", out.err)
+	if out.err() != nil && !errors.Is(out.err(), context.Canceled) {
+		s.lg.Debug("a2a stream ended", "task", row.ID, "err", out.err())
 	}
 }

@@ -5,59 +5,54 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/beamdir/beam/bus/mesh"
+	"github.com/beamdir/beam/internal/sse"
 	"github.com/beamdir/beam/tracing"
 )
 
-// sse writes a task's stream as Server-Sent Events; wrap turns one stream
-// response (its member name and value) into the event's data.
-type sse struct {
-	w    io.Writer
+// stream writes a task's stream as Server-Sent Events; wrap turns one
+// stream response (its member name and value) into the event's data.
+type stream struct {
+	out  *sse.Writer
 	f    http.Flusher
 	v    version
 	wrap func(member string, v any) any
-	err  error
 }
 
-func newSSE(w http.ResponseWriter, v version, wrap func(string, any) any) (*sse, error) {
+func newStream(w http.ResponseWriter, v version, wrap func(string, any) any) (*stream, error) {
 	f, ok := w.(http.Flusher)
 	if !ok {
 		return nil, errors.New("streaming unsupported")
 	}
 	longLived(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	return &sse{w: w, f: f, v: v, wrap: wrap}, nil
+	sse.Open(w, "no-cache")
+	return &stream{out: sse.NewWriter(w), f: f, v: v, wrap: wrap}, nil
 }
 
-func (s *sse) event(member string, v any) {
-	if s.err != nil {
+func (s *stream) event(member string, v any) {
+	if s.out.Err() != nil {
 		return
 	}
 	b, err := json.Marshal(s.wrap(member, v))
 	if err != nil {
-		s.err = fmt.Errorf("encode stream event: %w", err)
+		s.out.Fail(fmt.Errorf("encode stream event: %w", err))
 		return
 	}
-	if _, s.err = fmt.Fprintf(s.w, "data: %s\n\n", b); s.err == nil {
+	if s.out.Event("", "", b); s.out.Err() == nil {
 		s.f.Flush()
 	}
 }
 
-func (s *sse) comment() {
-	if s.err == nil {
-		if _, s.err = io.WriteString(s.w, ": keepalive\n\n"); s.err == nil {
-			s.f.Flush()
-		}
+func (s *stream) comment() {
+	if s.out.Comment("keepalive"); s.out.Err() == nil {
+		s.f.Flush()
 	}
 }
+
+func (s *stream) err() error { return s.out.Err() }
 
 // longLived lifts the server's write deadline from a response that lasts
 // as long as its task (a stream, a blocking send): the task's own deadline
@@ -71,7 +66,7 @@ func longLived(w http.ResponseWriter) {
 // "partial" artifact, and at the end the final payload as the "result"
 // artifact and the final status. It returns when the task ends or waits
 // for input, when ctx ends or the client goes away.
-func (s *Server) follow(ctx context.Context, out *sse, row tracing.MeshRow) {
+func (s *Server) follow(ctx context.Context, out *stream, row tracing.MeshRow) {
 	v := out.v
 	w := s.cfg.Mesh.Watch(row.ID)
 	defer func() { w.Close() }()
@@ -86,7 +81,7 @@ func (s *Server) follow(ctx context.Context, out *sse, row tracing.MeshRow) {
 	ctxID := contextOf(row, headers)
 	last := row
 	flies := 0
-	for out.err == nil {
+	for out.err() == nil {
 		nctx, cancel := context.WithTimeout(ctx, s.cfg.KeepaliveInterval)
 		next, fly, err := w.Next(nctx)
 		cancel()

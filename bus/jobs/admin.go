@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/beamdir/beam/tracing"
 	"github.com/jmoiron/sqlx"
@@ -241,7 +242,7 @@ func (s *Service) handleRevokeKey(w http.ResponseWriter, r *http.Request, c *cal
 		}
 	}
 	s.mu.Unlock()
-	s.nonces.sweep(0, func(k string) bool { return strings.HasPrefix(k, d+"\x00") })
+	s.nonces.Sweep(time.Time{}, func(k string) bool { return strings.HasPrefix(k, d+"\x00") })
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 	return nil
 }
@@ -276,7 +277,7 @@ func (s *Service) handlePurge(w http.ResponseWriter, r *http.Request, c *call) *
 		clear(s.idem)
 		clear(s.rates)
 		s.mu.Unlock()
-		s.nonces.sweep(0, func(string) bool { return true })
+		s.nonces.Sweep(time.Time{}, func(string) bool { return true })
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 	return nil

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -79,7 +78,7 @@ func (s *Service) verify(r *http.Request, p *principal, body []byte, sig string)
 		return sigErr("Signature does not match.")
 	}
 	expires := now.Add(2 * SignatureWindow).Unix()
-	if !s.nonces.use(p.digest+"\x00"+nonce, expires, now.Unix()) {
+	if !s.nonces.Use(p.digest+"\x00"+nonce, now, time.Unix(expires, 0)) {
 		// The reference's words: clients match on them.
 		return sigErr("Replay detected")
 	}
@@ -174,37 +173,6 @@ func Quote(s string) string {
 		b.WriteByte(hexUpper[c&15])
 	}
 	return b.String()
-}
-
-// nonceStore remembers used nonces until they expire.
-type nonceStore struct {
-	mu sync.Mutex
-	m  map[string]int64 // key digest and nonce → expiry (unix s)
-}
-
-// use records the nonce k and reports whether it was new.
-func (n *nonceStore) use(k string, expires, now int64) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if exp, ok := n.m[k]; ok && exp > now {
-		return false
-	}
-	n.m[k] = expires
-	return true
-}
-
-// sweep drops expired nonces and returns how many.
-func (n *nonceStore) sweep(now int64, drop func(string) bool) int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	c := 0
-	for k, exp := range n.m {
-		if exp <= now || (drop != nil && drop(k)) {
-			delete(n.m, k)
-			c++
-		}
-	}
-	return c
 }
 
 // rateWindow is a fixed one-minute request window of a tester key.

@@ -101,7 +101,7 @@ func (s *Service) Cleanup(ctx context.Context) (CleanupStats, error) {
 	}); err != nil {
 		return st, err
 	}
-	st.NoncesDeleted = s.nonces.sweep(now.Unix(), nil)
+	st.NoncesDeleted = s.nonces.Sweep(time.Unix(now.Unix(), 0), nil)
 	s.mu.Lock()
 	s.lastCleanup = now
 	s.mu.Unlock()

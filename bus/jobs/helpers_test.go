@@ -240,8 +240,6 @@ func uniqueNS(t testing.TB) string {
 	return "ns-" + nonce()[:12]
 }
 
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
 func signMsg(key, msg string) string { return jobs.Sign(key, msg) }
 
 func (r *resp) err() error {

@@ -117,7 +117,7 @@ func (s *Service) rememberNonce(key string, at time.Time, now int64) {
 	if !ok || exp <= now {
 		return
 	}
-	s.nonces.use(digest+"\x00"+nonce, exp, now)
+	s.nonces.Use(digest+"\x00"+nonce, time.Unix(now, 0), time.Unix(exp, 0))
 }
 
 // nonceWriter stores the request's nonce before the first byte of an

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"bytes"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -476,9 +477,9 @@ func TestProtocol(t *testing.T) {
 		ts := time.Now().Unix()
 		n := nonce()
 		req.Header.Set("X-API-KEY", mainKey)
-		req.Header.Set("X-Timestamp", itoa(ts))
+		req.Header.Set("X-Timestamp", strconv.FormatInt(ts, 10))
 		req.Header.Set("X-Nonce", n)
-		req.Header.Set("X-Signature", signMsg(mainKey, "GET\n/get/x\n"+itoa(ts)+"\n"+n+"\n"))
+		req.Header.Set("X-Signature", signMsg(mainKey, "GET\n/get/x\n"+strconv.FormatInt(ts, 10)+"\n"+n+"\n"))
 		require.Equal(t, http.StatusNotFound, send(t, req).status)
 		again := send(t, req.Clone(req.Context()))
 		require.Equal(t, http.StatusForbidden, again.status)
@@ -489,9 +490,9 @@ func TestProtocol(t *testing.T) {
 		req, err = http.NewRequest("POST", b.url()+"/intent", bytes.NewReader(append(raw, ' ')))
 		require.NoError(t, err)
 		req.Header.Set("X-API-KEY", mainKey)
-		req.Header.Set("X-Timestamp", itoa(ts))
+		req.Header.Set("X-Timestamp", strconv.FormatInt(ts, 10))
 		req.Header.Set("X-Nonce", n)
-		req.Header.Set("X-Signature", signMsg(mainKey, "POST\n/intent\n"+itoa(ts)+"\n"+n+"\n"+string(raw)))
+		req.Header.Set("X-Signature", signMsg(mainKey, "POST\n/intent\n"+strconv.FormatInt(ts, 10)+"\n"+n+"\n"+string(raw)))
 		require.Equal(t, http.StatusForbidden, send(t, req).status)
 	})
 

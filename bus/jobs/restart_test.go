@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,9 +96,9 @@ func signedReq(t *testing.T, method, u string, body []byte, ts int64) *http.Requ
 	require.NoError(t, err)
 	n := nonce()
 	req.Header.Set("X-API-KEY", mainKey)
-	req.Header.Set("X-Timestamp", itoa(ts))
+	req.Header.Set("X-Timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("X-Nonce", n)
-	req.Header.Set("X-Signature", signMsg(mainKey, method+"\n"+req.URL.Path+"\n"+itoa(ts)+"\n"+n+"\n"+string(body)))
+	req.Header.Set("X-Signature", signMsg(mainKey, method+"\n"+req.URL.Path+"\n"+strconv.FormatInt(ts, 10)+"\n"+n+"\n"+string(body)))
 	return req
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/attempt"
+	"github.com/beamdir/beam/internal/replay"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -44,7 +45,7 @@ type Service struct {
 	keys   map[string]string
 	kv     map[string]kvEntry
 	idem   map[string]*idemEntry
-	nonces nonceStore
+	nonces replay.Set
 	rates  map[string]*rateWindow
 
 	lastCleanup time.Time
@@ -78,7 +79,7 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 		cfg: cfg, log: cfg.Log, lg: cfg.Logger.With("component", "intent-bus"), clock: cfg.Clock, rand: cfg.Rand,
 		jobs: map[string]*job{}, ready: map[string]map[groupKey]*group{},
 		open: map[string]int{}, counts: map[string]map[string]int{}, dead: map[string]*job{}, keys: map[string]string{}, kv: map[string]kvEntry{}, idem: map[string]*idemEntry{},
-		nonces: nonceStore{m: map[string]int64{}}, rates: map[string]*rateWindow{},
+		rates: map[string]*rateWindow{},
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader

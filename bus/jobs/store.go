@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -108,7 +109,7 @@ func (s *Service) loadTables(ctx context.Context) (tomb map[string]bool, err err
 		return nil, fmt.Errorf("load nonces: %w", err)
 	}
 	for _, n := range nonces {
-		s.nonces.m[n.Digest+"\x00"+n.Nonce] = n.ExpiresAt
+		s.nonces.Use(n.Digest+"\x00"+n.Nonce, time.Time{}, time.Unix(n.ExpiresAt, 0))
 	}
 	var ids []string
 	if err := db.SelectContext(ctx, &ids, `SELECT job_id FROM intent_bus_tombstones`); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/internal/limits"
+	"github.com/beamdir/beam/internal/sse"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -577,13 +578,10 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 		e.writeErr(w, err)
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	sse.Open(w, "no-cache")
 
 	off := statusOff(row)
-	s := &sseWriter{w: w, lastSeq: -1, noProgress: off}
+	s := &sseWriter{Writer: sse.NewWriter(w), lastSeq: -1, noProgress: off}
 	if after >= 0 {
 		events, err := e.log.Trace(r.Context(), row.Nonce)
 		if err != nil {
@@ -603,10 +601,10 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if lr, ok := e.hub.liveProgress(id); ok && !off && lr.LastSeq == s.lastSeq && lr.Progress > s.progress {
 		// Opened while the actor works: start from its live report.
 		s.progress = lr.Progress
-		s.event("progress", "", appendProgress(nil, lr))
+		s.Event("progress", "", appendProgress(nil, lr))
 	}
 	flusher.Flush()
-	if row.Status.Terminal() || s.err != nil {
+	if row.Status.Terminal() || s.Err() != nil {
 		return
 	}
 	keep := time.NewTicker(KeepaliveInterval)
@@ -620,16 +618,16 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 			// resumes from Last-Event-ID.
 			return
 		case <-keep.C:
-			_, s.err = io.WriteString(w, ": keepalive\n\n")
+			s.Comment("keepalive")
 		case ev := <-sub.ch:
 			if ev.fly != nil {
 				if !off {
-					s.event("fly", "", ev.fly)
+					s.Event("fly", "", ev.fly)
 				}
 			} else if ev.progress {
 				if !off && ev.row.LastSeq == s.lastSeq && ev.row.Progress > s.progress {
 					s.progress = ev.row.Progress
-					s.event("progress", "", appendProgress(nil, *ev.row))
+					s.Event("progress", "", appendProgress(nil, *ev.row))
 				}
 			} else if ev.row.LastSeq > s.lastSeq && (!off || ev.row.Status.Terminal()) {
 				s.status(*ev.row)
@@ -639,50 +637,22 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		if s.err != nil {
+		if s.Err() != nil {
 			return
 		}
 		flusher.Flush()
 	}
 }
 
-// sseWriter writes SSE events.
+// sseWriter writes an envelope's events, remembering what it has sent.
 type sseWriter struct {
-	w        io.Writer
+	*sse.Writer
 	lastSeq  int64
 	progress float64
 	// noProgress leaves progress events out (status reporting off).
 	noProgress bool
-	opened     bool // a status event was written
-	err        error
-	buf        []byte // the event being written, reused
+	opened     bool   // a status event was written
 	data       []byte // a status event's data, reused
-}
-
-func (s *sseWriter) event(name, id string, data []byte) {
-	if s.err != nil {
-		return
-	}
-	b := append(s.buf[:0], "event: "...)
-	b = append(b, name...)
-	b = append(b, '\n')
-	if id != "" {
-		b = append(b, "id: "...)
-		b = append(b, id...)
-		b = append(b, '\n')
-	}
-	b = append(b, "data: "...)
-	for {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			break
-		}
-		b = append(append(b, data[:i]...), "\ndata: "...)
-		data = data[i+1:]
-	}
-	b = append(append(b, data...), "\n\n"...)
-	s.buf = b
-	_, s.err = s.w.Write(b)
 }
 
 // status writes a status event (and a progress event when progress grew).
@@ -690,7 +660,7 @@ func (s *sseWriter) status(row tracing.MeshRow) {
 	id := strconv.FormatInt(row.LastSeq, 10)
 	data, err := appendView(s.data[:0], row)
 	if err != nil {
-		s.err = fmt.Errorf("encode status: %w", err)
+		s.Fail(fmt.Errorf("encode status: %w", err))
 		return
 	}
 	s.data = data
@@ -700,10 +670,10 @@ func (s *sseWriter) status(row tracing.MeshRow) {
 	if row.Progress > s.progress && !s.noProgress {
 		s.progress = row.Progress
 		if s.opened {
-			s.event("progress", id, appendProgress(nil, row))
+			s.Event("progress", id, appendProgress(nil, row))
 		}
 	}
-	s.event("status", id, data)
+	s.Event("status", id, data)
 	s.opened = true
 	s.lastSeq = row.LastSeq
 }

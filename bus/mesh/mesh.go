@@ -430,17 +430,6 @@ func validTraceparent(v string) bool {
 	return hex(v[3:35]) && hex(v[36:52]) && hex(v[53:55])
 }
 
-// newUUID4 returns a random (version 4) UUID.
-func newUUID4() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("read random: %v", err))
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
 // draw returns a deterministic jitter draw in [0,1) for an attempt.
 func (e *Engine) draw(id string, attempt int) float64 {
 	var h maphash.Hash

@@ -12,6 +12,7 @@ import (
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
+	"github.com/google/uuid"
 )
 
 // Error codes of the gateway and of failed envelopes.
@@ -153,7 +154,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 	now := e.cfg.Clock().UTC()
 	deadline := now.Add(timeout)
 	env := Envelope{
-		ID: newUUID4(), ParentID: req.ParentID, Route: route, Headers: headers, Payload: payload, Creator: req.Creator,
+		ID: uuid.NewString(), ParentID: req.ParentID, Route: route, Headers: headers, Payload: payload, Creator: req.Creator,
 		Author: req.Author, Status: Status{Phase: string(tracing.MeshPending), Actor: route.Curr, CreatedAt: rfc3339(now), UpdatedAt: rfc3339(now)},
 	}
 	if req.Timeout > 0 {
@@ -717,7 +718,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 			}
 			continue
 		}
-		ce.ID = newUUID4()
+		ce.ID = uuid.NewString()
 		ce.ParentID = env.ID
 		ce.FanoutIndex = i
 		ce.Status.CreatedAt = rfc3339(e.cfg.Clock())

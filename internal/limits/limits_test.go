@@ -62,6 +62,36 @@ func TestKeyedBucketsRefillPerKey(t *testing.T) {
 	require.Equal(t, 3, RetryAfterSeconds(2001*time.Millisecond))
 }
 
+// TestKeyedSharedFloodCannotResetALimitedKey: with the table full of
+// buckets still refilling, new keys share one bucket, so a flood of new
+// keys neither evicts a limited key nor gets buckets of its own.
+func TestKeyedSharedFloodCannotResetALimitedKey(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	k := NewKeyedShared(Rate{N: 2, Per: time.Minute}, func() time.Time { return now }, 3)
+	for range 2 {
+		ok, _ := k.Allow("attacker")
+		require.True(t, ok)
+	}
+	require.True(t, k.Blocked("attacker"))
+	require.False(t, k.Blocked("fresh"), "a key without a bucket has a full one")
+	for _, key := range []string{"f1", "f2", "f3", "f4"} {
+		ok, _ := k.Allow(key)
+		require.True(t, ok, key) // f3 and f4 take the overflow bucket's two tokens
+	}
+	require.True(t, k.Blocked("f5"), "new keys share the emptied overflow bucket")
+	require.True(t, k.Blocked("attacker"), "the limited key kept its bucket")
+	ok, _ := k.Allow("attacker")
+	require.False(t, ok)
+
+	now = now.Add(time.Minute)
+	ok, _ = k.Allow("f5")
+	require.True(t, ok, "refilled buckets make room again")
+	require.False(t, k.Blocked("attacker"))
+	var none *Keyed
+	require.False(t, none.Blocked("x"))
+}
+
 func TestListenerCapsConnectionsPerAddress(t *testing.T) {
 	t.Parallel()
 	inner, accepted := serveCapped(t, 0, 2)

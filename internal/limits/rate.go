@@ -48,7 +48,8 @@ func (r Rate) String() string {
 }
 
 // maxKeys bounds the buckets one Keyed keeps; beyond it, full (idle)
-// buckets are dropped, and if none is idle, the oldest half.
+// buckets are dropped, and if none is idle, the oldest half (or, for a
+// Keyed of NewKeyedShared, new keys share one bucket).
 const maxKeys = 100_000
 
 // Keyed is a set of token buckets of one Rate, one per key (an address, a
@@ -56,6 +57,11 @@ const maxKeys = 100_000
 type Keyed struct {
 	rate  Rate
 	clock func() time.Time
+
+	maxKeys int
+	// overflow, when not nil, is the bucket new keys share while the table
+	// is full, instead of dropping the oldest half.
+	overflow *bucket
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -75,7 +81,43 @@ func NewKeyed(r Rate, clock func() time.Time) *Keyed {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Keyed{rate: r, clock: clock, buckets: make(map[string]*bucket)}
+	return &Keyed{rate: r, clock: clock, maxKeys: maxKeys, buckets: make(map[string]*bucket)}
+}
+
+// NewKeyedShared is NewKeyed with a table of at most max keys that, when
+// full of buckets still refilling, lets new keys share one bucket rather
+// than drop old ones: a flood of new keys cannot hand a key that is being
+// limited a fresh bucket.
+func NewKeyedShared(r Rate, clock func() time.Time, max int) *Keyed {
+	k := NewKeyed(r, clock)
+	if k != nil {
+		k.maxKeys = max
+		k.overflow = &bucket{lim: k.newLimiter()}
+	}
+	return k
+}
+
+func (k *Keyed) newLimiter() *rate.Limiter {
+	return rate.NewLimiter(rate.Every(k.rate.Per/time.Duration(k.rate.N)), k.rate.N)
+}
+
+// Blocked reports whether key's bucket has no token now, without taking
+// one.
+func (k *Keyed) Blocked(key string) bool {
+	if k == nil {
+		return false
+	}
+	now := k.clock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	b := k.buckets[key]
+	if b == nil {
+		if k.overflow == nil || len(k.buckets) < k.maxKeys {
+			return false // a new bucket is full
+		}
+		b = k.overflow
+	}
+	return b.lim.TokensAt(now) < 1
 }
 
 // Allow takes one token from key's bucket. When the bucket is empty it
@@ -89,12 +131,15 @@ func (k *Keyed) Allow(key string) (bool, time.Duration) {
 	defer k.mu.Unlock()
 	b := k.buckets[key]
 	if b == nil {
-		if len(k.buckets) >= maxKeys {
+		if len(k.buckets) >= k.maxKeys {
 			k.evict(now)
 		}
-		every := rate.Every(k.rate.Per / time.Duration(k.rate.N))
-		b = &bucket{lim: rate.NewLimiter(every, k.rate.N)}
-		k.buckets[key] = b
+		if len(k.buckets) >= k.maxKeys {
+			b = k.overflow // evict left the table full only when there is one
+		} else {
+			b = &bucket{lim: k.newLimiter()}
+			k.buckets[key] = b
+		}
 	}
 	b.used = now
 	res := b.lim.ReserveN(now, 1)
@@ -106,14 +151,15 @@ func (k *Keyed) Allow(key string) (bool, time.Duration) {
 }
 
 // evict drops the buckets that have refilled (they behave as new ones), and
-// when that is not enough, the least recently used ones.
+// when that is not enough and there is no shared overflow bucket, the least
+// recently used ones.
 func (k *Keyed) evict(now time.Time) {
 	for key, b := range k.buckets {
-		if now.Sub(b.used) >= k.rate.Per {
+		if now.Sub(b.used) >= k.rate.Per || b.lim.TokensAt(now) >= float64(k.rate.N) {
 			delete(k.buckets, key)
 		}
 	}
-	if len(k.buckets) < maxKeys {
+	if len(k.buckets) < k.maxKeys || k.overflow != nil {
 		return
 	}
 	cut := meanTime(k.buckets)
