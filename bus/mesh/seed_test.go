@@ -256,9 +256,15 @@ func TestRequeueKeepsPrev(t *testing.T) {
 	op := func(r *http.Request, _ []byte) { r.Header.Set("X-Admin-Token", "bop_test-operator-token") }
 	s.actor("a@acme.beam.directory", enrich("a", 1))
 	var calls atomic.Int32
-	s.actor("b@acme.beam.directory", func(_ context.Context, h *agents.MeshHop) (any, error) {
+	release := make(chan struct{})
+	s.actor("b@acme.beam.directory", func(ctx context.Context, h *agents.MeshHop) (any, error) {
 		if calls.Add(1) == 1 {
 			return nil, agents.MeshPermanent(errors.New("not now"))
+		}
+		// Hold the requeued hop until the test has read the envelope.
+		select {
+		case <-release:
+		case <-ctx.Done():
 		}
 		return h.Envelope.Payload, nil
 	})
@@ -276,6 +282,7 @@ func TestRequeueKeepsPrev(t *testing.T) {
 	v := s.get(again.ID, auth)
 	require.Equal(t, []string{"a@acme.beam.directory"}, v.Envelope.Route.Prev, "prev is kept")
 	require.Equal(t, "b@acme.beam.directory", v.Envelope.Route.Curr)
+	close(release)
 	v = s.wait(again.ID, auth)
 	require.Equal(t, tracing.MeshSucceeded, v.Status, v.Error)
 	require.Equal(t, []string{"a@acme.beam.directory", "b@acme.beam.directory", "c@acme.beam.directory"}, v.Envelope.Route.Prev)
