@@ -263,13 +263,15 @@ type Server struct {
 // log, runs startup recovery and, with federation configured, joins its
 // peers. It does not listen; call Serve (and ServeJobBus).
 func New(ctx context.Context, cfg Config) (*Server, error) {
+	// Errors come back as the assembly words them: `beam serve` prints
+	// them after its own name.
 	sc, err := cfg.server()
 	if err != nil {
-		return nil, fmt.Errorf("beam: %w", err)
+		return nil, err
 	}
 	s, err := server.New(ctx, sc)
 	if err != nil {
-		return nil, fmt.Errorf("beam: %w", err)
+		return nil, err
 	}
 	return &Server{s: s}, nil
 }
