@@ -17,7 +17,9 @@ import (
 )
 
 // Config is what an embedded directory needs; `beam serve` builds one from
-// its flags. Zero values are the defaults of `beam serve`.
+// its flags. Zero values are the defaults of `beam serve`, but for the job
+// bus, which serve runs on a port of its own and an embedder turns on with
+// JobBus.Enabled.
 type Config struct {
 	// DataDir holds the SQLite log, the operator token and the directory's
 	// keys; it is created if missing. Default ./beam-data.
@@ -185,7 +187,9 @@ type Timeouts struct {
 // Rate is N events per Per, in bursts of up to N; the zero Rate is no
 // limit.
 type Rate struct {
-	N   int
+	// N is how many events a key may have per Per, and its burst.
+	N int
+	// Per is the period N events are spread over.
 	Per time.Duration
 }
 
