@@ -113,18 +113,19 @@ type self struct {
 	NATSURL string `json:"natsUrl"`
 }
 
-// TestConfigReachesTheServer sets every field of beam.Config and sees each
-// one take effect, on one directory with every field set and one with the
-// defaults (which also federates on an embedded NATS).
+// TestConfigReachesTheServer sets the core fields of beam.Config and sees
+// each one take effect, on one directory with them set and one with the
+// defaults (which also federates on an embedded NATS);
+// TestEveryConfigFieldReachesTheAssembly checks that every field is mapped.
 func TestConfigReachesTheServer(t *testing.T) {
 	t.Parallel()
 	_, err := beam.New(context.Background(), beam.Config{DataDir: t.TempDir(), DefaultPolicy: "sometimes"})
 	require.ErrorContains(t, err, "sometimes", "the default policy reaches the registry's check")
-	_, err = beam.New(context.Background(), beam.Config{DataDir: t.TempDir(), Peers: []string{"not a peer line"}})
+	_, err = beam.New(context.Background(), beam.Config{DataDir: t.TempDir(), Federation: beam.Federation{Peers: []string{"not a peer line"}}})
 	require.ErrorContains(t, err, "not a peer line")
 
 	// plain: the defaults, plus an embedded NATS for federation.
-	plain := serve(t, beam.Config{Domain: "plain.beam.directory", NATSListen: "127.0.0.1:0"})
+	plain := serve(t, beam.Config{Domain: "plain.beam.directory", Federation: beam.Federation{NATSListen: "127.0.0.1:0"}})
 	plainAdmin, _ := plain.srv.AdminToken()
 	var plainSelf self
 	plain.getJSON(t, "/federation/self", plainAdmin, http.StatusOK, &plainSelf)
@@ -153,9 +154,8 @@ func TestConfigReachesTheServer(t *testing.T) {
 		DefaultPolicy:         "allow",
 		AllowLegacyWSIdentity: true,
 		Domain:                "full.beam.directory",
-		NATSURL:               ns.ClientURL(),
-		Peers:                 []string{plainSelf.Line},
-		BusAPIKey:             "bus-config-test-key",
+		Federation:            beam.Federation{NATSURL: ns.ClientURL(), Peers: []string{plainSelf.Line}},
+		Bus:                   beam.Bus{APIKey: "bus-config-test-key"},
 		NoLimits:              true,
 		Logger:                slog.New(countingHandler{&logged}),
 		Clock:                 func() time.Time { return time.Now().Add(offset) },
@@ -239,10 +239,10 @@ func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 func TestEmbeddedPipelinesAreA2AAgents(t *testing.T) {
 	t.Parallel()
 	_, err := beam.New(context.Background(), beam.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
-		Pipelines: []byte(`{"pipelines":[{"name":"x","route":["not a beam id"]}]}`)})
+		Pipelines: beam.Pipelines{Declared: []byte(`{"pipelines":[{"name":"x","route":["not a beam id"]}]}`)}})
 	require.ErrorContains(t, err, `pipeline "x"`)
 
-	r := serve(t, beam.Config{Pipelines: []byte(`{"pipelines":[{"name":"greet","route":["bob@acme.beam.directory"]}]}`)})
+	r := serve(t, beam.Config{Pipelines: beam.Pipelines{Declared: []byte(`{"pipelines":[{"name":"greet","route":["bob@acme.beam.directory"]}]}`)}})
 	resp, err := http.Get(r.url + "/.well-known/agent-card.json")
 	require.NoError(t, err)
 	defer resp.Body.Close()

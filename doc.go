@@ -4,11 +4,15 @@
 // intents over WebSocket and HTTP, delivers durable messages through its bus,
 // federates with peer directories over NATS and serves a trace dashboard,
 // all on one append-only event log in a SQLite file in its data directory.
-// The beam command's `serve` is this package behind flags:
+// The beam command's `serve` is this package behind flags: it builds a
+// Config from them (each flag sets one of its fields, the job bus, cluster,
+// pipelines, timeouts and limits in nested structs) and calls New:
 //
-//	srv, err := beam.New(ctx, beam.Config{DataDir: "./beam-data"})
+//	srv, err := beam.New(ctx, beam.Config{DataDir: "./beam-data", JobBus: beam.JobBus{Enabled: true}})
 //	ln, err := net.Listen("tcp", "127.0.0.1:3100")
 //	go srv.Serve(ln)
+//	jobLn, err := net.Listen("tcp", "127.0.0.1:3200")
+//	go srv.ServeJobBus(jobLn)
 //	defer srv.Shutdown(ctx)
 //
 // Agents talk to it with the Go SDK in package agents (or the published

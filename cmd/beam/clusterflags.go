@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/beamdir/beam/internal/server"
+	"github.com/beamdir/beam"
 )
 
 // clusterFlags are beam serve's cluster-mode flags (federation/cluster).
@@ -25,13 +25,14 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.replicas, "cluster-replicas", 0, "replicas of the cluster's JetStream streams (default min(3, nodes))")
 }
 
-// config returns the server's cluster configuration, nil without --cluster.
-func (c *clusterFlags) config() (*server.ClusterConfig, error) {
+// config returns the directory's cluster configuration, off without
+// --cluster.
+func (c *clusterFlags) config() (beam.Cluster, error) {
 	if !c.on {
 		if c.nodeID != "" || c.listen != "" || c.routes != "" || c.replicas != 0 {
-			return nil, fmt.Errorf("--node-id, --cluster-listen, --cluster-routes and --cluster-replicas need --cluster")
+			return beam.Cluster{}, fmt.Errorf("--node-id, --cluster-listen, --cluster-routes and --cluster-replicas need --cluster")
 		}
-		return nil, nil
+		return beam.Cluster{}, nil
 	}
 	var routes []string
 	for _, r := range strings.Split(c.routes, ",") {
@@ -39,5 +40,5 @@ func (c *clusterFlags) config() (*server.ClusterConfig, error) {
 			routes = append(routes, r)
 		}
 	}
-	return &server.ClusterConfig{NodeID: c.nodeID, Listen: c.listen, Routes: routes, Replicas: c.replicas}, nil
+	return beam.Cluster{Enabled: true, NodeID: c.nodeID, Listen: c.listen, Routes: routes, Replicas: c.replicas}, nil
 }

@@ -13,14 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/bus/jobs"
-	"github.com/beamdir/beam/bus/mesh"
-	"github.com/beamdir/beam/directory"
-	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/demo"
 	"github.com/beamdir/beam/internal/gcpace"
-	"github.com/beamdir/beam/internal/server"
 )
 
 // serveFlags are the flags of beam serve. The names of --data-dir and
@@ -115,6 +112,81 @@ func msEnv(name string, def time.Duration) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
+// config is the beam.Config the flags describe, with the settings beam
+// serve takes from the environment (getenv): BEAM_ADMIN_TOKEN,
+// BEAM_VIEWER_TOKEN and the job bus's BUS_* variables. It reads the files
+// the flags name; logs go to stderr.
+func (f *serveFlags) config(getenv func(string) string, stderr io.Writer) (beam.Config, error) {
+	logger, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		return beam.Config{}, err
+	}
+	schedule, err := bus.ParseSchedule(f.busRetrySchedule)
+	if err != nil {
+		return beam.Config{}, err
+	}
+	catalog, err := readFlagFile("--intent-catalog", f.intentCatalog)
+	if err != nil {
+		return beam.Config{}, err
+	}
+	policies, err := readFlagFile("--mesh-policies", f.meshPolicies)
+	if err != nil {
+		return beam.Config{}, err
+	}
+	pipelines, err := readFlagFile("--pipelines", f.pipelines)
+	if err != nil {
+		return beam.Config{}, err
+	}
+	var jobBus beam.JobBus
+	if f.intentListen != "" {
+		if jobBus.Settings, err = jobs.ConfigFromEnv(getenv); err != nil {
+			return beam.Config{}, err
+		}
+		jobBus.Enabled = true
+	}
+	cluster, err := f.cluster.config()
+	if err != nil {
+		return beam.Config{}, err
+	}
+	lim := f.limits.config()
+	return beam.Config{
+		DataDir:                f.dataDir,
+		Synchronous:            f.synchronous,
+		AdminToken:             getenv("BEAM_ADMIN_TOKEN"),
+		ViewerToken:            getenv("BEAM_VIEWER_TOKEN"),
+		SecureCookies:          f.secureCookies,
+		DefaultPolicy:          f.defaultPolicy,
+		AllowLegacyWSIdentity:  f.legacyWSIdentity,
+		AllowInsecureEndpoints: f.insecureEndpoints,
+		AllowPrivateEndpoints:  f.privateEndpoints,
+		OpenOrgs:               f.openOrgs,
+		Domain:                 f.domain,
+		IntentCatalog:          catalog,
+		Federation:             beam.Federation{NATSListen: f.natsListen, NATSURL: f.natsURL, Peers: f.peers},
+		Cluster:                cluster,
+		Bus: beam.Bus{APIKey: f.busAPIKey, RetrySchedule: schedule, MaxAttempts: f.busMaxAttempts,
+			DeliveryTimeout: f.busDeliveryTimeout, TickInterval: f.busTickInterval},
+		JobBus:    jobBus,
+		Pipelines: beam.Pipelines{Declared: pipelines, Policies: policies, HopTimeout: f.meshHopTimeout},
+		Timeouts: beam.Timeouts{WebSocket: f.wsTimeout, HTTP: f.httpTimeout, Relay: f.relayTimeout,
+			RecoverySweep: f.sweepInterval},
+		Limits: &lim,
+		Logger: logger,
+	}, nil
+}
+
+// readFlagFile reads the file the flag names; an empty path is no file.
+func readFlagFile(flagName, path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flagName, err)
+	}
+	return b, nil
+}
+
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newCmdFlags("beam serve", "beam serve [flags]", stderr,
 		"Runs a Beam directory: agents, intents, the message bus and the dashboard on one port,",
@@ -124,103 +196,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.parseNoArgs(args); err != nil {
 		return err
 	}
-	logger, err := newLogger(stderr, f.logLevel, f.logFormat)
+	cfg, err := f.config(os.Getenv, stderr)
 	if err != nil {
 		return err
 	}
-
-	schedule, err := bus.ParseSchedule(f.busRetrySchedule)
-	if err != nil {
-		return err
-	}
-	var catalog *directory.Catalog
-	if f.intentCatalog != "" {
-		if catalog, err = directory.LoadCatalog(f.intentCatalog); err != nil {
-			return err
-		}
-	}
-	var peers []federation.Peer
-	for _, line := range f.peers {
-		p, err := federation.ParsePeerLine(line)
-		if err != nil {
-			return fmt.Errorf("--peer %q: %w", line, err)
-		}
-		peers = append(peers, p)
-	}
+	logger := cfg.Logger
 	if f.intentListen, err = intentListenAddr(f.listen, f.intentListen); err != nil {
 		return err
 	}
-	var intentCfg *jobs.Config
-	if f.intentListen != "" {
-		c, err := jobs.ConfigFromEnv(os.Getenv)
-		if err != nil {
-			return err
-		}
-		intentCfg = &c
-	}
-	var pols mesh.PolicyFile
-	if f.meshPolicies != "" {
-		b, err := os.ReadFile(f.meshPolicies)
-		if err != nil {
-			return fmt.Errorf("--mesh-policies: %w", err)
-		}
-		if pols, err = mesh.ParsePolicyFile(b); err != nil {
-			return fmt.Errorf("--mesh-policies: %w", err)
-		}
-	}
-	var pipelines []mesh.Pipeline
-	if f.pipelines != "" {
-		b, err := os.ReadFile(f.pipelines)
-		if err != nil {
-			return fmt.Errorf("--pipelines: %w", err)
-		}
-		if pipelines, err = mesh.ParsePipelines(b); err != nil {
-			return fmt.Errorf("--pipelines %s: %w", f.pipelines, err)
-		}
-	}
-	var meshDefault mesh.Policy
-	if pols.Default != nil {
-		meshDefault = *pols.Default
-	}
-	clusterCfg, err := f.cluster.config()
-	if err != nil {
-		return err
-	}
-	srv, err := server.New(ctx, server.Config{
-		Cluster:       clusterCfg,
-		IntentBus:     intentCfg,
-		IntentCatalog: catalog,
-		Domain:        f.domain,
-		NATSListen:    f.natsListen,
-		NATSURL:       f.natsURL,
-		Peers:         peers,
-		DataDir:       f.dataDir,
-		Synchronous:   f.synchronous,
-		Logger:        logger,
-
-		AdminToken:             os.Getenv("BEAM_ADMIN_TOKEN"),
-		ViewerToken:            os.Getenv("BEAM_VIEWER_TOKEN"),
-		SecureCookies:          f.secureCookies,
-		DefaultPolicy:          f.defaultPolicy,
-		AllowLegacyWSIdentity:  f.legacyWSIdentity,
-		AllowInsecureEndpoints: f.insecureEndpoints,
-		AllowPrivateEndpoints:  f.privateEndpoints,
-		OpenOrgs:               f.openOrgs,
-		WSTimeout:              f.wsTimeout,
-		HTTPTimeout:            f.httpTimeout,
-		RelayTimeout:           f.relayTimeout,
-		RecoverySweepInterval:  f.sweepInterval,
-		BusAPIKey:              f.busAPIKey,
-		BusRetrySchedule:       schedule,
-		BusMaxAttempts:         f.busMaxAttempts,
-		BusDeliveryTimeout:     f.busDeliveryTimeout,
-		BusTickInterval:        f.busTickInterval,
-		Limits:                 f.limits.config(),
-		MeshPolicies:           pols.Actors,
-		MeshDefaultPolicy:      meshDefault,
-		MeshHopTimeout:         f.meshHopTimeout,
-		Pipelines:              pipelines,
-	})
+	srv, err := beam.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -238,7 +222,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			_ = srv.Abandon(context.Background())
 			return fmt.Errorf("intent listen: %w (--intent-listen sets the address; empty turns the job bus off)", err)
 		}
-		secret, generated := srv.IntentSecret()
+		secret, generated := srv.JobBusSecret()
 		fmt.Fprintln(stdout, secretLine("intent bus BUS_SECRET", filepath.Join(f.dataDir, "intent.secret"), "BUS_SECRET",
 			"; job bus clients send it as X-API-KEY", secret, generated))
 		fmt.Fprintf(stdout, "intent bus serving on http://%s\n", iln.Addr())
@@ -249,8 +233,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	viewer, generated := srv.ViewerToken()
 	fmt.Fprintln(stdout, secretLine("read-only viewer token", filepath.Join(f.dataDir, "viewer.token"), "BEAM_VIEWER_TOKEN",
 		"; it signs in to the dashboard to read", viewer, generated))
-	if node := srv.Federation(); node != nil {
-		fmt.Fprintf(stdout, "federation: %s\n", node.Self().Line())
+	if line := srv.PeerLine(); line != "" {
+		fmt.Fprintf(stdout, "federation: %s\n", line)
 	}
 	fmt.Fprintf(stdout, "dashboard: http://%s/dashboard/ (API index: http://%s/)\n", ln.Addr(), ln.Addr())
 	fmt.Fprintf(stdout, "beam serving on http://%s\n", ln.Addr())
@@ -264,7 +248,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go func() { errc <- srv.Serve(ln) }()
 	if iln != nil {
 		go func() {
-			if err := srv.ServeIntent(iln); err != nil {
+			if err := srv.ServeJobBus(iln); err != nil {
 				errc <- err
 			}
 		}()
@@ -279,7 +263,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if iln != nil {
 			dcfg.JobBusURL = "http://" + iln.Addr().String()
-			dcfg.JobBusKey, _ = srv.IntentSecret()
+			dcfg.JobBusKey, _ = srv.JobBusSecret()
 		}
 		go func() {
 			err := demo.Run(demoCtx, dcfg)
@@ -308,7 +292,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // operatorTokenLine is the startup line about the operator token: the token
 // itself when this start generated it, otherwise where it is.
-func operatorTokenLine(srv *server.Server, path string) string {
+func operatorTokenLine(srv *beam.Server, path string) string {
 	tok, generated := srv.AdminToken()
 	return secretLine("operator token", path, "BEAM_ADMIN_TOKEN", "; operator commands read it with --data-dir", tok, generated)
 }
