@@ -256,11 +256,6 @@ func (f *IntentFrame) decodedPayload() *node {
 // PayloadJS returns JSStringify of the payload ({} when empty), from the tree the decoder built when
 // the frame was decoded and its payload not replaced since.
 func (f *IntentFrame) PayloadJS() ([]byte, error) {
-	if jsStringifyIsIdentity(f.Payload) {
-		// Already what JSON.stringify would write (a payload this package or
-		// bus/mesh encoded): no parse needed.
-		return f.Payload[:len(f.Payload):len(f.Payload)], nil
-	}
 	n, err := f.parsedPayload()
 	if err != nil {
 		return nil, err
