@@ -57,24 +57,3 @@ func BenchmarkDecodeVerifyIntent(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkVerifyEd25519 measures one signature check with a key that has
-// verified enough signatures to have its table, as a sender's key in a busy
-// directory has. Its tables stay in the CPU's caches here, as they do not
-// in a server: measure a change of their size in a server's profile too.
-func BenchmarkVerifyEd25519(b *testing.B) {
-	pub, priv, err := ed25519.GenerateKey(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	msg := []byte("the canonical bytes of an intent frame")
-	sig := ed25519.Sign(priv, msg)
-	for range keyTableUses {
-		verifyEd25519(pub, msg, sig)
-	}
-	for b.Loop() {
-		if !verifyEd25519(pub, msg, sig) {
-			b.Fatal("signature refused")
-		}
-	}
-}

@@ -19,7 +19,11 @@
 // unchanged by DeliveryJSON; a round trip through map[string]any would reorder keys and break the
 // recipient's signature check.
 //
-// The package owns encoding, decoding, signing and verification only. It must not do I/O, keep state,
-// read clocks (callers pass time in) or know about the server: replay windows, nonces, ACLs and size
-// policies beyond the bounds documented here belong to the directory.
+// Signing and verification are crypto/ed25519's Sign and Verify; the package has no curve arithmetic of
+// its own.
+//
+// The package owns encoding, decoding, signing and verification only. It must not do I/O, keep state
+// (no caches, pools or global maps: TestNoCurveArithmeticAndNoState checks its files), read clocks
+// (callers pass time in) or know about the server: replay windows, nonces, ACLs and size policies beyond
+// the bounds documented here belong to the directory.
 package wire

@@ -256,11 +256,6 @@ func (f *IntentFrame) decodedPayload() *node {
 // PayloadJS returns JSStringify of the payload ({} when empty), from the tree the decoder built when
 // the frame was decoded and its payload not replaced since.
 func (f *IntentFrame) PayloadJS() ([]byte, error) {
-	if jsStringifyIsIdentity(f.Payload) {
-		// Already what JSON.stringify would write (a payload this package or
-		// bus/mesh encoded): no parse needed.
-		return f.Payload[:len(f.Payload):len(f.Payload)], nil
-	}
 	n, err := f.parsedPayload()
 	if err != nil {
 		return nil, err
@@ -297,12 +292,12 @@ func (f *IntentFrame) Verify(pub ed25519.PublicKey) error {
 		return fmt.Errorf("intent %q: %w: %w", f.Nonce, ErrBadSignature, err)
 	}
 	msgA := f.appendEnvelope(nil, appendJSString, payloadJS)
-	if verifyEd25519(pub, msgA, sig) {
+	if ed25519.Verify(pub, msgA, sig) {
 		return nil
 	}
 	if len(f.Payload) > 0 {
 		if compact := compactJSON(f.Payload); !bytes.Equal(compact, payloadJS) {
-			if verifyEd25519(pub, f.appendEnvelope(nil, appendJSString, compact), sig) {
+			if ed25519.Verify(pub, f.appendEnvelope(nil, appendJSString, compact), sig) {
 				return nil
 			}
 		}
@@ -314,7 +309,7 @@ func (f *IntentFrame) Verify(pub ed25519.PublicKey) error {
 	py := encoder{ascii: true}
 	if payloadPy, err := py.appendNode(nil, n, true); err == nil {
 		msgC := f.appendEnvelope(nil, appendASCIIString, payloadPy)
-		if !bytes.Equal(msgC, msgA) && verifyEd25519(pub, msgC, sig) {
+		if !bytes.Equal(msgC, msgA) && ed25519.Verify(pub, msgC, sig) {
 			return nil
 		}
 	}
