@@ -21,6 +21,7 @@ import (
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/internal/replay"
 	"github.com/beamdir/beam/internal/tricks"
+	"github.com/beamdir/beam/internal/wscork"
 	"github.com/beamdir/beam/internal/wspark"
 )
 
@@ -71,7 +72,7 @@ type session struct {
 	beam2       bool // announced beam/2 (protocol query parameter or a beam/2 connect token)
 	conn        *websocket.Conn
 	raw         *wspark.Conn // under conn's reads: holds a buffer only while bytes wait; nil with wspark off
-	cork        *frameCork   // under conn's write buffer: the writer's batches go out in one write; nil with wscork off
+	cork        *wscork.Cork // under conn's write buffer: the writer's batches go out in one write; nil with wscork off
 	connectedAt time.Time
 
 	mu          sync.Mutex
@@ -167,7 +168,7 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 
 // Buffer sizes the WebSocket library gets for a connection. They are
 // small on purpose: reads are buffered by wspark.Conn only while bytes are
-// waiting, and a batch of frames is collected by the session's frameCork,
+// waiting, and a batch of frames is collected by the session's wscork.Cork,
 // so the library's own buffers only need to hold a frame header or, for
 // writes, a whole control frame (a 2-byte header and at most 125 bytes of
 // payload, so a ping or a close frame is one write) — memory every idle
@@ -181,7 +182,7 @@ const (
 // Hijack instead of the HTTP server's, which would otherwise stay allocated
 // for as long as the session lives. With wspark on, reads go through a
 // wspark.Conn (kept in idle), which holds a buffer only while bytes are
-// waiting; with wscork on, the write buffer writes to a frameCork (kept in
+// waiting; with wscork on, the write buffer writes to a wscork.Cork (kept in
 // corked), so that the session writer can send the frames it has queued in
 // one write. With a trick off, that side keeps the server's buffer.
 type leanHijack struct {
@@ -190,13 +191,13 @@ type leanHijack struct {
 	wrap       func(net.Conn) net.Conn // Config.wrapConn
 
 	idle   *wspark.Conn // set by Hijack when park is on
-	corked *frameCork   // set by Hijack when cork is on
+	corked *wscork.Cork // set by Hijack when cork is on
 }
 
 // The names of the tricks beneath coder/websocket, for BEAM_TRICKS_OFF.
 const (
 	trickPark = "wspark" // idle sessions hold no buffer or goroutine (internal/wspark)
-	trickCork = "wscork" // a writer's batch of frames goes out in one write (frameCork)
+	trickCork = "wscork" // a writer's batch of frames goes out in one write (internal/wscork)
 )
 
 // Hijack takes over the connection; bytes the server had read ahead are
@@ -224,7 +225,7 @@ func (w *leanHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		out, brw.Reader = w.idle, bufio.NewReaderSize(w.idle, wsReadBuffer)
 	}
 	if w.cork {
-		w.corked = &frameCork{conn: conn}
+		w.corked = wscork.New(conn)
 		brw.Writer = bufio.NewWriterSize(w.corked, wsWriteBuffer)
 	}
 	return out, brw, nil
@@ -654,7 +655,7 @@ func (s *session) writer() {
 }
 
 // writeBatch writes batch in order. The frames are collected under the
-// cork and go out in one write (or one per wsCoalesceBytes), bounded by
+// cork and go out in one write (or a few, for a large batch), bounded by
 // WriteTimeout; an intent counts as written, and is handed to the delivered
 // recorder, only once the write that carried its frame returned. On a write
 // error the intents whose frames were not known to be written are failed as
@@ -666,7 +667,7 @@ func (s *session) writeBatch(batch []outMsg, ping bool) error {
 	}()
 	timeout := s.d.cfg.WriteTimeout
 	flush := func() error {
-		if err := s.cork.flush(timeout); err != nil {
+		if err := s.cork.Flush(timeout); err != nil {
 			return err
 		}
 		written = append(written, pending...)
@@ -674,24 +675,21 @@ func (s *session) writeBatch(batch []outMsg, ping bool) error {
 		return nil
 	}
 	fail := func(err error, rest []outMsg) error {
-		s.cork.discard()
+		s.cork.Discard()
 		s.failWritten(pending)
 		s.failQueued(rest)
 		return err
 	}
-	s.cork.cork()
+	s.cork.Cork()
 	if ping {
-		// Between whole frames: only this goroutine writes data frames,
-		// and a control frame the library writes meanwhile (a pong) reaches
-		// the cork in one piece (wsWriteBuffer holds a whole one).
-		_, _ = s.cork.Write(pingFrame) // corked: collected, cannot fail
+		s.cork.Ping() // between whole frames (wsWriteBuffer holds a control frame)
 	}
 	for i, m := range batch {
 		if s.isClosing() {
 			if err := flush(); err != nil {
 				return fail(err, batch[i:])
 			}
-			_ = s.cork.uncork(timeout)
+			_ = s.cork.Uncork(timeout)
 			s.failQueued(batch[i:])
 			return nil
 		}
@@ -710,13 +708,13 @@ func (s *session) writeBatch(batch []outMsg, ping bool) error {
 		if m.inf != nil {
 			pending = append(pending, m.inf)
 		}
-		if s.cork.buffered() >= wsCoalesceBytes {
+		if s.cork.Full() {
 			if err := flush(); err != nil {
 				return fail(err, batch[i+1:])
 			}
 		}
 	}
-	if err := s.cork.uncork(timeout); err != nil {
+	if err := s.cork.Uncork(timeout); err != nil {
 		return fail(err, nil)
 	}
 	written = append(written, pending...)
@@ -791,9 +789,6 @@ func (s *session) shutdown() {
 	_ = s.conn.Close(code, reason)
 	s.end(endShutdown)
 }
-
-// pingFrame is a server's ping with no payload (FIN, opcode 9, length 0).
-var pingFrame = []byte{0x89, 0x00}
 
 // keepalive runs once per PingInterval (from the keepalive wheel): it
 // closes the session when the peer answered no pong since the last ping

@@ -103,7 +103,7 @@ func TestWriterSendsAQueuedBatchInOrderInFewWrites(t *testing.T) {
 	before := cc.count()
 
 	// Queue 40 messages as one batch (the writer is started after they
-	// are all queued), 120 KiB in all: more than wsCoalesceBytes, so the
+	// are all queued), 120 KiB in all: more than wscork flushes at once, so the
 	// batch goes out in a few writes, not in 40.
 	const n = 40
 	pad := strings.Repeat("x", 3000)
@@ -133,11 +133,7 @@ func TestWriterSendsAQueuedBatchInOrderInFewWrites(t *testing.T) {
 		require.Less(t, cc.count()-before, n/4, "frames queued together share writes (%d bytes)", total)
 		// Once the queue is empty the session holds no collection buffer,
 		// and frames written later (a keepalive ping) pass straight through.
-		require.Eventually(t, func() bool {
-			s.cork.mu.Lock()
-			defer s.cork.mu.Unlock()
-			return !s.cork.corked && s.cork.buf == nil
-		}, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return !s.cork.Holding() }, 5*time.Second, time.Millisecond)
 	}
 	requirePingAnswered(t, s)
 }
