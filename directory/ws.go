@@ -60,9 +60,9 @@ type outMsg struct {
 
 // session is an attached WebSocket session of one agent. An idle session
 // has no goroutine where wspark's read poller runs (Linux; elsewhere one,
-// on a short stack; with wspark off, one in the library's read): its reader, writer and workers run only
-// while it has bytes to read, messages to write or messages to handle, and
-// its keepalive is an entry on the directory's keepalive wheel. What an
+// on a short stack; with wspark off, one in the library's read): its
+// reader, writer and workers run only while it has bytes to read, messages
+// to write or messages to handle, and its keepalive is an entry on the directory's keepalive wheel. What an
 // idle session does not need is made on first use: its context (for the
 // intents it sends), its work queue and the channel that says it ended.
 type session struct {

@@ -53,10 +53,10 @@ func (c *countingConn) count() int {
 	return c.writes
 }
 
-// countedSetup is a setup whose WebSocket connections are counted
-// beneath everything that writes to them; conns returns them in the order
-// they were made.
-func countedSetup(t *testing.T) (b *testBundle, conns func() []*countingConn) {
+// countedSession is a setup whose WebSocket connections are counted
+// beneath everything that writes to them, with bob connected and his
+// session's writer idle.
+func countedSession(t *testing.T) (b *testBundle, bob *agent, bc *wsClient, s *session, cc *countingConn) {
 	t.Helper()
 	var (
 		mu   sync.Mutex
@@ -73,11 +73,15 @@ func countedSetup(t *testing.T) (b *testBundle, conns func() []*countingConn) {
 			}
 		}
 	})
-	return b, func() []*countingConn {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]*countingConn(nil), made...)
-	}
+	bob = b.register("bob")
+	bc = b.connect(bob)
+	s = b.dir.session(bob.id)
+	require.NotNil(t, s)
+	idleWriter(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, made, 1)
+	return b, bob, bc, s, made[0]
 }
 
 // idleWriter waits until the session's writer has nothing left to write.
@@ -92,19 +96,12 @@ func idleWriter(t *testing.T, s *session) {
 
 func TestWriterSendsAQueuedBatchInOrderInFewWrites(t *testing.T) {
 	t.Parallel()
-	b, conns := countedSetup(t)
-	bob := b.register("bob")
-	bc := b.connect(bob)
-	s := b.dir.session(bob.id)
-	require.NotNil(t, s)
-	idleWriter(t, s)
-	require.Len(t, conns(), 1)
-	cc := conns()[0]
+	_, _, bc, s, cc := countedSession(t)
 	before := cc.count()
 
 	// Queue 40 messages as one batch (the writer is started after they
-	// are all queued), 120 KiB in all: more than wscork flushes at once, so the
-	// batch goes out in a few writes, not in 40.
+	// are all queued), 120 KiB in all: more than wscork flushes at once,
+	// so with it on the batch goes out in a few writes, not in 40.
 	const n = 40
 	pad := strings.Repeat("x", 3000)
 	total := 0
@@ -140,14 +137,8 @@ func TestWriterSendsAQueuedBatchInOrderInFewWrites(t *testing.T) {
 
 func TestFailedBatchWriteIsNotRecordedAsDelivered(t *testing.T) {
 	t.Parallel()
-	b, conns := countedSetup(t)
-	alice, bob := b.register("alice"), b.register("bob")
-	bc := b.connect(bob)
-	s := b.dir.session(bob.id)
-	require.NotNil(t, s)
-	idleWriter(t, s)
-	require.Len(t, conns(), 1)
-	cc := conns()[0]
+	b, bob, bc, _, cc := countedSession(t)
+	alice := b.register("alice")
 	cc.mu.Lock()
 	cc.fail = true
 	cc.mu.Unlock()
