@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"sync"
@@ -130,6 +131,9 @@ type Config struct {
 	// parkLinger is how long an idle session's reader waits on its
 	// goroutine for the next message before it parks (1 s); tests set it.
 	parkLinger time.Duration
+	// wrapConn, when set, wraps each hijacked WebSocket connection beneath
+	// everything that writes to it; tests set it to see or break writes.
+	wrapConn func(net.Conn) net.Conn
 
 	// Attester signs frames their sender did not sign (API-key sessions,
 	// bus sends, frames a peer vouches for) before they are delivered; nil

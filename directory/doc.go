@@ -119,9 +119,9 @@
 // session's messages also run only on demand, and the keepalive ping is a
 // timer. An idle session's reader holds no buffer and, on Linux, no
 // goroutine either: after a second without messages it is parked in a
-// process-wide epoll set (wspoll_linux.go) and started again when its
-// socket becomes readable; elsewhere it waits on a short stack (idleConn in
-// wsconn.go).
+// process-wide epoll set and started again when its socket becomes
+// readable; elsewhere it waits on a short stack (internal/wspark, which
+// BEAM_TRICKS_OFF=wspark turns off: the reader then blocks in the library).
 //
 // The package must not write SQLite except through the event log, must not
 // keep an intent's state anywhere but the log (the in-memory claims and

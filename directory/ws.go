@@ -20,6 +20,9 @@ import (
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/internal/replay"
+	"github.com/beamdir/beam/internal/tricks"
+	"github.com/beamdir/beam/internal/wscork"
+	"github.com/beamdir/beam/internal/wspark"
 )
 
 // Authentication methods reported in the connected message.
@@ -56,10 +59,10 @@ type outMsg struct {
 }
 
 // session is an attached WebSocket session of one agent. An idle session
-// has no goroutine where the read poller runs (Linux; elsewhere one, on
-// idleConn.wait's short stack): its reader, writer and workers run only
-// while it has bytes to read, messages to write or messages to handle, and
-// its keepalive is an entry on the directory's keepalive wheel. What an
+// has no goroutine where wspark's read poller runs (Linux; elsewhere one,
+// on a short stack; with wspark off, one in the library's read): its
+// reader, writer and workers run only while it has bytes to read, messages
+// to write or messages to handle, and its keepalive is an entry on the directory's keepalive wheel. What an
 // idle session does not need is made on first use: its context (for the
 // intents it sends), its work queue and the channel that says it ended.
 type session struct {
@@ -68,8 +71,8 @@ type session struct {
 	auth        string
 	beam2       bool // announced beam/2 (protocol query parameter or a beam/2 connect token)
 	conn        *websocket.Conn
-	raw         *idleConn  // under conn's reads: holds a buffer only while bytes wait
-	cork        *frameCork // under conn's write buffer: the writer's batches go out in one write
+	raw         *wspark.Conn // under conn's reads: holds a buffer only while bytes wait; nil with wspark off
+	cork        *wscork.Cork // under conn's write buffer: the writer's batches go out in one write; nil with wscork off
 	connectedAt time.Time
 
 	mu          sync.Mutex
@@ -79,7 +82,8 @@ type session struct {
 	pingNow     bool // the writer is to send a ping
 	pinged      bool // a ping was sent; pongsAtPing is the pong count then
 	pongsAtPing uint32
-	ended       uint8 // endRead and endShutdown, once each has finished
+	pongs       uint32 // pongs the library reported (libraryPing); the frame tracker counts them otherwise
+	ended       uint8  // endRead and endShutdown, once each has finished
 	closeCode   websocket.StatusCode
 	closeReason string
 	out         []outMsg           // queued for the writer, at most Config.SendQueue
@@ -115,7 +119,7 @@ func (d *Directory) session(beamID string) *session {
 
 // handleWS serves the WebSocket endpoint.
 func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
-	lh := &leanHijack{ResponseWriter: w}
+	lh := &leanHijack{ResponseWriter: w, park: tricks.On(trickPark), cork: tricks.On(trickCork), wrap: d.cfg.wrapConn}
 	conn, err := websocket.Accept(lh, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		d.lg.Info("websocket upgrade failed", "err", err)
@@ -145,7 +149,7 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := &session{
-		d: d, beamID: agent.BeamID, auth: auth, conn: conn, raw: lh.conn, cork: lh.cork, connectedAt: d.clock(),
+		d: d, beamID: agent.BeamID, auth: auth, conn: conn, raw: lh.idle, cork: lh.corked, connectedAt: d.clock(),
 	}
 	s.beam2, _ = sessionProtocols(r.URL.Query()["protocol"], auth)
 	if !d.attach(s) {
@@ -163,8 +167,8 @@ func (d *Directory) handleWS(w http.ResponseWriter, r *http.Request) {
 }
 
 // Buffer sizes the WebSocket library gets for a connection. They are
-// small on purpose: reads are buffered by idleConn only while bytes are
-// waiting, and a batch of frames is collected by the session's frameCork,
+// small on purpose: reads are buffered by wspark.Conn only while bytes are
+// waiting, and a batch of frames is collected by the session's wscork.Cork,
 // so the library's own buffers only need to hold a frame header or, for
 // writes, a whole control frame (a 2-byte header and at most 125 bytes of
 // payload, so a ping or a close frame is one write) — memory every idle
@@ -176,15 +180,25 @@ const (
 
 // leanHijack hands the WebSocket library small read and write buffers on
 // Hijack instead of the HTTP server's, which would otherwise stay allocated
-// for as long as the session lives. Reads go through an idleConn (kept in
-// conn), which holds a buffer only while bytes are waiting; the write
-// buffer writes to a frameCork (kept in cork), so that the session writer
-// can send the frames it has queued in one write.
+// for as long as the session lives. With wspark on, reads go through a
+// wspark.Conn (kept in idle), which holds a buffer only while bytes are
+// waiting; with wscork on, the write buffer writes to a wscork.Cork (kept in
+// corked), so that the session writer can send the frames it has queued in
+// one write. With a trick off, that side keeps the server's buffer.
 type leanHijack struct {
 	http.ResponseWriter
-	conn *idleConn
-	cork *frameCork
+	park, cork bool                    // which tricks are on (tricks.On)
+	wrap       func(net.Conn) net.Conn // Config.wrapConn
+
+	idle   *wspark.Conn // set by Hijack when park is on
+	corked *wscork.Cork // set by Hijack when cork is on
 }
+
+// The names of the tricks beneath coder/websocket, for BEAM_TRICKS_OFF.
+const (
+	trickPark = "wspark" // idle sessions hold no buffer or goroutine (internal/wspark)
+	trickCork = "wscork" // a writer's batch of frames goes out in one write (internal/wscork)
+)
 
 // Hijack takes over the connection; bytes the server had read ahead are
 // kept.
@@ -197,13 +211,24 @@ func (w *leanHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var ahead []byte
-	if n := brw.Reader.Buffered(); n > 0 {
-		ahead, _ = brw.Reader.Peek(n)
+	if w.wrap != nil {
+		conn = w.wrap(conn)
+		brw.Writer.Reset(conn)
 	}
-	w.conn = newIdleConn(conn, ahead)
-	w.cork = &frameCork{conn: conn}
-	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(w.conn, wsReadBuffer), bufio.NewWriterSize(w.cork, wsWriteBuffer)), nil
+	out := conn
+	if w.park {
+		var ahead []byte
+		if n := brw.Reader.Buffered(); n > 0 {
+			ahead, _ = brw.Reader.Peek(n)
+		}
+		w.idle = wspark.New(conn, ahead)
+		out, brw.Reader = w.idle, bufio.NewReaderSize(w.idle, wsReadBuffer)
+	}
+	if w.cork {
+		w.corked = wscork.New(conn)
+		brw.Writer = bufio.NewWriterSize(w.corked, wsWriteBuffer)
+	}
+	return out, brw, nil
 }
 
 // authenticate checks the proof of identity of an upgrade request.
@@ -439,11 +464,11 @@ func (s *session) readLoop() { s.read(false) }
 func (s *session) read(resumed bool) {
 	linger := s.d.cfg.parkLinger
 	for {
-		// While the peer sends nothing the session parks: in the read
-		// poller without a goroutine, or (without one) on a short stack in
-		// idleConn.wait, holding no buffer either way. A reader that just
-		// handled a message first lingers on its goroutine for the next.
-		if !resumed && s.raw.park(s.resumeRead, linger) {
+		// While the peer sends nothing the session parks (wspark): in the
+		// read poller without a goroutine, or (without one) on a short
+		// stack, holding no buffer either way. A reader that just handled a
+		// message first lingers on its goroutine for the next.
+		if !resumed && s.raw != nil && s.raw.Park(s.resumeRead, linger) {
 			return
 		}
 		resumed = false
@@ -458,7 +483,7 @@ func (s *session) read(resumed bool) {
 			}
 			break
 		}
-		if s.raw.takeInjected() {
+		if s.raw != nil && s.raw.TakeInjected() {
 			// Not the peer's: only control frames (a keepalive's pong)
 			// came, so the peer is as idle as before and the reader parks
 			// at once instead of lingering.
@@ -531,6 +556,11 @@ func (s *session) context() context.Context {
 	}
 	return s.ctx
 }
+
+// defaultParkLinger is how long a reader waits on its goroutine for the
+// next message before it parks (Config.parkLinger): a busy session keeps
+// its goroutine, an idle one gives it up.
+const defaultParkLinger = time.Second
 
 // resumeRead continues reading after a park (on the poller's new
 // goroutine).
@@ -608,7 +638,12 @@ func (s *session) writer() {
 		}
 		batch, s.out = s.out, batch[:0]
 		s.mu.Unlock()
-		err := s.writeBatch(batch, ping)
+		var err error
+		if s.cork != nil {
+			err = s.writeBatch(batch, ping)
+		} else {
+			err = s.writeEach(batch)
+		}
 		clear(batch)
 		if err != nil {
 			s.d.lg.Info("websocket write failed", "beamId", s.beamID, "err", err)
@@ -620,7 +655,7 @@ func (s *session) writer() {
 }
 
 // writeBatch writes batch in order. The frames are collected under the
-// cork and go out in one write (or one per wsCoalesceBytes), bounded by
+// cork and go out in one write (or a few, for a large batch), bounded by
 // WriteTimeout; an intent counts as written, and is handed to the delivered
 // recorder, only once the write that carried its frame returned. On a write
 // error the intents whose frames were not known to be written are failed as
@@ -632,7 +667,7 @@ func (s *session) writeBatch(batch []outMsg, ping bool) error {
 	}()
 	timeout := s.d.cfg.WriteTimeout
 	flush := func() error {
-		if err := s.cork.flush(timeout); err != nil {
+		if err := s.cork.Flush(timeout); err != nil {
 			return err
 		}
 		written = append(written, pending...)
@@ -640,24 +675,21 @@ func (s *session) writeBatch(batch []outMsg, ping bool) error {
 		return nil
 	}
 	fail := func(err error, rest []outMsg) error {
-		s.cork.discard()
+		s.cork.Discard()
 		s.failWritten(pending)
 		s.failQueued(rest)
 		return err
 	}
-	s.cork.cork()
+	s.cork.Cork()
 	if ping {
-		// Between whole frames: only this goroutine writes data frames,
-		// and a control frame the library writes meanwhile (a pong) reaches
-		// the cork in one piece (wsWriteBuffer holds a whole one).
-		_, _ = s.cork.Write(pingFrame) // corked: collected, cannot fail
+		s.cork.Ping() // between whole frames (wsWriteBuffer holds a control frame)
 	}
 	for i, m := range batch {
 		if s.isClosing() {
 			if err := flush(); err != nil {
 				return fail(err, batch[i:])
 			}
-			_ = s.cork.uncork(timeout)
+			_ = s.cork.Uncork(timeout)
 			s.failQueued(batch[i:])
 			return nil
 		}
@@ -676,16 +708,50 @@ func (s *session) writeBatch(batch []outMsg, ping bool) error {
 		if m.inf != nil {
 			pending = append(pending, m.inf)
 		}
-		if s.cork.buffered() >= wsCoalesceBytes {
+		if s.cork.Full() {
 			if err := flush(); err != nil {
 				return fail(err, batch[i+1:])
 			}
 		}
 	}
-	if err := s.cork.uncork(timeout); err != nil {
+	if err := s.cork.Uncork(timeout); err != nil {
 		return fail(err, nil)
 	}
 	written = append(written, pending...)
+	return nil
+}
+
+// writeEach writes batch in order through the library, one write per
+// frame, each bounded by WriteTimeout (wscork off). An intent is handed to
+// the delivered recorder once its frame was written; on a write error the
+// rest are failed as undelivered.
+func (s *session) writeEach(batch []outMsg) error {
+	var written []*inflight
+	defer func() {
+		s.d.queueDelivered(written)
+	}()
+	for i, m := range batch {
+		if s.isClosing() {
+			s.failQueued(batch[i:])
+			return nil
+		}
+		if m.inf != nil && !s.d.beginDelivery(m.inf) {
+			continue // settled (timed out) before it was written
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.d.cfg.WriteTimeout)
+		err := s.conn.Write(ctx, websocket.MessageText, m.data)
+		cancel()
+		if err != nil {
+			if m.inf != nil {
+				s.failWritten([]*inflight{m.inf})
+			}
+			s.failQueued(batch[i+1:])
+			return err
+		}
+		if m.inf != nil {
+			written = append(written, m.inf)
+		}
+	}
 	return nil
 }
 
@@ -724,9 +790,6 @@ func (s *session) shutdown() {
 	s.end(endShutdown)
 }
 
-// pingFrame is a server's ping with no payload (FIN, opcode 9, length 0).
-var pingFrame = []byte{0x89, 0x00}
-
 // keepalive runs once per PingInterval (from the keepalive wheel): it
 // closes the session when the peer answered no pong since the last ping
 // (so a ping goes unanswered for at most PingInterval plus a wheel tick),
@@ -734,7 +797,7 @@ var pingFrame = []byte{0x89, 0x00}
 // by the connection's frame tracker as the reader reads them, so no
 // goroutine waits for one and the library keeps no record of the ping.
 func (s *session) keepalive() {
-	pongs := s.raw.pongCount()
+	pongs := s.pongCount()
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -747,7 +810,14 @@ func (s *session) keepalive() {
 		go s.closeWith(websocket.StatusGoingAway, "keepalive timeout")
 		return
 	}
-	s.pinged, s.pongsAtPing, s.pingNow = true, pongs, true
+	s.pinged, s.pongsAtPing = true, pongs
+	if !s.framePings() {
+		s.mu.Unlock()
+		go s.libraryPing()
+		s.scheduleKeepalive()
+		return
+	}
+	s.pingNow = true
 	start := !s.writing
 	s.writing = true
 	s.mu.Unlock()
@@ -755,6 +825,34 @@ func (s *session) keepalive() {
 		go s.writer()
 	}
 	s.scheduleKeepalive()
+}
+
+// framePings reports whether the session's keepalive writes its ping as a
+// frame in the writer's batch and counts the pongs as its reader reads them
+// (wspark and wscork on); otherwise the library pings (libraryPing).
+func (s *session) framePings() bool { return s.raw != nil && s.cork != nil }
+
+// pongCount is how many pongs the peer sent so far (wrapping).
+func (s *session) pongCount() uint32 {
+	if s.framePings() {
+		return s.raw.Pongs()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pongs
+}
+
+// libraryPing sends a ping through the library and counts its pong when it
+// comes within two intervals (the keepalive round closes the session
+// before that if it does not).
+func (s *session) libraryPing() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.d.cfg.PingInterval)
+	defer cancel()
+	if s.conn.Ping(ctx) == nil {
+		s.mu.Lock()
+		s.pongs++
+		s.mu.Unlock()
+	}
 }
 
 // wsMessage is a decoded client → server message.

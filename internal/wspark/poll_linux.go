@@ -1,6 +1,6 @@
 //go:build linux
 
-package directory
+package wspark
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ type readPoller struct {
 
 	mu    sync.Mutex
 	next  uint64
-	conns map[uint64]*idleConn // by token, while registered
+	conns map[uint64]*Conn // by token, while registered
 }
 
 // sharedReadPoller is started on first use; nil when epoll is unavailable
@@ -33,7 +33,7 @@ var sharedReadPoller = sync.OnceValue(func() *readPoller {
 		slog.Default().Warn("idle sessions keep a goroutine each: epoll unavailable", "err", err)
 		return nil
 	}
-	p := &readPoller{epfd: fd, conns: map[uint64]*idleConn{}}
+	p := &readPoller{epfd: fd, conns: map[uint64]*Conn{}}
 	go p.run()
 	return p
 })
@@ -44,7 +44,7 @@ const pollEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
 
 // arm registers (or re-arms) c's descriptor fd. It runs inside the
 // descriptor's RawConn.Control, so fd stays open meanwhile.
-func (p *readPoller) arm(c *idleConn, fd int) error {
+func (p *readPoller) arm(c *Conn, fd int) error {
 	if p.dead.Load() {
 		return errors.New("poller stopped")
 	}
@@ -90,7 +90,7 @@ func (p *readPoller) run() {
 			slog.Default().Error("idle session poller stopped; idle sessions keep a goroutine each from now on", "err", err)
 			p.dead.Store(true)
 			p.mu.Lock()
-			parked := make([]*idleConn, 0, len(p.conns))
+			parked := make([]*Conn, 0, len(p.conns))
 			for _, c := range p.conns {
 				parked = append(parked, c)
 			}

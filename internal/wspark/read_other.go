@@ -1,6 +1,6 @@
 //go:build !unix
 
-package directory
+package wspark
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package directory
+package wspark
 
 // readPoller is Linux-only; elsewhere every session's reader waits on its
 // own goroutine.
@@ -8,6 +8,6 @@ type readPoller struct{}
 
 func sharedReadPoller() *readPoller { return nil }
 
-func (p *readPoller) arm(*idleConn, int) error { return nil }
+func (p *readPoller) arm(*Conn, int) error { return nil }
 
 func (p *readPoller) forget(uint64) {}

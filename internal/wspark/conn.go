@@ -1,4 +1,4 @@
-package directory
+package wspark
 
 import (
 	"encoding/binary"
@@ -12,32 +12,32 @@ import (
 	"time"
 )
 
-// wsReadChunk is the size of the pooled buffer a session reads its socket
+// readChunk is the size of the pooled buffer a connection reads its socket
 // into once bytes have arrived; a read that wants at least this much goes
 // straight into the caller's buffer.
-const wsReadChunk = 4 << 10
+const readChunk = 4 << 10
 
-var readChunks = sync.Pool{New: func() any { b := make([]byte, wsReadChunk); return &b }}
+var readChunks = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
 
-// idleConn is a hijacked WebSocket connection that holds no read buffer
-// while nothing has arrived. A read waits for the socket to become readable
+// Conn is a hijacked server-side WebSocket connection that holds no read
+// buffer while nothing has arrived. A read waits for the socket to become readable
 // first and only then takes a buffer from a pool, reads what the kernel
 // has, and hands it out until it is drained; the buffer then goes back to
-// the pool. So an idle session costs its connection state and one parked
-// goroutine, not a read buffer per connection.
+// the pool. So an idle session costs its connection state, not a read
+// buffer per connection, and (Park) no goroutine where the read poller runs.
 //
 // The library reads control frames (the keepalive's pongs) inside the
 // call that waits for the next message and then goes on waiting there, on
-// a deep stack. So that an idle session goes back to its short one, idleConn
+// a deep stack. So that an idle session goes back to its short one, Conn
 // follows the frames it hands out (frameTracker): when the library asks for
 // more bytes right after a control frame, outside a fragmented message, and
 // the socket has nothing, it hands out a synthetic empty binary message
 // instead of waiting. The library returns it as a message; the session's
-// reader recognises it (takeInjected), drops it and parks in wait.
+// reader recognises it (TakeInjected), drops it and parks again.
 //
 // Only one goroutine reads at a time (the WebSocket library's reader);
-// wait may run beside it.
-type idleConn struct {
+// Park may run beside it.
+type Conn struct {
 	net.Conn
 	raw syscall.RawConn // nil when the connection exposes no descriptor: reads then go to Conn
 
@@ -57,10 +57,11 @@ type idleConn struct {
 // injectedMessage is an empty, final, masked binary frame (mask key 0).
 var injectedMessage = []byte{0x82, 0x80, 0, 0, 0, 0}
 
-// newIdleConn wraps conn; ahead are bytes already read from it (the HTTP
-// server's read-ahead), returned first.
-func newIdleConn(conn net.Conn, ahead []byte) *idleConn {
-	c := &idleConn{Conn: conn}
+// New wraps conn, the server's end of a hijacked WebSocket connection (the
+// frames it reads are a client's, so masked); ahead are bytes already read
+// from it (the HTTP server's read-ahead), returned first.
+func New(conn net.Conn, ahead []byte) *Conn {
+	c := &Conn{Conn: conn}
 	if sc, ok := conn.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil && canWaitReadable {
 			c.raw = raw
@@ -74,18 +75,19 @@ func newIdleConn(conn net.Conn, ahead []byte) *idleConn {
 }
 
 // pending reports whether bytes are buffered.
-func (c *idleConn) pending() bool {
+func (c *Conn) pending() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.chunk != nil
 }
 
-// holdsBuffer reports whether the connection holds a read buffer (tests).
-func (c *idleConn) holdsBuffer() bool { return c.pending() }
+// Buffered reports whether the connection holds a read buffer: bytes were
+// read from the socket and not yet handed out.
+func (c *Conn) Buffered() bool { return c.pending() }
 
 // takeBuffered copies buffered bytes into p and releases the buffer once
 // it is drained; ok is false when nothing was buffered.
-func (c *idleConn) takeBuffered(p []byte) (n int, ok bool) {
+func (c *Conn) takeBuffered(p []byte) (n int, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.chunk == nil {
@@ -97,7 +99,7 @@ func (c *idleConn) takeBuffered(p []byte) (n int, ok bool) {
 		c.frames.feed(p[:n])
 	}
 	if c.r == c.w {
-		if cap(*c.chunk) == wsReadChunk {
+		if cap(*c.chunk) == readChunk {
 			readChunks.Put(c.chunk)
 		}
 		c.chunk, c.r, c.w, c.synthetic = nil, 0, 0, false
@@ -105,9 +107,10 @@ func (c *idleConn) takeBuffered(p []byte) (n int, ok bool) {
 	return n, true
 }
 
-// pongCount is how many pong frames the peer's stream has carried so far
-// (wrapping), counted as the library reads them.
-func (c *idleConn) pongCount() uint32 {
+// Pongs is how many pong frames the peer's stream has carried so far
+// (wrapping), counted as the library reads them: a keepalive that wrote a
+// ping knows its answer came without waiting for it.
+func (c *Conn) Pongs() uint32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.frames.pongs
@@ -116,14 +119,14 @@ func (c *idleConn) pongCount() uint32 {
 // idleAfterControl reports whether the library is asking for the next
 // frame right after a control frame, outside a fragmented message, with
 // nothing buffered.
-func (c *idleConn) idleAfterControl() bool {
+func (c *Conn) idleAfterControl() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.chunk == nil && c.frames.afterControl()
 }
 
 // inject buffers the synthetic message.
-func (c *idleConn) inject() {
+func (c *Conn) inject() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := injectedMessage
@@ -131,9 +134,9 @@ func (c *idleConn) inject() {
 	c.frames.control = false // the library completes a data message next
 }
 
-// takeInjected reports (once) whether the message the library returned
-// last was the injected one.
-func (c *idleConn) takeInjected() bool {
+// TakeInjected reports (once) whether the message the library returned
+// last was the synthetic one, not the peer's: the reader drops it.
+func (c *Conn) TakeInjected() bool {
 	if c == nil {
 		return false
 	}
@@ -146,7 +149,7 @@ func (c *idleConn) takeInjected() bool {
 
 // Read returns buffered bytes first; otherwise it waits for the socket to
 // be readable without a buffer and then reads into a pooled one.
-func (c *idleConn) Read(p []byte) (int, error) {
+func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -154,7 +157,7 @@ func (c *idleConn) Read(p []byte) (int, error) {
 		if n, ok := c.takeBuffered(p); ok {
 			return n, nil
 		}
-		if c.raw == nil || len(p) >= wsReadChunk {
+		if c.raw == nil || len(p) >= readChunk {
 			n, err := c.Conn.Read(p)
 			c.mu.Lock()
 			c.frames.feed(p[:n])
@@ -184,21 +187,15 @@ func (c *idleConn) Read(p []byte) (int, error) {
 // of the stream or an error), holding no buffer. It returns at once when
 // bytes are buffered or the connection cannot be waited on this way; the
 // read that follows reports any error.
-func (c *idleConn) wait() {
+func (c *Conn) wait() {
 	if c == nil || c.raw == nil || c.pending() {
 		return
 	}
 	_ = waitReadable(c.raw)
 }
 
-// defaultParkLinger is how long a reader waits on its goroutine for the
-// next message before it parks in the read poller (Config.parkLinger): a
-// busy session keeps its goroutine (a wake-up through the poller costs a
-// syscall and a hand-off per message), an idle one gives it up.
-const defaultParkLinger = time.Second
-
 // waitFor waits up to d for something to read; false when d passed first.
-func (c *idleConn) waitFor(d time.Duration) bool {
+func (c *Conn) waitFor(d time.Duration) bool {
 	if err := c.Conn.SetReadDeadline(time.Now().Add(d)); err != nil {
 		return true // let the read report it
 	}
@@ -214,7 +211,7 @@ func (c *idleConn) waitFor(d time.Duration) bool {
 var errWouldBlock = errors.New("nothing to read")
 
 // frameTracker follows the WebSocket frames of a client's byte stream (RFC
-// 6455 §5.2; a client's frames are masked) as far as idleConn needs: where
+// 6455 §5.2; a client's frames are masked) as far as Conn needs: where
 // a frame ends, whether the last one was a control frame, and whether a
 // fragmented message is open. Anything it does not expect turns it off
 // (broken); the library reports the error itself.
@@ -307,13 +304,16 @@ func (t *frameTracker) frameDone() {
 	t.inMsg = !t.fin
 }
 
-// park stops the reader while nothing has arrived: with the read poller,
-// once nothing came for linger (at once when linger is 0), the connection
-// is armed and park returns true, and resume runs on a new goroutine once
-// the socket is readable or the connection closes (the caller returns and
-// its goroutine ends). Without the poller, or when bytes are already
-// buffered, it waits here (see wait) and returns false.
-func (c *idleConn) park(resume func(), linger time.Duration) bool {
+// Park stops the reader while nothing has arrived: with the read poller
+// (Linux), once nothing came for linger (at once when linger is 0), the
+// connection is armed and Park returns true, and resume runs on a new
+// goroutine once the socket is readable or the connection closes (the
+// caller returns and its goroutine ends). Without the poller, or when bytes
+// are already buffered, it waits here, holding no buffer, and returns false.
+// Either way the next read has something to read. A reader that lingers
+// keeps its goroutine while busy (a wake-up through the poller costs a
+// syscall and a hand-off per message).
+func (c *Conn) Park(resume func(), linger time.Duration) bool {
 	p := sharedReadPoller()
 	if p == nil || c.raw == nil || c.pending() {
 		c.wait()
@@ -338,8 +338,11 @@ func (c *idleConn) park(resume func(), linger time.Duration) bool {
 	return true // woken meanwhile (closed): resume runs
 }
 
+// Parked reports whether the reader is parked in the read poller.
+func (c *Conn) Parked() bool { return c.parked.Load() }
+
 // wake starts the parked reader again, once per park.
-func (c *idleConn) wake() {
+func (c *Conn) wake() {
 	if c.parked.CompareAndSwap(true, false) {
 		go c.resume()
 	}
@@ -347,7 +350,7 @@ func (c *idleConn) wake() {
 
 // Close closes the connection and wakes a parked reader, which then sees
 // the connection closed.
-func (c *idleConn) Close() error {
+func (c *Conn) Close() error {
 	err := c.Conn.Close()
 	c.mu.Lock()
 	token := c.token
