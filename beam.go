@@ -1,11 +1,8 @@
 package beam
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/beamdir/beam/bus/jobs"
@@ -13,7 +10,6 @@ import (
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/federation"
 	"github.com/beamdir/beam/internal/limits"
-	"github.com/beamdir/beam/internal/server"
 )
 
 // Config is what an embedded directory needs; `beam serve` builds one from
@@ -81,8 +77,8 @@ type Config struct {
 	// nil means DefaultLimits() (docs/SECURITY.md, "Limits").
 	Limits *Limits
 	// NoLimits turns off the rate limits and connection caps, keeping
-	// Limits' ReadTimeout and IdleTimeout, e.g. for load tests. Off by
-	// default.
+	// Limits' ReadTimeout, IdleTimeout and ReadHeaderTimeout, e.g. for load
+	// tests. Off by default.
 	NoLimits bool
 
 	// Logger receives structured logs; nil means slog.Default().
@@ -224,193 +220,117 @@ type Limits struct {
 	WriteTimeout time.Duration
 	// IdleTimeout closes idle keep-alive connections (120s).
 	IdleTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers; 0 means 10s,
+	// so a client cannot hold a connection by sending its headers slowly
+	// even with the other limits off.
+	ReadHeaderTimeout time.Duration
 	// JobBusMaxConns caps open connections to the job bus (1024).
 	JobBusMaxConns int
 	// JobBusMaxConnsPerAddr caps open job bus connections per client
 	// address (64).
 	JobBusMaxConnsPerAddr int
 	// JobBusIdleTimeout closes a job bus connection that waits longer for
-	// its next request (120s).
+	// its next request (or, when new, for its first request's headers, at
+	// most 10s); 0 means 120s.
 	JobBusIdleTimeout time.Duration
 }
 
 // DefaultLimits are the limits of `beam serve` and of a Config whose
 // Limits is nil.
-func DefaultLimits() Limits { return fromServerLimits(server.DefaultLimits) }
-
-func fromServerLimits(l server.Limits) Limits {
+func DefaultLimits() Limits {
 	return Limits{
-		Register: Rate(l.Register), Connect: Rate(l.Connect), Intents: Rate(l.Intents), BusSends: Rate(l.BusSends),
-		MeshCreates: Rate(l.MeshCreates), MeshOpenPerCreator: l.MeshOpenPerCreator,
-		MaxConns: l.MaxConns, MaxConnsPerAddr: l.MaxConnsPerAddr,
-		ReadTimeout: l.ReadTimeout, WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout,
-		JobBusMaxConns: l.IntentMaxConns, JobBusMaxConnsPerAddr: l.IntentMaxConnsPerAddr, JobBusIdleTimeout: l.IntentIdleTimeout,
+		Register: Rate{N: 30, Per: time.Minute},
+		Connect:  Rate{N: 120, Per: time.Minute},
+		Intents:  Rate{N: 1200, Per: time.Minute},
+		BusSends: Rate{N: 1200, Per: time.Minute},
+		// Pipelines: each envelope may wait up to a day for its actors.
+		MeshCreates:        Rate{N: 600, Per: time.Minute},
+		MeshOpenPerCreator: 1000,
+		MaxConns:           4096,
+		MaxConnsPerAddr:    256,
+		ReadTimeout:        30 * time.Second,
+		WriteTimeout:       0, // derived from the result timeouts, see writeTimeout
+		IdleTimeout:        120 * time.Second,
+
+		JobBusMaxConns:        1024,
+		JobBusMaxConnsPerAddr: 64,
+		JobBusIdleTimeout:     120 * time.Second,
 	}
 }
 
-func (l Limits) server() server.Limits {
-	return server.Limits{
-		Register: limits.Rate(l.Register), Connect: limits.Rate(l.Connect), Intents: limits.Rate(l.Intents),
-		BusSends: limits.Rate(l.BusSends), MeshCreates: limits.Rate(l.MeshCreates), MeshOpenPerCreator: l.MeshOpenPerCreator,
-		MaxConns: l.MaxConns, MaxConnsPerAddr: l.MaxConnsPerAddr,
-		ReadTimeout: l.ReadTimeout, WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout,
-		IntentMaxConns: l.JobBusMaxConns, IntentMaxConnsPerAddr: l.JobBusMaxConnsPerAddr, IntentIdleTimeout: l.JobBusIdleTimeout,
-	}
+// parsed is what New reads out of the Config's text fields.
+type parsed struct {
+	peers        []federation.Peer
+	catalog      *directory.Catalog
+	pipelines    []mesh.Pipeline
+	meshPolicies map[string]mesh.Policy
+	meshDefault  mesh.Policy
 }
 
-// Server is a directory built by New. It answers HTTP once Serve is called.
-type Server struct {
-	s *server.Server
-}
-
-// New opens (or creates) the directory in cfg.DataDir: it opens the event
-// log, runs startup recovery and, with federation configured, joins its
-// peers. It does not listen; call Serve (and ServeJobBus).
-func New(ctx context.Context, cfg Config) (*Server, error) {
-	// Errors come back as the assembly words them: `beam serve` prints
-	// them after its own name.
-	sc, err := cfg.server()
-	if err != nil {
-		return nil, err
-	}
-	s, err := server.New(ctx, sc)
-	if err != nil {
-		return nil, err
-	}
-	return &Server{s: s}, nil
-}
-
-// server maps cfg onto the assembly's configuration, parsing what it holds
-// as text.
-func (cfg Config) server() (server.Config, error) {
-	peers := make([]federation.Peer, 0, len(cfg.Federation.Peers))
+// parse reads cfg's peer lines, intent catalog, pipelines and pipeline
+// policies; the errors name the setting.
+func (cfg *Config) parse() (parsed, error) {
+	var p parsed
 	for _, line := range cfg.Federation.Peers {
-		p, err := federation.ParsePeerLine(line)
+		peer, err := federation.ParsePeerLine(line)
 		if err != nil {
-			return server.Config{}, fmt.Errorf("peer %q: %w", line, err)
+			return parsed{}, fmt.Errorf("peer %q: %w", line, err)
 		}
-		peers = append(peers, p)
+		p.peers = append(p.peers, peer)
 	}
-	var catalog *directory.Catalog
+	var err error
 	if len(cfg.IntentCatalog) > 0 {
-		var err error
-		if catalog, err = directory.ParseCatalog(cfg.IntentCatalog); err != nil {
-			return server.Config{}, fmt.Errorf("intent catalog: %w", err)
+		if p.catalog, err = directory.ParseCatalog(cfg.IntentCatalog); err != nil {
+			return parsed{}, fmt.Errorf("intent catalog: %w", err)
 		}
 	}
-	var pipes []mesh.Pipeline
 	if len(cfg.Pipelines.Declared) > 0 {
-		var err error
-		if pipes, err = mesh.ParsePipelines(cfg.Pipelines.Declared); err != nil {
-			return server.Config{}, err
+		if p.pipelines, err = mesh.ParsePipelines(cfg.Pipelines.Declared); err != nil {
+			return parsed{}, err
 		}
 	}
-	var pols mesh.PolicyFile
 	if len(cfg.Pipelines.Policies) > 0 {
-		var err error
-		if pols, err = mesh.ParsePolicyFile(cfg.Pipelines.Policies); err != nil {
-			return server.Config{}, err
+		pols, err := mesh.ParsePolicyFile(cfg.Pipelines.Policies)
+		if err != nil {
+			return parsed{}, err
+		}
+		p.meshPolicies = pols.Actors
+		if pols.Default != nil {
+			p.meshDefault = *pols.Default
 		}
 	}
-	var meshDefault mesh.Policy
-	if pols.Default != nil {
-		meshDefault = *pols.Default
-	}
-	lim := server.DefaultLimits
+	return p, nil
+}
+
+// limits are the limits cfg puts in force: Limits, DefaultLimits() when
+// it is nil, and with NoLimits only the read and idle timeouts.
+func (cfg *Config) limits() Limits {
+	lim := DefaultLimits()
 	if cfg.Limits != nil {
-		lim = cfg.Limits.server()
+		lim = *cfg.Limits
 	}
 	if cfg.NoLimits {
-		lim = server.Limits{ReadTimeout: lim.ReadTimeout, IdleTimeout: lim.IdleTimeout}
+		lim = Limits{ReadTimeout: lim.ReadTimeout, IdleTimeout: lim.IdleTimeout, ReadHeaderTimeout: lim.ReadHeaderTimeout}
 	}
-	var jobBus *jobs.Config
-	if cfg.JobBus.Enabled {
-		c := cfg.JobBus.Settings
-		jobBus = &c
-	}
-	var clusterCfg *server.ClusterConfig
-	if c := cfg.Cluster; c.Enabled {
-		clusterCfg = &server.ClusterConfig{NodeID: c.NodeID, Listen: c.Listen, Routes: c.Routes, Replicas: c.Replicas}
-	}
-	return server.Config{
-		DataDir:                cfg.DataDir,
-		Synchronous:            cfg.Synchronous,
-		AdminToken:             cfg.AdminToken,
-		ViewerToken:            cfg.ViewerToken,
-		SecureCookies:          cfg.SecureCookies,
-		DefaultPolicy:          cfg.DefaultPolicy,
-		AllowLegacyWSIdentity:  cfg.AllowLegacyWSIdentity,
-		AllowInsecureEndpoints: cfg.AllowInsecureEndpoints,
-		AllowPrivateEndpoints:  cfg.AllowPrivateEndpoints,
-		OpenOrgs:               cfg.OpenOrgs,
-		Domain:                 cfg.Domain,
-		IntentCatalog:          catalog,
-		NATSListen:             cfg.Federation.NATSListen,
-		NATSURL:                cfg.Federation.NATSURL,
-		Peers:                  peers,
-		Cluster:                clusterCfg,
-		BusAPIKey:              cfg.Bus.APIKey,
-		BusRetrySchedule:       cfg.Bus.RetrySchedule,
-		BusMaxAttempts:         cfg.Bus.MaxAttempts,
-		BusDeliveryTimeout:     cfg.Bus.DeliveryTimeout,
-		BusTickInterval:        cfg.Bus.TickInterval,
-		IntentBus:              jobBus,
-		Pipelines:              pipes,
-		MeshPolicies:           pols.Actors,
-		MeshDefaultPolicy:      meshDefault,
-		MeshHopTimeout:         cfg.Pipelines.HopTimeout,
-		WSTimeout:              cfg.Timeouts.WebSocket,
-		HTTPTimeout:            cfg.Timeouts.HTTP,
-		RelayTimeout:           cfg.Timeouts.Relay,
-		RecoverySweepInterval:  cfg.Timeouts.RecoverySweep,
-		Limits:                 lim,
-		Logger:                 cfg.Logger,
-		Clock:                  cfg.Clock,
-	}, nil
+	return lim
 }
-
-// Serve answers HTTP and WebSocket requests on ln until Shutdown; it
-// returns nil after a graceful shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.s.Serve(ln) }
-
-// ServeJobBus answers the Intent Protocol job bus on ln until Shutdown,
-// under Limits' job bus connection caps; it returns nil after a graceful
-// shutdown, and an error when Config.JobBus is not enabled.
-func (s *Server) ServeJobBus(ln net.Listener) error { return s.s.ServeIntent(ln) }
-
-// Shutdown stops accepting requests, waits for those in flight (bounded by
-// ctx), commits everything accepted and closes the data directory.
-func (s *Server) Shutdown(ctx context.Context) error { return s.s.Shutdown(ctx) }
-
-// Abandon shuts down a directory that never served, first removing the
-// tokens and secrets this start generated: nobody has seen them, and the
-// next start generates (and can show) new ones.
-func (s *Server) Abandon(ctx context.Context) error { return s.s.Abandon(ctx) }
-
-// Handler is the directory's HTTP handler, for programs that serve it
-// behind their own http.Server or mux.
-func (s *Server) Handler() http.Handler { return s.s.Handler() }
-
-// AdminToken returns the operator token, and whether this start generated
-// it (so a program can show it once).
-func (s *Server) AdminToken() (token string, generated bool) { return s.s.AdminToken() }
-
-// ViewerToken returns the read-only dashboard token, and whether this
-// start generated it.
-func (s *Server) ViewerToken() (token string, generated bool) { return s.s.ViewerToken() }
 
 // JobBusSecret returns the job bus's BUS_SECRET, which its clients send as
 // X-API-KEY, and whether this start generated it; empty when the job bus
 // is off.
-func (s *Server) JobBusSecret() (secret string, generated bool) { return s.s.IntentSecret() }
+func (s *Server) JobBusSecret() (secret string, generated bool) {
+	if s.intent == nil {
+		return "", false
+	}
+	return s.intent.secret, s.intent.secretIsNew
+}
 
 // PeerLine is the line peers pin this directory with
 // (DOMAIN=nats://HOST:PORT#KEY, as `beam peer show-self` prints it), or
 // empty when federation is off.
 func (s *Server) PeerLine() string {
-	node := s.s.Federation()
-	if node == nil {
+	if s.fed == nil {
 		return ""
 	}
-	return node.Self().Line()
+	return s.fed.Self().Line()
 }

@@ -1,94 +1,125 @@
 package beam
 
 import (
-	"crypto/ed25519"
-	"log/slog"
-	"reflect"
+	"bufio"
+	"bytes"
+	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/beamdir/beam/bus/jobs"
-	"github.com/beamdir/beam/federation"
 )
 
-// TestEveryConfigFieldReachesTheAssembly sets each field of Config, one at
-// a time, and requires the assembly's configuration New builds from it to
-// change: a field New drops would be a setting an embedder cannot make.
+// TestEveryConfigFieldReachesTheAssembly type-checks the package and
+// requires every field of Config, nested ones included, to be read by the
+// assembly's code (its non-test files): a field nothing reads would be a
+// setting an embedder makes and the directory ignores. Writes (filling in
+// defaults) and the keys of composite literals (DefaultLimits) do not count.
 func TestEveryConfigFieldReachesTheAssembly(t *testing.T) {
-	pub, _, err := ed25519.GenerateKey(nil)
-	require.NoError(t, err)
-	peer := federation.Peer{Domain: "peer.beam.directory", URL: "nats://127.0.0.1:4222", PublicKey: pub}.Line()
-	// Values for fields whose type alone does not give a valid one.
-	values := map[string]any{
-		"IntentCatalog":      []byte(`{"intents":[{"id":"task.run"}]}`),
-		"Federation.Peers":   []string{peer},
-		"Pipelines.Declared": []byte(`{"pipelines":[{"name":"greet","route":["bob@acme.beam.directory"]}]}`),
-		"Pipelines.Policies": []byte(`{"default":{"maxAttempts":3}}`),
-		"JobBus.Settings":    jobs.Config{Secret: "job-bus-secret"},
-	}
-	// The fields under Cluster, JobBus and Limits act only when these are
-	// on, so the walk starts from a Config with them on.
-	lim := DefaultLimits()
-	base := Config{Cluster: Cluster{Enabled: true}, JobBus: JobBus{Enabled: true}, Limits: &lim}
-	want, err := base.server()
-	require.NoError(t, err)
+	pkg, info, files := typeCheck(t)
 
-	n := 0
-	var walk func(path string, v reflect.Value)
-	walk = func(path string, v reflect.Value) {
-		if v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct && v.Type().Elem().PkgPath() == reflect.TypeFor[Config]().PkgPath() {
-			v = v.Elem()
-		}
-		if _, special := values[path]; !special && v.Kind() == reflect.Struct && v.Type().PkgPath() == reflect.TypeFor[Config]().PkgPath() {
-			for i := range v.NumField() {
-				name := v.Type().Field(i).Name
-				if path != "" {
-					name = path + "." + name
+	read := map[*types.Var]bool{}
+	for _, f := range files {
+		written := map[ast.Expr]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				for _, lhs := range n.Lhs {
+					written[lhs] = true
 				}
-				walk(name, v.Field(i))
+			case *ast.SelectorExpr:
+				if sel, ok := info.Selections[n]; ok && sel.Kind() == types.FieldVal && !written[n] {
+					read[sel.Obj().(*types.Var)] = true
+				}
 			}
-			return
-		}
-		n++
-		t.Run(path, func(t *testing.T) {
-			old := reflect.ValueOf(v.Interface())
-			defer v.Set(old)
-			v.Set(reflect.ValueOf(otherValue(t, path, v, values)))
-			got, err := base.server()
-			require.NoError(t, err)
-			require.False(t, reflect.DeepEqual(want, got), "Config.%s reaches no field of the assembly's configuration", path)
+			return true
 		})
 	}
-	walk("", reflect.ValueOf(&base).Elem())
+
+	config := pkg.Scope().Lookup("Config").Type().(*types.Named)
+	n := 0
+	var walk func(path string, s *types.Struct)
+	walk = func(path string, s *types.Struct) {
+		for i := range s.NumFields() {
+			field := s.Field(i)
+			name := field.Name()
+			if path != "" {
+				name = path + "." + name
+			}
+			if nested, ok := configPart(pkg, field.Type()); ok {
+				walk(name, nested)
+				continue
+			}
+			n++
+			t.Run(name, func(t *testing.T) {
+				require.True(t, read[field], "Config.%s is read nowhere in the assembly", name)
+			})
+		}
+	}
+	walk("", config.Underlying().(*types.Struct))
 	require.Greater(t, n, 40, "the walk sees Config's fields")
 }
 
-// otherValue is a value for the field at path other than v's.
-func otherValue(t *testing.T, path string, v reflect.Value, values map[string]any) any {
+// configPart returns the struct of a nested part of Config (Federation,
+// Cluster, Limits, ...): a struct type of this package, or a pointer to
+// one. Rate is a value, read as a whole.
+func configPart(pkg *types.Package, typ types.Type) (*types.Struct, bool) {
+	if p, ok := typ.(*types.Pointer); ok {
+		typ = p.Elem()
+	}
+	named, ok := typ.(*types.Named)
+	if !ok || named.Obj().Pkg() != pkg || named.Obj().Name() == "Rate" {
+		return nil, false
+	}
+	s, ok := named.Underlying().(*types.Struct)
+	return s, ok
+}
+
+// typeCheck parses and type-checks this package's non-test files, importing
+// its dependencies from the export data `go list -export` builds.
+func typeCheck(t *testing.T) (*types.Package, *types.Info, []*ast.File) {
 	t.Helper()
-	if x, ok := values[path]; ok {
-		return x
+	out, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}} {{.Export}}", ".").Output()
+	require.NoError(t, err)
+	exports := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if path, file, ok := strings.Cut(sc.Text(), " "); ok && file != "" {
+			exports[path] = file
+		}
 	}
-	switch x := v.Interface().(type) {
-	case bool:
-		return !x
-	case int:
-		return x + 1
-	case string:
-		return x + "x"
-	case time.Duration:
-		return x + time.Second
-	case []string:
-		return append(x, "x")
-	case []time.Duration:
-		return append(x, time.Second)
-	case *slog.Logger:
-		return slog.New(slog.DiscardHandler)
-	case func() time.Time:
-		return time.Now
+	require.NoError(t, sc.Err())
+
+	fset := token.NewFileSet()
+	names, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		files = append(files, f)
 	}
-	t.Fatalf("Config.%s: no value for type %T; add one to the test", path, v.Interface())
-	return nil
+	info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		file, ok := exports[path]
+		if !ok {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(file)
+	})}
+	pkg, err := conf.Check("github.com/beamdir/beam", fset, files, info)
+	require.NoError(t, err)
+	return pkg, info, files
 }

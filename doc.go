@@ -6,7 +6,8 @@
 // all on one append-only event log in a SQLite file in its data directory.
 // The beam command's `serve` is this package behind flags: it builds a
 // Config from them (each flag sets one of its fields, the job bus, cluster,
-// pipelines, timeouts and limits in nested structs) and calls New:
+// pipelines, timeouts and limits in nested structs) and calls New, which is
+// the assembly itself:
 //
 //	srv, err := beam.New(ctx, beam.Config{DataDir: "./beam-data", JobBus: beam.JobBus{Enabled: true}})
 //	ln, err := net.Listen("tcp", "127.0.0.1:3100")
@@ -18,5 +19,9 @@
 // Agents talk to it with the Go SDK in package agents (or the published
 // TypeScript SDK). The packages under the module root own the parts
 // (tracing, directory, bus, federation, web); this package only assembles
-// them and must not grow behaviour of its own.
+// them behind one HTTP listener and must not grow behaviour of its own
+// beyond /health, /metrics, /openapi.json, the operator-only profiles and
+// operator authentication. It
+// sits on top: no package of the module but cmd/beam imports it
+// (TestLayoutReadsOneWay).
 package beam

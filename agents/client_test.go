@@ -19,9 +19,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
-	"github.com/beamdir/beam/internal/server"
 )
 
 // testBundle is a real in-process directory on a loopback listener.
@@ -47,9 +47,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// startDirectory starts a directory in t.TempDir() and skips the test when
-// internal/server does not mount the agent routes yet.
-func startDirectory(t *testing.T, cfg server.Config) *testBundle {
+// startDirectory starts a directory in t.TempDir() and fails the test when
+// the assembly does not mount the agent routes.
+func startDirectory(t *testing.T, cfg beam.Config) *testBundle {
 	t.Helper()
 	cfg.DataDir = t.TempDir()
 	// The SDK tests put several agents in one org; org approval is tested
@@ -58,6 +58,7 @@ func startDirectory(t *testing.T, cfg server.Config) *testBundle {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
+	cfg.Limits = &beam.Limits{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	d := &dirProc{cfg: cfg, addr: ln.Addr().String()}
@@ -71,18 +72,18 @@ func startDirectory(t *testing.T, cfg server.Config) *testBundle {
 	return &testBundle{url: url, restart: d.restart}
 }
 
-// dirProc runs a server.Server behind an http.Server of the test's own.
+// dirProc runs a beam.Server behind an http.Server of the test's own.
 type dirProc struct {
-	cfg  server.Config
+	cfg  beam.Config
 	addr string
-	srv  *server.Server
+	srv  *beam.Server
 	hs   *http.Server
 	done chan error
 }
 
 func (d *dirProc) start(t *testing.T, ln net.Listener) {
 	t.Helper()
-	srv, err := server.New(context.Background(), d.cfg)
+	srv, err := beam.New(context.Background(), d.cfg)
 	require.NoError(t, err)
 	d.srv = srv
 	d.hs = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -112,7 +113,7 @@ func (d *dirProc) restart(t *testing.T) {
 	d.start(t, ln)
 }
 
-func setup(t *testing.T) *testBundle { return startDirectory(t, server.Config{}) }
+func setup(t *testing.T) *testBundle { return startDirectory(t, beam.Config{}) }
 
 // agentOpt adjusts a client configuration.
 type agentOpt func(*agents.ClientConfig)

@@ -55,6 +55,6 @@
 //
 // The package builds on agents/wire for encoding, signing and verification.
 // It imports nothing of the server (directory, bus, tracing); tests run a
-// real directory from internal/server. Durable bus operations (send durable,
+// real directory from package beam (the module root). Durable bus operations (send durable,
 // poll, ack, leases) are not part of the client yet.
 package agents

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/internal/beamtest"
-	"github.com/beamdir/beam/internal/server"
 )
 
 // TestInteropTypeScriptSDK runs fixtures/interop-js/interop.mjs — the
@@ -34,7 +34,7 @@ func TestInteropTypeScriptSDK(t *testing.T) {
 	}
 	// SDK 0.5.1 opens /ws?beamId=… without any proof of identity, which the
 	// directory accepts only with AllowLegacyWSIdentity.
-	b := startDirectory(t, server.Config{AllowLegacyWSIdentity: true})
+	b := startDirectory(t, beam.Config{AllowLegacyWSIdentity: true})
 
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)

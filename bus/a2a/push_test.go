@@ -14,9 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
-	"github.com/beamdir/beam/bus/mesh"
-	"github.com/beamdir/beam/internal/server"
 )
 
 const (
@@ -47,12 +46,11 @@ func startPushStack(t *testing.T, allowPrivate bool) *pushStack {
 // the agents are registered already (a restart) and key is the client's.
 func startPushStackIn(t *testing.T, dir string, allowPrivate bool, key string) *pushStack {
 	t.Helper()
-	pipes, err := mesh.ParsePipelines([]byte(`{"pipelines":[{"name":"enrich","route":["` + pushPrep + `","` + pushPost + `"]},
-	  {"name":"hold","route":["` + pushHold + `"]}]}`))
-	require.NoError(t, err)
+	pipes := []byte(`{"pipelines":[{"name":"enrich","route":["` + pushPrep + `","` + pushPost + `"]},
+	  {"name":"hold","route":["` + pushHold + `"]}]}`)
 	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := server.New(context.Background(), server.Config{DataDir: dir, Synchronous: "NORMAL", OpenOrgs: true,
-		DefaultPolicy: "allow", Logger: lg, Pipelines: pipes, AllowPrivateEndpoints: allowPrivate})
+	srv, err := beam.New(context.Background(), beam.Config{DataDir: dir, Synchronous: "NORMAL", OpenOrgs: true, Limits: &beam.Limits{},
+		DefaultPolicy: "allow", Logger: lg, Pipelines: beam.Pipelines{Declared: pipes}, AllowPrivateEndpoints: allowPrivate})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/directory"
-	"github.com/beamdir/beam/internal/server"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -93,8 +93,8 @@ func (s *stack) statuses(id string, auth func(*http.Request, []byte)) <-chan tra
 // the crossing and the client's SSE stream ending in succeeded.
 func TestHopInPeerDirectory(t *testing.T) {
 	t.Parallel()
-	cfg := func(domain string) server.Config {
-		return server.Config{Domain: domain, NATSListen: "127.0.0.1:0", DefaultPolicy: "allow"}
+	cfg := func(domain string) beam.Config {
+		return beam.Config{Domain: domain, Federation: beam.Federation{NATSListen: "127.0.0.1:0"}, DefaultPolicy: "allow"}
 	}
 	alpha := startStack(t, cfg("alpha.beam.directory"))
 	beta := startStack(t, cfg("beta.beam.directory"))

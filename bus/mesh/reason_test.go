@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
-	"github.com/beamdir/beam/internal/server"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -19,7 +19,7 @@ import (
 // came online and the envelope succeeded.
 func TestSucceededEnvelopeKeepsNoWaitReason(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{})
+	s := startStack(t, beam.Config{})
 	creator, _ := s.agent("creator@acme.beam.directory")
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
 	_, late := s.agent("late@acme.beam.directory")

@@ -15,9 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
-	"github.com/beamdir/beam/bus/mesh"
-	"github.com/beamdir/beam/internal/server"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -63,7 +62,7 @@ func statusOfEnvelope(t *testing.T, v view) envStatus {
 // end at 100.
 func TestHopProgressAtReceivedAndProcessing(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{DefaultPolicy: "allow"})
+	s := startStack(t, beam.Config{DefaultPolicy: "allow"})
 	creator, _ := s.agent("creator@acme.beam.directory")
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
 	release := make(chan struct{})
@@ -116,9 +115,8 @@ func TestHopProgressAtReceivedAndProcessing(t *testing.T) {
 // running again and succeeded.
 func TestRetryShowsRetrying(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{DefaultPolicy: "allow", MeshPolicies: map[string]mesh.Policy{
-		"flaky@acme.beam.directory": {MaxAttempts: 3, Backoff: mesh.BackoffConstant, InitialDelay: mesh.Duration(300 * time.Millisecond)},
-	}})
+	s := startStack(t, beam.Config{DefaultPolicy: "allow", Pipelines: beam.Pipelines{Policies: []byte(`{"actors":{
+		"flaky@acme.beam.directory": {"maxAttempts": 3, "backoff": "constant", "initialDelay": "300ms"}}}`)}})
 	creator, _ := s.agent("creator@acme.beam.directory")
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
 	var calls atomic.Int32
@@ -147,7 +145,7 @@ func TestRetryShowsRetrying(t *testing.T) {
 // status event, only its final state, which GET reads too.
 func TestMeshStatusOffStreamsNoProgressNorFly(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{DefaultPolicy: "allow"})
+	s := startStack(t, beam.Config{DefaultPolicy: "allow"})
 	creator, _ := s.agent("creator@acme.beam.directory")
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
 	release := make(chan struct{})
@@ -188,7 +186,7 @@ func TestMeshStatusOffStreamsNoProgressNorFly(t *testing.T) {
 // and its actors see them.
 func TestTraceparentInjectedOrKept(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{DefaultPolicy: "allow"})
+	s := startStack(t, beam.Config{DefaultPolicy: "allow"})
 	creator, _ := s.agent("creator@acme.beam.directory")
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
 	seen := make(chan map[string]string, 2)
@@ -219,7 +217,7 @@ func TestTraceparentInjectedOrKept(t *testing.T) {
 // deadline still bounds it).
 func TestDeadlineAtOnlyWhenTimeoutGiven(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{DefaultPolicy: "allow"})
+	s := startStack(t, beam.Config{DefaultPolicy: "allow"})
 	creator, _ := s.agent("creator@acme.beam.directory")
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
 	seen := make(chan json.RawMessage, 2)
@@ -250,7 +248,7 @@ func TestDeadlineAtOnlyWhenTimeoutGiven(t *testing.T) {
 // failed at with route.prev still naming the actors it went through.
 func TestRequeueKeepsPrev(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{DefaultPolicy: "allow", AdminToken: "bop_test-operator-token"})
+	s := startStack(t, beam.Config{DefaultPolicy: "allow", AdminToken: "bop_test-operator-token"})
 	creator, _ := s.agent("creator@acme.beam.directory")
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
 	op := func(r *http.Request, _ []byte) { r.Header.Set("X-Admin-Token", "bop_test-operator-token") }
@@ -294,9 +292,9 @@ func TestRequeueKeepsPrev(t *testing.T) {
 func TestInterruptedHopShowsUnknown(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := server.Config{DataDir: dir, Synchronous: "NORMAL", OpenOrgs: true, DefaultPolicy: "allow",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MeshHopTimeout: time.Minute}
-	srv, err := server.New(context.Background(), cfg)
+	cfg := beam.Config{DataDir: dir, Synchronous: "NORMAL", OpenOrgs: true, DefaultPolicy: "allow", Limits: &beam.Limits{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Pipelines: beam.Pipelines{HopTimeout: time.Minute}}
+	srv, err := beam.New(context.Background(), cfg)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	s := &stack{t: t, srv: srv, url: hs.URL}
@@ -318,7 +316,7 @@ func TestInterruptedHopShowsUnknown(t *testing.T) {
 	require.NoError(t, srv.Shutdown(ctx))
 	hs.Close()
 
-	srv2, err := server.New(context.Background(), cfg)
+	srv2, err := beam.New(context.Background(), cfg)
 	require.NoError(t, err)
 	hs2 := httptest.NewServer(srv2.Handler())
 	t.Cleanup(func() {

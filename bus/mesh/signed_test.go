@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
-	"github.com/beamdir/beam/internal/server"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -21,7 +21,7 @@ import (
 // and an unknown signer are refused with clear 4xx errors.
 func TestGatewaySignedRequests(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{})
+	s := startStack(t, beam.Config{})
 	creator, _ := s.agent("creator@alpha.beam.directory")
 	stranger, _ := s.agent("stranger@alpha.beam.directory")
 	s.actor("echo@alpha.beam.directory", func(ctx context.Context, h *agents.MeshHop) (any, error) {
@@ -116,7 +116,7 @@ func TestGatewaySignedRequests(t *testing.T) {
 // stream gets them.
 func TestFlySignedWithoutAPIKey(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{})
+	s := startStack(t, beam.Config{})
 	creator, _ := s.agent("creator@alpha.beam.directory")
 	ident, reg := s.agent("streamer@alpha.beam.directory")
 	require.NoError(t, reg.Close())
@@ -155,7 +155,7 @@ func TestFlySignedWithoutAPIKey(t *testing.T) {
 // current row (event: status), before any progress event.
 func TestEventsStartWithStatus(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, server.Config{})
+	s := startStack(t, beam.Config{})
 	creator, _ := s.agent("creator@alpha.beam.directory")
 	s.actor("first@alpha.beam.directory", enrich("a", 1))
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }

@@ -13,30 +13,31 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
-	"github.com/beamdir/beam/internal/server"
 	"github.com/beamdir/beam/tracing"
 )
 
-// stack is one in-process directory (internal/server) behind an
+// stack is one in-process directory (package beam) behind an
 // httptest server: real log, registry, directory, pipelines and, when
 // configured, federation on embedded NATS.
 type stack struct {
 	t   *testing.T
-	srv *server.Server
+	srv *beam.Server
 	url string
 }
 
-func startStack(t *testing.T, cfg server.Config) *stack {
+func startStack(t *testing.T, cfg beam.Config) *stack {
 	t.Helper()
 	cfg.DataDir = t.TempDir()
 	cfg.Synchronous = "NORMAL"
 	cfg.OpenOrgs = true
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if cfg.MeshHopTimeout == 0 {
-		cfg.MeshHopTimeout = 10 * time.Second
+	if cfg.Pipelines.HopTimeout == 0 {
+		cfg.Pipelines.HopTimeout = 10 * time.Second
 	}
-	srv, err := server.New(context.Background(), cfg)
+	cfg.Limits = &beam.Limits{}
+	srv, err := beam.New(context.Background(), cfg)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/beamdir/beam/internal/bench"
+	"github.com/beamdir/beam/cmd/beam/internal/bench"
 )
 
 // benchFlags are the flags of beam bench. --url, --mode, --count,

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam/cmd/beam/internal/bench"
 	"github.com/beamdir/beam/internal/beamtest"
-	"github.com/beamdir/beam/internal/bench"
 )
 
 var chaosDuration = flag.Duration("chaos-duration", 20*time.Second, "load length of TestBenchChaos (the acceptance run is 5m)")

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/beamdir/beam/internal/bench"
+	"github.com/beamdir/beam/cmd/beam/internal/bench"
 )
 
 // maxBenchClusterNodes bounds --cluster-nodes: every node is a process on

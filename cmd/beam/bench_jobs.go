@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/beamdir/beam/internal/bench"
+	"github.com/beamdir/beam/cmd/beam/internal/bench"
 )
 
 // jobsBenchFlags are the flags only --mode jobs reads.

@@ -17,9 +17,9 @@ import (
 
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/cmd/beam/internal/bench"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/internal/beamtest"
-	"github.com/beamdir/beam/internal/bench"
 	"github.com/beamdir/beam/tracing"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/bus"
 	"github.com/beamdir/beam/bus/jobs"
-	"github.com/beamdir/beam/internal/demo"
+	"github.com/beamdir/beam/cmd/beam/internal/demo"
 	"github.com/beamdir/beam/internal/gcpace"
 )
 

@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"net/http"
@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/beamdir/beam/internal/limits"
 )
 
 // TestRateLimitsGroupIPv6By64 registers from two addresses of one IPv6 /64
@@ -20,7 +18,7 @@ import (
 // connection caps use the same key, limits.AddrKey.)
 func TestRateLimitsGroupIPv6By64(t *testing.T) {
 	t.Parallel()
-	l := startLive(t, Config{Limits: Limits{Register: limits.Rate{N: 1, Per: time.Hour}}})
+	l := startLive(t, Config{Limits: &Limits{Register: Rate{N: 1, Per: time.Hour}}})
 	register := func(remote string) int {
 		req := httptest.NewRequest(http.MethodPost, "/agents/register", strings.NewReader("{}"))
 		req.RemoteAddr = remote

@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func TestHealthReportsUnwritableLog(t *testing.T) {
 func TestSecondServerOnHeldDataDirIsRefused(t *testing.T) {
 	t.Parallel()
 	l := startLive(t, Config{})
-	_, err := New(context.Background(), Config{DataDir: l.srv.cfg.DataDir, Logger: quietLogger()})
+	_, err := New(context.Background(), Config{DataDir: l.srv.cfg.DataDir, Logger: quietLogger(), Limits: &Limits{}})
 	var held *dirlock.HeldError
 	require.True(t, errors.As(err, &held), "got %v", err)
 	require.Equal(t, filepath.Join(l.srv.cfg.DataDir, dirlock.FileName), held.Path)

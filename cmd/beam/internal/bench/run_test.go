@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/internal/beamtest"
-	"github.com/beamdir/beam/internal/server"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -25,14 +25,15 @@ func TestMain(m *testing.M) {
 
 type testBundle struct {
 	url string
-	srv *server.Server
+	srv *beam.Server
 }
 
 // setup runs a directory in this process on a loopback port.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	srv, err := server.New(context.Background(), server.Config{
+	srv, err := beam.New(context.Background(), beam.Config{
 		DataDir:     t.TempDir(),
+		Limits:      &beam.Limits{},
 		Synchronous: "NORMAL",
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OpenOrgs:    true, // the bench fleet is one org, as with beam bench's own server

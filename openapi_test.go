@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"encoding/json"
@@ -58,7 +58,7 @@ var unresolvedPatterns = map[string]string{
 // code is documented or listed above as left out on purpose.
 func TestOpenAPIMatchesTheRoutes(t *testing.T) {
 	t.Parallel()
-	l := startLive(t, Config{Domain: "openapi.beam.directory", NATSListen: "127.0.0.1:0"})
+	l := startLive(t, Config{Domain: "openapi.beam.directory", Federation: Federation{NATSListen: "127.0.0.1:0"}})
 
 	status, ctype, body := l.get("/openapi.json", "", "")
 	require.Equal(t, http.StatusOK, status)
@@ -106,7 +106,7 @@ func TestOpenAPIMatchesTheRoutes(t *testing.T) {
 			continue
 		}
 		require.True(t, documented[r.pattern],
-			"%s registers %q, which internal/server/openapi.json does not describe: document it (or list it in undocumentedRoutes with the reason)",
+			"%s registers %q, which openapi.json does not describe: document it (or list it in undocumentedRoutes with the reason)",
 			r.where, r.pattern)
 	}
 }
@@ -185,10 +185,10 @@ var routePattern = regexp.MustCompile(`^([A-Z]+ )?/`)
 // intent type) are skipped.
 func registeredRoutes(t *testing.T) []route {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(".")
 	require.NoError(t, err)
 	_, err = os.Stat(filepath.Join(root, "go.mod"))
-	require.NoError(t, err, "the module root is two levels up")
+	require.NoError(t, err, "the test runs at the module root")
 
 	fset := token.NewFileSet()
 	type parsed struct {

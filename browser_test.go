@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"context"
@@ -49,6 +49,9 @@ func startLive(t *testing.T, cfg Config) *liveServer {
 	cfg.Logger = quietLogger()
 	if cfg.DefaultPolicy == "" {
 		cfg.DefaultPolicy = "allow"
+	}
+	if cfg.Limits == nil {
+		cfg.Limits = &Limits{} // none, unless the test sets some
 	}
 	s, err := New(context.Background(), cfg)
 	require.NoError(t, err)
@@ -121,11 +124,11 @@ func logout(t *testing.T, ctx context.Context) {
 // the UI and the UI shows it acked once the recipient recovers.
 func TestBrowserRequeueDeadLetter(t *testing.T) {
 	browsertest.SkipWithoutChromium(t)
-	l := startLive(t, Config{
-		BusRetrySchedule: []time.Duration{50 * time.Millisecond},
-		BusMaxAttempts:   2,
-		BusTickInterval:  25 * time.Millisecond,
-	})
+	l := startLive(t, Config{Bus: Bus{
+		RetrySchedule: []time.Duration{50 * time.Millisecond},
+		MaxAttempts:   2,
+		TickInterval:  25 * time.Millisecond,
+	}})
 	shots := browsertest.NewShooter(t, "requeue")
 
 	sender := l.agent("sender", "acme.beam.directory")
@@ -223,8 +226,8 @@ func TestBrowserRequeueDeadLetter(t *testing.T) {
 // hop and peer link, on both sides.
 func TestBrowserFederation(t *testing.T) {
 	browsertest.SkipWithoutChromium(t)
-	alpha := startLive(t, Config{Domain: "alpha.beam.directory", NATSListen: "127.0.0.1:0"})
-	beta := startLive(t, Config{Domain: "beta.beam.directory", NATSListen: "127.0.0.1:0"})
+	alpha := startLive(t, Config{Domain: "alpha.beam.directory", Federation: Federation{NATSListen: "127.0.0.1:0"}})
+	beta := startLive(t, Config{Domain: "beta.beam.directory", Federation: Federation{NATSListen: "127.0.0.1:0"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	require.NoError(t, alpha.srv.Federation().AddPeer(ctx, beta.srv.Federation().Self()))

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/beamdir/beam/internal/server"
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -16,7 +16,7 @@ func TestDemoProducesEveryOutcome(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dataDir := t.TempDir()
-	srv, err := server.New(ctx, server.Config{DataDir: dataDir, Synchronous: "NORMAL"})
+	srv, err := beam.New(ctx, beam.Config{DataDir: dataDir, Synchronous: "NORMAL", Limits: &beam.Limits{}})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // rate limit (--limit-intents), as an intent it sends does.
 func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Registry, intents a2a.Intents) error {
 	srv, err := a2a.New(a2a.Config{
-		Mesh: pipes, Registry: agents, Pipelines: s.cfg.Pipelines, Intents: intents, AllowCreator: s.rl.intents.Allow, Name: s.cfg.Domain, Logger: s.logger,
+		Mesh: pipes, Registry: agents, Pipelines: s.parsed.pipelines, Intents: intents, AllowCreator: s.rl.intents.Allow, Name: s.cfg.Domain, Logger: s.logger,
 		Log: s.log, AllowPrivateWebhooks: s.cfg.AllowPrivateEndpoints,
 	})
 	if err != nil {
@@ -22,8 +22,8 @@ func (s *Server) mountAgentProtocols(pipes *mesh.Engine, agents *registry.Regist
 	}
 	s.a2a = srv
 	srv.Routes(s.mux)
-	tools, err := mcp.New(mcp.Config{Mesh: pipes, Pipelines: s.cfg.Pipelines, AllowCreator: s.rl.intents.Allow, Logger: s.logger,
-		Registry: agents, Intents: intents, Catalog: s.cfg.IntentCatalog})
+	tools, err := mcp.New(mcp.Config{Mesh: pipes, Pipelines: s.parsed.pipelines, AllowCreator: s.rl.intents.Allow, Logger: s.logger,
+		Registry: agents, Intents: intents, Catalog: s.parsed.catalog})
 	if err != nil {
 		return fmt.Errorf("open MCP server: %w", err)
 	}

@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestBrowserPipelineView(t *testing.T) {
 	browsertest.SkipWithoutChromium(t)
 	// The gate actor holds its hop while the page is driven: its timeout
 	// must outlast a slow browser, and nothing here waits for it to fire.
-	l := startLive(t, Config{MeshHopTimeout: 2 * time.Minute})
+	l := startLive(t, Config{Pipelines: Pipelines{HopTimeout: 2 * time.Minute}})
 	shots := browsertest.NewShooter(t, "pipelines")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

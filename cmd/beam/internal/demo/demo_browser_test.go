@@ -12,9 +12,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/beamdir/beam/bus/jobs"
+	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/internal/browsertest"
-	"github.com/beamdir/beam/internal/server"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -23,7 +22,7 @@ const demoAdminToken = "bop_demo_browser_admin_token"
 // demoServer is a directory with its job bus running the demo, as
 // `beam serve --demo` starts it.
 type demoServer struct {
-	srv *server.Server
+	srv *beam.Server
 	url string
 }
 
@@ -31,8 +30,8 @@ func startDemo(t *testing.T) *demoServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := server.New(ctx, server.Config{DataDir: t.TempDir(), Synchronous: "NORMAL", AdminToken: demoAdminToken,
-		IntentBus: &jobs.Config{}, Logger: quiet})
+	srv, err := beam.New(ctx, beam.Config{DataDir: t.TempDir(), Synchronous: "NORMAL", AdminToken: demoAdminToken,
+		JobBus: beam.JobBus{Enabled: true}, Limits: &beam.Limits{}, Logger: quiet})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -40,8 +39,8 @@ func startDemo(t *testing.T) *demoServer {
 	require.NoError(t, err)
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
-	go func() { served <- srv.ServeIntent(iln) }()
-	secret, _ := srv.IntentSecret()
+	go func() { served <- srv.ServeJobBus(iln) }()
+	secret, _ := srv.JobBusSecret()
 	demoDone := make(chan error, 1)
 	go func() {
 		demoDone <- Run(ctx, Config{DirectoryURL: "http://" + ln.Addr().String(), StateDir: t.TempDir(), Interval: 300 * time.Millisecond,
@@ -69,7 +68,7 @@ func TestBrowserDemoFillsJobsAndPipelines(t *testing.T) {
 	ctx := context.Background()
 
 	// The demo's jobs and orders reach every status they are meant to.
-	bus := d.srv.IntentBus()
+	bus := d.srv.JobBus()
 	require.Eventually(t, func() bool {
 		c := bus.Counts()[JobNamespace]
 		return c[tracing.JobOpen]+c[tracing.JobClaimed] > 0 && c[tracing.JobFulfilled] >= 3 && c[tracing.JobDead] >= 1

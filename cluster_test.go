@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"context"
@@ -46,8 +46,8 @@ func startClusterPair(t *testing.T, domain string, tune ...func(*Config)) [2]*li
 	return startPair(t, func(i int) Config {
 		cfg := Config{DataDir: dirs[i], Domain: domain, Synchronous: "NORMAL", Logger: quietLogger(),
 			DefaultPolicy: "allow", AdminToken: browserAdminToken, ViewerToken: browserViewerToken,
-			Cluster: &ClusterConfig{NodeID: []string{"n0", "n1"}[i], Listen: routes[i],
-				Routes: []string{"nats-route://" + routes[1-i]}, Replicas: 2, JoinTimeout: time.Minute}}
+			Limits: &Limits{}, Cluster: Cluster{Enabled: true, NodeID: []string{"n0", "n1"}[i], Listen: routes[i],
+				Routes: []string{"nats-route://" + routes[1-i]}, Replicas: 2}}
 		for _, f := range tune {
 			f(&cfg)
 		}
@@ -179,9 +179,9 @@ func TestClusterOnSharedNATSWithNodeUser(t *testing.T) {
 	t.Cleanup(ns.Shutdown)
 
 	nodes := startPair(t, func(i int) Config {
-		return Config{DataDir: dirs[i], Domain: domain, Synchronous: "NORMAL", Logger: quietLogger(), NATSURL: ns.ClientURL(),
+		return Config{DataDir: dirs[i], Domain: domain, Synchronous: "NORMAL", Logger: quietLogger(), Federation: Federation{NATSURL: ns.ClientURL()},
 			DefaultPolicy: "allow", AdminToken: browserAdminToken, ViewerToken: browserViewerToken,
-			Cluster: &ClusterConfig{Replicas: 1, JoinTimeout: time.Minute}}
+			Limits: &Limits{}, Cluster: Cluster{Enabled: true, Replicas: 1}}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

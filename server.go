@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"cmp"
@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/beamdir/beam/bus/jobs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -39,104 +38,10 @@ import (
 	"github.com/beamdir/beam/web"
 )
 
-// Config is everything a directory needs to start. Zero values mean the
-// embedded defaults.
-type Config struct {
-	// DataDir holds the SQLite file, the operator token and the directory
-	// key. It is created if missing.
-	DataDir string
-	// Synchronous is the SQLite synchronous mode: FULL (default) or NORMAL.
-	Synchronous string
-	// AdminToken is the operator token. When empty, the token stored in
-	// DataDir/admin.token is used, and generated there on first start.
-	AdminToken string
-	// ViewerToken grants read-only dashboard access. When empty, the token
-	// stored in DataDir/viewer.token is used, generated there on first start.
-	ViewerToken string
-	// SecureCookies marks dashboard session cookies Secure (set it when the
-	// directory is served over HTTPS, e.g. behind a TLS proxy).
-	SecureCookies bool
-	// Clock is the time source; nil means time.Now.
-	Clock func() time.Time
-	// Logger receives structured logs; nil means slog.Default().
-	Logger *slog.Logger
-
-	// DefaultPolicy is the directory's policy for senders without a rule:
-	// same-org (default), allow or deny.
-	DefaultPolicy string
-	// AllowLegacyWSIdentity accepts WebSocket sessions without proof of
-	// identity, as the reference and SDK 0.5.1 do. Off by default.
-	AllowLegacyWSIdentity bool
-	// AllowInsecureEndpoints lets agents register http:// loopback
-	// endpoints for direct delivery (tests and local development).
-	AllowInsecureEndpoints bool
-	// OpenOrgs makes every registrant of an existing org an approved
-	// member at once (--open-orgs); by default the org owner approves.
-	OpenOrgs bool
-	// AllowPrivateEndpoints lets direct HTTP delivery dial loopback,
-	// private and link-local addresses (--allow-private-endpoints).
-	AllowPrivateEndpoints bool
-	// EchoSecret, when set, lets whoever presents it register
-	// echo@beam.directory.
-	EchoSecret string
-	// WSTimeout and HTTPTimeout are the result timeouts of intents sent over
-	// WebSocket (30 s) and POST /intents/send (60 s).
-	WSTimeout   time.Duration
-	HTTPTimeout time.Duration
-	// RelayTimeout is the timeout recovery assumes for a delivered intent
-	// that stored none (RELAY_TIMEOUT_MS, 30 s).
-	RelayTimeout time.Duration
-	// Domain is this directory's federation domain, e.g.
-	// acme.beam.directory.
-	Domain string
-	// NATSListen starts the embedded NATS server for federation on
-	// host:port; NATSURL uses an existing NATS deployment instead. Without
-	// either, federation is off.
-	NATSListen string
-	NATSURL    string
-	// Peers are pinned at start (beam serve --peer).
-	Peers []federation.Peer
-
-	// IntentCatalog, when set, restricts intents to its types and checks
-	// their payloads; nil accepts any intent type.
-	IntentCatalog *directory.Catalog
-	// RecoverySweepInterval is how often recovered delivered intents are
-	// checked for expiry (RELAY_RECOVERY_SWEEP_INTERVAL_MS, 5 s).
-	RecoverySweepInterval time.Duration
-
-	// BusAPIKey (BEAM_BUS_API_KEY) is the operator bus key; empty disables it.
-	BusAPIKey string
-	// BusRetrySchedule, BusMaxAttempts, BusDeliveryTimeout and
-	// BusTickInterval tune the message bus (zero values: its defaults).
-	BusRetrySchedule   []time.Duration
-	BusMaxAttempts     int
-	BusDeliveryTimeout time.Duration
-	BusTickInterval    time.Duration
-
-	// Limits are the rate limits, timeouts and connection caps (limits.go);
-	// the zero value has none but ReadHeaderTimeout.
-	Limits Limits
-	// IntentBus, when set, runs the Intent Protocol v2.1 job bus on the
-	// log (its Log field is filled in here; an empty Secret is replaced by
-	// one generated once and kept in DataDir/intent.secret). Serve it with
-	// ServeIntent.
-	IntentBus *jobs.Config
-	// MeshPolicies and MeshDefaultPolicy are the pipelines' per-actor retry
-	// policies (zero default: one attempt); MeshHopTimeout bounds one hop.
-	MeshPolicies      map[string]mesh.Policy
-	MeshDefaultPolicy mesh.Policy
-	MeshHopTimeout    time.Duration
-	// Pipelines are the declared pipelines, served as A2A agents and MCP
-	// tools (a2a.go).
-	Pipelines []mesh.Pipeline
-	// Cluster, when set, serves Domain as one node of a cluster
-	// (cluster.go).
-	Cluster *ClusterConfig
-}
-
-// Server is a running directory.
+// Server is a directory built by New. It answers HTTP once Serve is called.
 type Server struct {
-	cfg      Config
+	cfg      Config // defaults filled in; Limits is the one in force
+	parsed   parsed // what cfg's text fields hold
 	log      *tracing.Log
 	agents   *registry.Registry
 	dir      *directory.Directory
@@ -163,9 +68,16 @@ type Server struct {
 	shutdownErr      error
 }
 
-// New opens the log in cfg.DataDir and builds the HTTP handler. It does not
-// listen; call Serve.
+// New opens (or creates) the directory in cfg.DataDir: it opens the event
+// log, runs startup recovery and, with federation configured, joins its
+// peers. It does not listen; call Serve (and ServeJobBus).
 func New(ctx context.Context, cfg Config) (*Server, error) {
+	p, err := cfg.parse()
+	if err != nil {
+		return nil, err
+	}
+	lim := cfg.limits()
+	cfg.Limits = &lim
 	if cfg.DataDir == "" {
 		cfg.DataDir = "./beam-data"
 	}
@@ -187,8 +99,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		lock:     lock,
-		rl:       newRateLimits(cfg.Limits, cfg.Clock),
+		rl:       newRateLimits(lim, cfg.Clock),
 		cfg:      cfg,
+		parsed:   p,
 		registry: prometheus.NewRegistry(),
 		mux:      http.NewServeMux(),
 		started:  cfg.Clock(),
@@ -251,10 +164,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Abandon stops a server that never served, as Shutdown does, and first
-// removes the operator token, viewer token and intent secret files this
-// start generated: nobody has seen them, and the next start generates new
-// ones and prints them.
+// Abandon shuts down a directory that never served, as Shutdown does, and
+// first removes the operator token, viewer token and job bus secret files
+// this start generated: nobody has seen them, and the next start generates
+// (and can show) new ones.
 func (s *Server) Abandon(ctx context.Context) error {
 	s.removeGenerated()
 	return s.Shutdown(ctx)
@@ -276,14 +189,16 @@ func (s *Server) removeGenerated() {
 	}
 }
 
-// Log returns the event log of the server.
+// Log is the directory's event log, for programs and tests that read its
+// traces.
 func (s *Server) Log() *tracing.Log { return s.log }
 
-// Handler returns the root HTTP handler.
+// Handler is the directory's HTTP handler, for programs that serve it
+// behind their own http.Server or mux.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// AdminToken returns the operator token and whether it was generated by this
-// start (so the caller prints it once).
+// AdminToken returns the operator token, and whether this start generated
+// it (so a program can show it once).
 func (s *Server) AdminToken() (token string, generated bool) {
 	return s.adminToken, s.adminTokenIsNew
 }
@@ -304,8 +219,8 @@ func (s *Server) IsOperator(r *http.Request) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.adminToken)) == 1
 }
 
-// Serve answers HTTP on ln until Shutdown is called. It returns nil after a
-// graceful shutdown.
+// Serve answers HTTP and WebSocket requests on ln until Shutdown; it
+// returns nil after a graceful shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	if s.cluster != nil {
 		s.cluster.SetURL("http://" + ln.Addr().String())
@@ -320,9 +235,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// Shutdown stops accepting requests, waits for in-flight ones (bounded by
-// ctx), then drains the log writer so that every accepted event is
-// committed, and closes the database.
+// Shutdown stops accepting requests, waits for those in flight (bounded by
+// ctx), commits everything accepted and closes the data directory.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
 		var errs []error
@@ -465,7 +379,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	var regPeers registry.Peers
 	var dirRemote directory.Remote
 	var busRemote bus.Remote
-	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" || s.cfg.Cluster != nil {
+	if s.cfg.Federation.NATSListen != "" || s.cfg.Federation.NATSURL != "" || s.cfg.Cluster.Enabled {
 		peers = &federation.Router{}
 		regPeers, dirRemote, busRemote = peers, peers, peers
 	}
@@ -474,7 +388,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	var nodes *cluster.Router
 	var regCluster registry.Replicator
 	var dirCluster directory.NodeRouter
-	if s.cfg.Cluster != nil {
+	if s.cfg.Cluster.Enabled {
 		nodes = &cluster.Router{Clock: s.cfg.Clock}
 		regCluster, dirCluster = nodes, nodes
 	}
@@ -490,7 +404,6 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		},
 		Clock:                  s.cfg.Clock,
 		Logger:                 s.logger,
-		EchoSecret:             s.cfg.EchoSecret,
 		AllowInsecureEndpoints: s.cfg.AllowInsecureEndpoints,
 		Domain:                 s.cfg.Domain,
 		OpenOrgs:               s.cfg.OpenOrgs,
@@ -518,13 +431,13 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 		Clock:                 s.cfg.Clock,
 		Logger:                s.logger,
 		Registerer:            s.registry,
-		WSTimeout:             s.cfg.WSTimeout,
-		HTTPTimeout:           s.cfg.HTTPTimeout,
-		RelayTimeout:          s.cfg.RelayTimeout,
-		RecoverySweepInterval: s.cfg.RecoverySweepInterval,
+		WSTimeout:             s.cfg.Timeouts.WebSocket,
+		HTTPTimeout:           s.cfg.Timeouts.HTTP,
+		RelayTimeout:          s.cfg.Timeouts.Relay,
+		RecoverySweepInterval: s.cfg.Timeouts.RecoverySweep,
 		AllowLegacyWSIdentity: s.cfg.AllowLegacyWSIdentity,
 		AllowPrivateEndpoints: s.cfg.AllowPrivateEndpoints,
-		Catalog:               s.cfg.IntentCatalog,
+		Catalog:               s.parsed.catalog,
 		OperatorAuth:          s.IsOperator,
 		AllowSender:           s.rl.intents.Allow,
 	})
@@ -537,9 +450,9 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	}
 	b, err := bus.New(bus.Config{
 		Log: s.log, Directory: dir, Registry: agents, Clock: s.cfg.Clock, Logger: s.logger,
-		Registerer: s.registry, BusAPIKey: s.cfg.BusAPIKey, OperatorAuth: s.IsOperator,
-		Schedule: s.cfg.BusRetrySchedule, MaxAttempts: s.cfg.BusMaxAttempts,
-		DeliveryTimeout: s.cfg.BusDeliveryTimeout, TickInterval: s.cfg.BusTickInterval,
+		Registerer: s.registry, BusAPIKey: s.cfg.Bus.APIKey, OperatorAuth: s.IsOperator,
+		Schedule: s.cfg.Bus.RetrySchedule, MaxAttempts: s.cfg.Bus.MaxAttempts,
+		DeliveryTimeout: s.cfg.Bus.DeliveryTimeout, TickInterval: s.cfg.Bus.TickInterval,
 		AllowSender: s.rl.busSends.Allow, Remote: busRemote,
 	})
 	if err != nil {
@@ -553,8 +466,8 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 
 	pipes, err := mesh.New(mesh.Config{
 		Log: s.log, Directory: dir, Registry: agents, Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry,
-		OperatorAuth: s.IsOperator, Policies: s.cfg.MeshPolicies, Default: s.cfg.MeshDefaultPolicy,
-		HopTimeout:  s.cfg.MeshHopTimeout,
+		OperatorAuth: s.IsOperator, Policies: s.parsed.meshPolicies, Default: s.parsed.meshDefault,
+		HopTimeout:  s.cfg.Pipelines.HopTimeout,
 		AllowCreate: s.rl.meshCreates.Allow, MaxOpenPerCreator: s.cfg.Limits.MeshOpenPerCreator,
 	})
 	if err != nil {
@@ -570,7 +483,7 @@ func (s *Server) openDirectory(ctx context.Context) (err error) {
 	if err := s.openCluster(agents, dir, nodes); err != nil {
 		return err
 	}
-	if s.cfg.NATSListen != "" || s.cfg.NATSURL != "" {
+	if s.cfg.Federation.NATSListen != "" || s.cfg.Federation.NATSURL != "" {
 		node, err := s.openFederation(ctx, agents, dir, peers, b.RemoteOutcome)
 		if err != nil {
 			return err
@@ -651,7 +564,7 @@ func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, 
 	}
 	node, err := federation.New(ctx, federation.Config{
 		Domain: s.cfg.Domain, Key: key, Log: s.log, Directory: dir, Registry: agents, Router: router, BusOutcome: busOutcome,
-		NATSListen: s.cfg.NATSListen, NATSURL: s.cfg.NATSURL, Peers: s.cfg.Peers,
+		NATSListen: s.cfg.Federation.NATSListen, NATSURL: s.cfg.Federation.NATSURL, Peers: s.parsed.peers,
 		Clock: s.cfg.Clock, Logger: s.logger, Registerer: s.registry, OperatorAuth: s.IsOperator,
 		ServerOptions: s.natsServerOptions(), QueueGroup: s.federationQueue(), BeforeSubscribe: s.clusterIdentity(ctx),
 	})
@@ -666,7 +579,8 @@ func (s *Server) openFederation(ctx context.Context, agents *registry.Registry, 
 	return node, nil
 }
 
-// Federation returns the federation node, or nil when federation is off.
+// Federation is the federation node, or nil when federation is off, for
+// programs and tests that pin peers while the directory runs.
 func (s *Server) Federation() *federation.Node { return s.fed }
 
 // operatorOnly answers 401 to a request without the operator token.

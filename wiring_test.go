@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"bufio"
@@ -16,10 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/agents/wire"
-	"github.com/beamdir/beam/bus/jobs"
-	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/attest"
-	"github.com/beamdir/beam/internal/limits"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -53,7 +50,7 @@ func (l *liveServer) get(path, token, accept string) (int, string, string) {
 // jobs cards, on a directory with federation and the intent bus on.
 func TestServerWiresEveryRouteGroup(t *testing.T) {
 	t.Parallel()
-	l := startLive(t, Config{Domain: "wired.beam.directory", NATSListen: "127.0.0.1:0", IntentBus: &jobs.Config{}})
+	l := startLive(t, Config{Domain: "wired.beam.directory", Federation: Federation{NATSListen: "127.0.0.1:0"}, JobBus: JobBus{Enabled: true}})
 	const admin, viewer = browserAdminToken, browserViewerToken
 
 	t.Run("health", func(t *testing.T) {
@@ -155,8 +152,8 @@ func TestServerWiresEveryRouteGroup(t *testing.T) {
 		require.Contains(t, body, `"requeue":{"allowed":true}`)
 	})
 	t.Run("intent bus is served on its own listener", func(t *testing.T) {
-		require.NotNil(t, l.srv.IntentBus())
-		secret, _ := l.srv.IntentSecret()
+		require.NotNil(t, l.srv.JobBus())
+		secret, _ := l.srv.JobBusSecret()
 		require.NotEmpty(t, secret)
 		require.NotNil(t, l.srv.Federation())
 	})
@@ -166,8 +163,8 @@ func TestServerWiresEveryRouteGroup(t *testing.T) {
 // sees the second answered 429 in the Beam shape.
 func TestServerWiresRateLimits(t *testing.T) {
 	t.Parallel()
-	perHour := limits.Rate{N: 1, Per: time.Hour}
-	l := startLive(t, Config{Limits: Limits{Register: perHour, Connect: perHour}})
+	perHour := Rate{N: 1, Per: time.Hour}
+	l := startLive(t, Config{Limits: &Limits{Register: perHour, Connect: perHour}})
 	for _, c := range []struct{ method, path string }{{http.MethodPost, "/agents/register"}, {http.MethodGet, "/ws"}} {
 		var statuses []int
 		for range 2 {
@@ -192,7 +189,7 @@ func TestServerWiresRateLimits(t *testing.T) {
 // idle timeout and the write timeout the assembly puts on the HTTP server.
 func TestServerWiresConnectionCapAndTimeouts(t *testing.T) {
 	t.Parallel()
-	l := startLive(t, Config{Limits: Limits{MaxConnsPerAddr: 1, IdleTimeout: 200 * time.Millisecond,
+	l := startLive(t, Config{Limits: &Limits{MaxConnsPerAddr: 1, IdleTimeout: 200 * time.Millisecond,
 		WriteTimeout: 500 * time.Millisecond}})
 	addr := strings.TrimPrefix(l.url, "http://")
 
@@ -234,7 +231,7 @@ func TestServerWiresConnectionCapAndTimeouts(t *testing.T) {
 // connection closed by the header timeout.
 func TestServerWiresHeaderTimeout(t *testing.T) {
 	t.Parallel()
-	l := startLive(t, Config{Limits: Limits{ReadHeaderTimeout: 200 * time.Millisecond}})
+	l := startLive(t, Config{Limits: &Limits{ReadHeaderTimeout: 200 * time.Millisecond}})
 	addr := strings.TrimPrefix(l.url, "http://")
 	// Headers sent too slowly: the connection is closed.
 	slow, err := net.Dial("tcp", addr)
@@ -259,8 +256,8 @@ func TestServerRecoversOnRestart(t *testing.T) {
 	ctx := context.Background()
 	var now atomic.Int64
 	now.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro())
-	cfg := Config{DataDir: t.TempDir(), Logger: quietLogger(), Synchronous: "NORMAL",
-		Clock: func() time.Time { return time.UnixMicro(now.Load()) }, RecoverySweepInterval: 10 * time.Millisecond}
+	cfg := Config{DataDir: t.TempDir(), Logger: quietLogger(), Synchronous: "NORMAL", Limits: &Limits{},
+		Clock: func() time.Time { return time.UnixMicro(now.Load()) }, Timeouts: Timeouts{RecoverySweep: 10 * time.Millisecond}}
 	s, err := New(ctx, cfg)
 	require.NoError(t, err)
 	ev := func(nonce string, st tracing.State) tracing.Event {
@@ -297,8 +294,7 @@ func TestServerRecoversOnRestart(t *testing.T) {
 // back from GET /intents/catalog.
 func TestServerServesTheIntentCatalog(t *testing.T) {
 	t.Parallel()
-	cat, err := directory.ParseCatalog([]byte(`{"intents":[{"id":"wired.check","description":"the wiring test's intent"}]}`))
-	require.NoError(t, err)
+	cat := []byte(`{"intents":[{"id":"wired.check","description":"the wiring test's intent"}]}`)
 	l := startLive(t, Config{IntentCatalog: cat})
 	status, _, body := l.get("/intents/catalog", "", "")
 	require.Equal(t, http.StatusOK, status, body)

@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	_ "embed"

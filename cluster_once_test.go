@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestClusterBusSettlesFromDeliveryRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nodes := startClusterPair(t, domain, func(c *Config) {
-		c.BusRetrySchedule, c.BusMaxAttempts, c.BusTickInterval = []time.Duration{200 * time.Millisecond}, 50, 50*time.Millisecond
+		c.Bus.RetrySchedule, c.Bus.MaxAttempts, c.Bus.TickInterval = []time.Duration{200 * time.Millisecond}, 50, 50*time.Millisecond
 	})
 	client := func(base string, id *agents.Identity) *agents.Client {
 		c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: base, Identity: id, APIKey: id.APIKey,
@@ -70,7 +70,7 @@ func TestClusterBusSettlesFromDeliveryRecord(t *testing.T) {
 		// anyway: the owner never learns of it.
 		result, err := wire.Result{Nonce: in.Nonce, Success: true}.Build(time.Now(), nil)
 		if err == nil {
-			err = nodes[1].srv.Cluster().RecordDelivery(ctx, directory.DeliveryRecord{From: in.From, Nonce: in.Nonce,
+			err = nodes[1].srv.clusterNode().RecordDelivery(ctx, directory.DeliveryRecord{From: in.From, Nonce: in.Nonce,
 				MessageID: in.Durable.MessageID, Attempt: in.Durable.Attempt, Result: result})
 		}
 		if err != nil {

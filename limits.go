@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"io"
@@ -11,70 +11,8 @@ import (
 	"github.com/beamdir/beam/internal/limits"
 )
 
-// Limits are the server's resource limits. The zero value of a Rate or a
-// count disables that limit; beam serve sets DefaultLimits.
-type Limits struct {
-	// Register bounds POST /agents/register per client address.
-	Register limits.Rate
-	// Connect bounds WebSocket connects (GET /ws) per client address.
-	Connect limits.Rate
-	// Intents bounds intents per authenticated sending agent (HTTP,
-	// WebSocket, beam/1 and beam/2 alike).
-	Intents limits.Rate
-	// BusSends bounds POST /v1/beam/send per sending agent.
-	BusSends limits.Rate
-	// MeshCreates bounds POST /api/v1/mesh per creating agent;
-	// MeshOpenPerCreator caps the open envelopes of one creator (0: no
-	// cap).
-	MeshCreates        limits.Rate
-	MeshOpenPerCreator int
-	// MaxConns caps open connections in total, MaxConnsPerAddr per client
-	// IP address.
-	MaxConns        int
-	MaxConnsPerAddr int
-	// ReadTimeout bounds reading one request's body; WriteTimeout
-	// bounds one response (WebSocket and event streams are exempt);
-	// IdleTimeout closes idle keep-alive connections.
-	ReadTimeout  time.Duration
-	WriteTimeout time.Duration
-	IdleTimeout  time.Duration
-	// ReadHeaderTimeout bounds reading a request's headers; zero means
-	// defaultReadHeaderTimeout, so a client cannot hold a connection by
-	// sending its headers slowly even with the other limits off.
-	ReadHeaderTimeout time.Duration
-	// IntentMaxConns and IntentMaxConnsPerAddr are the connection caps of
-	// the Intent Protocol listener, counted apart from the main
-	// listener's, so a flood of one cannot starve the other.
-	IntentMaxConns        int
-	IntentMaxConnsPerAddr int
-	// IntentIdleTimeout closes an Intent Protocol connection that waits
-	// longer for its next request (or, when new, for its first request's
-	// headers, at most defaultReadHeaderTimeout); zero means 2 minutes.
-	IntentIdleTimeout time.Duration
-}
-
 // defaultReadHeaderTimeout is the header deadline when Limits sets none.
 const defaultReadHeaderTimeout = 10 * time.Second
-
-// DefaultLimits are beam serve's defaults (docs/SECURITY.md, "Limits").
-var DefaultLimits = Limits{
-	Register: limits.Rate{N: 30, Per: time.Minute},
-	Connect:  limits.Rate{N: 120, Per: time.Minute},
-	Intents:  limits.Rate{N: 1200, Per: time.Minute},
-	BusSends: limits.Rate{N: 1200, Per: time.Minute},
-	// Pipelines: each envelope may wait up to a day for its actors.
-	MeshCreates:        limits.Rate{N: 600, Per: time.Minute},
-	MeshOpenPerCreator: 1000,
-	MaxConns:           4096,
-	MaxConnsPerAddr:    256,
-	ReadTimeout:        30 * time.Second,
-	WriteTimeout:       0, // derived from the result timeouts, see writeTimeout
-	IdleTimeout:        120 * time.Second,
-
-	IntentMaxConns:        1024,
-	IntentMaxConnsPerAddr: 64,
-	IntentIdleTimeout:     120 * time.Second,
-}
 
 // rateLimits are the keyed buckets of one server.
 type rateLimits struct {
@@ -84,11 +22,11 @@ type rateLimits struct {
 
 func newRateLimits(l Limits, clock func() time.Time) *rateLimits {
 	return &rateLimits{
-		register:    limits.NewKeyed(l.Register, clock),
-		connect:     limits.NewKeyed(l.Connect, clock),
-		intents:     limits.NewKeyed(l.Intents, clock),
-		busSends:    limits.NewKeyed(l.BusSends, clock),
-		meshCreates: limits.NewKeyed(l.MeshCreates, clock),
+		register:    limits.NewKeyed(limits.Rate(l.Register), clock),
+		connect:     limits.NewKeyed(limits.Rate(l.Connect), clock),
+		intents:     limits.NewKeyed(limits.Rate(l.Intents), clock),
+		busSends:    limits.NewKeyed(limits.Rate(l.BusSends), clock),
+		meshCreates: limits.NewKeyed(limits.Rate(l.MeshCreates), clock),
 	}
 }
 
@@ -169,9 +107,9 @@ func (s *Server) writeTimeout() time.Duration {
 	if s.cfg.Limits.WriteTimeout > 0 {
 		return s.cfg.Limits.WriteTimeout
 	}
-	if s.cfg.Limits == (Limits{}) {
+	if *s.cfg.Limits == (Limits{}) {
 		return 0
 	}
-	longest := max(s.cfg.HTTPTimeout, s.cfg.WSTimeout, s.cfg.BusDeliveryTimeout, 60*time.Second)
+	longest := max(s.cfg.Timeouts.HTTP, s.cfg.Timeouts.WebSocket, s.cfg.Bus.DeliveryTimeout, 60*time.Second)
 	return longest + 30*time.Second
 }

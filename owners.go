@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"github.com/beamdir/beam/agents/wire"

@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"context"
@@ -22,10 +22,10 @@ import (
 // peer's outbox depth and last error.
 func TestBrowserFederationPeerDown(t *testing.T) {
 	browsertest.SkipWithoutChromium(t)
-	alpha := startLive(t, Config{Domain: "alpha.beam.directory", NATSListen: "127.0.0.1:0"})
+	alpha := startLive(t, Config{Domain: "alpha.beam.directory", Federation: Federation{NATSListen: "127.0.0.1:0"}})
 
 	// beta runs here, not through startLive, so that the test can stop it.
-	cfg := Config{Domain: "beta.beam.directory", NATSListen: "127.0.0.1:0", DataDir: t.TempDir(),
+	cfg := Config{Domain: "beta.beam.directory", Federation: Federation{NATSListen: "127.0.0.1:0"}, DataDir: t.TempDir(), Limits: &Limits{},
 		AdminToken: browserAdminToken, ViewerToken: browserViewerToken, Synchronous: "NORMAL", Logger: quietLogger(), DefaultPolicy: "allow"}
 	beta, err := New(context.Background(), cfg)
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package server
+package beam
 
 import (
 	"context"
@@ -18,37 +18,21 @@ import (
 	"github.com/beamdir/beam/federation/cluster"
 )
 
-// ClusterConfig makes the server one node of a cluster serving its domain
-// (beam serve --cluster; federation/cluster).
-type ClusterConfig struct {
-	// NodeID names the node; empty means the ID generated once and kept in
-	// the data directory.
-	NodeID string
-	// Listen is the route listener (host:port) of the embedded NATS server.
-	Listen string
-	// Routes are the other nodes' route URLs (nats-route://host:port).
-	Routes []string
-	// Replicas of the cluster's streams; 0 means min(3, nodes).
-	Replicas int
-	// JoinTimeout bounds the wait for the cluster to form at start (2 m).
-	JoinTimeout time.Duration
-}
-
-// clusterJoinTimeout is the default ClusterConfig.JoinTimeout.
+// clusterJoinTimeout bounds the wait for the cluster to form at start.
 const clusterJoinTimeout = 2 * time.Minute
 
 // openCluster prepares the cluster node when cluster mode is on: the
 // embedded NATS server (started by federation) then gets its options.
 func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory, router *cluster.Router) error {
 	c := s.cfg.Cluster
-	if c == nil {
+	if !c.Enabled {
 		return nil
 	}
 	if s.cfg.Domain == "" {
 		return errors.New("cluster mode needs --domain")
 	}
-	if s.cfg.NATSListen == "" && s.cfg.NATSURL == "" {
-		s.cfg.NATSListen = "127.0.0.1:0"
+	if s.cfg.Federation.NATSListen == "" && s.cfg.Federation.NATSURL == "" {
+		s.cfg.Federation.NATSListen = "127.0.0.1:0"
 	}
 	id := c.NodeID
 	if id == "" {
@@ -64,13 +48,13 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 		return fmt.Errorf("cluster: %w", err)
 	}
 	listen := c.Listen
-	if s.cfg.NATSURL != "" {
+	if s.cfg.Federation.NATSURL != "" {
 		listen = ""
 	}
 	// The embedded server's routes need the credentials beam cluster init
 	// wrote into the data directory; without them the node does not start.
 	var trust *cluster.Trust
-	if s.cfg.NATSURL == "" {
+	if s.cfg.Federation.NATSURL == "" {
 		if trust, err = cluster.LoadTrust(s.cfg.DataDir); err != nil {
 			return err
 		}
@@ -103,18 +87,10 @@ func (s *Server) clusterIdentity(ctx context.Context) func(*nats.Conn) error {
 		return nil
 	}
 	return func(nc *nats.Conn) error {
-		ctx, cancel := context.WithTimeout(ctx, s.joinTimeout())
+		ctx, cancel := context.WithTimeout(ctx, clusterJoinTimeout)
 		defer cancel()
 		return s.cluster.CheckIdentity(ctx, nc)
 	}
-}
-
-// joinTimeout bounds the wait for the cluster to form at start.
-func (s *Server) joinTimeout() time.Duration {
-	if t := s.cfg.Cluster.JoinTimeout; t > 0 {
-		return t
-	}
-	return clusterJoinTimeout
 }
 
 // startCluster joins the cluster once federation's NATS connection is up
@@ -123,7 +99,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 	if s.cluster == nil {
 		return nil
 	}
-	jctx, cancel := context.WithTimeout(ctx, s.joinTimeout())
+	jctx, cancel := context.WithTimeout(ctx, clusterJoinTimeout)
 	defer cancel()
 	if err := s.cluster.Start(jctx, s.fed.Conn()); err != nil {
 		return err
@@ -132,8 +108,8 @@ func (s *Server) startCluster(ctx context.Context) error {
 	return nil
 }
 
-// Cluster returns the cluster node, or nil when cluster mode is off.
-func (s *Server) Cluster() *cluster.Node { return s.cluster }
+// clusterNode is the cluster node, or nil when cluster mode is off.
+func (s *Server) clusterNode() *cluster.Node { return s.cluster }
 
 // clusterStatus is the dashboard's view of the cluster; nil on a single
 // node.
