@@ -53,11 +53,10 @@ func skillsOf(a registry.Agent) []string {
 	return out
 }
 
-func (s *Server) handleAgentCard(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleAgentCard(w http.ResponseWriter, r *http.Request) error {
 	a, ok := s.optedIn(r)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no agent "+r.PathValue("beamId")+" offers A2A here")
-		return
+		return httpjson.NotFound("NOT_FOUND", "no agent "+r.PathValue("beamId")+" offers A2A here")
 	}
 	var skills []skill
 	for _, c := range skillsOf(a) {
@@ -77,6 +76,7 @@ func (s *Server) handleAgentCard(w http.ResponseWriter, r *http.Request) {
 	card.Capabilities["pushNotifications"] = false
 	card.SupportedInterfaces = slices.DeleteFunc(card.SupportedInterfaces, func(i agentInterface) bool { return i.ProtocolBinding != "JSONRPC" })
 	httpjson.Write(w, http.StatusOK, card)
+	return nil
 }
 
 // handleAgentRPC is the JSON-RPC binding of an opted-in agent: a message
@@ -85,7 +85,7 @@ func (s *Server) handleAgentCard(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.optedIn(r)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no agent "+r.PathValue("beamId")+" offers A2A here")
+		httpjson.WriteError(w, http.StatusNotFound, "NOT_FOUND", "no agent "+r.PathValue("beamId")+" offers A2A here")
 		return
 	}
 	c, ok := s.readRPC(w, r)

@@ -93,7 +93,7 @@ func (s *Server) readRPC(w http.ResponseWriter, r *http.Request) (c rpcCall, ok 
 		return c, false
 	}
 	if len(body) > maxBody {
-		httpjson.Error(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the largest payload allows")
+		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the largest payload allows")
 		return c, false
 	}
 	var req rpcRequest
@@ -142,7 +142,7 @@ func (c rpcCall) result(w http.ResponseWriter, t task) {
 func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 	pipe, ok := s.pipeline(r)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no pipeline "+r.PathValue("name"))
+		httpjson.WriteError(w, http.StatusNotFound, "NOT_FOUND", "no pipeline "+r.PathValue("name"))
 		return
 	}
 	c, ok := s.readRPC(w, r)
@@ -244,7 +244,7 @@ func (s *Server) listResult(ctx context.Context, caller string, pipe *mesh.Pipel
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, v version, wrap func(string, any) any, row tracing.MeshRow) {
 	out, err := newStream(w, v, wrap)
 	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
 		return
 	}
 	s.follow(r.Context(), out, row)

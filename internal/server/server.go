@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/beamdir/beam/bus/jobs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/beamdir/beam/bus/jobs"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -402,10 +403,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		resp.DB = healthDB{Status: "error", Error: err.Error()}
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, resp)
+	httpjson.Write(w, status, resp)
 }
-
-func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // loadToken returns the configured token, or the one stored in the data
 // directory under name, generating and storing a new one (with prefix) on
@@ -671,13 +670,13 @@ func (s *Server) Federation() *federation.Node { return s.fed }
 
 // operatorOnly answers 401 to a request without the operator token.
 func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+	return httpjson.Adapter{Log: s.logger}.Handler(func(w http.ResponseWriter, r *http.Request) error {
 		if !s.IsOperator(r) {
-			httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
-			return
+			return httpjson.New(http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
 		}
 		h(w, r)
-	}
+		return nil
+	})
 }
 
 // mountPprof serves the Go profiles under /debug/pprof/ to operators only.
