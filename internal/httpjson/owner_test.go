@@ -2,15 +2,14 @@ package httpjson
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/beamdir/beam/internal/srcscan"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,30 +42,7 @@ func TestBeamErrorShapeHasOneOwner(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	var found []string
-	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			name := d.Name()
-			if rel == "internal/httpjson" || name == "testdata" || name == "vendor" || (rel != "." && strings.HasPrefix(name, ".")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	err = srcscan.Files(root, []string{"internal/httpjson"}, func(rel string, fset *token.FileSet, f *ast.File) {
 		at := func(n ast.Node, what string) {
 			found = append(found, rel+":"+strconv.Itoa(fset.Position(n.Pos()).Line)+": "+what)
 		}
@@ -104,7 +80,6 @@ func TestBeamErrorShapeHasOneOwner(t *testing.T) {
 			}
 			return true
 		})
-		return nil
 	})
 	require.NoError(t, err)
 	require.Empty(t, found, "the Beam error shape is built outside internal/httpjson: return an *httpjson.Error through an httpjson.Adapter instead")
