@@ -73,9 +73,6 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// HTTPStatus returns the status and error code to answer with.
-func (e *Error) HTTPStatus() (int, string) { return e.Status, e.Code }
-
 // With returns e with the body member key set to v.
 func (e *Error) With(key string, v any) *Error {
 	if e.Fields == nil {
@@ -85,15 +82,9 @@ func (e *Error) With(key string, v any) *Error {
 	return e
 }
 
-// Wrap returns e with cause as its cause.
-func (e *Error) Wrap(cause error) *Error {
-	e.Err = cause
-	return e
-}
-
-// Body returns the Beam error shape of e: {"error", "errorCode"} and the
+// body returns the Beam error shape of e: {"error", "errorCode"} and the
 // Fields. Its members encode in sorted order.
-func (e *Error) Body() map[string]any {
+func (e *Error) body() map[string]any {
 	b := make(map[string]any, len(e.Fields)+2)
 	for k, v := range e.Fields {
 		b[k] = v
@@ -105,7 +96,7 @@ func (e *Error) Body() map[string]any {
 // Marshal returns the Beam error shape of e as Beam writes it, for an
 // answer that is relayed rather than written (a cluster call's reply).
 func (e *Error) Marshal() []byte {
-	b, err := encode(e.Body())
+	b, err := encode(e.body())
 	if err != nil {
 		return []byte(internalBody)
 	}
@@ -125,7 +116,7 @@ type Shape func(w http.ResponseWriter, e *Error)
 // Beam writes e in the Beam error shape {"error", "errorCode", ...}.
 func Beam(w http.ResponseWriter, e *Error) {
 	e.SetRetryAfter(w.Header())
-	Write(w, e.Status, e.Body())
+	Write(w, e.Status, e.body())
 }
 
 // HandlerFunc is an HTTP handler that returns its error instead of writing
@@ -182,6 +173,3 @@ func (a Adapter) log() *slog.Logger {
 	}
 	return slog.Default()
 }
-
-// Handler serves h with the zero Adapter (Beam shape, slog.Default).
-func Handler(h HandlerFunc) http.HandlerFunc { return Adapter{}.Handler(h) }

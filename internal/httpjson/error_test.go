@@ -74,7 +74,6 @@ func TestErrorUnwrapsItsCause(t *testing.T) {
 	require.ErrorIs(t, e, fs.ErrNotExist)
 	var got *Error
 	require.ErrorAs(t, fmt.Errorf("wrapped: %w", e), &got)
-	status, code := got.HTTPStatus()
-	require.Equal(t, http.StatusInternalServerError, status)
-	require.Equal(t, CodeInternal, code)
+	require.Equal(t, http.StatusInternalServerError, got.Status)
+	require.Equal(t, CodeInternal, got.Code)
 }
