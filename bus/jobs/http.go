@@ -99,16 +99,12 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	nw := &nonceWriter{ResponseWriter: w, s: s}
-	api.Handler(func(_ http.ResponseWriter, r *http.Request) error {
-		e := s.dispatch(nw, r)
-		if e == nil {
-			return nil
-		}
+	if e := s.dispatch(nw, r); e != nil {
 		if e.Status == http.StatusUnauthorized && strings.HasPrefix(r.URL.Path, "/admin/") {
 			w.Header().Set("WWW-Authenticate", `Basic realm="Intent Bus Admin"`)
 		}
-		return e
-	})(nw, r)
+		api.WriteErr(nw, r, e)
+	}
 }
 
 func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *httpjson.Error {
