@@ -3,11 +3,11 @@ package beam
 import (
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/internal/limits"
 )
 
@@ -56,9 +56,9 @@ func (s *Server) limit(next http.Handler) http.Handler {
 			k = s.rl.connect
 		}
 		if ok, wait := k.Allow(clientIP(r)); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(limits.RetryAfterSeconds(wait)))
-			writeJSON(w, http.StatusTooManyRequests, map[string]string{
-				"error": "too many requests from this address; retry later", "errorCode": "RATE_LIMITED"})
+			e := httpjson.New(http.StatusTooManyRequests, "RATE_LIMITED", "too many requests from this address; retry later")
+			e.RetryAfter = wait
+			httpjson.Beam(w, e)
 			return
 		}
 		rc := http.NewResponseController(w)

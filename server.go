@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beamdir/beam/bus/jobs"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -316,10 +318,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		resp.DB = healthDB{Status: "error", Error: err.Error()}
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, resp)
+	httpjson.Write(w, status, resp)
 }
-
-func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // loadToken returns the configured token, or the one stored in the data
 // directory under name, generating and storing a new one (with prefix) on
@@ -585,13 +585,13 @@ func (s *Server) Federation() *federation.Node { return s.fed }
 
 // operatorOnly answers 401 to a request without the operator token.
 func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+	return httpjson.Adapter{Log: s.logger}.Handler(func(w http.ResponseWriter, r *http.Request) error {
 		if !s.IsOperator(r) {
-			httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
-			return
+			return httpjson.New(http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
 		}
 		h(w, r)
-	}
+		return nil
+	})
 }
 
 // mountPprof serves the Go profiles under /debug/pprof/ to operators only.

@@ -148,7 +148,7 @@ func (c *Client) sendHTTPJWS(ctx context.Context, token string) ([]byte, string,
 		return nil, "", fmt.Errorf("response larger than %d bytes", maxResponseBody)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, "", httpError(resp, b)
+		return nil, "", ErrorFromResponse(resp, b)
 	}
 	return b, resp.Header.Get("X-Beam-Result-JWS"), nil
 }

@@ -231,7 +231,7 @@ func (c *Client) doJSON(ctx context.Context, method, path string, query url.Valu
 		return resp.StatusCode, fmt.Errorf("response larger than %d bytes", maxResponseBody)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, httpError(resp, b)
+		return resp.StatusCode, ErrorFromResponse(resp, b)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -239,26 +239,4 @@ func (c *Client) doJSON(ctx context.Context, method, path string, query url.Valu
 		}
 	}
 	return resp.StatusCode, nil
-}
-
-// httpError turns a non-2xx response into an *Error.
-func httpError(resp *http.Response, body []byte) *Error {
-	var eb struct {
-		Error     string `json:"error"`
-		ErrorCode string `json:"errorCode"`
-	}
-	_ = json.Unmarshal(body, &eb)
-	e := &Error{Code: eb.ErrorCode, Message: eb.Error, Status: resp.StatusCode}
-	if e.Code == "" {
-		switch resp.StatusCode {
-		case http.StatusNotFound:
-			e.Code = "NOT_FOUND"
-		default:
-			e.Code = "HTTP_" + strconv.Itoa(resp.StatusCode)
-		}
-	}
-	if e.Message == "" {
-		e.Message = strings.TrimSpace(http.StatusText(resp.StatusCode))
-	}
-	return e
 }

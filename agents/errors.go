@@ -1,8 +1,12 @@
 package agents
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
 )
 
 // Error is a failure reported by the directory or by the recipient agent:
@@ -27,6 +31,43 @@ func (e *Error) Error() string {
 		return fmt.Sprintf("beam: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
 	}
 	return fmt.Sprintf("beam: %s: %s", e.Code, e.Message)
+}
+
+// maxErrorText bounds the message taken from a body that is not in the
+// Beam error shape.
+const maxErrorText = 200
+
+// ErrorFromResponse returns the *Error a non-2xx answer carries: the code
+// and message of a Beam error body ({"error", "errorCode"}), else
+// "NOT_FOUND" for a 404 and "HTTP_<status>" otherwise, with the start of
+// the body (or the status text) as the message. body is the answer's body,
+// already read.
+func ErrorFromResponse(resp *http.Response, body []byte) *Error {
+	var eb struct {
+		Error     string `json:"error"`
+		ErrorCode string `json:"errorCode"`
+	}
+	_ = json.Unmarshal(body, &eb)
+	e := &Error{Code: eb.ErrorCode, Message: eb.Error, Status: resp.StatusCode}
+	if e.Code == "" {
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			e.Code = "NOT_FOUND"
+		default:
+			e.Code = "HTTP_" + strconv.Itoa(resp.StatusCode)
+		}
+	}
+	if e.Message == "" && eb.ErrorCode == "" {
+		text := strings.TrimSpace(string(body))
+		if len(text) > maxErrorText {
+			text = text[:maxErrorText]
+		}
+		e.Message = text
+	}
+	if e.Message == "" {
+		e.Message = strings.TrimSpace(http.StatusText(resp.StatusCode))
+	}
+	return e
 }
 
 // ErrorCode returns the Code of err when err is (or wraps) an *Error, and

@@ -228,7 +228,7 @@ func (c *Client) sendHTTP(ctx context.Context, frame []byte) (*wire.ResultFrame,
 		return nil, fmt.Errorf("response larger than %d bytes", maxResponseBody)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, httpError(resp, b)
+		return nil, ErrorFromResponse(resp, b)
 	}
 	res, err := wire.DecodeResultFrame(b)
 	if err != nil {

@@ -118,7 +118,7 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-			return nil, httpError(resp, b)
+			return nil, ErrorFromResponse(resp, b)
 		}
 		return nil, err
 	}

@@ -4,13 +4,11 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
@@ -48,49 +46,23 @@ const (
 	reasonWebSocketInFlux = "WEBSOCKET_ATTEMPT_IN_FLIGHT"
 )
 
-// apiError is an error answer of the HTTP API.
-type apiError struct {
-	status int
-	code   string
-	msg    string
-	reason string
-	// retryAfter, when set, is sent as Retry-After (RATE_LIMITED).
-	retryAfter time.Duration
-}
-
-func errf(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-func (b *Bus) writeErr(w http.ResponseWriter, e *apiError) {
-	body := map[string]any{"error": e.msg, "errorCode": e.code}
-	if e.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(e.retryAfter.Seconds())))))
-	}
-	if e.reason != "" {
-		body["reason"] = e.reason
-	}
-	writeJSON(w, e.status, body)
-}
-
 // internal logs an unexpected failure of what and returns the 500 the
 // client gets.
-func (b *Bus) internal(what string, err error) *apiError {
+func (b *Bus) internal(what string, err error) *httpjson.Error {
 	b.lg.Error("bus: "+what, "err", err)
-	return errf(http.StatusInternalServerError, CodeInternal, "%s failed", what)
+	return httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "%s failed", what)
 }
 
-// api adapts a handler that returns its error: a non-nil error is written
-// in the Beam error shape.
-func (b *Bus) api(h func(http.ResponseWriter, *http.Request) *apiError) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if aerr := h(w, r); aerr != nil {
-			b.writeErr(w, aerr)
+// api adapts a handler that returns its error (httpjson.Adapter): a
+// non-nil error is written in the Beam error shape.
+func (b *Bus) api(h func(http.ResponseWriter, *http.Request) *httpjson.Error) http.HandlerFunc {
+	return httpjson.Adapter{Log: b.lg}.Handler(func(w http.ResponseWriter, r *http.Request) error {
+		if e := h(w, r); e != nil {
+			return e
 		}
-	}
+		return nil
+	})
 }
-
-func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // Routes registers the bus API under /v1/beam on mux.
 func (b *Bus) Routes(mux *http.ServeMux) {
@@ -122,7 +94,7 @@ func bearer(r *http.Request) string {
 // authenticate resolves the request's credentials: the operator token, the
 // bus key (Authorization: Bearer), or an agent's API key (x-api-key or
 // Authorization: Bearer bk_…).
-func (b *Bus) authenticate(r *http.Request) (principal, *apiError) {
+func (b *Bus) authenticate(r *http.Request) (principal, *httpjson.Error) {
 	if p, ok := directory.BusPrincipalFrom(r.Context()); ok {
 		// Another node of the cluster authenticated the client.
 		return principal{agent: p.Agent, trusted: p.Trusted, via: p.Via}, nil
@@ -142,12 +114,12 @@ func (b *Bus) authenticate(r *http.Request) (principal, *apiError) {
 		if a, ok := b.reg.AuthenticateAPIKey(key); ok {
 			return principal{agent: a.BeamID, via: directory.BusAuthAPIKey}, nil
 		}
-		return principal{}, errf(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized: invalid API key")
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized: invalid API key")
 	}
 	if tok != "" {
-		return principal{}, errf(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized: invalid token")
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized: invalid token")
 	}
-	return principal{}, errf(http.StatusUnauthorized, CodeUnauthorized,
+	return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized,
 		"Unauthorized: send the agent's API key (x-api-key), the bus key or a signed frame")
 }
 
@@ -162,32 +134,32 @@ func (b *Bus) Principal(r *http.Request) (directory.BusPrincipal, bool) {
 }
 
 // readBody reads a bounded JSON object body.
-func (b *Bus) readBody(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, *apiError) {
+func (b *Bus) readBody(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, *httpjson.Error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(b.cfg.MaxBodyBytes)))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, errf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", b.cfg.MaxBodyBytes)
+			return nil, httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", b.cfg.MaxBodyBytes)
 		}
-		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
+		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object")
+		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object")
 	}
 	// encoding/json keeps the last of duplicated keys, other parsers the
 	// first: a body (or a frame or payload in it) with one is refused, so
 	// every reader sees the values the sender meant.
 	var dup *wire.DuplicateKeyError
 	if err := wire.CheckNoDuplicateKeys(body); errors.As(err, &dup) {
-		return nil, errf(http.StatusBadRequest, CodeInvalidJSON, "request body has a %s", dup.Error())
+		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "request body has a %s", dup.Error())
 	}
 	return raw, nil
 }
 
 // authedBody reads a bounded JSON object body, then authenticates the
 // request; the body's error comes first.
-func (b *Bus) authedBody(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, principal, *apiError) {
+func (b *Bus) authedBody(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, principal, *httpjson.Error) {
 	raw, aerr := b.readBody(w, r)
 	if aerr != nil {
 		return nil, principal{}, aerr
@@ -200,18 +172,18 @@ func (b *Bus) authedBody(w http.ResponseWriter, r *http.Request) (map[string]jso
 }
 
 // str reads an optional string member; a present non-string is an error.
-func str(raw map[string]json.RawMessage, key string) (string, *apiError) {
+func str(raw map[string]json.RawMessage, key string) (string, *httpjson.Error) {
 	v, ok := raw[key]
 	if !ok || string(v) == "null" {
 		return "", nil
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
-		return "", errf(http.StatusBadRequest, CodeMissingFields, "%s must be a string", key)
+		return "", httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "%s must be a string", key)
 	}
 	s = strings.TrimSpace(s)
 	if len(s) > maxFieldBytes {
-		return "", errf(http.StatusBadRequest, CodeMissingFields, "%s is longer than %d bytes", key, maxFieldBytes)
+		return "", httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "%s is longer than %d bytes", key, maxFieldBytes)
 	}
 	return s, nil
 }
@@ -226,25 +198,25 @@ func intParam(r *http.Request, key string, def, max int) int {
 }
 
 // floatParam parses an optional epoch-seconds query parameter.
-func floatParam(r *http.Request, key string) (*float64, *apiError) {
+func floatParam(r *http.Request, key string) (*float64, *httpjson.Error) {
 	s := r.URL.Query().Get(key)
 	if s == "" {
 		return nil, nil
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "%s must be epoch seconds", key)
+		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "%s must be epoch seconds", key)
 	}
 	return &v, nil
 }
 
-func statusParam(r *http.Request, def string) (string, *apiError) {
+func statusParam(r *http.Request, def string) (string, *httpjson.Error) {
 	s := r.URL.Query().Get("status")
 	if s == "" {
 		return def, nil
 	}
 	if _, err := tracing.ParseState(s); err != nil {
-		return "", errf(http.StatusBadRequest, CodeInvalidStatus, "unknown status %q", truncate(s))
+		return "", httpjson.Errorf(http.StatusBadRequest, CodeInvalidStatus, "unknown status %q", truncate(s))
 	}
 	return s, nil
 }

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
-func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
 		return aerr
@@ -22,22 +23,22 @@ func (b *Bus) handleDeadLetters(w http.ResponseWriter, r *http.Request) *apiErro
 	return b.writeMessages(w, r, "dead letters", q)
 }
 
-func (b *Bus) handleRequeue(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handleRequeue(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
 		return aerr
 	}
 	if !p.trusted {
-		return errf(http.StatusForbidden, CodeForbidden, "requeue needs the bus key or the operator token")
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "requeue needs the bus key or the operator token")
 	}
 	id := r.PathValue("id")
 	err := b.Requeue(r.Context(), id)
 	var se *StateError
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
+		return httpjson.Errorf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
 	case errors.As(err, &se):
-		return errf(http.StatusConflict, CodeInvalidState, "message %s is %s; only dead_letter or failed messages can be requeued", id, se.Status)
+		return httpjson.Errorf(http.StatusConflict, CodeInvalidState, "message %s is %s; only dead_letter or failed messages can be requeued", id, se.Status)
 	case err != nil:
 		return b.internal("requeue", err)
 	}
@@ -52,6 +53,6 @@ func (b *Bus) handleRequeue(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	body := b.sendResponse(r.Context(), row, false)
 	body["requeued"] = true
-	writeJSON(w, http.StatusOK, body)
+	httpjson.Write(w, http.StatusOK, body)
 	return nil
 }

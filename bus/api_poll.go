@@ -12,23 +12,24 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
-func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	agent := strings.TrimSpace(r.URL.Query().Get("agent"))
 	if agent == "" {
-		return errf(http.StatusBadRequest, CodeMissingAgent, "the agent query parameter is required")
+		return httpjson.Errorf(http.StatusBadRequest, CodeMissingAgent, "the agent query parameter is required")
 	}
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
 		return aerr
 	}
 	if !p.canActAs(agent) {
-		return errf(http.StatusForbidden, CodeForbidden, "%s may not poll the inbox of %s", p.agent, truncate(agent))
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "%s may not poll the inbox of %s", p.agent, truncate(agent))
 	}
 	if _, ok := b.reg.Get(agent); !ok {
-		return errf(http.StatusNotFound, CodeUnknownAgent, "agent %s is not registered here", truncate(agent))
+		return httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent, "agent %s is not registered here", truncate(agent))
 	}
 	limit := intParam(r, "limit", defaultPollLimit, maxPollLimit)
 	q := r.URL.Query()
@@ -49,7 +50,7 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *apiError {
 			body["lease_id"] = rows[0].LeaseOwner
 			body["lease_expires_at"] = rows[0].LeaseExpiresAt
 		}
-		writeJSON(w, http.StatusOK, body)
+		httpjson.Write(w, http.StatusOK, body)
 		return nil
 	}
 	status, aerr := statusParam(r, string(tracing.Delivered))
@@ -65,7 +66,7 @@ func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *apiError {
 }
 
 // lookup finds a message by message_id or nonce from a JSON body.
-func (b *Bus) lookup(ctx context.Context, raw map[string]json.RawMessage) (string, *apiError) {
+func (b *Bus) lookup(ctx context.Context, raw map[string]json.RawMessage) (string, *httpjson.Error) {
 	id, aerr := str(raw, "message_id")
 	if aerr != nil {
 		return "", aerr
@@ -75,25 +76,25 @@ func (b *Bus) lookup(ctx context.Context, raw map[string]json.RawMessage) (strin
 		return "", aerr
 	}
 	if id == "" && nonce == "" {
-		return "", errf(http.StatusBadRequest, CodeMissingMessageID, "message_id or nonce is required")
+		return "", httpjson.Errorf(http.StatusBadRequest, CodeMissingMessageID, "message_id or nonce is required")
 	}
 	if id != "" {
 		n, ok, err := b.nonceOfID(ctx, id)
 		if err != nil {
-			return "", errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+			return "", httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up failed")
 		}
 		if !ok {
-			return "", errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", id)
+			return "", httpjson.Errorf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", id)
 		}
 		if nonce != "" && nonce != n {
-			return "", errf(http.StatusBadRequest, CodeInvalidPayload, "message_id and nonce name different messages")
+			return "", httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "message_id and nonce name different messages")
 		}
 		return n, nil
 	}
 	return nonce, nil
 }
 
-func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	raw, p, aerr := b.authedBody(w, r)
 	if aerr != nil {
 		return aerr
@@ -106,12 +107,12 @@ func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) *apiError {
 		status = string(tracing.Acked)
 	}
 	if status != string(tracing.Acked) && status != string(tracing.Failed) {
-		return errf(http.StatusBadRequest, CodeInvalidStatus, "status must be acked or failed")
+		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidStatus, "status must be acked or failed")
 	}
 	var response json.RawMessage
 	if rv, ok := raw["response"]; ok && string(rv) != "null" {
 		if objectOrNil(rv) == nil {
-			return errf(http.StatusBadRequest, CodeInvalidPayload, "response must be a JSON object")
+			return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "response must be a JSON object")
 		}
 		response = rv
 	}
@@ -127,14 +128,14 @@ func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "id": row.ID, "nonce": row.Nonce, "status": row.Status, "updated_at": row.UpdatedAt})
+	httpjson.Write(w, http.StatusOK, map[string]any{"message_id": row.ID, "id": row.ID, "nonce": row.Nonce, "status": row.Status, "updated_at": row.UpdatedAt})
 	return nil
 }
 
 // ack records a consumer's completion: delivered → acked|failed, or for a
 // message dispatched under a live poll lease held by leaseID, dispatched →
 // delivered → acked|failed.
-func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing.State, response json.RawMessage, leaseID string) (tracing.MessageRow, *apiError) {
+func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing.State, response json.RawMessage, leaseID string) (tracing.MessageRow, *httpjson.Error) {
 	unlock := b.keys.Lock(nonce)
 	c, aerr := b.recipientCurrent(ctx, p, nonce, "ack")
 	row, n := c.MessageRow, c.Attempt
@@ -148,14 +149,16 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 	switch row.Status {
 	case tracing.Delivered:
 	case tracing.Dispatched:
-		e := errf(http.StatusConflict, CodeInvalidState, "message %s is dispatched under a poll lease that %s", row.ID, "is not yours")
+		e := httpjson.Errorf(http.StatusConflict, CodeInvalidState, "message %s is dispatched under a poll lease that %s", row.ID, "is not yours")
 		switch {
 		case row.LeaseOwner == "":
-			e.msg, e.reason = fmt.Sprintf("message %s is being delivered over WebSocket; ack it once delivered", row.ID), reasonWebSocketInFlux
+			e.Message = fmt.Sprintf("message %s is being delivered over WebSocket; ack it once delivered", row.ID)
+			e.With("reason", reasonWebSocketInFlux)
 		case leaseID != row.LeaseOwner:
-			e.reason = reasonLeaseMismatch
+			e.With("reason", reasonLeaseMismatch)
 		case row.LeaseExpiresAt == nil || *row.LeaseExpiresAt <= secs(now):
-			e.msg, e.reason = fmt.Sprintf("the lease on message %s has expired", row.ID), reasonLeaseExpired
+			e.Message = fmt.Sprintf("the lease on message %s has expired", row.ID)
+			e.With("reason", reasonLeaseExpired)
 		default:
 			e = nil
 		}
@@ -167,9 +170,9 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 		pre = append(pre, event(row, tracing.Delivered, transportPoll, n))
 	default:
 		unlock()
-		e := errf(http.StatusConflict, CodeInvalidState, "Invalid message %s lifecycle transition from %s to %s", row.ID, row.Status, status)
+		e := httpjson.Errorf(http.StatusConflict, CodeInvalidState, "Invalid message %s lifecycle transition from %s to %s", row.ID, row.Status, status)
 		if row.Status == tracing.Queued && leaseID != "" {
-			e.reason = reasonLeaseExpired
+			e.With("reason", reasonLeaseExpired)
 		}
 		return row, e
 	}
@@ -196,10 +199,10 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 	if err != nil {
 		var te *tracing.TransitionError
 		if errors.As(err, &te) {
-			return row, errf(http.StatusConflict, CodeInvalidState, "message %s changed state meanwhile", row.ID)
+			return row, httpjson.Errorf(http.StatusConflict, CodeInvalidState, "message %s changed state meanwhile", row.ID)
 		}
 		b.lg.Error("bus: record ack", "nonce", nonce, "err", err)
-		return row, errf(http.StatusInternalServerError, CodeInternal, "ack could not be recorded")
+		return row, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "ack could not be recorded")
 	}
 	b.forget(nonce)
 	b.m.outcomes.WithLabelValues(string(status)).Inc()
@@ -211,16 +214,16 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 // make (action, as in "only the recipient … may <action> message …"): a
 // failed read is a 500, an unknown nonce a 404 and a principal that cannot
 // act as the recipient a 403. The caller holds the nonce's lock.
-func (b *Bus) recipientCurrent(ctx context.Context, p principal, nonce, action string) (current, *apiError) {
+func (b *Bus) recipientCurrent(ctx context.Context, p principal, nonce, action string) (current, *httpjson.Error) {
 	c, ok, err := b.current(ctx, nonce)
 	if err != nil {
-		return c, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+		return c, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up failed")
 	}
 	if !ok {
-		return c, errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(nonce))
+		return c, httpjson.Errorf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(nonce))
 	}
 	if !p.canActAs(c.Recipient) {
-		return c, errf(http.StatusForbidden, CodeForbidden, "only the recipient %s may %s message %s", c.Recipient, action, c.ID)
+		return c, httpjson.Errorf(http.StatusForbidden, CodeForbidden, "only the recipient %s may %s message %s", c.Recipient, action, c.ID)
 	}
 	return c, nil
 }
@@ -232,7 +235,7 @@ func ackedBy(p principal) string {
 	return p.via
 }
 
-func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	raw, p, aerr := b.authedBody(w, r)
 	if aerr != nil {
 		return aerr
@@ -242,7 +245,7 @@ func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) *apiError {
 		return aerr
 	}
 	if leaseID == "" {
-		return errf(http.StatusBadRequest, CodeMissingFields, "lease_id is required")
+		return httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "lease_id is required")
 	}
 	lease := b.cfg.DefaultLease
 	if lv, ok := raw["lease"]; ok {
@@ -260,13 +263,13 @@ func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"message_id": row.ID, "id": row.ID, "nonce": row.Nonce, "lease_id": row.LeaseOwner,
+	httpjson.Write(w, http.StatusOK, map[string]any{"message_id": row.ID, "id": row.ID, "nonce": row.Nonce, "lease_id": row.LeaseOwner,
 		"lease_expires_at": row.LeaseExpiresAt})
 	return nil
 }
 
 // renew extends a live poll lease held by leaseID to now + lease.
-func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lease time.Duration) (tracing.MessageRow, *apiError) {
+func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lease time.Duration) (tracing.MessageRow, *httpjson.Error) {
 	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	c, aerr := b.recipientCurrent(ctx, p, nonce, "renew leases on")
@@ -276,8 +279,8 @@ func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lea
 	}
 	now := b.clock()
 	if row.Status != tracing.Dispatched || row.LeaseOwner != leaseID || row.LeaseExpiresAt == nil || *row.LeaseExpiresAt <= secs(now) {
-		e := errf(http.StatusConflict, CodeInvalidState, "message %s is not under a live lease %s", row.ID, truncate(leaseID))
-		e.reason = reasonLeaseExpired
+		e := httpjson.Errorf(http.StatusConflict, CodeInvalidState, "message %s is not under a live lease %s", row.ID, truncate(leaseID))
+		e.With("reason", reasonLeaseExpired)
 		return row, e
 	}
 	ev := event(row, tracing.Dispatched, transportPoll, n)
@@ -285,20 +288,20 @@ func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lea
 		Extra: map[string]any{"leaseRenewed": true}}
 	if err := b.append(ev); err != nil {
 		b.lg.Error("bus: renew lease", "nonce", nonce, "err", err)
-		return row, errf(http.StatusInternalServerError, CodeInternal, "lease could not be renewed")
+		return row, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "lease could not be renewed")
 	}
 	row, _, err := b.message(ctx, nonce)
 	if err != nil {
-		return row, errf(http.StatusInternalServerError, CodeInternal, "look up failed")
+		return row, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up failed")
 	}
 	return row, nil
 }
 
 // leaseDuration turns a requested lease of v seconds, parsed with err, into
 // a duration; a parse error or a value outside (0, MaxLease] is a 400.
-func (b *Bus) leaseDuration(v float64, err error) (time.Duration, *apiError) {
+func (b *Bus) leaseDuration(v float64, err error) (time.Duration, *httpjson.Error) {
 	if err != nil || v <= 0 || math.IsNaN(v) || v > b.cfg.MaxLease.Seconds() {
-		return 0, errf(http.StatusBadRequest, CodeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds())
+		return 0, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds())
 	}
 	return time.Duration(v * float64(time.Second)), nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -54,17 +55,17 @@ func messageViews(rows []tracing.MessageRow, withLease bool) []messageView {
 
 // writeMessages answers a list request with {"messages", "count"}: the
 // messages q selects. what names the list when the query fails.
-func (b *Bus) writeMessages(w http.ResponseWriter, r *http.Request, what string, q tracing.MessageQuery) *apiError {
+func (b *Bus) writeMessages(w http.ResponseWriter, r *http.Request, what string, q tracing.MessageQuery) *httpjson.Error {
 	rows, err := b.log.Messages(r.Context(), q)
 	if err != nil {
 		return b.internal(what, err)
 	}
 	msgs := messageViews(rows, false)
-	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": msgs, "count": len(msgs)})
 	return nil
 }
 
-func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
 		return aerr
@@ -82,12 +83,12 @@ func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) *apiError {
 		return b.internal("message", err)
 	}
 	if !ok {
-		return errf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
+		return httpjson.Errorf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
 	}
 	if !p.canActAs(row.Sender) && !p.canActAs(row.Recipient) || !p.trusted && row.CreatedAt < b.registeredSince(p.agent) {
-		return errf(http.StatusForbidden, CodeForbidden, "message %s is neither from nor to %s", row.ID, p.agent)
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "message %s is neither from nor to %s", row.ID, p.agent)
 	}
-	writeJSON(w, http.StatusOK, view(row, p.canActAs(row.Recipient)))
+	httpjson.Write(w, http.StatusOK, view(row, p.canActAs(row.Recipient)))
 	return nil
 }
 
@@ -104,14 +105,14 @@ func (b *Bus) scope(p principal, q *tracing.MessageQuery) {
 }
 
 // filters reads the sender, recipient and intent filters of a list request.
-func filters(r *http.Request, q *tracing.MessageQuery) *apiError {
+func filters(r *http.Request, q *tracing.MessageQuery) *httpjson.Error {
 	for _, f := range []struct {
 		key string
 		dst *string
 	}{{"sender", &q.Sender}, {"recipient", &q.Recipient}, {"intent", &q.Intent}} {
 		if v := r.URL.Query().Get(f.key); v != "" {
 			if len(v) > maxFilterBytes {
-				return errf(http.StatusBadRequest, CodeInvalidPayload, "%s is too long", f.key)
+				return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "%s is too long", f.key)
 			}
 			*f.dst = v
 		}
@@ -119,7 +120,7 @@ func filters(r *http.Request, q *tracing.MessageQuery) *apiError {
 	return nil
 }
 
-func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
 		return aerr
@@ -143,7 +144,7 @@ func (b *Bus) handleHistory(w http.ResponseWriter, r *http.Request) *apiError {
 	return b.writeMessages(w, r, "history", q)
 }
 
-func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
 		return aerr
@@ -187,6 +188,6 @@ func (b *Bus) handleStats(w http.ResponseWriter, r *http.Request) *apiError {
 		return b.internal("stats", err)
 	}
 	body["last_24h"] = day.Total
-	writeJSON(w, http.StatusOK, body)
+	httpjson.Write(w, http.StatusOK, body)
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -28,7 +29,7 @@ type sendRequest struct {
 	auth             string            // directory.BusAuth*
 }
 
-func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *apiError {
+func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	raw, aerr := b.readBody(w, r)
 	if aerr != nil {
 		return aerr
@@ -39,8 +40,8 @@ func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	if b.cfg.AllowSender != nil {
 		if ok, wait := b.cfg.AllowSender(req.from); !ok {
-			aerr := errf(http.StatusTooManyRequests, CodeRateLimited, "too many sends from %s; retry later", req.from)
-			aerr.retryAfter = wait
+			aerr := httpjson.Errorf(http.StatusTooManyRequests, CodeRateLimited, "too many sends from %s; retry later", req.from)
+			aerr.RetryAfter = wait
 			return aerr
 		}
 	}
@@ -48,7 +49,7 @@ func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	writeJSON(w, status, body)
+	httpjson.Write(w, status, body)
 	return nil
 }
 
@@ -56,7 +57,7 @@ func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *apiError {
 // intent, payload?, nonce?, priority?, trace_id?}, or {frame: signed beam/1
 // frame | beam/2 JWS string, priority?, trace_id?}, or a signed beam/1
 // frame as the whole body.
-func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendRequest, *apiError) {
+func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendRequest, *httpjson.Error) {
 	req := &sendRequest{}
 	f, aerr := b.sendFrame(raw)
 	if aerr != nil {
@@ -95,7 +96,7 @@ func (b *Bus) parseSend(r *http.Request, raw map[string]json.RawMessage) (*sendR
 // sendFrame is the sender-signed frame of a send, verified: the frame
 // member, or the whole body when it is itself a signed beam/1 frame; nil
 // when the send carries none.
-func (b *Bus) sendFrame(raw map[string]json.RawMessage) (*wire.IntentFrame, *apiError) {
+func (b *Bus) sendFrame(raw map[string]json.RawMessage) (*wire.IntentFrame, *httpjson.Error) {
 	var frameRaw json.RawMessage
 	if fr, ok := raw["frame"]; ok && string(fr) != "null" {
 		frameRaw = fr
@@ -112,15 +113,15 @@ func (b *Bus) sendFrame(raw map[string]json.RawMessage) (*wire.IntentFrame, *api
 }
 
 // sendOptions reads trace_id and priority.
-func sendOptions(raw map[string]json.RawMessage, req *sendRequest) *apiError {
-	var aerr *apiError
+func sendOptions(raw map[string]json.RawMessage, req *sendRequest) *httpjson.Error {
+	var aerr *httpjson.Error
 	if req.traceID, aerr = str(raw, "trace_id"); aerr != nil {
 		return aerr
 	}
 	if pr, ok := raw["priority"]; ok && string(pr) != "null" {
 		var v float64
 		if err := json.Unmarshal(pr, &v); err != nil || math.IsNaN(v) || math.Abs(v) > 1e6 {
-			return errf(http.StatusBadRequest, CodeInvalidPayload, "priority must be a number between -1e6 and 1e6")
+			return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "priority must be a number between -1e6 and 1e6")
 		}
 		req.priority = int(v)
 	}
@@ -141,8 +142,8 @@ func fieldsFromFrame(req *sendRequest, f *wire.IntentFrame) {
 
 // fieldsFromBody takes them from the body of an unsigned send, which the
 // principal p must be allowed to make as its sender.
-func fieldsFromBody(raw map[string]json.RawMessage, req *sendRequest, p principal) *apiError {
-	var aerr *apiError
+func fieldsFromBody(raw map[string]json.RawMessage, req *sendRequest, p principal) *httpjson.Error {
+	var aerr *httpjson.Error
 	if req.from, aerr = str(raw, "from"); aerr != nil {
 		return aerr
 	}
@@ -158,19 +159,19 @@ func fieldsFromBody(raw map[string]json.RawMessage, req *sendRequest, p principa
 		return aerr
 	}
 	if req.from == "" || req.to == "" || req.intent == "" {
-		return errf(http.StatusBadRequest, CodeMissingFields, "from, to and intent are required")
+		return httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "from, to and intent are required")
 	}
 	if req.nonce, aerr = str(raw, "nonce"); aerr != nil {
 		return aerr
 	}
 	if pl, ok := raw["payload"]; ok && string(pl) != "null" {
 		if objectOrNil(pl) == nil || !json.Valid(pl) {
-			return errf(http.StatusBadRequest, CodeInvalidPayload, "payload must be a JSON object")
+			return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "payload must be a JSON object")
 		}
 		req.payload = pl
 	}
 	if !p.canActAs(req.from) {
-		return errf(http.StatusForbidden, CodeForbidden, "the API key of %s may not send as %s", p.agent, req.from)
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "the API key of %s may not send as %s", p.agent, req.from)
 	}
 	req.auth = p.via
 	if p.via == "operator" {
@@ -181,12 +182,12 @@ func fieldsFromBody(raw map[string]json.RawMessage, req *sendRequest, p principa
 
 // checkSendRoute checks that the sender is a local agent and that the
 // recipient is a local agent the sender may reach, or a peer's agent.
-func (b *Bus) checkSendRoute(req *sendRequest) *apiError {
+func (b *Bus) checkSendRoute(req *sendRequest) *httpjson.Error {
 	if _, ok := b.reg.Get(req.from); !ok {
-		return errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
+		return httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
 	}
 	if !b.reg.Serves(req.from) {
-		return errf(http.StatusForbidden, CodeForbidden, "sender %s is in a domain this directory does not serve", req.from)
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "sender %s is in a domain this directory does not serve", req.from)
 	}
 	_, local := b.reg.Get(req.to)
 	local = local && b.reg.Serves(req.to)
@@ -204,7 +205,7 @@ func (b *Bus) checkSendRoute(req *sendRequest) *apiError {
 		if reason != "" {
 			msg += " (" + reason + ")"
 		}
-		return errf(http.StatusForbidden, CodeForbidden, "%s", msg)
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "%s", msg)
 	}
 	return b.checkEndToEnd(req)
 }
@@ -212,7 +213,7 @@ func (b *Bus) checkSendRoute(req *sendRequest) *apiError {
 // checkDeliverySize refuses a send whose delivered frame would exceed what
 // recipients accept. An unsigned frame is delivered attested, with a
 // signature, so its size is measured signed.
-func (b *Bus) checkDeliverySize(req *sendRequest) *apiError {
+func (b *Bus) checkDeliverySize(req *sendRequest) *httpjson.Error {
 	probe := req.frame
 	if probe == nil || req.auth != directory.BusAuthSignature {
 		probe = wire.NewIntentFrame(req.from, req.to, req.intent, req.payload, b.clock())
@@ -220,10 +221,10 @@ func (b *Bus) checkDeliverySize(req *sendRequest) *apiError {
 	}
 	size, err := probe.SignedDeliverySize()
 	if err != nil {
-		return errf(http.StatusBadRequest, CodeInvalidPayload, "payload cannot be delivered: %v", err)
+		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "payload cannot be delivered: %v", err)
 	}
 	if size > b.dir.MaxFrameBytes() {
-		return errf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		return httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			"the delivered frame would be %d bytes; recipients accept at most %d", size, b.dir.MaxFrameBytes())
 	}
 	return nil
@@ -232,7 +233,7 @@ func (b *Bus) checkDeliverySize(req *sendRequest) *apiError {
 // verifyFrame checks a sender-signed frame: a beam/1 frame object whose
 // signature verifies with the registered key and whose timestamp is within
 // ±5 minutes, or a beam/2 JWS string.
-func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
+func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *httpjson.Error) {
 	var tok string
 	if json.Unmarshal(raw, &tok) == nil {
 		f, err := wire.DecodeIntentJWS(tok, func(kid string) (ed25519.PublicKey, error) {
@@ -247,9 +248,9 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
 			var fe *wire.FrameError
 			if errors.As(err, &dup) || errors.As(err, &fe) {
 				// Signed, but not a frame every reader reads alike.
-				return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame: %v", err)
+				return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame: %v", err)
 			}
-			return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "beam/2 frame does not verify: %v", err)
+			return nil, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "beam/2 frame does not verify: %v", err)
 		}
 		f.Signature = ""
 		f.Raw = nil
@@ -263,20 +264,20 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
 	}
 	f, err := wire.DecodeIntentFrame(raw)
 	if err != nil {
-		return nil, errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame: %v", err)
+		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame: %v", err)
 	}
 	if aerr := checkFrameFields(f); aerr != nil {
 		return nil, aerr
 	}
 	if f.Signature == "" {
-		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "the frame carries no signature")
+		return nil, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "the frame carries no signature")
 	}
 	sender, ok := b.reg.Get(f.From)
 	if !ok {
-		return nil, errf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", f.From)
+		return nil, httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", f.From)
 	}
 	if err := f.Verify(sender.PublicKey); err != nil {
-		return nil, errf(http.StatusUnauthorized, CodeUnauthorized, "signature verification failed")
+		return nil, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "signature verification failed")
 	}
 	if aerr := b.checkFresh(f); aerr != nil {
 		return nil, aerr
@@ -287,21 +288,21 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *apiError) {
 // checkFresh applies the one freshness rule every entry path shares to a
 // sender-signed frame (beam/1 or beam/2): its timestamp within ±5 minutes
 // of now. The nonce rules apply later, when the message is recorded.
-func (b *Bus) checkFresh(f *wire.IntentFrame) *apiError {
+func (b *Bus) checkFresh(f *wire.IntentFrame) *httpjson.Error {
 	ts, err := wire.ParseTimestamp(f.Timestamp)
 	if err != nil {
-		return errf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame timestamp")
+		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame timestamp")
 	}
 	if d := b.clock().Sub(ts); d > signedFrameWindow || d < -signedFrameWindow {
-		return errf(http.StatusUnauthorized, CodeUnauthorized, "signed frame timestamp is outside the 5 minute window")
+		return httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "signed frame timestamp is outside the 5 minute window")
 	}
 	return nil
 }
 
-func checkFrameFields(f *wire.IntentFrame) *apiError {
+func checkFrameFields(f *wire.IntentFrame) *httpjson.Error {
 	for _, s := range []string{f.From, f.To, f.Intent, f.Nonce} {
 		if s == "" || len(s) > maxFieldBytes {
-			return errf(http.StatusBadRequest, CodeMissingFields, "frame from, to, intent and nonce must be 1-%d bytes", maxFieldBytes)
+			return httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "frame from, to, intent and nonce must be 1-%d bytes", maxFieldBytes)
 		}
 	}
 	return nil
@@ -326,14 +327,14 @@ func newMessageID() string {
 
 // dedupe answers a send whose nonce exists: the same message again is
 // 200 deduped; anything else is 409 NONCE_REUSE_CONFLICT.
-func (b *Bus) dedupe(ctx context.Context, ir tracing.IntentRow, req *sendRequest, hash string) (int, any, *apiError) {
-	conflict := errf(http.StatusConflict, CodeNonceReuse, "nonce %s was already used for a different message", req.nonce)
+func (b *Bus) dedupe(ctx context.Context, ir tracing.IntentRow, req *sendRequest, hash string) (int, any, *httpjson.Error) {
+	conflict := httpjson.Errorf(http.StatusConflict, CodeNonceReuse, "nonce %s was already used for a different message", req.nonce)
 	if ir.Owner != tracing.OwnerBus || ir.From != req.from || ir.To != req.to || ir.IntentType != req.intent {
 		return 0, nil, conflict
 	}
 	first, err := b.firstDetails(ctx, req.nonce)
 	if err != nil {
-		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
 	}
 	if h, _ := first.Extra["payloadHash"].(string); h != hash {
 		return 0, nil, conflict

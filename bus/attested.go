@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -23,14 +24,14 @@ var errEndToEnd = errors.New("the recipient requires end-to-end sender signature
 
 // checkEndToEnd refuses a send to a local recipient that requires sender
 // signatures unless the sender signed the beam/1 frame itself.
-func (b *Bus) checkEndToEnd(req *sendRequest) *apiError {
+func (b *Bus) checkEndToEnd(req *sendRequest) *httpjson.Error {
 	if req.auth == directory.BusAuthSignature && req.frame != nil {
 		return nil
 	}
 	if rcpt, ok := b.reg.Get(req.to); !ok || !rcpt.RequireSenderSignatures {
 		return nil
 	}
-	return errf(http.StatusForbidden, directory.CodeSenderSignatureRequired, "%s",
+	return httpjson.Errorf(http.StatusForbidden, directory.CodeSenderSignatureRequired, "%s",
 		directory.SenderSignatureRequired(req.to, req.auth))
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -164,11 +165,11 @@ func remoteFrame(row tracing.MessageRow, first tracing.Details, admitted time.Ti
 // local nor served by a pinned peer. With federation it says so: messages
 // are not forwarded through an intermediate directory, so a domain this
 // directory does not peer with cannot be reached.
-func (b *Bus) unknownRecipient(to string) *apiError {
+func (b *Bus) unknownRecipient(to string) *httpjson.Error {
 	if b.remoteRouter() == nil {
-		return errf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", to)
+		return httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", to)
 	}
-	return errf(http.StatusNotFound, CodeUnknownAgent,
+	return httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent,
 		"recipient %s is not registered here and no pinned peer directory serves its domain "+
 			"(federation does not forward through intermediate directories: pin its directory as a peer)", to)
 }

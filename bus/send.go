@@ -8,6 +8,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -29,11 +30,11 @@ import (
 
 // accept records a new message (or answers a resend of one) and starts its
 // first attempt.
-func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError) {
+func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *httpjson.Error) {
 	hash := payloadHash(req.payload)
 	release, lookup, rerr := b.dir.ClaimNewBusNonce(req.nonce, req.from, req.to, req.intent)
 	if rerr != nil {
-		return 0, nil, errf(http.StatusConflict, rerr.Code, "%s", rerr.Message)
+		return 0, nil, httpjson.Errorf(http.StatusConflict, rerr.Code, "%s", rerr.Message)
 	}
 	if lookup {
 		// The log may hold the nonce in received, where a second received
@@ -42,7 +43,7 @@ func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError
 		if err != nil {
 			release()
 			b.lg.Error("bus: look up nonce", "nonce", req.nonce, "err", err)
-			return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+			return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
 		}
 		if exists {
 			release()
@@ -69,10 +70,10 @@ func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *apiError
 }
 
 // resend answers a send whose nonce the log already has.
-func (b *Bus) resend(ctx context.Context, req *sendRequest, hash string) (int, any, *apiError) {
+func (b *Bus) resend(ctx context.Context, req *sendRequest, hash string) (int, any, *httpjson.Error) {
 	ir, ok, err := b.log.Intent(ctx, req.nonce)
 	if err != nil || !ok {
-		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
 	}
 	return b.dedupe(ctx, ir, req, hash)
 }
@@ -96,7 +97,7 @@ const (
 // record writes the received event of a new message, with the first step
 // of its delivery when the recipient is a local agent, releases the nonce's
 // claim, and starts the attempt.
-func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Event, hash string, release func()) (int, any, *apiError) {
+func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Event, hash string, release func()) (int, any, *httpjson.Error) {
 	nonce := req.nonce
 	unlock := b.keys.Lock(nonce)
 	events := []tracing.Event{received}
@@ -152,7 +153,7 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 		}
 		var te *tracing.TransitionError
 		if errors.As(err, &te) {
-			return 0, nil, errf(http.StatusConflict, CodeInProgress, "nonce %s was recorded concurrently; resend to get its status", nonce)
+			return 0, nil, httpjson.Errorf(http.StatusConflict, CodeInProgress, "nonce %s was recorded concurrently; resend to get its status", nonce)
 		}
 		var ve *tracing.ValidationError
 		if errors.As(err, &ve) {
@@ -161,10 +162,10 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 			if exists, lerr := b.nonceExists(ctx, nonce); lerr == nil && exists {
 				return b.resend(ctx, req, hash)
 			}
-			return 0, nil, errf(http.StatusBadRequest, CodeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
+			return 0, nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
 		}
 		b.lg.Error("bus: record message", "nonce", nonce, "err", err)
-		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "message could not be recorded")
+		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "message could not be recorded")
 	}
 	var row tracing.MessageRow
 	for _, ev := range committed {
@@ -200,7 +201,7 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 // answerDelivery waits (at most SendWait) for the first WebSocket attempt
 // of row to be delivered and answers the send. A delivered or acked
 // attempt is answered from memory; anything else from the log.
-func (b *Bus) answerDelivery(ctx context.Context, row tracing.MessageRow, wake <-chan tracing.State) (int, any, *apiError) {
+func (b *Bus) answerDelivery(ctx context.Context, row tracing.MessageRow, wake <-chan tracing.State) (int, any, *httpjson.Error) {
 	deadline := time.NewTimer(b.cfg.SendWait)
 	defer deadline.Stop()
 	select {
@@ -218,10 +219,10 @@ func (b *Bus) answerDelivery(ctx context.Context, row tracing.MessageRow, wake <
 }
 
 // readBack answers a send with the message as the log has it.
-func (b *Bus) readBack(ctx context.Context, nonce string) (int, any, *apiError) {
+func (b *Bus) readBack(ctx context.Context, nonce string) (int, any, *httpjson.Error) {
 	row, ok, err := b.message(ctx, nonce)
 	if err != nil || !ok {
-		return 0, nil, errf(http.StatusInternalServerError, CodeInternal, "message could not be read back")
+		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "message could not be read back")
 	}
 	return http.StatusCreated, b.sendResponse(ctx, row, false), nil
 }

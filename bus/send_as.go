@@ -9,6 +9,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -52,7 +53,9 @@ func (b *Bus) SendAs(ctx context.Context, from, to, intent string, payload json.
 	return req.nonce, nil
 }
 
-func sendError(e *apiError) *SendError { return &SendError{Status: e.status, Code: e.code, Msg: e.msg} }
+func sendError(e *httpjson.Error) *SendError {
+	return &SendError{Status: e.Status, Code: e.Code, Msg: e.Message}
+}
 
 // Message returns the message of nonce, as GET /v1/beam/messages shows it.
 func (b *Bus) Message(ctx context.Context, nonce string) (tracing.MessageRow, bool, error) {

@@ -257,21 +257,20 @@ func sendJWSToken(r *http.Request, body []byte) (string, bool) {
 
 // handleSendJWS serves a beam/2 POST /intents/send: the same answers as for
 // a beam/1 frame, plus the recipient's result JWS in X-Beam-Result-JWS.
-func (d *Directory) handleSendJWS(w http.ResponseWriter, r *http.Request, token string) {
+func (d *Directory) handleSendJWS(w http.ResponseWriter, r *http.Request, token string) error {
 	f, rerr := decodeJWSIntent(token)
 	if rerr != nil {
 		d.rejectFrame(rerr, "", OriginHTTP)
-		writeRelayError(w, rerr)
-		return
+		return rerr.httpErr()
 	}
 	sink := &jwsSink{}
 	res, rerr := d.Relay(r.Context(), f, RelayOptions{Origin: OriginHTTP, JWS: token, resultJWS: sink})
 	if rerr != nil {
-		writeRelayError(w, rerr)
-		return
+		return rerr.httpErr()
 	}
 	if t := sink.get(); t != "" {
 		w.Header().Set(HeaderResultJWS, t)
 	}
 	writeRaw(w, http.StatusOK, res)
+	return nil
 }

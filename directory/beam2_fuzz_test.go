@@ -56,7 +56,7 @@ func FuzzDecodeJWSIntent(f *testing.F) {
 			// A bad envelope is the client's mistake: a 400 in the
 			// Beam error shape, never a 500.
 			require.Equal(t, http.StatusBadRequest, rerr.HTTPStatus(), "%v", rerr)
-			require.NotEmpty(t, rerr.httpBody()["errorCode"])
+			require.NotEmpty(t, rerr.httpErr().Code)
 			return
 		}
 		// Round trip: the frame read from the envelope re-encodes to a

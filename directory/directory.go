@@ -258,11 +258,12 @@ func New(cfg Config) (*Directory, error) {
 // Routes registers POST /intents/send, the WebSocket endpoint (/ws and any
 // path below it), GET /stats and GET /agents/stats on mux.
 func (d *Directory) Routes(mux *http.ServeMux) {
+	api := d.api()
 	mux.HandleFunc("POST /intents/send", d.handleSend)
 	mux.HandleFunc("GET /ws", d.handleWS)
 	mux.HandleFunc("GET /ws/", d.handleWS)
-	mux.HandleFunc("GET /stats", d.handleStats)
-	mux.HandleFunc("GET /agents/stats", d.handleAgentStats)
+	mux.HandleFunc("GET /stats", api.Handler(d.handleStats))
+	mux.HandleFunc("GET /agents/stats", api.Handler(d.handleAgentStats))
 	mux.HandleFunc("GET /intents/catalog", d.handleCatalog)
 	mux.Handle("GET "+wire.AttestationKeysPath, d.attester)
 }
@@ -342,12 +343,11 @@ type sessionInfo struct {
 }
 
 // handleStats serves GET /stats.
-func (d *Directory) handleStats(w http.ResponseWriter, r *http.Request) {
+func (d *Directory) handleStats(w http.ResponseWriter, r *http.Request) error {
 	total, err := d.intentsProcessed(r.Context())
 	if err != nil {
 		d.lg.Warn("stats", "err", err)
-		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "stats unavailable")
-		return
+		return httpjson.Internal("stats unavailable", err)
 	}
 	now := d.clock()
 	body := map[string]any{
@@ -367,31 +367,35 @@ func (d *Directory) handleStats(w http.ResponseWriter, r *http.Request) {
 		sort.Slice(list, func(i, j int) bool { return list[i].BeamID < list[j].BeamID })
 		body["sessions"] = list
 	}
-	writeJSON(w, http.StatusOK, body)
+	httpjson.Write(w, http.StatusOK, body)
+	return nil
 }
 
 // handleAgentStats serves GET /agents/stats.
-func (d *Directory) handleAgentStats(w http.ResponseWriter, r *http.Request) {
+func (d *Directory) handleAgentStats(w http.ResponseWriter, r *http.Request) error {
 	total, verified := d.reg.Stats()
 	processed, err := d.intentsProcessed(r.Context())
 	if err != nil {
 		d.lg.Warn("agent stats", "err", err)
-		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "stats unavailable")
-		return
+		return httpjson.Internal("stats unavailable", err)
 	}
 	avg, err := d.log.AverageAckedLatency(r.Context())
 	if err != nil {
 		d.lg.Warn("agent stats", "err", err)
-		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "stats unavailable")
-		return
+		return httpjson.Internal("stats unavailable", err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	httpjson.Write(w, http.StatusOK, map[string]any{
 		"total_agents":         total,
 		"verified_agents":      verified,
 		"intents_processed":    processed,
 		"avg_response_time_ms": int64(avg + 0.5),
 	})
+	return nil
 }
+
+// api is the adapter of the directory's routes: errors in the Beam shape,
+// faults logged to the directory's logger.
+func (d *Directory) api() httpjson.Adapter { return httpjson.Adapter{Log: d.lg} }
 
 func (d *Directory) intentsProcessed(ctx context.Context) (int64, error) {
 	counts, err := d.log.CountByState(ctx)
@@ -404,8 +408,6 @@ func (d *Directory) intentsProcessed(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
-
-func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 func writeRaw(w http.ResponseWriter, status int, b []byte) {
 	httpjson.WriteRaw(w, status, "application/json", b)

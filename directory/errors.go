@@ -2,10 +2,10 @@ package directory
 
 import (
 	"fmt"
-	"math"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // Error codes the relay reports, on HTTP in {"error", "errorCode"} bodies,
@@ -113,26 +113,21 @@ func httpStatus(code string) int {
 	}
 }
 
-// httpBody returns the JSON error body for e on POST /intents/send.
-func (e *RelayError) httpBody() map[string]any {
+// httpErr returns e as the answer of POST /intents/send, in the Beam error
+// shape, with Retry-After when e says how long to wait; e is its cause.
+func (e *RelayError) httpErr() *httpjson.Error {
+	he := &httpjson.Error{Status: e.HTTPStatus(), Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter, Err: e}
 	switch e.Code {
 	case CodeOffline:
-		return map[string]any{"error": "agent_offline", "errorCode": CodeOffline, "message": e.Message, "nonce": e.Nonce}
+		he.Message = "agent_offline"
+		he.Fields = map[string]any{"message": e.Message, "nonce": e.Nonce}
 	case CodeBadRequest:
 		// The reference reports every BAD_REQUEST of the relay as
 		// INVALID_INTENT on HTTP; the precise code is kept as reason.
-		return map[string]any{"error": e.Message, "errorCode": CodeInvalidIntent, "reason": CodeBadRequest}
+		he.Code = CodeInvalidIntent
+		he.Fields = map[string]any{"reason": CodeBadRequest}
 	}
-	return map[string]any{"error": e.Message, "errorCode": e.Code}
-}
-
-// writeRelayError answers an HTTP request with e in the Beam error shape,
-// with Retry-After when e says how long to wait.
-func writeRelayError(w http.ResponseWriter, e *RelayError) {
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(e.RetryAfter.Seconds())))))
-	}
-	writeJSON(w, e.HTTPStatus(), e.httpBody())
+	return he
 }
 
 func relayErr(code, nonce, format string, args ...any) *RelayError {

@@ -7,44 +7,47 @@ import (
 	"net/http"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // handleSend serves POST /intents/send: the body is an intent frame; a
 // 200 body is the bare result frame (success, or the recipient's failure);
 // every relay failure is a non-2xx {"error", "errorCode"} body.
 func (d *Directory) handleSend(w http.ResponseWriter, r *http.Request) {
+	if err := d.send(w, r); err != nil { // the adapter, without a closure per request
+		d.api().WriteErr(w, r, err)
+	}
+}
+
+// send is handleSend's handler: it returns its failure.
+func (d *Directory) send(w http.ResponseWriter, r *http.Request) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(d.cfg.MaxBodyBytes)))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			d.m.rejected.WithLabelValues(CodePayloadTooLarge).Inc()
-			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{
-				"error": "Request body exceeds the limit", "errorCode": CodePayloadTooLarge, "limit": d.cfg.MaxBodyBytes})
-			return
+			return httpjson.New(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "Request body exceeds the limit").
+				With("limit", d.cfg.MaxBodyBytes)
 		}
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "Could not read the request body", "errorCode": "INVALID_BODY"})
-		return
+		return httpjson.BadRequest("INVALID_BODY", "Could not read the request body")
 	}
 	if token, ok := sendJWSToken(r, body); ok {
-		d.handleSendJWS(w, r, token)
-		return
+		return d.handleSendJWS(w, r, token)
 	}
 	if !json.Valid(body) {
 		d.m.rejected.WithLabelValues(CodeInvalidJSON).Inc()
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "Request body must be valid JSON", "errorCode": CodeInvalidJSON})
-		return
+		return httpjson.BadRequest(CodeInvalidJSON, "Request body must be valid JSON")
 	}
 	f, err := wire.DecodeIntentFrame(body)
 	if err != nil {
 		rerr := relayErr(CodeInvalidIntent, peekNonce(body), "Invalid intent frame: %s", frameErrMsg(err))
 		d.rejectFrame(rerr, "", OriginHTTP)
-		writeJSON(w, http.StatusBadRequest, rerr.httpBody())
-		return
+		return rerr.httpErr()
 	}
 	res, rerr := d.Relay(r.Context(), f, RelayOptions{Origin: OriginHTTP})
 	if rerr != nil {
-		writeRelayError(w, rerr)
-		return
+		return rerr.httpErr()
 	}
 	writeRaw(w, http.StatusOK, res)
+	return nil
 }

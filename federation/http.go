@@ -29,20 +29,14 @@ func (n *Node) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /federation/outbox/{id}/replay", n.operator(n.handleReplay))
 }
 
-func (n *Node) operator(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+// operator serves h through the httpjson adapter to the operator only.
+func (n *Node) operator(h httpjson.HandlerFunc) http.HandlerFunc {
+	return httpjson.Adapter{Log: n.lg}.Handler(func(w http.ResponseWriter, r *http.Request) error {
 		if n.cfg.OperatorAuth == nil || !n.cfg.OperatorAuth(r) {
-			writeErr(w, http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
-			return
+			return httpjson.New(http.StatusUnauthorized, "UNAUTHORIZED", "operator token required")
 		}
-		h(w, r)
-	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
-
-func writeErr(w http.ResponseWriter, status int, code, msg string) {
-	httpjson.Error(w, status, code, msg)
+		return h(w, r)
+	})
 }
 
 // PeerView is a peer as the operator API shows it.
@@ -60,80 +54,76 @@ func viewOf(p Peer) PeerView {
 		AddedAt: p.AddedAt, LastContact: p.LastContact}
 }
 
-func (n *Node) handleSelf(w http.ResponseWriter, _ *http.Request) {
+func (n *Node) handleSelf(w http.ResponseWriter, _ *http.Request) error {
 	nk, _ := NkeyUser(n.self.PublicKey)
-	writeJSON(w, http.StatusOK, map[string]string{
+	httpjson.Write(w, http.StatusOK, map[string]string{
 		"domain": n.cfg.Domain, "line": n.self.Line(), "natsUrl": n.self.URL,
 		"publicKey": EncodeKey(n.self.PublicKey), "nkey": nk,
 	})
+	return nil
 }
 
-func (n *Node) handlePeers(w http.ResponseWriter, _ *http.Request) {
+func (n *Node) handlePeers(w http.ResponseWriter, _ *http.Request) error {
 	peers := n.Peers()
 	out := make([]PeerView, 0, len(peers))
 	for _, p := range peers {
 		out = append(out, viewOf(p))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"peers": out})
+	httpjson.Write(w, http.StatusOK, map[string]any{"peers": out})
+	return nil
 }
 
-func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) {
+func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096))
 	if err != nil {
-		writeErr(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "body exceeds 4096 bytes")
-		return
+		return httpjson.New(http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "body exceeds 4096 bytes")
 	}
 	var req struct {
 		Line string `json:"line"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeErr(w, http.StatusBadRequest, "INVALID_JSON", "body must be {\"line\": \"DOMAIN=nats://HOST:PORT#KEY\"}")
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_JSON", "body must be {\"line\": \"DOMAIN=nats://HOST:PORT#KEY\"}")
 	}
 	p, err := ParsePeerLine(req.Line)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, "INVALID_PEER", err.Error())
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_PEER", err.Error())
 	}
 	if err := n.AddPeer(r.Context(), p); err != nil {
-		writeErr(w, http.StatusBadRequest, "INVALID_PEER", err.Error())
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_PEER", err.Error())
 	}
 	for _, q := range n.Peers() {
 		if q.Domain == p.Domain {
-			writeJSON(w, http.StatusCreated, viewOf(q))
-			return
+			httpjson.Write(w, http.StatusCreated, viewOf(q))
+			return nil
 		}
 	}
-	writeJSON(w, http.StatusCreated, viewOf(p))
+	httpjson.Write(w, http.StatusCreated, viewOf(p))
+	return nil
 }
 
-func (n *Node) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
+func (n *Node) handleRemovePeer(w http.ResponseWriter, r *http.Request) error {
 	ok, err := n.RemovePeer(r.Context(), r.PathValue("domain"))
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
-		return
+		return httpjson.Internal("remove peer failed", err)
 	}
 	if !ok {
-		writeErr(w, http.StatusNotFound, "NOT_FOUND", "no such peer")
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no such peer")
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"removed": true})
+	httpjson.Write(w, http.StatusOK, map[string]bool{"removed": true})
+	return nil
 }
 
-func (n *Node) handleOutbox(w http.ResponseWriter, r *http.Request) {
+func (n *Node) handleOutbox(w http.ResponseWriter, r *http.Request) error {
 	counts, err := n.outbox.Counts(r.Context())
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
-		return
+		return httpjson.Internal("read outbox failed", err)
 	}
 	state := OutboxState(r.URL.Query().Get("state"))
 	if state == "" {
 		state = Dead
 	}
 	if !CanTransitionOutbox(state, Pending) && state != Pending && state != Claimed {
-		writeErr(w, http.StatusBadRequest, "INVALID_STATE", "state must be PENDING, CLAIMED, PUBLISHED or DEAD")
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_STATE", "state must be PENDING, CLAIMED, PUBLISHED or DEAD")
 	}
 	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 	if limit <= 0 || limit > 500 {
@@ -141,37 +131,33 @@ func (n *Node) handleOutbox(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := n.outbox.Rows(r.Context(), state, limit)
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
-		return
+		return httpjson.Internal("read outbox failed", err)
 	}
 	if rows == nil {
 		rows = []Row{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"counts": counts, "state": state, "rows": rows})
+	httpjson.Write(w, http.StatusOK, map[string]any{"counts": counts, "state": state, "rows": rows})
+	return nil
 }
 
-func (n *Node) handleReplay(w http.ResponseWriter, r *http.Request) {
+func (n *Node) handleReplay(w http.ResponseWriter, r *http.Request) error {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, "INVALID_ID", "id must be an integer")
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_ID", "id must be an integer")
 	}
 	err = n.outbox.Replay(r.Context(), id)
 	var te *OutboxTransitionError
 	switch {
 	case errors.Is(err, ErrRowNotFound):
-		writeErr(w, http.StatusNotFound, "NOT_FOUND", "no such outbox row")
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no such outbox row")
 	case errors.As(err, &te):
-		writeErr(w, http.StatusConflict, "INVALID_TRANSITION", te.Error())
-		return
+		return httpjson.New(http.StatusConflict, "INVALID_TRANSITION", te.Error())
 	case errors.Is(err, ErrIntentFinished):
-		writeErr(w, http.StatusConflict, "INTENT_FINISHED", "outbox row "+strconv.FormatInt(id, 10)+": "+err.Error())
-		return
+		return httpjson.New(http.StatusConflict, "INTENT_FINISHED", "outbox row "+strconv.FormatInt(id, 10)+": "+err.Error())
 	case err != nil:
-		writeErr(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
-		return
+		return httpjson.Internal("replay failed", err)
 	}
 	n.Kick()
-	writeJSON(w, http.StatusOK, map[string]any{"replayed": id})
+	httpjson.Write(w, http.StatusOK, map[string]any{"replayed": id})
+	return nil
 }

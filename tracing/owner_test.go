@@ -2,9 +2,7 @@ package tracing
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -12,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/beamdir/beam/internal/srcscan"
 	"github.com/stretchr/testify/require"
 )
 
@@ -79,30 +78,7 @@ func TestNoLogSQLOutsideTracing(t *testing.T) {
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
 	var found []string
-	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			name := d.Name()
-			if rel == "tracing" || name == "testdata" || name == "vendor" || (rel != "." && strings.HasPrefix(name, ".")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	err = srcscan.Files(root, []string{"tracing"}, func(rel string, fset *token.FileSet, f *ast.File) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			lit, ok := n.(*ast.BasicLit)
 			if !ok || lit.Kind != token.STRING {
@@ -115,7 +91,6 @@ func TestNoLogSQLOutsideTracing(t *testing.T) {
 			}
 			return true
 		})
-		return nil
 	})
 	require.NoError(t, err)
 	require.Empty(t, found, "SQL on the log's tables (%s) outside tracing: add a query method to tracing and call it", strings.Join(logTables, ", "))

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -50,7 +51,7 @@ type agentsResponse struct {
 
 const maxPolicyTypes = 5
 
-func (d *Dashboard) handleAgents(w http.ResponseWriter, r *http.Request, _ principal) {
+func (d *Dashboard) handleAgents(w http.ResponseWriter, r *http.Request, _ principal) error {
 	q := r.URL.Query()
 	search, err := param(q, "q")
 	var limit, offset int
@@ -61,8 +62,7 @@ func (d *Dashboard) handleAgents(w http.ResponseWriter, r *http.Request, _ princ
 		offset, err = intParam(q, "offset", 0, 0, maxOffset)
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}
 	onlyConnected := q.Get("connected") == "1" || q.Get("connected") == "true"
 	resp := agentsResponse{Agents: []agentView{}, Registered: d.reg.Count(), Connected: d.dir.ConnectedAgents(), Limit: limit, Offset: offset}
@@ -76,8 +76,7 @@ func (d *Dashboard) handleAgents(w http.ResponseWriter, r *http.Request, _ princ
 	now := d.clock()
 	inbox, err := d.log.InboxDepths(r.Context(), ids)
 	if err != nil {
-		d.internalError(w, "agents", err)
-		return
+		return httpjson.Internal("agents failed", err)
 	}
 	for _, id := range ids {
 		a, ok := d.reg.Get(id)
@@ -101,7 +100,8 @@ func (d *Dashboard) handleAgents(w http.ResponseWriter, r *http.Request, _ princ
 		v.Inbox = inbox[a.BeamID]
 		resp.Agents = append(resp.Agents, v)
 	}
-	writeJSON(w, http.StatusOK, resp)
+	httpjson.Write(w, http.StatusOK, resp)
+	return nil
 }
 
 func (d *Dashboard) policyOf(beamID string) policySummary {
@@ -181,11 +181,10 @@ type errorsResponse struct {
 
 const maxAffected = 1000
 
-func (d *Dashboard) handleErrors(w http.ResponseWriter, r *http.Request, _ principal) {
+func (d *Dashboard) handleErrors(w http.ResponseWriter, r *http.Request, _ principal) error {
 	hours, err := hoursParam(r.URL.Query(), DefaultWindowHours)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}
 	now := d.clock().UTC()
 	window := time.Duration(hours * float64(time.Hour))
@@ -246,8 +245,7 @@ func (d *Dashboard) handleErrors(w http.ResponseWriter, r *http.Request, _ princ
 		return nil
 	})
 	if err != nil {
-		d.internalError(w, "read errors", err)
-		return
+		return httpjson.Internal("read errors failed", err)
 	}
 	for _, c := range codes {
 		c.LastSeenAt = isoMicros(c.lastUs)
@@ -276,5 +274,6 @@ func (d *Dashboard) handleErrors(w http.ResponseWriter, r *http.Request, _ princ
 		return strings.Compare(a.From+" "+a.To, b.From+" "+b.To) < 0
 	})
 	resp.Routes = resp.Routes[:min(10, len(resp.Routes))]
-	writeJSON(w, http.StatusOK, resp)
+	httpjson.Write(w, http.StatusOK, resp)
+	return nil
 }

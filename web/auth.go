@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/internal/limits"
 )
 
@@ -201,7 +202,7 @@ func (d *Dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/dashboard/", http.StatusSeeOther)
 }
 
-func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request, p principal) error {
 	if p.session != nil {
 		d.sessions.remove(p.session.id)
 	}
@@ -211,9 +212,10 @@ func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request, p princ
 	})
 	if r.Header.Get(CSRFHeader) == "" { // a plain form post: navigate
 		http.Redirect(w, r, "/dashboard/login?signed_out=1", http.StatusSeeOther)
-		return
+		return nil
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "redirect": "/dashboard/login?signed_out=1"})
+	httpjson.Write(w, http.StatusOK, map[string]any{"ok": true, "redirect": "/dashboard/login?signed_out=1"})
+	return nil
 }
 
 // sessionView is GET /dashboard/session.
@@ -224,11 +226,12 @@ type sessionView struct {
 	CanMutate bool   `json:"canMutate"`
 }
 
-func (d *Dashboard) handleSession(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleSession(w http.ResponseWriter, r *http.Request, p principal) error {
 	v := sessionView{Role: p.role, CanMutate: p.role == RoleAdmin}
 	if p.session != nil {
 		v.CSRFToken = p.session.csrf
 		v.ExpiresAt = p.session.expires.UTC().Format(time.RFC3339)
 	}
-	writeJSON(w, http.StatusOK, v)
+	httpjson.Write(w, http.StatusOK, v)
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -69,40 +70,38 @@ type deadLettersResponse struct {
 	} `json:"summary"`
 }
 
-func (d *Dashboard) handleDeadLetters(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleDeadLetters(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", DefaultListLimit, 1, MaxListLimit)
 	if err == nil {
 		var offset int
 		offset, err = intParam(q, "offset", 0, 0, maxOffset)
 		if err == nil {
-			d.listDeadLetters(w, r, p, limit, offset)
-			return
+			return d.listDeadLetters(w, r, p, limit, offset)
 		}
 	}
-	writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
+	return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 }
 
-func (d *Dashboard) listDeadLetters(w http.ResponseWriter, r *http.Request, p principal, limit, offset int) {
+func (d *Dashboard) listDeadLetters(w http.ResponseWriter, r *http.Request, p principal, limit, offset int) error {
 	ctx := r.Context()
 	resp := deadLettersResponse{DeadLetters: []deadLetterSummary{}, Limit: limit, Offset: offset, Requeue: d.requeueFor(p)}
 	q := tracing.MessageQuery{Status: tracing.DeadLetter, Order: tracing.RecentlyFailedFirst, Limit: limit, Offset: offset}
 	sum, err := d.log.SummarizeMessages(ctx, q)
 	if err != nil {
-		d.internalError(w, "list dead letters", err)
-		return
+		return httpjson.Internal("list dead letters failed", err)
 	}
 	resp.Total, resp.Summary.UniqueSenders, resp.Summary.UniqueRecipients = sum.Total, sum.Senders, sum.Recipients
 	resp.Summary.MaxRetryCount = sum.MaxRetryCount
 	rows, err := d.log.Messages(ctx, q)
 	if err != nil {
-		d.internalError(w, "list dead letters", err)
-		return
+		return httpjson.Internal("list dead letters failed", err)
 	}
 	for i := range rows {
 		resp.DeadLetters = append(resp.DeadLetters, summaryOf(&rows[i]))
 	}
-	writeJSON(w, http.StatusOK, resp)
+	httpjson.Write(w, http.StatusOK, resp)
+	return nil
 }
 
 type deadLetterDetail struct {
@@ -125,20 +124,17 @@ func validJSON(b []byte) json.RawMessage {
 	return json.RawMessage(b)
 }
 
-func (d *Dashboard) handleDeadLetter(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleDeadLetter(w http.ResponseWriter, r *http.Request, p principal) error {
 	id := r.PathValue("id")
 	if id == "" || len(id) > maxParamBytes {
-		writeError(w, http.StatusBadRequest, "INVALID_ID", "the message id is empty or too long")
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_ID", "the message id is empty or too long")
 	}
 	m, ok, err := d.message(r.Context(), id)
 	if err != nil {
-		d.internalError(w, "read message", err)
-		return
+		return httpjson.Internal("read message failed", err)
 	}
 	if !ok {
-		writeError(w, http.StatusNotFound, "NOT_FOUND", "no bus message with id "+id)
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no bus message with id "+id)
 	}
 	out := deadLetterDetail{
 		Message: summaryOf(&m), Payload: validJSON(m.Payload), Metadata: validJSON(m.Metadata),
@@ -148,50 +144,44 @@ func (d *Dashboard) handleDeadLetter(w http.ResponseWriter, r *http.Request, p p
 		out.Payload = json.RawMessage("{}")
 	}
 	if row, ok, err := d.log.Intent(r.Context(), m.Nonce); err != nil {
-		d.internalError(w, "read message", err)
-		return
+		return httpjson.Internal("read message failed", err)
 	} else if ok {
 		v := viewOf(&row, false)
 		out.Intent = &v
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
+	return nil
 }
 
-func (d *Dashboard) handleRequeue(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleRequeue(w http.ResponseWriter, r *http.Request, p principal) error {
 	id := r.PathValue("id")
 	if id == "" || len(id) > maxParamBytes {
-		writeError(w, http.StatusBadRequest, "INVALID_ID", "the message id is empty or too long")
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_ID", "the message id is empty or too long")
 	}
 	if d.cfg.Requeue == nil {
-		writeError(w, http.StatusNotImplemented, "REQUEUE_UNAVAILABLE", "requeue needs the message bus, which is not running in this directory")
-		return
+		return httpjson.New(http.StatusNotImplemented, "REQUEUE_UNAVAILABLE", "requeue needs the message bus, which is not running in this directory")
 	}
 	m, ok, err := d.message(r.Context(), id)
 	if err != nil {
-		d.internalError(w, "requeue", err)
-		return
+		return httpjson.Internal("requeue failed", err)
 	}
 	if !ok {
-		writeError(w, http.StatusNotFound, "NOT_FOUND", "no bus message with id "+id)
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no bus message with id "+id)
 	}
 	if m.Status != tracing.DeadLetter {
-		writeError(w, http.StatusConflict, "NOT_DEAD_LETTER", "message "+id+" is "+string(m.Status)+", not dead_letter")
-		return
+		return httpjson.New(http.StatusConflict, "NOT_DEAD_LETTER", "message "+id+" is "+string(m.Status)+", not dead_letter")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
 	if err := d.cfg.Requeue(ctx, id); err != nil {
 		d.lg.Warn("dashboard: requeue", "id", id, "err", err)
-		writeError(w, http.StatusBadGateway, "REQUEUE_FAILED", "requeue failed: "+err.Error())
-		return
+		return httpjson.New(http.StatusBadGateway, "REQUEUE_FAILED", "requeue failed: "+err.Error())
 	}
 	d.lg.Info("dashboard: requeued dead letter", "id", id, "nonce", m.Nonce, "role", p.role)
 	after, _, err := d.message(r.Context(), id)
 	if err != nil {
-		d.internalError(w, "requeue", err)
-		return
+		return httpjson.Internal("requeue failed", err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"requeued": true, "id": id, "nonce": m.Nonce, "status": after.Status})
+	httpjson.Write(w, http.StatusOK, map[string]any{"requeued": true, "id": id, "nonce": m.Nonce, "status": after.Status})
+	return nil
 }

@@ -186,7 +186,7 @@ func (d *Dashboard) Routes(mux *http.ServeMux) {
 	mux.Handle("POST /dashboard/logout", d.guard(kindJSON, false, d.handleLogout))
 	mux.Handle("GET /dashboard/{$}", d.guard(kindHTML, false, d.handleApp))
 	mux.Handle("GET /dashboard/session", d.guard(kindJSON, false, d.handleSession))
-	mux.HandleFunc("GET /dashboard/assets/{file...}", d.handleAsset)
+	mux.HandleFunc("GET /dashboard/assets/{file...}", d.api(d.handleAsset))
 	mux.Handle("/dashboard/", d.guard(kindHTML, false, d.handleNotFound))
 
 	obs := func(pattern string, admin bool, h handlerFunc) {
@@ -217,7 +217,7 @@ type principal struct {
 	session *session // nil for bearer requests
 }
 
-type handlerFunc func(w http.ResponseWriter, r *http.Request, p principal)
+type handlerFunc func(w http.ResponseWriter, r *http.Request, p principal) error
 
 type routeKind int
 
@@ -230,33 +230,36 @@ const (
 // /observability), enforces the same-origin check and the CSRF token on
 // cookie-authenticated mutations, and the admin role where needed.
 func (d *Dashboard) guard(kind routeKind, admin bool, h handlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return d.api(func(w http.ResponseWriter, r *http.Request) error {
 		setSecurityHeaders(w)
 		p, ok := d.authenticate(r)
 		if !ok {
 			if kind == kindHTML && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 				http.Redirect(w, r, "/dashboard/login", http.StatusSeeOther)
-				return
+				return nil
 			}
-			writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", "log in to the dashboard or send Authorization: Bearer <token>")
-			return
+			return httpjson.New(http.StatusUnauthorized, "UNAUTHORIZED", "log in to the dashboard or send Authorization: Bearer <token>")
 		}
 		if isMutation(r.Method) && p.session != nil {
 			if err := sameOrigin(r); err != nil {
-				writeError(w, http.StatusForbidden, "CROSS_ORIGIN", err.Error())
-				return
+				return httpjson.New(http.StatusForbidden, "CROSS_ORIGIN", err.Error())
 			}
 			if !p.session.checkCSRF(csrfFrom(r)) {
-				writeError(w, http.StatusForbidden, "CSRF_TOKEN_INVALID", "missing or invalid "+CSRFHeader+" header")
-				return
+				return httpjson.New(http.StatusForbidden, "CSRF_TOKEN_INVALID", "missing or invalid "+CSRFHeader+" header")
 			}
 		}
 		if admin && p.role != RoleAdmin {
-			writeError(w, http.StatusForbidden, "FORBIDDEN", "this action needs the admin role; viewers are read-only")
-			return
+			return httpjson.New(http.StatusForbidden, "FORBIDDEN", "this action needs the admin role; viewers are read-only")
 		}
-		h(w, r, p)
+		return h(w, r, p)
 	})
+}
+
+// api serves h through the httpjson adapter: a returned *httpjson.Error
+// is written in the Beam error shape, anything else is logged and answered
+// 500 INTERNAL_ERROR.
+func (d *Dashboard) api(h httpjson.HandlerFunc) http.HandlerFunc {
+	return httpjson.Adapter{Log: d.lg}.Handler(h)
 }
 
 // authenticate returns the request's principal from the session cookie or,
@@ -330,37 +333,35 @@ type appPage struct {
 	CanMutate bool
 }
 
-func (d *Dashboard) handleApp(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleApp(w http.ResponseWriter, r *http.Request, p principal) error {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := d.pages.ExecuteTemplate(w, "index.html", appPage{Role: p.role, CSRF: p.session.csrf, CanMutate: p.role == RoleAdmin}); err != nil {
 		d.lg.Warn("dashboard: render app", "err", err)
 	}
+	return nil
 }
 
-func (d *Dashboard) handleNotFound(w http.ResponseWriter, r *http.Request, _ principal) {
-	writeError(w, http.StatusNotFound, "NOT_FOUND", "no such dashboard route: "+r.Method+" "+r.URL.Path)
+func (d *Dashboard) handleNotFound(w http.ResponseWriter, r *http.Request, _ principal) error {
+	return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no such dashboard route: "+r.Method+" "+r.URL.Path)
 }
 
 // publicAssets may be fetched before login (the login page needs them).
 var publicAssets = map[string]bool{"style.css": true, "theme.js": true, "login.js": true, "favicon.svg": true}
 
-func (d *Dashboard) handleAsset(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) handleAsset(w http.ResponseWriter, r *http.Request) error {
 	setSecurityHeaders(w)
 	name := path.Clean(r.PathValue("file"))
 	if !publicAssets[name] {
 		if _, ok := d.authenticate(r); !ok {
-			writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", "log in to the dashboard")
-			return
+			return httpjson.New(http.StatusUnauthorized, "UNAUTHORIZED", "log in to the dashboard")
 		}
 	}
 	if strings.HasSuffix(name, ".html") || strings.HasPrefix(name, ".") {
-		writeError(w, http.StatusNotFound, "NOT_FOUND", "no such asset")
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no such asset")
 	}
 	data, err := fs.ReadFile(d.assets, name)
 	if err != nil {
-		writeError(w, http.StatusNotFound, "NOT_FOUND", "no such asset")
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no such asset")
 	}
 	ct := mime.TypeByExtension(path.Ext(name))
 	if ct == "" {
@@ -369,18 +370,5 @@ func (d *Dashboard) handleAsset(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", ct)
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(data)
-}
-
-// writeJSON writes v as JSON with status.
-func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
-
-// writeError writes the Beam error shape {"error", "errorCode"}.
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	httpjson.Error(w, status, code, msg)
-}
-
-// internalError logs err and writes a 500 without leaking details.
-func (d *Dashboard) internalError(w http.ResponseWriter, what string, err error) {
-	d.lg.Warn("dashboard: "+what, "err", err)
-	writeError(w, http.StatusInternalServerError, "INTERNAL_ERROR", what+" failed")
+	return nil
 }

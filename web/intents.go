@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -114,27 +115,25 @@ type intentsResponse struct {
 	LastSeq int64 `json:"lastSeq"`
 }
 
-func (d *Dashboard) handleIntents(w http.ResponseWriter, r *http.Request, _ principal) {
+func (d *Dashboard) handleIntents(w http.ResponseWriter, r *http.Request, _ principal) error {
 	f, err := parseIntentFilter(r.URL.Query(), d.clock())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}
 	resp := intentsResponse{Intents: []intentView{}, Limit: f.limit, Offset: f.offset, LastSeq: d.log.LastSeq()}
 	ctx := r.Context()
 	if resp.Total, err = d.log.CountIntents(ctx, f.q); err != nil {
-		d.internalError(w, "list intents", err)
-		return
+		return httpjson.Internal("list intents failed", err)
 	}
 	rows, err := d.log.Intents(ctx, f.q)
 	if err != nil {
-		d.internalError(w, "list intents", err)
-		return
+		return httpjson.Internal("list intents failed", err)
 	}
 	for i := range rows {
 		resp.Intents = append(resp.Intents, viewOf(&rows[i], false))
 	}
-	writeJSON(w, http.StatusOK, resp)
+	httpjson.Write(w, http.StatusOK, resp)
+	return nil
 }
 
 // stageView is one lifecycle event in a trace.
@@ -172,44 +171,40 @@ type traceResponse struct {
 	Message *deadLetterSummary `json:"message,omitempty"`
 }
 
-func (d *Dashboard) handleTrace(w http.ResponseWriter, r *http.Request, _ principal) {
+func (d *Dashboard) handleTrace(w http.ResponseWriter, r *http.Request, _ principal) error {
 	nonce := r.PathValue("nonce")
 	if nonce == "" || len(nonce) > tracing.MaxNonceBytes {
-		writeError(w, http.StatusBadRequest, "INVALID_NONCE", "the nonce is empty or too long")
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_NONCE", "the nonce is empty or too long")
 	}
 	resp, err := d.trace(r.Context(), nonce)
 	if errors.Is(err, errNotFound) {
-		writeError(w, http.StatusNotFound, "NOT_FOUND", "no intent with nonce "+nonce)
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no intent with nonce "+nonce)
 	}
 	if err != nil {
-		d.internalError(w, "read trace", err)
-		return
+		return httpjson.Internal("read trace failed", err)
 	}
-	writeJSON(w, http.StatusOK, resp)
+	httpjson.Write(w, http.StatusOK, resp)
+	return nil
 }
 
 // handleEvents answers GET /observability/events/{nonce}: the events of one
 // nonce (an intent's, "job:<id>" or "mesh:<id>") exactly as the log holds
 // them, details included, so that beam trace --url prints what beam trace
 // --data-dir prints.
-func (d *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, _ principal) {
+func (d *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, _ principal) error {
 	nonce := r.PathValue("nonce")
 	if nonce == "" || len(nonce) > tracing.MaxNonceBytes {
-		writeError(w, http.StatusBadRequest, "INVALID_NONCE", "the nonce is empty or too long")
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_NONCE", "the nonce is empty or too long")
 	}
 	events, err := d.log.Trace(r.Context(), nonce)
 	if err != nil {
-		d.internalError(w, "read trace", err)
-		return
+		return httpjson.Internal("read trace failed", err)
 	}
 	if len(events) == 0 {
-		writeError(w, http.StatusNotFound, "NOT_FOUND", "no events for nonce "+nonce)
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no events for nonce "+nonce)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"nonce": nonce, "events": events})
+	httpjson.Write(w, http.StatusOK, map[string]any{"nonce": nonce, "events": events})
+	return nil
 }
 
 var errNotFound = errors.New("not found")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/bus/jobs"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -78,11 +79,11 @@ func jobViewOf(r *tracing.JobRow) jobView {
 
 // handleJobs answers GET /observability/jobs: queue counts by namespace and
 // status, recent jobs and dead letters.
-func (d *Dashboard) handleJobs(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleJobs(w http.ResponseWriter, r *http.Request, p principal) error {
 	j := d.jobs()
 	if j == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "queues": []jobQueue{}, "recent": []jobView{}, "dead": []jobView{}})
-		return
+		httpjson.Write(w, http.StatusOK, map[string]any{"enabled": false, "queues": []jobQueue{}, "recent": []jobView{}, "dead": []jobView{}})
+		return nil
 	}
 	var qs []jobQueue
 	for ns, m := range j.Counts() {
@@ -97,17 +98,17 @@ func (d *Dashboard) handleJobs(w http.ResponseWriter, r *http.Request, p princip
 		}
 		return out
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"enabled": true, "queues": append([]jobQueue{}, qs...),
+	httpjson.Write(w, http.StatusOK, map[string]any{"enabled": true, "queues": append([]jobQueue{}, qs...),
 		"recent": conv(j.Recent(50, false)), "dead": conv(j.Recent(100, true)), "canAct": p.role == RoleAdmin})
+	return nil
 }
 
 // handleJobAction answers POST /observability/jobs/{id}/retry and /cancel.
 func (d *Dashboard) handleJobAction(op string) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, _ principal) {
+	return func(w http.ResponseWriter, r *http.Request, _ principal) error {
 		j := d.jobs()
 		if j == nil {
-			writeError(w, http.StatusNotFound, "NOT_FOUND", "the intent bus is not running")
-			return
+			return httpjson.New(http.StatusNotFound, "NOT_FOUND", "the intent bus is not running")
 		}
 		id := r.PathValue("id")
 		act := j.Retry
@@ -118,14 +119,14 @@ func (d *Dashboard) handleJobAction(op string) handlerFunc {
 		if err != nil {
 			switch {
 			case errors.Is(err, jobs.ErrNotFound):
-				writeError(w, http.StatusNotFound, "NOT_FOUND", "no such job")
+				return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no such job")
 			case errors.Is(err, jobs.ErrInvalidState):
-				writeError(w, http.StatusConflict, "INVALID_STATE", err.Error())
+				return httpjson.New(http.StatusConflict, "INVALID_STATE", err.Error())
 			default:
-				d.internalError(w, "job "+op, err)
+				return httpjson.Internal("job "+op+" failed", err)
 			}
-			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "status": st})
+		httpjson.Write(w, http.StatusOK, map[string]any{"id": id, "status": st})
+		return nil
 	}
 }

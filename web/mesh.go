@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -35,56 +36,52 @@ type meshHop struct {
 	EndedAt *time.Time `json:"endedAt,omitempty"`
 }
 
-func (d *Dashboard) handleMeshList(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleMeshList(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", DefaultListLimit, 1, MaxListLimit)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}
 	mq := tracing.MeshQuery{Limit: limit, Sump: q.Get("dead") == "1", ParentID: q.Get("parent")}
 	if s := q.Get("status"); s != "" {
 		st := tracing.MeshStatus(s)
 		if st.Order() < 0 {
-			writeError(w, http.StatusBadRequest, "INVALID_QUERY", "unknown status "+s)
-			return
+			return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", "unknown status "+s)
 		}
 		mq.Statuses = []tracing.MeshStatus{st}
 	}
 	rows, total, err := d.log.MeshEnvelopes(r.Context(), mq)
 	if err != nil {
-		d.internalError(w, "list envelopes", err)
-		return
+		return httpjson.Internal("list envelopes failed", err)
 	}
 	if rows == nil {
 		rows = []tracing.MeshRow{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"envelopes": rows, "total": total,
+	httpjson.Write(w, http.StatusOK, map[string]any{"envelopes": rows, "total": total,
 		"requeue": map[string]any{"allowed": p.role == RoleAdmin && d.cfg.MeshRequeue != nil}})
+	return nil
 }
 
-func (d *Dashboard) handleMeshEnvelope(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleMeshEnvelope(w http.ResponseWriter, r *http.Request, p principal) error {
 	ctx := r.Context()
 	// The row and the hops describe the same point of the log.
 	row, trace, ok, err := d.log.MeshEnvelopeTrace(ctx, r.PathValue("id"))
 	if err != nil {
-		d.internalError(w, "read envelope", err)
-		return
+		return httpjson.Internal("read envelope failed", err)
 	}
 	if !ok {
-		writeError(w, http.StatusNotFound, "NOT_FOUND", "no envelope "+r.PathValue("id"))
-		return
+		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no envelope "+r.PathValue("id"))
 	}
 	children, _, err := d.log.MeshEnvelopes(ctx, tracing.MeshQuery{ParentID: row.ID, Limit: MaxListLimit})
 	if err != nil {
-		d.internalError(w, "read fan-out children", err)
-		return
+		return httpjson.Internal("read fan-out children failed", err)
 	}
 	if children == nil {
 		children = []tracing.MeshRow{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"envelope": row, "hops": meshHops(trace), "children": children,
+	httpjson.Write(w, http.StatusOK, map[string]any{"envelope": row, "hops": meshHops(trace), "children": children,
 		"requeue": map[string]any{"allowed": p.role == RoleAdmin && d.cfg.MeshRequeue != nil && row.Sump}})
+	return nil
 }
 
 // meshHops folds an envelope's trace into its hops: attempts per actor,
@@ -130,10 +127,9 @@ func meshHops(trace []tracing.Event) []meshHop {
 	return hops
 }
 
-func (d *Dashboard) handleMeshRequeue(w http.ResponseWriter, r *http.Request, p principal) {
+func (d *Dashboard) handleMeshRequeue(w http.ResponseWriter, r *http.Request, p principal) error {
 	if d.cfg.MeshRequeue == nil {
-		writeError(w, http.StatusNotImplemented, "REQUEUE_UNAVAILABLE", "pipelines are not running in this directory")
-		return
+		return httpjson.New(http.StatusNotImplemented, "REQUEUE_UNAVAILABLE", "pipelines are not running in this directory")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
@@ -142,11 +138,10 @@ func (d *Dashboard) handleMeshRequeue(w http.ResponseWriter, r *http.Request, p 
 		var coded interface{ HTTPStatus() (int, string) }
 		if errors.As(err, &coded) {
 			status, code := coded.HTTPStatus()
-			writeError(w, status, code, err.Error())
-			return
+			return httpjson.New(status, code, err.Error())
 		}
-		d.internalError(w, "requeue envelope", err)
-		return
+		return httpjson.Internal("requeue envelope failed", err)
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": id})
+	httpjson.Write(w, http.StatusCreated, map[string]any{"id": id})
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -106,26 +107,24 @@ const (
 	topN            = 8
 )
 
-func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request, _ principal) {
+func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request, _ principal) error {
 	var hours float64
 	var err error
 	auto := r.URL.Query().Get("hours") == "auto"
 	if auto {
 		if hours, err = d.autoWindowHours(r.Context()); err != nil {
-			d.internalError(w, "overview", err)
-			return
+			return httpjson.Internal("overview failed", err)
 		}
 	} else if hours, err = hoursParam(r.URL.Query(), DefaultWindowHours); err != nil {
-		writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}
 	resp, err := d.overview(r.Context(), hours)
 	if err != nil {
-		d.internalError(w, "overview", err)
-		return
+		return httpjson.Internal("overview failed", err)
 	}
 	resp.AutoWindow = auto
-	writeJSON(w, http.StatusOK, resp)
+	httpjson.Write(w, http.StatusOK, resp)
+	return nil
 }
 
 func (d *Dashboard) overview(ctx context.Context, hours float64) (*overviewResponse, error) {
@@ -384,8 +383,9 @@ func (d *Dashboard) federationCard(ctx context.Context) federationCard {
 	return federationCard{Configured: true, Status: st}
 }
 
-func (d *Dashboard) handleFederation(w http.ResponseWriter, r *http.Request, _ principal) {
-	writeJSON(w, http.StatusOK, d.federationCard(r.Context()))
+func (d *Dashboard) handleFederation(w http.ResponseWriter, r *http.Request, _ principal) error {
+	httpjson.Write(w, http.StatusOK, d.federationCard(r.Context()))
+	return nil
 }
 
 // clusterCard is GET /observability/cluster: the cluster's nodes and
@@ -396,18 +396,19 @@ type clusterCard struct {
 	Error      string `json:"error,omitempty"`
 }
 
-func (d *Dashboard) handleCluster(w http.ResponseWriter, r *http.Request, _ principal) {
+func (d *Dashboard) handleCluster(w http.ResponseWriter, r *http.Request, _ principal) error {
 	if d.cfg.Cluster == nil {
-		writeJSON(w, http.StatusOK, clusterCard{})
-		return
+		httpjson.Write(w, http.StatusOK, clusterCard{})
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	st, err := d.cfg.Cluster(ctx)
 	if err != nil {
 		d.lg.Warn("dashboard: cluster status", "err", err)
-		writeJSON(w, http.StatusOK, clusterCard{Configured: true, Error: err.Error()})
-		return
+		httpjson.Write(w, http.StatusOK, clusterCard{Configured: true, Error: err.Error()})
+		return nil
 	}
-	writeJSON(w, http.StatusOK, clusterCard{Configured: true, Status: st})
+	httpjson.Write(w, http.StatusOK, clusterCard{Configured: true, Status: st})
+	return nil
 }

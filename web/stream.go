@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/internal/sse"
 	"github.com/beamdir/beam/tracing"
 )
@@ -89,16 +90,15 @@ func (d *Dashboard) streamStart(r *http.Request) (int64, error) {
 	return min(n, last), nil
 }
 
-func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ principal) {
+func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ principal) error {
 	from, err := d.streamStart(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "INVALID_QUERY", err.Error())
-		return
+		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}
 	if !d.acquireStream() {
-		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, "TOO_MANY_STREAMS", "too many live streams are open")
-		return
+		e := httpjson.New(http.StatusServiceUnavailable, "TOO_MANY_STREAMS", "too many live streams are open")
+		e.RetryAfter = 5 * time.Second
+		return e
 	}
 	defer d.releaseStream()
 	ctx := r.Context()
@@ -110,7 +110,7 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ princ
 	out.Retry(2000)
 	out.Comment("stream from seq " + strconv.FormatInt(from, 10))
 	if err := flush(bw, rc); err != nil {
-		return
+		return nil
 	}
 
 	buffer := d.streamBuffer
@@ -125,11 +125,11 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ princ
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-keep.C:
 			out.Comment("keepalive " + strconv.FormatInt(d.clock().Unix(), 10))
 			if err := flush(bw, rc); err != nil {
-				return
+				return nil
 			}
 		case ev, ok := <-sub.Events():
 			if !ok {
@@ -141,7 +141,7 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ princ
 				} else if err != nil && ctx.Err() == nil {
 					d.lg.Warn("dashboard: stream subscription ended", "err", err)
 				}
-				return
+				return nil
 			}
 			batch = append(batch[:0], ev)
 		drain:
@@ -160,10 +160,10 @@ func (d *Dashboard) handleStream(w http.ResponseWriter, r *http.Request, _ princ
 				if ctx.Err() == nil {
 					d.lg.Warn("dashboard: stream", "err", err)
 				}
-				return
+				return nil
 			}
 			if err := flush(bw, rc); err != nil {
-				return
+				return nil
 			}
 		}
 	}

@@ -53,11 +53,10 @@ func skillsOf(a registry.Agent) []string {
 	return out
 }
 
-func (s *Server) handleAgentCard(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleAgentCard(w http.ResponseWriter, r *http.Request) error {
 	a, ok := s.optedIn(r)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no agent "+r.PathValue("beamId")+" offers A2A here")
-		return
+		return httpjson.NotFound("NOT_FOUND", "no agent "+r.PathValue("beamId")+" offers A2A here")
 	}
 	var skills []skill
 	for _, c := range skillsOf(a) {
@@ -77,20 +76,20 @@ func (s *Server) handleAgentCard(w http.ResponseWriter, r *http.Request) {
 	card.Capabilities["pushNotifications"] = false
 	card.SupportedInterfaces = slices.DeleteFunc(card.SupportedInterfaces, func(i agentInterface) bool { return i.ProtocolBinding != "JSONRPC" })
 	httpjson.Write(w, http.StatusOK, card)
+	return nil
 }
 
 // handleAgentRPC is the JSON-RPC binding of an opted-in agent: a message
 // becomes an intent from the caller, sent as a bus API-key send; the task
 // is that message.
-func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) error {
 	a, ok := s.optedIn(r)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no agent "+r.PathValue("beamId")+" offers A2A here")
-		return
+		return httpjson.NotFound("NOT_FOUND", "no agent "+r.PathValue("beamId")+" offers A2A here")
 	}
 	c, ok := s.readRPC(w, r)
 	if !ok {
-		return
+		return nil
 	}
 	ctx := r.Context()
 	switch c.op {
@@ -98,21 +97,21 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
 		var p sendParams
 		if err := json.Unmarshal(c.params, &p); err != nil || p.Message == nil {
 			writeRPC(w, c.req.ID, nil, errInvalidParams("params.message is required"))
-			return
+			return nil
 		}
 		if p.Message.TaskID != "" {
 			writeRPC(w, c.req.ID, nil, errUnsupported("an intent is answered once: send a new message"))
-			return
+			return nil
 		}
 		intent, aerr := intentOf(a, &p)
 		if aerr != nil {
 			writeRPC(w, c.req.ID, nil, aerr)
-			return
+			return nil
 		}
 		payload, err := payloadOf(p.Message)
 		if err != nil {
 			writeRPC(w, c.req.ID, nil, s.asError(err))
-			return
+			return nil
 		}
 		nonce, err := s.cfg.Intents.SendAs(ctx, c.caller, a.BeamID, intent, payload)
 		var se *bus.SendError
@@ -120,11 +119,11 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
 			e := errInvalidParams(se.Msg)
 			e.Reason = se.Code
 			writeRPC(w, c.req.ID, nil, e)
-			return
+			return nil
 		}
 		if err != nil {
 			writeRPC(w, c.req.ID, nil, s.asError(err))
-			return
+			return nil
 		}
 		wait := agentWait
 		if p.immediate() {
@@ -137,7 +136,7 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
 			if !ctxErr(err) {
 				writeRPC(w, c.req.ID, nil, s.asError(err))
 			}
-			return
+			return nil
 		}
 		c.result(w, intentTask(c.v, row))
 	case "get", "cancel":
@@ -146,20 +145,20 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := json.Unmarshal(c.params, &p); err != nil || p.ID == "" {
 			writeRPC(w, c.req.ID, nil, errInvalidParams("params.id (the task id) is required"))
-			return
+			return nil
 		}
 		row, ok, err := s.cfg.Intents.Message(ctx, p.ID)
 		if err != nil {
 			writeRPC(w, c.req.ID, nil, s.asError(err))
-			return
+			return nil
 		}
 		if !ok || row.Sender != c.caller || row.Recipient != a.BeamID {
 			writeRPC(w, c.req.ID, nil, errTaskNotFound(p.ID))
-			return
+			return nil
 		}
 		if c.op == "cancel" {
 			writeRPC(w, c.req.ID, nil, &Error{Code: -32002, Msg: "an intent already sent cannot be canceled"})
-			return
+			return nil
 		}
 		c.result(w, intentTask(c.v, row))
 	case "push":
@@ -167,6 +166,7 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeRPC(w, c.req.ID, nil, errUnsupported(c.req.Method+" is not offered by an agent's endpoint (no streaming, no listing)"))
 	}
+	return nil
 }
 
 // intentOf is the intent type a message to a becomes: metadata.intent

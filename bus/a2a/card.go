@@ -97,17 +97,17 @@ func pipelineSkill(p *mesh.Pipeline, cardURL string) skill {
 		InputModes: modes, OutputModes: []string{"application/json"}}
 }
 
-func (s *Server) handlePipelineCard(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePipelineCard(w http.ResponseWriter, r *http.Request) error {
 	p, ok := s.pipeline(r)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no pipeline "+r.PathValue("name"))
-		return
+		return httpjson.NotFound("NOT_FOUND", "no pipeline "+r.PathValue("name"))
 	}
 	desc := p.Description
 	if desc == "" {
 		desc = "The pipeline " + p.Name
 	}
 	httpjson.Write(w, http.StatusOK, s.card(r, "/a2a/pipelines/"+p.Name, p.Name, desc, []skill{pipelineSkill(p, "")}))
+	return nil
 }
 
 // handleDirectoryCard serves the directory's card: every declared

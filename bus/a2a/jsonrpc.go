@@ -93,7 +93,7 @@ func (s *Server) readRPC(w http.ResponseWriter, r *http.Request) (c rpcCall, ok 
 		return c, false
 	}
 	if len(body) > maxBody {
-		httpjson.Error(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the largest payload allows")
+		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the largest payload allows")
 		return c, false
 	}
 	var req rpcRequest
@@ -139,15 +139,14 @@ func (c rpcCall) result(w http.ResponseWriter, t task) {
 
 // handleRPC is the JSON-RPC binding of a pipeline (or, without {name}, of
 // the directory: every task of the caller).
-func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) error {
 	pipe, ok := s.pipeline(r)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no pipeline "+r.PathValue("name"))
-		return
+		return httpjson.NotFound("NOT_FOUND", "no pipeline "+r.PathValue("name"))
 	}
 	c, ok := s.readRPC(w, r)
 	if !ok {
-		return
+		return nil
 	}
 	caller, req, params, v := c.caller, c.req, c.params, c.v
 	wrap := func(member string, x any) any {
@@ -162,16 +161,16 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		var p sendParams
 		if err := json.Unmarshal(params, &p); err != nil {
 			writeRPC(w, req.ID, nil, errInvalidParams("params: "+err.Error()))
-			return
+			return nil
 		}
 		row, err := s.send(ctx, caller, pipe, &p)
 		if err != nil {
 			writeRPC(w, req.ID, nil, s.asError(err))
-			return
+			return nil
 		}
 		if c.op == "stream" {
 			s.stream(w, r, v, wrap, row)
-			return
+			return nil
 		}
 		if !p.immediate() {
 			longLived(w)
@@ -179,7 +178,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 				if !ctxErr(err) {
 					writeRPC(w, req.ID, nil, s.asError(err))
 				}
-				return
+				return nil
 			}
 		}
 		c.result(w, taskOf(v, row, true))
@@ -189,7 +188,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := json.Unmarshal(params, &p); err != nil || p.ID == "" {
 			writeRPC(w, req.ID, nil, errInvalidParams("params.id (the task id) is required"))
-			return
+			return nil
 		}
 		var row tracing.MeshRow
 		var err error
@@ -200,23 +199,23 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			writeRPC(w, req.ID, nil, s.asError(err))
-			return
+			return nil
 		}
 		if c.op == "subscribe" {
 			s.stream(w, r, v, wrap, row)
-			return
+			return nil
 		}
 		c.result(w, taskOf(v, row, true))
 	case "list":
 		var p listParams
 		if err := json.Unmarshal(params, &p); err != nil {
 			writeRPC(w, req.ID, nil, errInvalidParams("params: "+err.Error()))
-			return
+			return nil
 		}
 		res, err := s.listResult(ctx, caller, pipe, p)
 		if err != nil {
 			writeRPC(w, req.ID, nil, s.asError(err))
-			return
+			return nil
 		}
 		writeRPC(w, req.ID, res, nil)
 	case "push":
@@ -224,6 +223,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeRPC(w, req.ID, nil, &Error{Code: -32007, Msg: "this agent has no extended card"})
 	}
+	return nil
 }
 
 // listResult is ListTasksResponse.
@@ -244,7 +244,7 @@ func (s *Server) listResult(ctx context.Context, caller string, pipe *mesh.Pipel
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, v version, wrap func(string, any) any, row tracing.MeshRow) {
 	out, err := newStream(w, v, wrap)
 	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
 		return
 	}
 	s.follow(r.Context(), out, row)

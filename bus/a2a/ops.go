@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/beamdir/beam/bus/mesh"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -69,12 +70,12 @@ func (s *Server) asError(err error) *Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
-	var ie *mesh.InputError
+	var ie *httpjson.Error
 	if errors.As(err, &ie) {
 		if ie.Status == http.StatusTooManyRequests {
-			return &Error{Code: -32000, HTTP: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Reason: ie.Code, Msg: ie.Msg}
+			return &Error{Code: -32000, HTTP: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Reason: ie.Code, Msg: ie.Message}
 		}
-		e := errInvalidParams(ie.Msg)
+		e := errInvalidParams(ie.Message)
 		e.Reason = ie.Code
 		if ie.Status == http.StatusForbidden {
 			e.HTTP, e.Status = http.StatusForbidden, "PERMISSION_DENIED"
@@ -250,7 +251,7 @@ func (s *Server) cancel(ctx context.Context, caller string, pipe *mesh.Pipeline,
 		return row, errNotCancelable(id, row.Status)
 	}
 	out, err := s.cfg.Mesh.Cancel(ctx, id)
-	var ie *mesh.InputError
+	var ie *httpjson.Error
 	if errors.As(err, &ie) && ie.Status == http.StatusConflict {
 		return out, errNotCancelable(id, out.Status)
 	}

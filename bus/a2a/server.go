@@ -13,6 +13,7 @@ import (
 
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -71,16 +72,17 @@ func New(cfg Config) (*Server, error) {
 // binding.
 func (s *Server) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /.well-known/agent-card.json", s.handleDirectoryCard)
-	mux.HandleFunc("GET /a2a/pipelines/{name}/.well-known/agent-card.json", s.handlePipelineCard)
-	mux.HandleFunc("POST /a2a", s.handleRPC)
-	mux.HandleFunc("POST /a2a/pipelines/{name}", s.handleRPC)
+	api := httpjson.Adapter{Log: s.lg}
+	mux.HandleFunc("GET /a2a/pipelines/{name}/.well-known/agent-card.json", api.Handler(s.handlePipelineCard))
+	mux.HandleFunc("POST /a2a", api.Handler(s.handleRPC))
+	mux.HandleFunc("POST /a2a/pipelines/{name}", api.Handler(s.handleRPC))
 	mux.HandleFunc("POST /a2a/pipelines/{name}/message:send", s.handleRESTSend)
 	mux.HandleFunc("POST /a2a/pipelines/{name}/message:stream", s.handleRESTStream)
 	mux.HandleFunc("GET /a2a/pipelines/{name}/tasks", s.handleRESTList)
 	mux.HandleFunc("GET /a2a/pipelines/{name}/tasks/{task}", s.handleRESTTask)
 	mux.HandleFunc("POST /a2a/pipelines/{name}/tasks/{task}", s.handleRESTTask)
-	mux.HandleFunc("GET /a2a/agents/{beamId}/.well-known/agent-card.json", s.handleAgentCard)
-	mux.HandleFunc("POST /a2a/agents/{beamId}", s.handleAgentRPC)
+	mux.HandleFunc("GET /a2a/agents/{beamId}/.well-known/agent-card.json", api.Handler(s.handleAgentCard))
+	mux.HandleFunc("POST /a2a/agents/{beamId}", api.Handler(s.handleAgentRPC))
 	mux.HandleFunc("POST /a2a/pipelines/{name}/tasks/{task}/pushNotificationConfigs", s.handleRESTPush)
 	mux.HandleFunc("GET /a2a/pipelines/{name}/tasks/{task}/pushNotificationConfigs", s.handleRESTPush)
 	mux.HandleFunc("GET /a2a/pipelines/{name}/tasks/{task}/pushNotificationConfigs/{config}", s.handleRESTPush)

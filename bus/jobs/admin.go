@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 	"github.com/jmoiron/sqlx"
 )
@@ -119,7 +120,7 @@ func (s *Service) testerKeys() int {
 	return len(s.keys)
 }
 
-func (s *Service) handleMetrics(w http.ResponseWriter, _ *http.Request, _ *call) *apiError {
+func (s *Service) handleMetrics(w http.ResponseWriter, _ *http.Request, _ *call) *httpjson.Error {
 	counts := s.Counts()
 	var b strings.Builder
 	b.WriteString("# HELP intent_bus_intents_total Total intents by status and namespace\n# TYPE intent_bus_intents_total gauge\n")
@@ -161,7 +162,7 @@ type queueLine struct {
 	Open, Claimed, Fulfilled, Dead int
 }
 
-func (s *Service) handleDashboard(w http.ResponseWriter, _ *http.Request, _ *call) *apiError {
+func (s *Service) handleDashboard(w http.ResponseWriter, _ *http.Request, _ *call) *httpjson.Error {
 	counts := s.Counts()
 	var qs []queueLine
 	for ns, m := range counts {
@@ -177,7 +178,7 @@ func (s *Service) handleDashboard(w http.ResponseWriter, _ *http.Request, _ *cal
 	return nil
 }
 
-func (s *Service) handleGenerateKey(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleGenerateKey(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	owner, ok, e := c.f.str("owner")
 	if e != nil {
 		return e
@@ -201,24 +202,24 @@ func (s *Service) handleGenerateKey(w http.ResponseWriter, r *http.Request, c *c
 	s.mu.Lock()
 	s.keys[h] = owner
 	s.mu.Unlock()
-	writeJSON(w, http.StatusCreated, map[string]any{"api_key": key, "owner": owner})
+	reply(w, http.StatusCreated, map[string]any{"api_key": key, "owner": owner})
 	return nil
 }
 
-func (s *Service) handleRevokeKey(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleRevokeKey(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	key, ok, e := c.f.str("api_key")
 	if e != nil {
 		return e
 	}
 	if !ok || key == "" {
-		return apiErr(http.StatusBadRequest, "invalid_request", "Missing api_key.")
+		return httpjson.New(http.StatusBadRequest, "invalid_request", "Missing api_key.")
 	}
 	h := hashHex(key)
 	s.mu.Lock()
 	_, exists := s.keys[h]
 	s.mu.Unlock()
 	if !exists {
-		return apiErr(http.StatusNotFound, "not_found", "Key not found.")
+		return httpjson.New(http.StatusNotFound, "not_found", "Key not found.")
 	}
 	d := h[:32]
 	if _, err := s.log.Do(r.Context(), func(tx *sqlx.Tx) error {
@@ -243,13 +244,13 @@ func (s *Service) handleRevokeKey(w http.ResponseWriter, r *http.Request, c *cal
 	}
 	s.mu.Unlock()
 	s.nonces.Sweep(time.Time{}, func(k string) bool { return strings.HasPrefix(k, d+"\x00") })
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	reply(w, http.StatusOK, map[string]any{"ok": true})
 	return nil
 }
 
-func (s *Service) handlePurge(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handlePurge(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	if string(c.f["confirm"]) != "true" {
-		return apiErr(http.StatusBadRequest, "confirmation_required", `Purge needs {"confirm": true}.`)
+		return httpjson.New(http.StatusBadRequest, "confirmation_required", `Purge needs {"confirm": true}.`)
 	}
 	ns, ok, e := c.f.str("namespace")
 	if e != nil {
@@ -279,16 +280,16 @@ func (s *Service) handlePurge(w http.ResponseWriter, r *http.Request, c *call) *
 		s.mu.Unlock()
 		s.nonces.Sweep(time.Time{}, func(string) bool { return true })
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	reply(w, http.StatusOK, map[string]any{"ok": true})
 	return nil
 }
 
-func (s *Service) handleCleanup(w http.ResponseWriter, r *http.Request, _ *call) *apiError {
+func (s *Service) handleCleanup(w http.ResponseWriter, r *http.Request, _ *call) *httpjson.Error {
 	st, err := s.Cleanup(r.Context())
 	if err != nil {
 		return s.internal(err)
 	}
-	writeJSON(w, http.StatusOK, st)
+	reply(w, http.StatusOK, st)
 	return nil
 }
 
@@ -305,10 +306,10 @@ func (s *Service) refold(ctx context.Context, nonce string) (tracing.JobRow, err
 	return r, nil
 }
 
-func (s *Service) handleAdminIntent(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleAdminIntent(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	row, ok := s.view(c.param)
 	if !ok {
-		return apiErr(http.StatusNotFound, "not_found", "Intent not found.")
+		return httpjson.New(http.StatusNotFound, "not_found", "Intent not found.")
 	}
 	if row.Payload == nil {
 		full, err := s.refold(r.Context(), row.Nonce)
@@ -331,7 +332,7 @@ func (s *Service) handleAdminIntent(w http.ResponseWriter, r *http.Request, c *c
 	m["result"] = rawOrNull(row.Result)
 	m["result_type"] = cmp.Or(row.ResultType, "json")
 	m["nonce"] = row.Nonce
-	writeJSON(w, http.StatusOK, m)
+	reply(w, http.StatusOK, m)
 	return nil
 }
 
@@ -342,29 +343,29 @@ func rawOrNull(b []byte) any {
 	return json.RawMessage(b)
 }
 
-func (s *Service) adminMoveHTTP(w http.ResponseWriter, r *http.Request, c *call, op Op) *apiError {
+func (s *Service) adminMoveHTTP(w http.ResponseWriter, r *http.Request, c *call, op Op) *httpjson.Error {
 	st, err := s.adminMove(r.Context(), c.param, op)
 	if err != nil {
 		var es *errState
 		switch {
 		case errors.Is(err, ErrNotFound):
-			return apiErr(http.StatusNotFound, "not_found", "Intent not found.")
+			return httpjson.New(http.StatusNotFound, "not_found", "Intent not found.")
 		case errors.Is(err, errBusy):
-			return &apiError{status: http.StatusConflict, code: "busy", message: "Another operation on this intent is in progress.", retryAfter: 1}
+			return &httpjson.Error{Status: http.StatusConflict, Code: "busy", Message: "Another operation on this intent is in progress.", RetryAfter: time.Second}
 		case errors.As(err, &es):
-			return apiErr(http.StatusConflict, "invalid_state", fmt.Sprintf("Cannot %s an intent that is %s.", op, es.status))
+			return httpjson.New(http.StatusConflict, "invalid_state", fmt.Sprintf("Cannot %s an intent that is %s.", op, es.status))
 		}
 		return s.internal(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": c.param, "status": st})
+	reply(w, http.StatusOK, map[string]any{"ok": true, "id": c.param, "status": st})
 	return nil
 }
 
-func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	return s.adminMoveHTTP(w, r, c, OpCancel)
 }
 
-func (s *Service) handleRetry(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleRetry(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	return s.adminMoveHTTP(w, r, c, OpRetry)
 }
 
@@ -373,25 +374,25 @@ func deadView(row *tracing.JobRow) map[string]any {
 		"attempts": row.ClaimAttempts, "reason": row.DeadReason, "created_at": msToSecs(row.DeadAt)}
 }
 
-func (s *Service) handleDeadList(w http.ResponseWriter, _ *http.Request, _ *call) *apiError {
+func (s *Service) handleDeadList(w http.ResponseWriter, _ *http.Request, _ *call) *httpjson.Error {
 	rows := s.Recent(100, true)
 	out := make([]map[string]any, 0, len(rows))
 	for i := range rows {
 		out = append(out, deadView(&rows[i]))
 	}
-	writeJSON(w, http.StatusOK, out)
+	reply(w, http.StatusOK, out)
 	return nil
 }
 
-func (s *Service) handleDead(w http.ResponseWriter, _ *http.Request, c *call) *apiError {
+func (s *Service) handleDead(w http.ResponseWriter, _ *http.Request, c *call) *httpjson.Error {
 	row, ok := s.view(c.param)
 	if !ok || row.Status != tracing.JobDead {
-		return apiErr(http.StatusNotFound, "not_found", "Dead letter not found.")
+		return httpjson.New(http.StatusNotFound, "not_found", "Dead letter not found.")
 	}
 	m := deadView(&row)
 	m["payload"] = rawOrNull(row.Payload)
 	m["publisher"] = row.Publisher
 	m["visibility"] = row.Visibility
-	writeJSON(w, http.StatusOK, m)
+	reply(w, http.StatusOK, m)
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // principal is an authenticated API key.
@@ -24,10 +26,10 @@ type principal struct {
 
 // authenticate checks X-API-KEY and, when present or required, the HMAC
 // signature over the raw body.
-func (s *Service) authenticate(r *http.Request, body []byte) (*principal, *apiError) {
+func (s *Service) authenticate(r *http.Request, body []byte) (*principal, *httpjson.Error) {
 	key := r.Header.Get("X-API-KEY")
 	if key == "" {
-		return nil, apiErr(http.StatusUnauthorized, "unauthorized", "Missing API key.")
+		return nil, httpjson.New(http.StatusUnauthorized, "unauthorized", "Missing API key.")
 	}
 	p := &principal{key: key}
 	if subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.Secret)) == 1 {
@@ -38,7 +40,7 @@ func (s *Service) authenticate(r *http.Request, body []byte) (*principal, *apiEr
 		_, ok := s.keys[h]
 		s.mu.Unlock()
 		if !ok {
-			return nil, apiErr(http.StatusUnauthorized, "unauthorized", "Invalid API key.")
+			return nil, httpjson.New(http.StatusUnauthorized, "unauthorized", "Invalid API key.")
 		}
 		p.digest, p.tester = h[:32], true
 	}
@@ -52,11 +54,13 @@ func (s *Service) authenticate(r *http.Request, body []byte) (*principal, *apiEr
 	return p, nil
 }
 
-func sigErr(msg string) *apiError { return apiErr(http.StatusForbidden, "invalid_signature", msg) }
+func sigErr(msg string) *httpjson.Error {
+	return httpjson.New(http.StatusForbidden, "invalid_signature", msg)
+}
 
 // verify checks the signature headers of a request (RFC §5.2, as the
 // Python SDK 2.1.2 signs).
-func (s *Service) verify(r *http.Request, p *principal, body []byte, sig string) *apiError {
+func (s *Service) verify(r *http.Request, p *principal, body []byte, sig string) *httpjson.Error {
 	ts, nonce := r.Header.Get("X-Timestamp"), r.Header.Get("X-Nonce")
 	if sig == "" || ts == "" || nonce == "" {
 		return sigErr("Signed requests need X-Timestamp, X-Nonce and X-Signature.")

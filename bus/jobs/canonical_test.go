@@ -97,13 +97,13 @@ func FuzzPublishDecoder(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		fs, e := decodeObject(body)
 		if e != nil {
-			require.Equal(t, 400, e.status)
+			require.Equal(t, 400, e.Status)
 			return
 		}
 		p, e := parsePublish(fs)
 		if e != nil {
-			require.Contains(t, []int{400, 413}, e.status)
-			require.True(t, strings.HasPrefix(e.code, "invalid_") || e.code == "payload_too_large", e.code)
+			require.Contains(t, []int{400, 413}, e.Status)
+			require.True(t, strings.HasPrefix(e.Code, "invalid_") || e.Code == "payload_too_large", e.Code)
 			return
 		}
 		// An accepted request satisfies every field rule.

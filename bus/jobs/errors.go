@@ -4,21 +4,18 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
-// apiError is an answer in the shape of RFC §11:
-// {"error":{"code","message"}}.
-type apiError struct {
-	status     int
-	code       string
-	message    string
-	retryAfter int // seconds; 0: no Retry-After
-}
-
-func (e *apiError) Error() string { return e.code + ": " + e.message }
-
-func apiErr(status int, code, msg string) *apiError {
-	return &apiError{status: status, code: code, message: msg}
+// problem writes e in the shape of RFC §11: {"error":{"code","message"}},
+// with Retry-After when e asks for one. It is the Shape of the protocol's
+// httpjson.Adapter.
+func problem(w http.ResponseWriter, e *httpjson.Error) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = e.Code, e.Message
+	e.SetRetryAfter(w.Header())
+	reply(w, e.Status, b)
 }
 
 type errorBody struct {
@@ -28,15 +25,8 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// writeError writes e in the RFC's error shape.
-func writeError(w http.ResponseWriter, e *apiError) {
-	var b errorBody
-	b.Error.Code, b.Error.Message = e.code, e.message
-	if e.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
-	}
-	writeJSON(w, e.status, b)
-}
+// errInternal answers a failure that is not an *httpjson.Error.
+var errInternal = httpjson.New(http.StatusInternalServerError, "internal_error", "Internal error.")
 
 // securityHeaders are the headers of RFC §10, on every response.
 func securityHeaders(h http.Header) {
@@ -47,7 +37,8 @@ func securityHeaders(h http.Header) {
 	h.Set("X-Intent-Version", "2.1")
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// reply writes v as the JSON body of an answer with status.
+func reply(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -29,7 +30,7 @@ type route struct {
 	method, prefix, suffix string
 	param                  bool
 	auth                   authKind
-	h                      func(s *Service, w http.ResponseWriter, r *http.Request, c *call) *apiError
+	h                      func(s *Service, w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error
 }
 
 // call is what a handler gets besides the request.
@@ -88,25 +89,25 @@ func (s *Service) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) 
 
 func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	securityHeaders(w.Header())
+	api := httpjson.Adapter{Shape: problem, Log: s.lg, Fault: errInternal}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			s.lg.Error("intent bus handler panic", "path", r.URL.Path, "panic", p)
-			writeError(w, apiErr(http.StatusInternalServerError, "internal_error", "Internal error."))
+			api.WriteErr(w, r, fmt.Errorf("intent bus handler panic: %v", p))
 		}
 	}()
 	nw := &nonceWriter{ResponseWriter: w, s: s}
 	if e := s.dispatch(nw, r); e != nil {
-		if e.status == http.StatusUnauthorized && strings.HasPrefix(r.URL.Path, "/admin/") {
+		if e.Status == http.StatusUnauthorized && strings.HasPrefix(r.URL.Path, "/admin/") {
 			w.Header().Set("WWW-Authenticate", `Basic realm="Intent Bus Admin"`)
 		}
-		writeError(nw, e)
+		api.WriteErr(nw, r, e)
 	}
 }
 
-func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *apiError {
+func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *httpjson.Error {
 	var w http.ResponseWriter = nw
 	path := r.URL.Path
 	var rt *route
@@ -126,27 +127,27 @@ func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *apiError {
 	if rt == nil {
 		if len(methods) > 0 {
 			w.Header().Set("Allow", strings.Join(methods, ", "))
-			return apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "Method "+r.Method+" is not allowed on "+path+".")
+			return httpjson.New(http.StatusMethodNotAllowed, "method_not_allowed", "Method "+r.Method+" is not allowed on "+path+".")
 		}
-		return apiErr(http.StatusNotFound, "not_found", "No such route: "+path+".")
+		return httpjson.New(http.StatusNotFound, "not_found", "No such route: "+path+".")
 	}
 	c := &call{param: param}
 	if rt.auth != authNone && s.cfg.EnforceHTTPS && !s.secure(r) {
-		return apiErr(http.StatusForbidden, "https_required", "HTTPS is required.")
+		return httpjson.New(http.StatusForbidden, "https_required", "HTTPS is required.")
 	}
 	switch rt.auth {
 	case authMetrics:
 		if !s.metricsAuth(r) {
-			return apiErr(http.StatusUnauthorized, "unauthorized", "Metrics need a bearer metrics token or admin credentials.")
+			return httpjson.New(http.StatusUnauthorized, "unauthorized", "Metrics need a bearer metrics token or admin credentials.")
 		}
 	case authAdmin:
 		if !s.admin(r) {
-			return apiErr(http.StatusUnauthorized, "unauthorized", "Admin authentication required.")
+			return httpjson.New(http.StatusUnauthorized, "unauthorized", "Admin authentication required.")
 		}
 	case authKey:
 		if s.cfg.Maintenance {
-			return &apiError{status: http.StatusServiceUnavailable, code: "maintenance",
-				message: "The bus is in maintenance mode.", retryAfter: 60}
+			return &httpjson.Error{Status: http.StatusServiceUnavailable, Code: "maintenance",
+				Message: "The bus is in maintenance mode.", RetryAfter: 60 * time.Second}
 		}
 	}
 	if rt.auth == authKey || rt.auth == authAdmin {
@@ -172,8 +173,8 @@ func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *apiError {
 			nw.ctx, nw.n = r.Context(), p.nonce
 		}
 		if wait := s.allow(p); wait > 0 {
-			return &apiError{status: http.StatusTooManyRequests, code: "rate_limited",
-				message: fmt.Sprintf("Too many requests: %d per minute per key.", s.cfg.RateLimit), retryAfter: wait}
+			return &httpjson.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
+				Message: fmt.Sprintf("Too many requests: %d per minute per key.", s.cfg.RateLimit), RetryAfter: time.Duration(wait) * time.Second}
 		}
 		c.p = p
 	}
@@ -194,35 +195,35 @@ func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *apiError {
 const writeWait = 4 * time.Second
 
 // readBody reads at most MaxBody bytes.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *httpjson.Error) {
 	if r.ContentLength > MaxBody {
-		return nil, apiErr(http.StatusRequestEntityTooLarge, "body_too_large", "Request body exceeds the 8KB limit.")
+		return nil, httpjson.New(http.StatusRequestEntityTooLarge, "body_too_large", "Request body exceeds the 8KB limit.")
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			return nil, apiErr(http.StatusRequestEntityTooLarge, "body_too_large", "Request body exceeds the 8KB limit.")
+			return nil, httpjson.New(http.StatusRequestEntityTooLarge, "body_too_large", "Request body exceeds the 8KB limit.")
 		}
-		return nil, apiErr(http.StatusBadRequest, "invalid_request", "Could not read the request body.")
+		return nil, httpjson.New(http.StatusBadRequest, "invalid_request", "Could not read the request body.")
 	}
 	return b, nil
 }
 
 // internal turns an unexpected error into a 503 (the log is busy or
 // closing) without exposing its text.
-func (s *Service) internal(err error) *apiError {
+func (s *Service) internal(err error) *httpjson.Error {
 	s.lg.Error("intent bus", "err", err)
-	return &apiError{status: http.StatusServiceUnavailable, code: "database_busy",
-		message: "The bus could not record the change; retry.", retryAfter: 1}
+	return &httpjson.Error{Status: http.StatusServiceUnavailable, Code: "database_busy",
+		Message: "The bus could not record the change; retry.", RetryAfter: time.Second}
 }
 
-func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request, _ *call) *apiError {
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "ts": float64(s.clock().UnixMicro()) / 1e6, "version": "2.1"})
+func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request, _ *call) *httpjson.Error {
+	reply(w, http.StatusOK, map[string]any{"ok": true, "ts": float64(s.clock().UnixMicro()) / 1e6, "version": "2.1"})
 	return nil
 }
 
-func (s *Service) handlePublish(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handlePublish(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	p, e := parsePublish(c.f)
 	if e != nil {
 		return e
@@ -237,7 +238,7 @@ func (s *Service) handlePublish(w http.ResponseWriter, r *http.Request, c *call)
 	}
 	status, body, err := s.publish(r.Context(), p, c.p, idem, hash)
 	if err != nil {
-		var ae *apiError
+		var ae *httpjson.Error
 		if errors.As(err, &ae) {
 			return ae
 		}
@@ -267,7 +268,7 @@ func nullable(s string) *string {
 	return &s
 }
 
-func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	q := r.URL.Query()
 	f := &claimFilter{namespace: q.Get("namespace"), goal: q.Get("goal"), caller: c.p.digest}
 	if f.namespace == "" {
@@ -282,7 +283,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request, c *call) *
 	if pub := q.Get("publisher"); pub != "" {
 		d := keyDigest(pub)
 		if c.p.tester && d != c.p.digest {
-			return apiErr(http.StatusForbidden, "forbidden", "publisher filtering is restricted to your own key.")
+			return httpjson.New(http.StatusForbidden, "forbidden", "publisher filtering is restricted to your own key.")
 		}
 		f.publisher = d
 	}
@@ -312,7 +313,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request, c *call) *
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	writeJSON(w, http.StatusOK, claimResp{
+	reply(w, http.StatusOK, claimResp{
 		ID: got.row.ID, Namespace: got.row.Namespace, Goal: got.row.Goal, Payload: got.row.Payload,
 		ClaimAttempts: got.row.ClaimAttempts, Priority: got.row.Priority,
 		TargetWorker: nullable(got.row.TargetWorker), RequiredCapability: nullable(got.row.RequiredCapability),
@@ -321,16 +322,16 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request, c *call) *
 	return nil
 }
 
-var notOwned = apiErr(http.StatusNotFound, "not_found", "Intent not found, not owned by you, or invalid claim_token.")
+var notOwned = httpjson.New(http.StatusNotFound, "not_found", "Intent not found, not owned by you, or invalid claim_token.")
 
-func (s *Service) mutationErr(err error) *apiError {
+func (s *Service) mutationErr(err error) *httpjson.Error {
 	if errors.Is(err, errLeaseLost) {
 		return notOwned
 	}
 	return s.internal(err)
 }
 
-func (s *Service) handleExtend(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleExtend(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	tok, e := claimToken(c.f)
 	if e != nil {
 		return e
@@ -342,11 +343,11 @@ func (s *Service) handleExtend(w http.ResponseWriter, r *http.Request, c *call) 
 	if err := s.extend(r.Context(), c.param, c.p, tok, time.Duration(secs*float64(time.Second))); err != nil {
 		return s.mutationErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": c.param, "extended_by": secs})
+	reply(w, http.StatusOK, map[string]any{"ok": true, "id": c.param, "extended_by": secs})
 	return nil
 }
 
-func (s *Service) handleFulfill(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleFulfill(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	tok, e := claimToken(c.f)
 	if e != nil {
 		return e
@@ -377,11 +378,11 @@ func (s *Service) handleFulfill(w http.ResponseWriter, r *http.Request, c *call)
 	if err := s.fulfill(r.Context(), c.param, c.p, tok, result, rt); err != nil {
 		return s.mutationErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": c.param})
+	reply(w, http.StatusOK, map[string]any{"ok": true, "id": c.param})
 	return nil
 }
 
-func (s *Service) handleFail(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleFail(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	tok, e := claimToken(c.f)
 	if e != nil {
 		return e
@@ -399,19 +400,19 @@ func (s *Service) handleFail(w http.ResponseWriter, r *http.Request, c *call) *a
 	if err := s.fail(r.Context(), c.param, c.p, tok, msg); err != nil {
 		return s.mutationErr(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": c.param})
+	reply(w, http.StatusOK, map[string]any{"ok": true, "id": c.param})
 	return nil
 }
 
 // visible returns the job row if c may read it (publisher, last claimer or
 // the main key).
-func (s *Service) visible(c *call) (tracing.JobRow, *apiError) {
+func (s *Service) visible(c *call) (tracing.JobRow, *httpjson.Error) {
 	row, ok := s.view(c.param)
 	if !ok {
-		return row, apiErr(http.StatusNotFound, "not_found", "Intent not found.")
+		return row, httpjson.New(http.StatusNotFound, "not_found", "Intent not found.")
 	}
 	if c.p.tester && row.Publisher != c.p.digest && row.ClaimedBy != c.p.digest {
-		return row, apiErr(http.StatusForbidden, "forbidden", "Only the publisher, the claimer or an admin may read this intent.")
+		return row, httpjson.New(http.StatusForbidden, "forbidden", "Only the publisher, the claimer or an admin may read this intent.")
 	}
 	return row, nil
 }
@@ -435,18 +436,18 @@ func statusView(row *tracing.JobRow) map[string]any {
 	return m
 }
 
-func (s *Service) handleStatus(w http.ResponseWriter, _ *http.Request, c *call) *apiError {
+func (s *Service) handleStatus(w http.ResponseWriter, _ *http.Request, c *call) *httpjson.Error {
 	row, e := s.visible(c)
 	if e != nil {
 		return e
 	}
 	m := statusView(&row)
 	m["last_error"] = nullable(row.LastError)
-	writeJSON(w, http.StatusOK, m)
+	reply(w, http.StatusOK, m)
 	return nil
 }
 
-func (s *Service) handleResult(w http.ResponseWriter, _ *http.Request, c *call) *apiError {
+func (s *Service) handleResult(w http.ResponseWriter, _ *http.Request, c *call) *httpjson.Error {
 	row, e := s.visible(c)
 	if e != nil {
 		return e
@@ -462,16 +463,16 @@ func (s *Service) handleResult(w http.ResponseWriter, _ *http.Request, c *call) 
 	if row.LastError != "" {
 		m["error"] = row.LastError
 	}
-	writeJSON(w, http.StatusOK, m)
+	reply(w, http.StatusOK, m)
 	return nil
 }
 
-func (s *Service) handleSet(w http.ResponseWriter, r *http.Request, c *call) *apiError {
+func (s *Service) handleSet(w http.ResponseWriter, r *http.Request, c *call) *httpjson.Error {
 	if len(c.param) > 256 {
 		return invalid("key", "key must be at most 256 bytes.")
 	}
 	if !c.f.has("value") {
-		return apiErr(http.StatusBadRequest, "invalid_request", "Missing value.")
+		return httpjson.New(http.StatusBadRequest, "invalid_request", "Missing value.")
 	}
 	val, e := compactValue(c.f["value"], "value", "value_too_large")
 	if e != nil {
@@ -484,14 +485,14 @@ func (s *Service) handleSet(w http.ResponseWriter, r *http.Request, c *call) *ap
 	if err := s.set(r.Context(), c.p.digest, c.param, string(val), time.Duration(ttl)*time.Second); err != nil {
 		return s.internal(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	reply(w, http.StatusOK, map[string]any{"ok": true})
 	return nil
 }
 
-func (s *Service) handleGet(w http.ResponseWriter, _ *http.Request, c *call) *apiError {
+func (s *Service) handleGet(w http.ResponseWriter, _ *http.Request, c *call) *httpjson.Error {
 	v, ok := s.get(c.p.digest, c.param)
 	if !ok {
-		return apiErr(http.StatusNotFound, "not_found", "Key not found.")
+		return httpjson.New(http.StatusNotFound, "not_found", "Key not found.")
 	}
 	writeRaw(w, http.StatusOK, []byte(`{"value":`+v+`}`))
 	return nil

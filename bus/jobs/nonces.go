@@ -148,7 +148,7 @@ func (w *nonceWriter) ensure() {
 		h := w.ResponseWriter.Header()
 		clear(h)
 		securityHeaders(h)
-		writeError(w.ResponseWriter, w.s.internal(err))
+		problem(w.ResponseWriter, w.s.internal(err))
 		return
 	}
 	w.n.saved = true

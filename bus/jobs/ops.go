@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 	"github.com/jmoiron/sqlx"
 )
@@ -38,19 +39,19 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 			s.mu.Unlock()
 			switch {
 			case e.hash != bodyHash:
-				return 0, nil, apiErr(http.StatusUnprocessableEntity, "idempotency_conflict",
+				return 0, nil, httpjson.New(http.StatusUnprocessableEntity, "idempotency_conflict",
 					"Idempotency-Key was already used with a different request body.")
 			case e.pending:
-				return 0, nil, &apiError{status: http.StatusConflict, code: "idempotency_in_progress",
-					message: "A request with this Idempotency-Key is still being processed.", retryAfter: 1}
+				return 0, nil, &httpjson.Error{Status: http.StatusConflict, Code: "idempotency_in_progress",
+					Message: "A request with this Idempotency-Key is still being processed.", RetryAfter: time.Second}
 			}
 			return e.status, e.body, nil
 		}
 	}
 	if c.tester && s.open[c.digest] >= s.cfg.OpenCap {
 		s.mu.Unlock()
-		return 0, nil, &apiError{status: http.StatusTooManyRequests, code: "limit_exceeded",
-			message: fmt.Sprintf("Open intent limit reached (%d open or claimed intents per key).", s.cfg.OpenCap), retryAfter: 60}
+		return 0, nil, &httpjson.Error{Status: http.StatusTooManyRequests, Code: "limit_exceeded",
+			Message: fmt.Sprintf("Open intent limit reached (%d open or claimed intents per key).", s.cfg.OpenCap), RetryAfter: 60 * time.Second}
 	}
 	s.open[c.digest]++ // reserved until the job is indexed
 	var pending *idemEntry

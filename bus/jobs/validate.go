@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 var (
@@ -26,20 +28,20 @@ type fields map[string]json.RawMessage
 
 // decodeObject parses a request body as a JSON object. An empty body is
 // an empty object.
-func decodeObject(body []byte) (fields, *apiError) {
+func decodeObject(body []byte) (fields, *httpjson.Error) {
 	t := bytes.TrimSpace(body)
 	if len(t) == 0 {
 		return fields{}, nil
 	}
 	if !json.Valid(t) {
-		return nil, apiErr(http.StatusBadRequest, "invalid_json", "Request body is not valid JSON.")
+		return nil, httpjson.New(http.StatusBadRequest, "invalid_json", "Request body is not valid JSON.")
 	}
 	if t[0] != '{' {
-		return nil, apiErr(http.StatusBadRequest, "invalid_request", "Request body must be a JSON object.")
+		return nil, httpjson.New(http.StatusBadRequest, "invalid_request", "Request body must be a JSON object.")
 	}
 	var f fields
 	if err := json.Unmarshal(t, &f); err != nil {
-		return nil, apiErr(http.StatusBadRequest, "invalid_json", "Request body is not valid JSON.")
+		return nil, httpjson.New(http.StatusBadRequest, "invalid_json", "Request body is not valid JSON.")
 	}
 	return f, nil
 }
@@ -50,12 +52,12 @@ func (f fields) has(k string) bool {
 	return ok && string(v) != "null"
 }
 
-func invalid(field, msg string) *apiError {
-	return apiErr(http.StatusBadRequest, "invalid_"+field, msg)
+func invalid(field, msg string) *httpjson.Error {
+	return httpjson.New(http.StatusBadRequest, "invalid_"+field, msg)
 }
 
 // str reads an optional string field (null or absent: "", false).
-func (f fields) str(k string) (string, bool, *apiError) {
+func (f fields) str(k string) (string, bool, *httpjson.Error) {
 	if !f.has(k) {
 		return "", false, nil
 	}
@@ -67,7 +69,7 @@ func (f fields) str(k string) (string, bool, *apiError) {
 }
 
 // integer reads an optional integer field within [lo, hi].
-func (f fields) integer(k string, def, lo, hi int) (int, *apiError) {
+func (f fields) integer(k string, def, lo, hi int) (int, *httpjson.Error) {
 	if !f.has(k) {
 		return def, nil
 	}
@@ -85,7 +87,7 @@ func (f fields) integer(k string, def, lo, hi int) (int, *apiError) {
 }
 
 // number reads an optional number field within [lo, hi].
-func (f fields) number(k string, def, lo, hi float64) (float64, *apiError) {
+func (f fields) number(k string, def, lo, hi float64) (float64, *httpjson.Error) {
 	if !f.has(k) {
 		return def, nil
 	}
@@ -97,16 +99,16 @@ func (f fields) number(k string, def, lo, hi float64) (float64, *apiError) {
 }
 
 // compactValue compacts a JSON value and checks its size and depth.
-func compactValue(raw json.RawMessage, field, tooLarge string) ([]byte, *apiError) {
+func compactValue(raw json.RawMessage, field, tooLarge string) ([]byte, *httpjson.Error) {
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {
 		return nil, invalid(field, fmt.Sprintf("%s is not valid JSON.", field))
 	}
 	if depth(b.Bytes()) > maxDepth {
-		return nil, apiErr(http.StatusBadRequest, "invalid_payload", fmt.Sprintf("%s is nested deeper than %d levels.", field, maxDepth))
+		return nil, httpjson.New(http.StatusBadRequest, "invalid_payload", fmt.Sprintf("%s is nested deeper than %d levels.", field, maxDepth))
 	}
 	if b.Len() > MaxPayload {
-		return nil, apiErr(http.StatusRequestEntityTooLarge, tooLarge,
+		return nil, httpjson.New(http.StatusRequestEntityTooLarge, tooLarge,
 			fmt.Sprintf("The '%s' field's serialized content exceeds the 7KB limit.", field))
 	}
 	return b.Bytes(), nil
@@ -141,12 +143,12 @@ func depth(b []byte) int {
 
 // parsePublish validates a POST /intent body against RFC §4.1: every field
 // rule has its own invalid_<field> error; nothing is coerced or clamped.
-func parsePublish(f fields) (*publishReq, *apiError) {
+func parsePublish(f fields) (*publishReq, *httpjson.Error) {
 	if !f.has("goal") || !f.has("payload") {
-		return nil, apiErr(http.StatusBadRequest, "invalid_request", "Missing goal or payload.")
+		return nil, httpjson.New(http.StatusBadRequest, "invalid_request", "Missing goal or payload.")
 	}
 	p := &publishReq{}
-	var e *apiError
+	var e *httpjson.Error
 	var ok bool
 	if p.goal, _, e = f.str("goal"); e != nil {
 		return nil, e
@@ -217,13 +219,13 @@ func canonicalHash(body []byte) string {
 }
 
 // claimToken reads the required claim_token of a mutation.
-func claimToken(f fields) (string, *apiError) {
+func claimToken(f fields) (string, *httpjson.Error) {
 	t, ok, e := f.str("claim_token")
 	if e != nil {
 		return "", invalid("claim_token", "claim_token must be a string.")
 	}
 	if !ok || t == "" {
-		return "", apiErr(http.StatusBadRequest, "invalid_request", "Missing claim_token.")
+		return "", httpjson.New(http.StatusBadRequest, "invalid_request", "Missing claim_token.")
 	}
 	return t, nil
 }

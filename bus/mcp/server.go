@@ -19,6 +19,7 @@ import (
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -140,9 +141,9 @@ func (s *Server) tool(p *mesh.Pipeline) sdk.ToolHandler {
 		row, err := s.cfg.Mesh.CreateLimited(ctx, mesh.CreateRequest{Creator: caller, Route: p.Route, Payload: args,
 			Headers: map[string]string{HeaderProtocol: "mcp", HeaderPipeline: p.Name}})
 		if err != nil {
-			var ie *mesh.InputError
+			var ie *httpjson.Error
 			if errors.As(err, &ie) {
-				return failure(ie.Msg), nil
+				return failure(ie.Message), nil
 			}
 			return nil, fmt.Errorf("create envelope: %w", err)
 		}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/httpjson"
-	"github.com/beamdir/beam/internal/limits"
 	"github.com/beamdir/beam/internal/sse"
 	"github.com/beamdir/beam/tracing"
 )
@@ -40,30 +39,13 @@ func (e *Engine) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/mesh/{id}/requeue", e.api(e.handleRequeue))
 	mux.HandleFunc("POST /api/v1/mesh/{id}/fly", e.api(e.handleFly))
 	mux.HandleFunc("POST /api/v1/mesh/{id}/processing", e.api(e.handleProcessing))
-	mux.HandleFunc("GET /api/v1/mesh/{id}/events", e.handleEvents)
+	mux.HandleFunc("GET /api/v1/mesh/{id}/events", e.api(e.handleEvents))
 }
 
-// api adapts a handler that returns an error: *InputError is answered in
-// the Beam error shape, anything else as 500.
-func (e *Engine) api(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
-			e.writeErr(w, err)
-		}
-	}
-}
-
-func (e *Engine) writeErr(w http.ResponseWriter, err error) {
-	var ie *InputError
-	if errors.As(err, &ie) {
-		if ie.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(limits.RetryAfterSeconds(ie.RetryAfter)))
-		}
-		httpjson.Error(w, ie.Status, ie.Code, ie.Msg)
-		return
-	}
-	e.lg.Error("mesh api", "err", err)
-	httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "internal error")
+// api adapts a handler that returns an error (httpjson.Adapter): an
+// *httpjson.Error is answered in the Beam error shape, anything else as 500.
+func (e *Engine) api(h httpjson.HandlerFunc) http.HandlerFunc {
+	return httpjson.Adapter{Log: e.lg}.Handler(h)
 }
 
 // principal is who a request acts as: an agent (by its API key) or the
@@ -89,15 +71,15 @@ func (e *Engine) authenticate(r *http.Request) (principal, error) {
 		if a, ok := e.reg.AuthenticateAPIKey(key); ok {
 			return principal{agent: a.BeamID}, nil
 		}
-		return principal{}, inputErr(http.StatusUnauthorized, CodeUnauthorized, "invalid API key")
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "invalid API key")
 	}
 	if _, ok := httpjson.Bearer(r); ok {
-		return principal{}, inputErr(http.StatusUnauthorized, CodeUnauthorized, "invalid token")
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "invalid token")
 	}
 	if r.Header.Get(HeaderSignature) != "" {
 		return e.authenticateSigned(r)
 	}
-	return principal{}, inputErr(http.StatusUnauthorized, CodeUnauthorized,
+	return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized,
 		"send the creating agent's API key (x-api-key), its signature (x-beam-id, x-beam-timestamp, x-beam-nonce, x-beam-signature) or the operator token")
 }
 
@@ -125,10 +107,10 @@ func (e *Engine) authenticateSigned(r *http.Request) (principal, error) {
 	limit := int64(e.cfg.MaxPayloadBytes + 64<<10)
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return principal{}, inputErr(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
+		return principal{}, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
 	}
 	if int64(len(body)) > limit {
-		return principal{}, inputErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", limit)
+		return principal{}, httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", limit)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	sum := sha256.Sum256(body)
@@ -139,10 +121,9 @@ func (e *Engine) authenticateSigned(r *http.Request) (principal, error) {
 		Timestamp: r.Header.Get(HeaderTimestamp), Nonce: r.Header.Get(HeaderNonce), Signature: r.Header.Get(HeaderSignature),
 	})
 	if err != nil {
-		var hs interface{ HTTPStatus() (int, string) }
-		if errors.As(err, &hs) {
-			status, code := hs.HTTPStatus()
-			return principal{}, inputErr(status, code, "signed request refused: %v", err)
+		var he *httpjson.Error
+		if errors.As(err, &he) {
+			return principal{}, httpjson.Errorf(he.Status, he.Code, "signed request refused: %s: %s", he.Code, he.Message)
 		}
 		return principal{}, fmt.Errorf("verify signed request: %w", err)
 	}
@@ -167,7 +148,7 @@ func (e *Engine) visible(ctx context.Context, p principal, id string) (tracing.M
 		return row, err
 	}
 	if !ok || (!p.operator && row.Creator != p.agent) {
-		return tracing.MeshRow{}, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
 	}
 	return row, nil
 }
@@ -200,15 +181,15 @@ func (e *Engine) readJSON(w http.ResponseWriter, r *http.Request, v any, limit i
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return inputErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", limit)
+			return httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", limit)
 		}
-		return inputErr(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
+		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return inputErr(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object: %v", err)
+		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object: %v", err)
 	}
 	return nil
 }
@@ -219,11 +200,11 @@ const openRetryAfter = 5 * time.Second
 
 // CreateLimited is Create for an agent's own request (the gateway, A2A,
 // MCP): within its creation rate (AllowCreate) and its cap of open
-// envelopes (MaxOpenPerCreator), else a 429 InputError with Retry-After.
+// envelopes (MaxOpenPerCreator), else a 429 *httpjson.Error with Retry-After.
 func (e *Engine) CreateLimited(ctx context.Context, req CreateRequest) (tracing.MeshRow, error) {
 	if e.cfg.AllowCreate != nil {
 		if ok, wait := e.cfg.AllowCreate(req.Creator); !ok {
-			ie := inputErr(http.StatusTooManyRequests, CodeRateLimited, "too many envelopes created by %s; retry later", req.Creator)
+			ie := httpjson.Errorf(http.StatusTooManyRequests, CodeRateLimited, "too many envelopes created by %s; retry later", req.Creator)
 			ie.RetryAfter = wait
 			return tracing.MeshRow{}, ie
 		}
@@ -240,7 +221,7 @@ func (e *Engine) CreateLimited(ctx context.Context, req CreateRequest) (tracing.
 		return tracing.MeshRow{}, err
 	}
 	if n >= e.cfg.MaxOpenPerCreator {
-		ie := inputErr(http.StatusTooManyRequests, CodeTooManyOpen,
+		ie := httpjson.Errorf(http.StatusTooManyRequests, CodeTooManyOpen,
 			"%s has %d open envelopes, the most one creator may have; retry when some have finished", req.Creator, n)
 		ie.RetryAfter = openRetryAfter
 		return tracing.MeshRow{}, ie
@@ -255,7 +236,7 @@ func parseRoute(raw json.RawMessage, actor string) ([]string, error) {
 		if actor != "" {
 			return []string{actor}, nil
 		}
-		return nil, inputErr(http.StatusBadRequest, CodeEmptyRoute, "route is required")
+		return nil, httpjson.Errorf(http.StatusBadRequest, CodeEmptyRoute, "route is required")
 	}
 	var list []string
 	if err := json.Unmarshal(raw, &list); err == nil {
@@ -266,7 +247,7 @@ func parseRoute(raw json.RawMessage, actor string) ([]string, error) {
 		Next []string `json:"next"`
 	}
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, inputErr(http.StatusBadRequest, CodeInvalidField, "route must be a list of actors or {curr, next}")
+		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "route must be a list of actors or {curr, next}")
 	}
 	var out []string
 	if obj.Curr != "" {
@@ -285,13 +266,13 @@ func parseTimeout(raw json.RawMessage) (time.Duration, error) {
 	if json.Unmarshal(raw, &s) == nil {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
-			return 0, inputErr(http.StatusBadRequest, CodeInvalidField, "timeout %q: want a positive duration (\"30s\") or seconds", s)
+			return 0, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "timeout %q: want a positive duration (\"30s\") or seconds", s)
 		}
 		return d, nil
 	}
 	var secs float64
 	if err := json.Unmarshal(raw, &secs); err != nil || secs <= 0 || secs > 1e7 {
-		return 0, inputErr(http.StatusBadRequest, CodeInvalidField, "timeout: want a positive number of seconds or a duration string")
+		return 0, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "timeout: want a positive number of seconds or a duration string")
 	}
 	return time.Duration(secs * float64(time.Second)), nil
 }
@@ -316,11 +297,11 @@ func (e *Engine) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	creator := p.agent
 	if p.operator {
 		if b.Creator == "" {
-			return inputErr(http.StatusBadRequest, CodeInvalidField, "an operator creates an envelope on behalf of an agent: set creator")
+			return httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "an operator creates an envelope on behalf of an agent: set creator")
 		}
 		creator = b.Creator
 	} else if b.Creator != "" && b.Creator != p.agent {
-		return inputErr(http.StatusForbidden, CodeForbidden, "an agent creates envelopes only as itself")
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "an agent creates envelopes only as itself")
 	}
 	req := CreateRequest{Creator: creator, Route: route, Payload: b.Payload, Headers: b.Headers, Timeout: timeout}
 	var row tracing.MeshRow
@@ -346,7 +327,7 @@ func (e *Engine) listQuery(r *http.Request, p principal) (tracing.MeshQuery, err
 		for _, part := range strings.Split(s, ",") {
 			st := tracing.MeshStatus(strings.TrimSpace(part))
 			if st.Order() < 0 {
-				return q, inputErr(http.StatusBadRequest, CodeInvalidField, "unknown status %q", part)
+				return q, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "unknown status %q", part)
 			}
 			q.Statuses = append(q.Statuses, st)
 		}
@@ -359,7 +340,7 @@ func (e *Engine) listQuery(r *http.Request, p principal) (tracing.MeshQuery, err
 		if v := r.URL.Query().Get(f.name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > f.max {
-				return q, inputErr(http.StatusBadRequest, CodeInvalidField, "%s must be an integer from 0 to %d", f.name, f.max)
+				return q, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "%s must be an integer from 0 to %d", f.name, f.max)
 			}
 			*f.dst = n
 		}
@@ -462,7 +443,7 @@ func (e *Engine) handleRequeue(w http.ResponseWriter, r *http.Request) error {
 		if _, err := e.visible(r.Context(), p, r.PathValue("id")); err != nil {
 			return err
 		}
-		return inputErr(http.StatusForbidden, CodeForbidden, "requeue needs the operator token")
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "requeue needs the operator token")
 	}
 	row, err := e.Requeue(r.Context(), r.PathValue("id"))
 	if err != nil {
@@ -485,7 +466,7 @@ func (e *Engine) handleFly(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if !ok || !(p.operator || p.agent == row.Creator || p.agent == row.Actor) {
-		return inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", r.PathValue("id"))
+		return httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", r.PathValue("id"))
 	}
 	var b struct {
 		Data json.RawMessage `json:"data"`
@@ -494,10 +475,10 @@ func (e *Engine) handleFly(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(b.Data) == 0 {
-		return inputErr(http.StatusBadRequest, CodeInvalidField, "data is required")
+		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "data is required")
 	}
 	if row.Status.Terminal() {
-		return inputErr(http.StatusConflict, CodeConflict, "envelope %s already %s", row.ID, row.Status)
+		return httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s already %s", row.ID, row.Status)
 	}
 	n := 0
 	if !statusOff(row) {
@@ -522,7 +503,7 @@ func (e *Engine) handleProcessing(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if p.operator {
-		return inputErr(http.StatusForbidden, CodeForbidden, "only the hop's actor reports processing")
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "only the hop's actor reports processing")
 	}
 	row, err := e.Processing(r.Context(), r.PathValue("id"), p.agent, b.Attempt)
 	if err != nil {
@@ -546,37 +527,32 @@ func statusOff(row tracing.MeshRow) bool {
 // replayed from the log), then live status, progress and fly events; a
 // keepalive comment every KeepaliveInterval; closed on a terminal status.
 // Event ids are log sequence numbers; FLY events carry none.
-func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
+func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	p, err := e.authenticate(r)
 	if err != nil {
-		e.writeErr(w, err)
-		return
+		return err
 	}
 	id := r.PathValue("id")
 	if _, err := e.visible(r.Context(), p, id); err != nil {
-		e.writeErr(w, err)
-		return
+		return err
 	}
 	var after int64 = -1
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			httpjson.Error(w, http.StatusBadRequest, CodeInvalidField, "Last-Event-ID must be a non-negative integer")
-			return
+			return httpjson.New(http.StatusBadRequest, CodeInvalidField, "Last-Event-ID must be a non-negative integer")
 		}
 		after = n
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "streaming unsupported")
-		return
+		return httpjson.New(http.StatusInternalServerError, httpjson.CodeInternal, "streaming unsupported")
 	}
 	sub := e.hub.subscribe(id)
 	defer e.hub.unsubscribe(id, sub)
 	row, _, err := e.log.MeshEnvelope(r.Context(), id)
 	if err != nil {
-		e.writeErr(w, err)
-		return
+		return err
 	}
 	sse.Open(w, "no-cache")
 
@@ -585,7 +561,7 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if after >= 0 {
 		events, err := e.log.Trace(r.Context(), row.Nonce)
 		if err != nil {
-			return
+			return nil
 		}
 		var folded tracing.MeshRow
 		for _, ev := range events {
@@ -605,18 +581,18 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	flusher.Flush()
 	if row.Status.Terminal() || s.Err() != nil {
-		return
+		return nil
 	}
 	keep := time.NewTicker(KeepaliveInterval)
 	defer keep.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
-			return
+			return nil
 		case <-sub.done:
 			// Closed: the server stops, or this stream fell behind and
 			// resumes from Last-Event-ID.
-			return
+			return nil
 		case <-keep.C:
 			s.Comment("keepalive")
 		case ev := <-sub.ch:
@@ -634,11 +610,11 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			if ev.row != nil && ev.row.Status.Terminal() && ev.row.LastSeq >= s.lastSeq {
 				flusher.Flush()
-				return
+				return nil
 			}
 		}
 		if s.Err() != nil {
-			return
+			return nil
 		}
 		flusher.Flush()
 	}

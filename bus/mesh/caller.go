@@ -42,7 +42,7 @@ func (e *Engine) Caller(r *http.Request) (string, error) {
 // cards and metadata name.
 func Unauthorized(w http.ResponseWriter, err error) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="beam", error="invalid_token"`)
-	httpjson.Error(w, http.StatusUnauthorized, CodeUnauthorized, err.Error())
+	httpjson.WriteError(w, http.StatusUnauthorized, CodeUnauthorized, err.Error())
 }
 
 // MayStart checks that creator may send the first hop of route, by the
@@ -62,7 +62,7 @@ func (e *Engine) MayStart(creator string, route []string) error {
 		if reason != "" {
 			msg += " (" + reason + ")"
 		}
-		return inputErr(http.StatusForbidden, CodeForbidden, "%s", msg)
+		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "%s", msg)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,7 +46,7 @@ func FuzzParseRoute(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, actor string) {
 		actors, err := parseRoute(raw, actor)
 		if err != nil {
-			var ie *InputError
+			var ie *httpjson.Error
 			require.ErrorAs(t, err, &ie)
 			require.Equal(t, 400, ie.Status)
 			return

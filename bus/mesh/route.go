@@ -11,6 +11,7 @@ import (
 
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
 	"github.com/google/uuid"
 )
@@ -44,25 +45,6 @@ const (
 // nonRetryable are actor error codes that are never retried.
 var nonRetryable = map[string]bool{CodePermanent: true, "UNSUPPORTED_INTENT": true, "INVALID_INTENT": true}
 
-// InputError is a client mistake: an HTTP status, an error code and a
-// message.
-type InputError struct {
-	Status int
-	Code   string
-	Msg    string
-	// RetryAfter, when set, is sent as the Retry-After header (429).
-	RetryAfter time.Duration
-}
-
-func (e *InputError) Error() string { return e.Msg }
-
-// HTTPStatus returns the status and error code to answer with.
-func (e *InputError) HTTPStatus() (int, string) { return e.Status, e.Code }
-
-func inputErr(status int, code, format string, args ...any) *InputError {
-	return &InputError{Status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
-}
-
 // CreateRequest is a validated request for a new envelope.
 type CreateRequest struct {
 	Creator string
@@ -82,22 +64,22 @@ type CreateRequest struct {
 	Author, ContentAuthor string
 }
 
-// routeErr maps a route rule error to an InputError.
-func routeErr(err error) *InputError {
+// routeErr maps a route rule error to a client mistake.
+func routeErr(err error) *httpjson.Error {
 	switch {
 	case errors.Is(err, ErrEmptyRoute):
-		return inputErr(http.StatusBadRequest, CodeEmptyRoute, "%v", err)
+		return httpjson.Errorf(http.StatusBadRequest, CodeEmptyRoute, "%v", err)
 	case errors.Is(err, ErrReservedActor):
-		return inputErr(http.StatusBadRequest, CodeReservedActor, "%v", err)
+		return httpjson.Errorf(http.StatusBadRequest, CodeReservedActor, "%v", err)
 	case errors.Is(err, ErrHopLimit):
-		return inputErr(http.StatusBadRequest, CodeHopLimit, "%v", err)
+		return httpjson.Errorf(http.StatusBadRequest, CodeHopLimit, "%v", err)
 	default:
-		return inputErr(http.StatusBadRequest, CodeInvalidField, "route: %v", err)
+		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "route: %v", err)
 	}
 }
 
 // Create records a new envelope and starts its first hop. Errors are
-// *InputError for client mistakes.
+// *httpjson.Error for client mistakes.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow, error) {
 	route, err := NewRoute(req.Route, e.cfg.MaxHops)
 	if err != nil {
@@ -105,22 +87,22 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 	}
 	for _, a := range req.Route {
 		if !e.known(a) {
-			return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeUnknownActor,
+			return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeUnknownActor,
 				"actor %q is neither a registered agent nor served by a pinned peer directory", a)
 		}
 	}
 	if _, ok := e.reg.Get(req.Creator); !ok {
-		return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeUnknownActor, "creator %q is not a registered agent", req.Creator)
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeUnknownActor, "creator %q is not a registered agent", req.Creator)
 	}
 	payload := bytes.TrimSpace(req.Payload)
 	if len(payload) == 0 {
 		payload = []byte("{}")
 	}
 	if !json.Valid(payload) {
-		return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeInvalidJSON, "payload is not valid JSON")
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "payload is not valid JSON")
 	}
 	if len(payload) > e.cfg.MaxPayloadBytes {
-		return tracing.MeshRow{}, inputErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			"payload is %d bytes, at most %d", len(payload), e.cfg.MaxPayloadBytes)
 	}
 	if req.Prev != nil {
@@ -136,7 +118,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 		timeout = e.cfg.DefaultTimeout
 	}
 	if timeout < 0 || timeout > e.cfg.MaxTimeout {
-		return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeInvalidField, "timeout must be between 0 and %s", e.cfg.MaxTimeout)
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "timeout must be between 0 and %s", e.cfg.MaxTimeout)
 	}
 	headers := map[string]string{}
 	for k, v := range req.Headers {
@@ -144,7 +126,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 			continue
 		}
 		if len(k) > 256 || len(v) > 4096 || len(headers) >= 64 {
-			return tracing.MeshRow{}, inputErr(http.StatusBadRequest, CodeInvalidField, "headers: at most 64, names up to 256 and values up to 4096 bytes")
+			return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "headers: at most 64, names up to 256 and values up to 4096 bytes")
 		}
 		headers[k] = v
 	}
@@ -907,13 +889,13 @@ func (e *Engine) Cancel(ctx context.Context, id string) (tracing.MeshRow, error)
 		return row, err
 	}
 	if !ok {
-		return row, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return row, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
 	}
 	if row.Status == tracing.MeshCanceled {
 		return row, nil
 	}
 	if row.Status.Terminal() {
-		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s already %s", id, row.Status)
+		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s already %s", id, row.Status)
 	}
 	env, err := envelopeOf(row)
 	if err != nil {
@@ -947,11 +929,11 @@ func (e *Engine) Processing(ctx context.Context, id, actor string, n int) (traci
 		return row, err
 	}
 	if !ok || (row.Actor != actor && row.Creator != actor) {
-		return tracing.MeshRow{}, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
 	}
 	if row.Actor != actor || row.Status.Terminal() || row.Attempt != n ||
 		(row.State != tracing.Dispatched && row.State != tracing.Delivered) {
-		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s has no attempt %d of %s in flight", id, n, actor)
+		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s has no attempt %d of %s in flight", id, n, actor)
 	}
 	p := tracing.MeshHopProgress(row.Envelope, tracing.MeshProcessingShare)
 	if p <= row.Progress {
@@ -987,10 +969,10 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 		return row, err
 	}
 	if !ok {
-		return row, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return row, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
 	}
 	if !Lifecycle.Allows(string(row.Status), string(to), stepOn(kind)) || row.Status == to {
-		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
+		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
 	}
 	// The relay records delivered for a hop in flight without this lock,
 	// so the state read may be one step behind: read again and retry.
@@ -1013,7 +995,7 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 			return row, err
 		}
 		if !Lifecycle.Allows(string(row.Status), string(to), stepOn(kind)) || row.Status == to {
-			return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
+			return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
 		}
 	}
 	out, _, err := e.log.MeshEnvelope(ctx, id)
@@ -1029,14 +1011,14 @@ func (e *Engine) Requeue(ctx context.Context, id string) (tracing.MeshRow, error
 		return row, err
 	}
 	if !ok {
-		return row, inputErr(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return row, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
 	}
 	if !row.Sump {
-		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s is not a dead letter", id)
+		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s is not a dead letter", id)
 	}
 	env, err := envelopeOf(row)
 	if err != nil {
-		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s cannot be read: %v", id, err)
+		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s cannot be read: %v", id, err)
 	}
 	var actors []string
 	if env.Route.Curr != "" {
@@ -1044,7 +1026,7 @@ func (e *Engine) Requeue(ctx context.Context, id string) (tracing.MeshRow, error
 	}
 	actors = append(actors, env.Route.Next...)
 	if len(actors) == 0 {
-		return row, inputErr(http.StatusConflict, CodeConflict, "envelope %s has no hop left to run", id)
+		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s has no hop left to run", id)
 	}
 	return e.Create(ctx, CreateRequest{Creator: row.Creator, Route: actors, Payload: env.Payload, Headers: env.Headers, ParentID: id,
 		Prev: append([]string{}, env.Route.Prev...), Author: env.Author, ContentAuthor: env.contentAuthor()})

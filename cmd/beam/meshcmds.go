@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/beamdir/beam/agents"
 )
 
 // The pipeline commands (beam mesh ...) talk to the gateway under
@@ -122,12 +124,7 @@ func (f *meshFlags) do(ctx context.Context, method, path string, query url.Value
 		return nil, fmt.Errorf("read answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error     string `json:"error"`
-			ErrorCode string `json:"errorCode"`
-		}
-		_ = json.Unmarshal(data, &e)
-		return nil, fmt.Errorf("%s (HTTP %d): %s", e.ErrorCode, resp.StatusCode, e.Error)
+		return nil, agents.ErrorFromResponse(resp, data)
 	}
 	return data, nil
 }

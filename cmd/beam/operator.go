@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/beamdir/beam/agents"
 )
 
 // operatorFlags are the flags of every operator command (dead-letters,
@@ -47,12 +49,6 @@ func (f *operatorFlags) bearer() (string, error) {
 		return "", fmt.Errorf("no operator token: pass --admin-token TOKEN, set BEAM_ADMIN_TOKEN, or point --data-dir at the directory's data directory (no readable %s)", path)
 	}
 	return strings.TrimSpace(string(b)), nil
-}
-
-// errorBody is the error shape of Beam routes.
-type errorBody struct {
-	Error     string `json:"error"`
-	ErrorCode string `json:"errorCode"`
 }
 
 // call performs one operator request (body may be nil) and returns the body
@@ -104,25 +100,7 @@ func doJSON(ctx context.Context, base, token, method, path string, query url.Val
 		return nil, resp.StatusCode, fmt.Errorf("read answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var e errorBody
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return data, resp.StatusCode, &httpError{Status: resp.StatusCode, Code: e.ErrorCode, Msg: e.Error}
-		}
-		return data, resp.StatusCode, &httpError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(data))}
+		return data, resp.StatusCode, agents.ErrorFromResponse(resp, data)
 	}
 	return data, resp.StatusCode, nil
-}
-
-// httpError is a non-2xx answer of the directory.
-type httpError struct {
-	Status int
-	Code   string
-	Msg    string
-}
-
-func (e *httpError) Error() string {
-	if e.Code == "" {
-		return fmt.Sprintf("HTTP %d: %s", e.Status, e.Msg)
-	}
-	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Msg)
 }

@@ -157,9 +157,9 @@ func runPeerRemote(ctx context.Context, sub string, args []string, stdout, stder
 	defer cancel()
 	data, status, err := of.call(ctx, method, path, nil, body)
 	if status == http.StatusNotFound {
-		var he *httpError
-		if errors.As(err, &he) && he.Code == "" {
-			// The mux's own 404: the federation routes are not mounted.
+		if !json.Valid(data) {
+			// The mux's own (plain text) 404: the federation routes are
+			// not mounted.
 			return fmt.Errorf("federation is off on the directory at %s: start beam serve with --domain DOMAIN and --nats-listen HOST:PORT (or --nats-url URL) to turn it on", of.url)
 		}
 	}

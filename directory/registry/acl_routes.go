@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // maxRulesPerAgent bounds the ACL of one target.
@@ -22,7 +24,7 @@ func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) err
 		return err
 	}
 	if !ok {
-		return errf(http.StatusBadRequest, "INVALID_BEAM_ID", "targetBeamId is required")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_BEAM_ID", "targetBeamId is required")
 	}
 	tid, err := parseBeamID(target)
 	if err != nil {
@@ -54,17 +56,17 @@ func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) err
 	}
 	intent = strings.TrimSpace(intent)
 	if !validIntentType(intent) {
-		return errf(http.StatusBadRequest, "INVALID_INTENT_TYPE", "intentType must be an intent name or *")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_INTENT_TYPE", "intentType must be an intent name or *")
 	}
 	from = strings.ToLower(strings.TrimSpace(from))
 	if !validPattern(from) {
-		return errf(http.StatusBadRequest, "INVALID_ALLOWED_FROM", "allowedFrom must be *, a Beam ID, *@domain or *.suffix")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_ALLOWED_FROM", "allowedFrom must be *, a Beam ID, *@domain or *.suffix")
 	}
 	if !effectGiven || effect == "" {
 		effect = effectAllow
 	}
 	if effect != effectAllow && effect != effectDeny {
-		return errf(http.StatusBadRequest, "INVALID_EFFECT", "effect must be allow or deny")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_EFFECT", "effect must be allow or deny")
 	}
 	now := r.now()
 	az, err := r.authorize(req, &a, p, map[string]any{
@@ -75,7 +77,7 @@ func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) err
 	}
 	existing := r.Rules(a.BeamID)
 	if len(existing) >= maxRulesPerAgent {
-		return errf(http.StatusConflict, "ACL_LIMIT", "at most %d ACL rules per agent", maxRulesPerAgent)
+		return httpjson.Errorf(http.StatusConflict, "ACL_LIMIT", "at most %d ACL rules per agent", maxRulesPerAgent)
 	}
 	rule := Rule{Target: a.BeamID, IntentType: intent, AllowedFrom: from, Effect: effect, CreatedAt: now, CreatedBy: az.actor}
 	status := http.StatusCreated
@@ -92,7 +94,7 @@ func (r *Registry) handleACLCreate(w http.ResponseWriter, req *http.Request) err
 	}
 	rule.ID = o.ruleID
 	r.putRule(rule)
-	writeJSON(w, status, ruleViewOf(rule))
+	httpjson.Write(w, status, ruleViewOf(rule))
 	return nil
 }
 
@@ -176,7 +178,7 @@ func (r *Registry) handleACLList(w http.ResponseWriter, req *http.Request) error
 		return err
 	}
 	if !c.owner && c.operator == "" {
-		return errf(http.StatusUnauthorized, "UNAUTHORIZED", "reading an ACL needs the agent's API key or an operator")
+		return httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "reading an ACL needs the agent's API key or an operator")
 	}
 	if _, err := r.lookup(id.String()); err != nil {
 		return err
@@ -186,7 +188,7 @@ func (r *Registry) handleACLList(w http.ResponseWriter, req *http.Request) error
 	for _, rule := range rules {
 		views = append(views, ruleViewOf(rule))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"acl": views, "total": len(views)})
+	httpjson.Write(w, http.StatusOK, map[string]any{"acl": views, "total": len(views)})
 	return nil
 }
 
@@ -195,11 +197,11 @@ func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) err
 	_, hasKey := apiKeyFrom(req)
 	_, isOperator := r.operatorRole(req)
 	if !hasKey && !isOperator {
-		return errf(http.StatusUnauthorized, "UNAUTHORIZED", "deleting an ACL rule needs the target agent's API key or an operator")
+		return httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "deleting an ACL rule needs the target agent's API key or an operator")
 	}
 	id, err := strconv.ParseInt(req.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return errf(http.StatusBadRequest, "INVALID_ID", "rule id must be a positive integer")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_ID", "rule id must be a positive integer")
 	}
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
@@ -207,14 +209,14 @@ func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) err
 	rule, ok := r.ruleBy[id]
 	r.mu.RUnlock()
 	if !ok {
-		return errf(http.StatusNotFound, "NOT_FOUND", "ACL rule %d not found", id)
+		return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "ACL rule %d not found", id)
 	}
 	c, err := r.identify(req, rule.Target)
 	if err != nil {
 		return err
 	}
 	if !c.owner && !canMutate(c.operator) {
-		return errf(http.StatusForbidden, "FORBIDDEN", "only the rule's target agent or an operator may delete it")
+		return httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "only the rule's target agent or an operator may delete it")
 	}
 	now := r.now()
 	az := authorization{actor: c.actor(rule.Target)}
@@ -224,6 +226,6 @@ func (r *Registry) handleACLDelete(w http.ResponseWriter, req *http.Request) err
 		return err
 	}
 	r.dropRule(rule)
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": rule.ID})
+	httpjson.Write(w, http.StatusOK, map[string]any{"ok": true, "id": rule.ID})
 	return nil
 }

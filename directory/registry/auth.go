@@ -58,10 +58,10 @@ func (r *Registry) identify(req *http.Request, beamID string) (caller, error) {
 	if key, ok := apiKeyFrom(req); ok {
 		a, ok := r.AuthenticateAPIKey(key)
 		if !ok {
-			return c, errf(http.StatusUnauthorized, "UNAUTHORIZED", "invalid API key")
+			return c, httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "invalid API key")
 		}
 		if a.BeamID != beamID {
-			return c, errf(http.StatusForbidden, "FORBIDDEN", "API key belongs to another agent")
+			return c, httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "API key belongs to another agent")
 		}
 		c.owner = true
 		return c, nil
@@ -78,7 +78,7 @@ func (r *Registry) identify(req *http.Request, beamID string) (caller, error) {
 // recorded by the caller, in its write transaction.
 func (r *Registry) verifySigned(a *Agent, obj map[string]any, p proof, now time.Time) error {
 	if p.signature == "" {
-		return errf(http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: API key or signature")
+		return httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: API key or signature")
 	}
 	if err := checkFreshness(p, now); err != nil {
 		return err
@@ -90,10 +90,10 @@ func (r *Registry) verifySigned(a *Agent, obj map[string]any, p proof, now time.
 		return err
 	}
 	if len(p.signature) > 256 {
-		return errf(http.StatusUnauthorized, "INVALID_SIGNATURE", "signature does not verify")
+		return httpjson.Errorf(http.StatusUnauthorized, "INVALID_SIGNATURE", "signature does not verify")
 	}
 	if err := wire.VerifyCanonical(raw, p.signature, a.PublicKey); err != nil {
-		return errf(http.StatusUnauthorized, "INVALID_SIGNATURE", "signature does not verify against the agent's current key")
+		return httpjson.Errorf(http.StatusUnauthorized, "INVALID_SIGNATURE", "signature does not verify against the agent's current key")
 	}
 	return nil
 }
@@ -101,17 +101,17 @@ func (r *Registry) verifySigned(a *Agent, obj map[string]any, p proof, now time.
 // checkFreshness validates the timestamp and nonce of a signed request.
 func checkFreshness(p proof, now time.Time) error {
 	if p.timestamp == "" || len(p.timestamp) > 64 {
-		return errf(http.StatusBadRequest, "INVALID_TIMESTAMP", "a signed request needs an ISO 8601 timestamp")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_TIMESTAMP", "a signed request needs an ISO 8601 timestamp")
 	}
 	if !validNonce(p.nonce) {
-		return errf(http.StatusBadRequest, "INVALID_NONCE", "a signed request needs a nonce of 1–128 printable ASCII characters")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_NONCE", "a signed request needs a nonce of 1–128 printable ASCII characters")
 	}
 	ts, err := wire.ParseTimestamp(p.timestamp)
 	if err != nil {
-		return errf(http.StatusBadRequest, "INVALID_TIMESTAMP", "timestamp is not an ISO 8601 time")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_TIMESTAMP", "timestamp is not an ISO 8601 time")
 	}
 	if d := now.Sub(ts); d > timestampWindow || d < -timestampWindow {
-		return errf(http.StatusUnauthorized, "STALE_TIMESTAMP", "timestamp is outside the ±5 minute window")
+		return httpjson.Errorf(http.StatusUnauthorized, "STALE_TIMESTAMP", "timestamp is outside the ±5 minute window")
 	}
 	return nil
 }

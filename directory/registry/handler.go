@@ -3,6 +3,8 @@ package registry
 import (
 	"net/http"
 	"time"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // apiHandler is a route handler that returns its failure instead of writing
@@ -10,17 +12,14 @@ import (
 type apiHandler func(w http.ResponseWriter, req *http.Request) error
 
 // serve adapts h to an http.HandlerFunc that writes a returned error in the
-// Beam error shape (see writeErr).
+// Beam error shape (httpjson.Adapter).
 func (r *Registry) serve(h apiHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, req *http.Request) {
-		run := h
+	return httpjson.Adapter{Log: r.lg}.Handler(func(w http.ResponseWriter, req *http.Request) error {
 		if r.replicator() != nil && req.Method != http.MethodGet {
-			run = func(w http.ResponseWriter, req *http.Request) error { return r.serveReplicated(h, w, req) }
+			return r.serveReplicated(h, w, req)
 		}
-		if err := run(w, req); err != nil {
-			r.writeErr(w, req, err)
-		}
-	}
+		return h(w, req)
+	})
 }
 
 // lookup returns the agent with the (already normalized) Beam ID, or
@@ -28,7 +27,7 @@ func (r *Registry) serve(h apiHandler) http.HandlerFunc {
 func (r *Registry) lookup(beamID string) (Agent, error) {
 	a, ok := r.Get(beamID)
 	if !ok {
-		return Agent{}, errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", beamID)
+		return Agent{}, httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", beamID)
 	}
 	return a, nil
 }
@@ -38,9 +37,9 @@ func (r *Registry) lookup(beamID string) (Agent, error) {
 // may not " + what), 401 UNAUTHORIZED with anonymous otherwise.
 func denyCaller(c caller, what, anonymous string) error {
 	if c.operator != "" {
-		return errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not %s", c.operator, what)
+		return httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not %s", c.operator, what)
 	}
-	return errf(http.StatusUnauthorized, "UNAUTHORIZED", "%s", anonymous)
+	return httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "%s", anonymous)
 }
 
 // mutationTarget identifies the caller of a change to agent beamID and
@@ -129,12 +128,12 @@ func (r *Registry) changeAgent(w http.ResponseWriter, req *http.Request, rt agen
 	}
 	r.setAgent(next.BeamID, &next)
 	if ch.reply == nil {
-		writeJSON(w, http.StatusOK, fullViewOf(&next, now))
+		httpjson.Write(w, http.StatusOK, fullViewOf(&next, now))
 		return nil
 	}
 	ch.reply["beamId"] = next.BeamID
 	ch.reply["agent"] = fullViewOf(&next, now)
 	ch.reply["keyState"] = keyStateOf(&next)
-	writeJSON(w, http.StatusOK, ch.reply)
+	httpjson.Write(w, http.StatusOK, ch.reply)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/stretchr/testify/require"
 )
 
@@ -97,11 +98,11 @@ func FuzzDecodeRegister(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, err := decodeRegister(data, true)
 		if err != nil {
-			ae, ok := err.(*apiError)
+			ae, ok := err.(*httpjson.Error)
 			if !ok {
 				t.Fatalf("non-api error %T: %v", err, err)
 			}
-			if ae.status < 400 || ae.status >= 500 || ae.code == "" {
+			if ae.Status < 400 || ae.Status >= 500 || ae.Code == "" {
 				t.Fatalf("bad error %+v", ae)
 			}
 			return

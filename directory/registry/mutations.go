@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // parseKeyField reads a required Ed25519 key field.
@@ -14,11 +15,11 @@ func parseKeyField(f fields, names ...string) (raw, normalized string, err error
 		return "", "", err
 	}
 	if !ok || s == "" || len(s) > 512 {
-		return "", "", errf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "%s is required (base64 SPKI Ed25519)", names[0])
+		return "", "", httpjson.Errorf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "%s is required (base64 SPKI Ed25519)", names[0])
 	}
 	pub, perr := wire.ParsePublicKey(s)
 	if perr != nil {
-		return "", "", errf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "%s must be a base64 SPKI Ed25519 key", names[0])
+		return "", "", httpjson.Errorf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "%s must be a base64 SPKI Ed25519 key", names[0])
 	}
 	return s, wire.EncodePublicKey(pub), nil
 }
@@ -45,7 +46,7 @@ func (r *Registry) handleRotate(w http.ResponseWriter, req *http.Request) error 
 		apply: func(next *Agent, now time.Time) (agentChange, error) {
 			previous := next.PublicKeyB64
 			if newKey == previous {
-				return agentChange{}, errf(http.StatusBadRequest, "NOOP_ROTATION", "newPublicKey is already the current key")
+				return agentChange{}, httpjson.Errorf(http.StatusBadRequest, "NOOP_ROTATION", "newPublicKey is already the current key")
 			}
 			pub, _ := wire.ParsePublicKey(newKey) // validated by parseKeyField
 			if err := rotateInto(next, newKey, pub, now); err != nil {
@@ -68,7 +69,7 @@ func (r *Registry) handleRevoke(w http.ResponseWriter, req *http.Request) error 
 		parse: parseKeyAction("keys.revoke", &key, "publicKey", "public_key"),
 		apply: func(next *Agent, now time.Time) (agentChange, error) {
 			if key == next.PublicKeyB64 {
-				return agentChange{}, errf(http.StatusConflict, "ACTIVE_KEY_REQUIRED", "the active key cannot be revoked; rotate first")
+				return agentChange{}, httpjson.Errorf(http.StatusConflict, "ACTIVE_KEY_REQUIRED", "the active key cannot be revoked; rotate first")
 			}
 			idx := -1
 			for i, k := range next.Keys {
@@ -77,7 +78,7 @@ func (r *Registry) handleRevoke(w http.ResponseWriter, req *http.Request) error 
 				}
 			}
 			if idx < 0 {
-				return agentChange{}, errf(http.StatusNotFound, "KEY_NOT_FOUND", "the agent never used this key")
+				return agentChange{}, httpjson.Errorf(http.StatusNotFound, "KEY_NOT_FOUND", "the agent never used this key")
 			}
 			next.Keys = append([]Key(nil), next.Keys...)
 			already := next.Keys[idx].Revoked()
@@ -105,7 +106,7 @@ func (r *Registry) handleVisibility(w http.ResponseWriter, req *http.Request) er
 				return nil, err
 			}
 			if !ok {
-				return nil, errf(http.StatusBadRequest, "INVALID_VISIBILITY", "visibility is required")
+				return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_VISIBILITY", "visibility is required")
 			}
 			if err := validateVisibility(v); err != nil {
 				return nil, err
@@ -145,7 +146,7 @@ func (r *Registry) handleConfig(w http.ResponseWriter, req *http.Request) error 
 				return nil, err
 			}
 			if endpoint == nil && dh == nil && requireSigs == nil && pipelineHops == nil {
-				return nil, errf(http.StatusBadRequest, "INVALID_BODY",
+				return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_BODY",
 					"send httpEndpoint, dhPublicKey, requireSenderSignatures and/or acceptAttestedPipelineHops")
 			}
 			obj := map[string]any{"action": "agents.config", "beamId": a.BeamID, "httpEndpoint": nil, "dhPublicKey": nil}

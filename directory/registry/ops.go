@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // Operations. Every registry mutation is one typed operation (op): the
@@ -290,7 +291,7 @@ func (r *Registry) check(o *op) error {
 			return nil
 		}
 		if !exists {
-			return errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", o.Target)
+			return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", o.Target)
 		}
 		// Only a re-registration mints an API key; no client sets the
 		// verification.
@@ -304,7 +305,7 @@ func (r *Registry) check(o *op) error {
 		case o.Kind == opRotate:
 			for _, k := range cur.Keys {
 				if k.PublicKey == a.PublicKeyB64 {
-					return errf(http.StatusConflict, "KEY_ALREADY_REVOKED", "this key was used by the agent before and is revoked")
+					return httpjson.Errorf(http.StatusConflict, "KEY_ALREADY_REVOKED", "this key was used by the agent before and is revoked")
 				}
 			}
 		case o.Kind != opReregister && a.PublicKeyB64 != cur.PublicKeyB64:
@@ -312,7 +313,7 @@ func (r *Registry) check(o *op) error {
 		}
 	case o.Kind == opDelete, o.Kind == opHeartbeat, o.Kind == opNonce:
 		if !exists {
-			return errf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", o.Target)
+			return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "agent %s not found", o.Target)
 		}
 		if o.Kind == opNonce && o.Nonce == "" {
 			return badOp("nonce: none given")
@@ -322,7 +323,7 @@ func (r *Registry) check(o *op) error {
 		dead := r.tombstones[o.Target]
 		r.mu.RUnlock()
 		if !dead {
-			return errf(http.StatusNotFound, "NOT_FOUND", "%s is not a deleted Beam ID", o.Target)
+			return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "%s is not a deleted Beam ID", o.Target)
 		}
 	case o.Kind == opACLCreate:
 		rl := o.Rule
@@ -335,7 +336,7 @@ func (r *Registry) check(o *op) error {
 		}
 		existing := r.Rules(o.Target)
 		if rl.ID == 0 && len(existing) >= maxRulesPerAgent {
-			return errf(http.StatusConflict, "ACL_LIMIT", "at most %d ACL rules per agent", maxRulesPerAgent)
+			return httpjson.Errorf(http.StatusConflict, "ACL_LIMIT", "at most %d ACL rules per agent", maxRulesPerAgent)
 		}
 		if rl.ID != 0 {
 			r.mu.RLock()
@@ -350,7 +351,7 @@ func (r *Registry) check(o *op) error {
 		old, ok := r.ruleBy[o.RuleID]
 		r.mu.RUnlock()
 		if !ok || old.Target != o.Target {
-			return errf(http.StatusNotFound, "NOT_FOUND", "ACL rule %d not found", o.RuleID)
+			return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "ACL rule %d not found", o.RuleID)
 		}
 	case o.Kind == opOrgApprove, o.Kind == opOrgRevoke:
 		want := MemberPending
@@ -361,7 +362,7 @@ func (r *Registry) check(o *op) error {
 			return badOp("%s: %s is not in org %q", o.Kind, o.Target, o.Org)
 		}
 		if r.MemberStatus(o.Target) == MemberOwner {
-			return errf(http.StatusConflict, "ORG_OWNER", "%s owns org %s; an operator transfers ownership", o.Target, o.Org)
+			return httpjson.Errorf(http.StatusConflict, "ORG_OWNER", "%s owns org %s; an operator transfers ownership", o.Target, o.Org)
 		}
 	case o.Kind == opOrgOwner:
 		if !exists || cur.Personal || cur.Org != o.Org || !isOrgLabel(o.Org) || o.Prev != r.orgOwner(o.Org) {

@@ -11,6 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // This file holds who may claim which names: the domains a directory
@@ -154,14 +155,14 @@ func (r *Registry) Serves(beamID string) bool {
 // not serve or that was deleted and not released. r.writeMu is held.
 func (r *Registry) checkClaim(beamID string) error {
 	if !r.Serves(beamID) {
-		return errf(http.StatusForbidden, "DOMAIN_NOT_SERVED",
+		return httpjson.Errorf(http.StatusForbidden, "DOMAIN_NOT_SERVED",
 			"%s is not in a domain this directory serves (%s and the orgs beneath it, except pinned peers' domains)", beamID, r.cfg.Domain)
 	}
 	r.mu.RLock()
 	dead := r.tombstones[beamID]
 	r.mu.RUnlock()
 	if dead {
-		return errf(http.StatusConflict, "BEAM_ID_RETIRED",
+		return httpjson.Errorf(http.StatusConflict, "BEAM_ID_RETIRED",
 			"%s was deleted and cannot be registered again unless an operator releases it", beamID)
 	}
 	return nil
@@ -243,16 +244,16 @@ func (r *Registry) orgCaller(req *http.Request, org string, p proof, obj map[str
 	if key, ok := apiKeyFrom(req); ok {
 		a, ok := r.AuthenticateAPIKey(key)
 		if !ok {
-			return "", "", errf(http.StatusUnauthorized, "UNAUTHORIZED", "invalid API key")
+			return "", "", httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "invalid API key")
 		}
 		if owner == "" || a.BeamID != owner {
-			return "", "", errf(http.StatusForbidden, "FORBIDDEN", "only the owner of org %s (or an operator) may do this", org)
+			return "", "", httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "only the owner of org %s (or an operator) may do this", org)
 		}
 		return "agent:" + owner, "", nil
 	}
 	if role, ok := r.operatorRole(req); ok {
 		if !canMutate(role) {
-			return "", "", errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not change org membership", role)
+			return "", "", httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not change org membership", role)
 		}
 		return "operator:" + role, "", nil
 	}
@@ -263,7 +264,7 @@ func (r *Registry) orgCaller(req *http.Request, org string, p proof, obj map[str
 		}
 		return "agent:" + owner, p.nonce, nil
 	}
-	return "", "", errf(http.StatusUnauthorized, "UNAUTHORIZED",
+	return "", "", httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED",
 		"org membership is managed by the org owner (its API key or signature) or an operator")
 }
 
@@ -271,7 +272,7 @@ func (r *Registry) orgCaller(req *http.Request, org string, p proof, obj map[str
 func orgFromPath(req *http.Request) (string, error) {
 	org := strings.ToLower(strings.TrimSpace(req.PathValue("org")))
 	if !isOrgLabel(org) {
-		return "", errf(http.StatusBadRequest, "INVALID_ORG", "org must be a lowercase label")
+		return "", httpjson.Errorf(http.StatusBadRequest, "INVALID_ORG", "org must be a lowercase label")
 	}
 	return org, nil
 }
@@ -291,10 +292,10 @@ func (r *Registry) handleOrgMembers(w http.ResponseWriter, req *http.Request) er
 	if key, ok := apiKeyFrom(req); ok {
 		a, ok := r.AuthenticateAPIKey(key)
 		if !ok || a.BeamID != r.orgOwner(org) {
-			return errf(http.StatusForbidden, "FORBIDDEN", "only the owner of org %s (or an operator) may list its members", org)
+			return httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "only the owner of org %s (or an operator) may list its members", org)
 		}
 	} else if _, ok := r.operatorRole(req); !ok {
-		return errf(http.StatusUnauthorized, "UNAUTHORIZED", "listing members needs the org owner's API key or an operator")
+		return httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "listing members needs the org owner's API key or an operator")
 	}
 	r.mu.RLock()
 	out := []memberView{}
@@ -305,7 +306,7 @@ func (r *Registry) handleOrgMembers(w http.ResponseWriter, req *http.Request) er
 	}
 	r.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].BeamID < out[j].BeamID })
-	writeJSON(w, http.StatusOK, map[string]any{"org": org, "members": out})
+	httpjson.Write(w, http.StatusOK, map[string]any{"org": org, "members": out})
 	return nil
 }
 
@@ -346,10 +347,10 @@ func (r *Registry) handleOrgMemberStatus(approve bool) apiHandler {
 		}
 		a, ok := r.Get(id.String())
 		if !ok || a.Org != org || a.Personal {
-			return errf(http.StatusNotFound, "NOT_FOUND", "%s is not registered in org %s", id.String(), org)
+			return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "%s is not registered in org %s", id.String(), org)
 		}
 		if r.MemberStatus(a.BeamID) == MemberOwner {
-			return errf(http.StatusConflict, "ORG_OWNER", "%s owns org %s; an operator transfers ownership", a.BeamID, org)
+			return httpjson.Errorf(http.StatusConflict, "ORG_OWNER", "%s owns org %s; an operator transfers ownership", a.BeamID, org)
 		}
 		az := authorization{actor: actor, nonce: nonce}
 		err = r.commit(req.Context(), az, now, &op{Kind: action, Target: a.BeamID, Details: map[string]any{"org": org},
@@ -358,7 +359,7 @@ func (r *Registry) handleOrgMemberStatus(approve bool) apiHandler {
 			return err
 		}
 		r.setMember(org, a.BeamID, status)
-		writeJSON(w, http.StatusOK, memberView{BeamID: a.BeamID, Status: status})
+		httpjson.Write(w, http.StatusOK, memberView{BeamID: a.BeamID, Status: status})
 		return nil
 	}
 }
@@ -373,10 +374,10 @@ func (r *Registry) handleOrgOwner(w http.ResponseWriter, req *http.Request) erro
 	}
 	role, ok := r.operatorRole(req)
 	if !ok {
-		return errf(http.StatusUnauthorized, "UNAUTHORIZED", "granting org ownership needs an operator")
+		return httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "granting org ownership needs an operator")
 	}
 	if !canMutate(role) {
-		return errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not grant org ownership", role)
+		return httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not grant org ownership", role)
 	}
 	f, err := readObject(w, req)
 	if err != nil {
@@ -394,7 +395,7 @@ func (r *Registry) handleOrgOwner(w http.ResponseWriter, req *http.Request) erro
 	defer r.writeMu.Unlock()
 	a, ok := r.Get(id.String())
 	if !ok || a.Org != org || a.Personal {
-		return errf(http.StatusNotFound, "NOT_FOUND", "%s is not registered in org %s", id.String(), org)
+		return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "%s is not registered in org %s", id.String(), org)
 	}
 	now := r.now()
 	prev := r.orgOwner(org)
@@ -408,7 +409,7 @@ func (r *Registry) handleOrgOwner(w http.ResponseWriter, req *http.Request) erro
 		r.setMember(org, prev, MemberApproved)
 	}
 	r.setMember(org, a.BeamID, MemberOwner)
-	writeJSON(w, http.StatusOK, memberView{BeamID: a.BeamID, Status: MemberOwner})
+	httpjson.Write(w, http.StatusOK, memberView{BeamID: a.BeamID, Status: MemberOwner})
 	return nil
 }
 
@@ -421,10 +422,10 @@ func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error
 	}
 	role, ok := r.operatorRole(req)
 	if !ok {
-		return errf(http.StatusUnauthorized, "UNAUTHORIZED", "releasing a deleted Beam ID needs an operator")
+		return httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "releasing a deleted Beam ID needs an operator")
 	}
 	if !canMutate(role) {
-		return errf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not release Beam IDs", role)
+		return httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "operator role %q may not release Beam IDs", role)
 	}
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
@@ -432,7 +433,7 @@ func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error
 	dead := r.tombstones[id.String()]
 	r.mu.RUnlock()
 	if !dead {
-		return errf(http.StatusNotFound, "NOT_FOUND", "%s is not a deleted Beam ID", id.String())
+		return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "%s is not a deleted Beam ID", id.String())
 	}
 	err = r.commit(req.Context(), authorization{actor: "operator:" + role}, r.now(), &op{Kind: opRelease, Target: id.String()})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // registerRequest is a decoded, validated POST /agents/register body.
@@ -34,7 +35,7 @@ type registerRequest struct {
 }
 
 // decodeRegister parses and validates a registration body. It never
-// panics; every failure is an *apiError.
+// panics; every failure is an *httpjson.Error.
 func decodeRegister(body []byte, allowInsecure bool) (*registerRequest, error) {
 	f, err := decodeObject(body)
 	if err != nil {
@@ -47,7 +48,7 @@ func decodeRegister(body []byte, allowInsecure bool) (*registerRequest, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, errf(http.StatusBadRequest, "INVALID_DISPLAY_NAME", "displayName is required")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_DISPLAY_NAME", "displayName is required")
 	}
 	if req.displayName, err = validateDisplayName(name); err != nil {
 		return nil, err
@@ -60,14 +61,14 @@ func decodeRegister(body []byte, allowInsecure bool) (*registerRequest, error) {
 		return nil, err
 	}
 	if !ok || pk == "" {
-		return nil, errf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "publicKey is required")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "publicKey is required")
 	}
 	if len(pk) > 512 {
-		return nil, errf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "publicKey is too long")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "publicKey is too long")
 	}
 	pub, perr := wire.ParsePublicKey(pk)
 	if perr != nil {
-		return nil, errf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "publicKey must be a base64 SPKI Ed25519 key")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_PUBLIC_KEY", "publicKey must be a base64 SPKI Ed25519 key")
 	}
 	req.pub = pub
 	req.publicKeyRaw = pk
@@ -83,7 +84,7 @@ func decodeRegister(body []byte, allowInsecure bool) (*registerRequest, error) {
 	}
 	org = strings.ToLower(strings.TrimSpace(org))
 	if orgGiven && org != "" && org != "personal" && !isOrgLabel(org) {
-		return nil, errf(http.StatusBadRequest, "INVALID_ORG", "org must be a lowercase label")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_ORG", "org must be a lowercase label")
 	}
 	req.org = org
 	if ok && strings.TrimSpace(beamID) != "" {
@@ -93,7 +94,7 @@ func decodeRegister(body []byte, allowInsecure bool) (*registerRequest, error) {
 		}
 		if org != "" {
 			if id.Personal() && org != "personal" || !id.Personal() && org != id.Org {
-				return nil, errf(http.StatusBadRequest, "ORG_MISMATCH", "org %q does not match Beam ID %s", org, id.String())
+				return nil, httpjson.Errorf(http.StatusBadRequest, "ORG_MISMATCH", "org %q does not match Beam ID %s", org, id.String())
 			}
 		}
 		req.beamID = id.String()
@@ -152,7 +153,7 @@ func (r *Registry) handleRegister(w http.ResponseWriter, req *http.Request) erro
 	if err != nil {
 		return err
 	}
-	writeJSON(w, status, view)
+	httpjson.Write(w, status, view)
 	return nil
 }
 
@@ -173,10 +174,10 @@ func (r *Registry) register(ctx context.Context, req *http.Request, rr *register
 	echoProof := false
 	if rr.beamID == EchoBeamID {
 		if r.cfg.EchoSecret == "" {
-			return 0, nil, errf(http.StatusConflict, "RESERVED_BEAM_ID", "%s is reserved", EchoBeamID)
+			return 0, nil, httpjson.Errorf(http.StatusConflict, "RESERVED_BEAM_ID", "%s is reserved", EchoBeamID)
 		}
 		if !r.echoSecretOK(req) {
-			return 0, nil, errf(http.StatusUnauthorized, "ECHO_AGENT_SECRET_REQUIRED", "%s needs the echo agent secret", EchoBeamID)
+			return 0, nil, httpjson.Errorf(http.StatusUnauthorized, "ECHO_AGENT_SECRET_REQUIRED", "%s needs the echo agent secret", EchoBeamID)
 		}
 		echoProof = true
 	}
@@ -202,10 +203,10 @@ func (r *Registry) register(ctx context.Context, req *http.Request, rr *register
 		if key, ok := apiKeyFrom(req); ok {
 			a, ok := r.AuthenticateAPIKey(key)
 			if !ok {
-				return 0, nil, errf(http.StatusUnauthorized, "UNAUTHORIZED", "invalid API key")
+				return 0, nil, httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "invalid API key")
 			}
 			if a.BeamID != rr.beamID {
-				return 0, nil, errf(http.StatusForbidden, "FORBIDDEN", "API key belongs to another agent")
+				return 0, nil, httpjson.Errorf(http.StatusForbidden, "FORBIDDEN", "API key belongs to another agent")
 			}
 			kind = "apikey"
 		} else if rr.proof.signature != "" {
@@ -222,7 +223,7 @@ func (r *Registry) register(ctx context.Context, req *http.Request, rr *register
 			// SDK 0.5.1 re-registers at every start: an idempotent no-op.
 			return http.StatusOK, publicViewOf(&existing, now), nil
 		}
-		return 0, nil, errf(http.StatusConflict, "BEAM_ID_TAKEN",
+		return 0, nil, httpjson.Errorf(http.StatusConflict, "BEAM_ID_TAKEN",
 			"%s is registered with another key; re-registering an existing Beam ID needs proof (its API key, or a signature by its current key)", rr.beamID)
 	}
 
@@ -267,7 +268,7 @@ func (r *Registry) register(ctx context.Context, req *http.Request, rr *register
 func (r *Registry) registerNew(ctx context.Context, rr *registerRequest, now time.Time) (int, any, error) {
 	id, err := wire.ParseBeamID(rr.beamID)
 	if err != nil {
-		return 0, nil, errf(http.StatusBadRequest, "INVALID_BEAM_ID", "invalid Beam ID")
+		return 0, nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_BEAM_ID", "invalid Beam ID")
 	}
 	if err := r.checkClaim(rr.beamID); err != nil {
 		return 0, nil, err
@@ -333,7 +334,7 @@ func applyProfile(a *Agent, rr *registerRequest) {
 func rotateInto(a *Agent, newKey string, pub ed25519.PublicKey, now time.Time) error {
 	for _, k := range a.Keys {
 		if k.PublicKey == newKey {
-			return errf(http.StatusConflict, "KEY_ALREADY_REVOKED", "this key was used by the agent before and is revoked")
+			return httpjson.Errorf(http.StatusConflict, "KEY_ALREADY_REVOKED", "this key was used by the agent before and is revoked")
 		}
 	}
 	keys := make([]Key, len(a.Keys), len(a.Keys)+1)
@@ -371,7 +372,7 @@ func (r *Registry) generateBeamID(rr *registerRequest) (string, error) {
 			continue
 		}
 		if _, err := wire.ParseBeamID(cand); err != nil {
-			return "", errf(http.StatusBadRequest, "INVALID_BEAM_ID", "cannot derive a Beam ID from displayName; send beamId")
+			return "", httpjson.Errorf(http.StatusBadRequest, "INVALID_BEAM_ID", "cannot derive a Beam ID from displayName; send beamId")
 		}
 		r.mu.RLock()
 		retired := r.tombstones[cand]
@@ -380,7 +381,7 @@ func (r *Registry) generateBeamID(rr *registerRequest) (string, error) {
 			return cand, nil
 		}
 	}
-	return "", errf(http.StatusConflict, "BEAM_ID_TAKEN", "no free Beam ID derived from %q; send beamId", base)
+	return "", httpjson.Errorf(http.StatusConflict, "BEAM_ID_TAKEN", "no free Beam ID derived from %q; send beamId", base)
 }
 
 // marshalCanonical is the JSON of a signed object; wire.VerifyCanonical

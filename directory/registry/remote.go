@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"net/http"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // RemoteKey is a peer directory's agent as its home directory resolved it.
@@ -40,6 +42,6 @@ func (r *Registry) lookupRemote(w http.ResponseWriter, req *http.Request, beamID
 	if !ok {
 		return false
 	}
-	writeJSON(w, http.StatusOK, k)
+	httpjson.Write(w, http.StatusOK, k)
 	return true
 }

@@ -165,7 +165,7 @@ func (r *Registry) do(ctx context.Context, o *op) error {
 		return fmt.Errorf("registry: encode operation: %w", err)
 	}
 	if len(data) > maxOpBytes {
-		return errf(http.StatusConflict, "REGISTRY_ENTRY_TOO_LARGE",
+		return httpjson.Errorf(http.StatusConflict, "REGISTRY_ENTRY_TOO_LARGE",
 			"the change is %d bytes, more than a cluster's registry entry holds (%d)", len(data), maxOpBytes)
 	}
 	err = r.doLocal(ctx, func(tx *sqlx.Tx) error {
@@ -367,8 +367,7 @@ func (r *Registry) serveReplicated(h apiHandler, w http.ResponseWriter, req *htt
 			return err
 		}
 	}
-	httpjson.Error(w, http.StatusServiceUnavailable, "CLUSTER_BUSY", "the registry is changing on other nodes; retry")
-	return nil
+	return httpjson.New(http.StatusServiceUnavailable, "CLUSTER_BUSY", "the registry is changing on other nodes; retry")
 }
 
 // errReader returns err on every read.

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,35 +20,7 @@ import (
 // maxBodyBytes bounds every request body the registry reads.
 const maxBodyBytes = 64 << 10
 
-// apiError is an error with its HTTP status and Beam errorCode.
-type apiError struct {
-	status int
-	code   string
-	msg    string
-}
-
-func (e *apiError) Error() string { return e.code + ": " + e.msg }
-
-func errf(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-var errNonceReused = errf(http.StatusConflict, "NONCE_REUSED", "nonce was already used")
-
-// writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
-
-// writeErr writes err in the Beam error shape. Anything that is not an
-// apiError is a server fault: logged, and reported as 500 INTERNAL_ERROR.
-func (r *Registry) writeErr(w http.ResponseWriter, req *http.Request, err error) {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		httpjson.Error(w, ae.status, ae.code, ae.msg)
-		return
-	}
-	r.lg.Error("registry request failed", "method", req.Method, "path", req.URL.Path, "err", err)
-	httpjson.Error(w, http.StatusInternalServerError, "INTERNAL_ERROR", "internal error")
-}
+var errNonceReused = httpjson.Errorf(http.StatusConflict, "NONCE_REUSED", "nonce was already used")
 
 // fields is a decoded JSON object body. Unknown keys are ignored.
 type fields map[string]json.RawMessage
@@ -60,9 +31,9 @@ func readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, errf(http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "body exceeds %d bytes", maxBodyBytes)
+			return nil, httpjson.Errorf(http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "body exceeds %d bytes", maxBodyBytes)
 		}
-		return nil, errf(http.StatusBadRequest, "INVALID_BODY", "cannot read body")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_BODY", "cannot read body")
 	}
 	return body, nil
 }
@@ -71,14 +42,14 @@ func readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 func decodeObject(body []byte) (fields, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return nil, errf(http.StatusBadRequest, "INVALID_JSON", "body must be a JSON object")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_JSON", "body must be a JSON object")
 	}
 	if !json.Valid(body) {
-		return nil, errf(http.StatusBadRequest, "INVALID_JSON", "body is not valid JSON")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_JSON", "body is not valid JSON")
 	}
 	var f fields
 	if err := json.Unmarshal(body, &f); err != nil || f == nil {
-		return nil, errf(http.StatusBadRequest, "INVALID_BODY", "body must be a JSON object")
+		return nil, httpjson.Errorf(http.StatusBadRequest, "INVALID_BODY", "body must be a JSON object")
 	}
 	return f, nil
 }
@@ -112,7 +83,7 @@ func (f fields) str(code string, names ...string) (string, bool, error) {
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
-		return "", false, errf(http.StatusBadRequest, code, "%s must be a string", name)
+		return "", false, httpjson.Errorf(http.StatusBadRequest, code, "%s must be a string", name)
 	}
 	return s, true, nil
 }
@@ -160,7 +131,7 @@ type proof struct {
 	timestamp, nonce, signature string
 }
 
-// Field validators. Each returns an apiError with the documented code.
+// Field validators. Each returns an *httpjson.Error with the documented code.
 
 func hasControl(s string) bool {
 	for _, c := range s {
@@ -174,7 +145,7 @@ func hasControl(s string) bool {
 func validateDisplayName(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || utf8.RuneCountInString(s) > 128 || !utf8.ValidString(s) || hasControl(s) {
-		return "", errf(http.StatusBadRequest, "INVALID_DISPLAY_NAME", "displayName must be 1–128 printable characters")
+		return "", httpjson.Errorf(http.StatusBadRequest, "INVALID_DISPLAY_NAME", "displayName must be 1–128 printable characters")
 	}
 	return s, nil
 }
@@ -186,17 +157,17 @@ func decodeCapabilities(f fields) ([]string, bool, error) {
 	}
 	var caps []string
 	if err := json.Unmarshal(v, &caps); err != nil {
-		return nil, false, errf(http.StatusBadRequest, "INVALID_CAPABILITIES", "capabilities must be an array of strings")
+		return nil, false, httpjson.Errorf(http.StatusBadRequest, "INVALID_CAPABILITIES", "capabilities must be an array of strings")
 	}
 	if len(caps) > 64 {
-		return nil, false, errf(http.StatusBadRequest, "INVALID_CAPABILITIES", "at most 64 capabilities")
+		return nil, false, httpjson.Errorf(http.StatusBadRequest, "INVALID_CAPABILITIES", "at most 64 capabilities")
 	}
 	out := make([]string, 0, len(caps))
 	seen := map[string]bool{}
 	for _, c := range caps {
 		c = strings.TrimSpace(c)
 		if c == "" || len(c) > 128 || !utf8.ValidString(c) || hasControl(c) {
-			return nil, false, errf(http.StatusBadRequest, "INVALID_CAPABILITIES", "each capability must be 1–128 printable characters")
+			return nil, false, httpjson.Errorf(http.StatusBadRequest, "INVALID_CAPABILITIES", "each capability must be 1–128 printable characters")
 		}
 		if !seen[c] {
 			seen[c] = true
@@ -210,7 +181,7 @@ func validateEmail(s string) error {
 	local, domain, ok := strings.Cut(s, "@")
 	if !ok || local == "" || domain == "" || strings.Contains(domain, "@") || len(s) > 254 ||
 		strings.ContainsAny(s, " \t\r\n<>") || hasControl(s) || !strings.Contains(domain, ".") {
-		return errf(http.StatusBadRequest, "INVALID_EMAIL", "email is not a valid address")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_EMAIL", "email is not a valid address")
 	}
 	return nil
 }
@@ -221,14 +192,14 @@ func validateWebURL(s, code, name string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil || len(s) > 2048 || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || hasControl(s) {
-		return errf(http.StatusBadRequest, code, "%s must be an http(s) URL", name)
+		return httpjson.Errorf(http.StatusBadRequest, code, "%s must be an http(s) URL", name)
 	}
 	return nil
 }
 
 func validateVisibility(s string) error {
 	if s != VisibilityPublic && s != VisibilityUnlisted {
-		return errf(http.StatusBadRequest, "INVALID_VISIBILITY", "visibility must be public or unlisted")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_VISIBILITY", "visibility must be public or unlisted")
 	}
 	return nil
 }
@@ -244,7 +215,7 @@ func validateEndpoint(s string, allowInsecure bool) error {
 	if s == "" {
 		return nil
 	}
-	bad := errf(http.StatusBadRequest, "INVALID_HTTP_ENDPOINT", "httpEndpoint must be an https URL")
+	bad := httpjson.Errorf(http.StatusBadRequest, "INVALID_HTTP_ENDPOINT", "httpEndpoint must be an https URL")
 	u, err := url.Parse(s)
 	if err != nil || len(s) > 2048 || u.Host == "" || u.User != nil || hasControl(s) {
 		return bad
@@ -273,14 +244,14 @@ func validateDHKey(s string) error {
 	}
 	b, err := base64.StdEncoding.DecodeString(s)
 	if err != nil || len(s) > 256 || len(b) < 32 || len(b) > 128 {
-		return errf(http.StatusBadRequest, "INVALID_DH_PUBLIC_KEY", "dhPublicKey must be a base64 X25519 public key")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_DH_PUBLIC_KEY", "dhPublicKey must be a base64 X25519 public key")
 	}
 	return nil
 }
 
 func validateDescription(s string) error {
 	if utf8.RuneCountInString(s) > 2000 || !utf8.ValidString(s) {
-		return errf(http.StatusBadRequest, "INVALID_DESCRIPTION", "description must be at most 2000 characters")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_DESCRIPTION", "description must be at most 2000 characters")
 	}
 	return nil
 }
@@ -301,11 +272,11 @@ func validNonce(s string) bool {
 func parseBeamID(s string) (wire.BeamID, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	if s == "" || len(s) > 128 {
-		return wire.BeamID{}, errf(http.StatusBadRequest, "INVALID_BEAM_ID", "invalid Beam ID")
+		return wire.BeamID{}, httpjson.Errorf(http.StatusBadRequest, "INVALID_BEAM_ID", "invalid Beam ID")
 	}
 	id, err := wire.ParseBeamID(s)
 	if err != nil {
-		return wire.BeamID{}, errf(http.StatusBadRequest, "INVALID_BEAM_ID", "invalid Beam ID %q", truncate(s, 80))
+		return wire.BeamID{}, httpjson.Errorf(http.StatusBadRequest, "INVALID_BEAM_ID", "invalid Beam ID %q", truncate(s, 80))
 	}
 	return id, nil
 }

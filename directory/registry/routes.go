@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // Routes registers the registry's HTTP routes on mux (Go 1.22 patterns).
@@ -63,10 +64,10 @@ func (r *Registry) handleLookup(w http.ResponseWriter, req *http.Request) error 
 	}
 	now := r.now()
 	if r.seesFullRow(req, a.BeamID) {
-		writeJSON(w, http.StatusOK, fullViewOf(&a, now))
+		httpjson.Write(w, http.StatusOK, fullViewOf(&a, now))
 		return nil
 	}
-	writeJSON(w, http.StatusOK, publicViewOf(&a, now))
+	httpjson.Write(w, http.StatusOK, publicViewOf(&a, now))
 	return nil
 }
 
@@ -83,7 +84,7 @@ func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) error 
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			return errf(http.StatusBadRequest, "INVALID_QUERY", "limit must be a positive integer")
+			return httpjson.Errorf(http.StatusBadRequest, "INVALID_QUERY", "limit must be a positive integer")
 		}
 		limit = min(n, 500)
 	}
@@ -91,7 +92,7 @@ func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) error 
 	if s := q.Get("minTrustScore"); s != "" {
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil || v != v {
-			return errf(http.StatusBadRequest, "INVALID_QUERY", "minTrustScore must be a number")
+			return httpjson.Errorf(http.StatusBadRequest, "INVALID_QUERY", "minTrustScore must be a number")
 		}
 		minTrust = v
 	}
@@ -106,7 +107,7 @@ func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) error 
 	text := strings.ToLower(strings.TrimSpace(q.Get("q")))
 	tier := strings.TrimSpace(q.Get("verificationTier"))
 	if len(text) > 256 || len(caps) > 64 {
-		return errf(http.StatusBadRequest, "INVALID_QUERY", "query too long")
+		return httpjson.Errorf(http.StatusBadRequest, "INVALID_QUERY", "query too long")
 	}
 
 	now := r.now()
@@ -145,7 +146,7 @@ func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) error 
 	for _, a := range matches {
 		views = append(views, publicViewOf(a, now))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"agents": views, "total": total})
+	httpjson.Write(w, http.StatusOK, map[string]any{"agents": views, "total": total})
 	return nil
 }
 
@@ -176,10 +177,10 @@ func (r *Registry) handleAgentsSub(w http.ResponseWriter, req *http.Request) err
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"beamId": a.BeamID, "keyState": keyStateOf(&a)})
+		httpjson.Write(w, http.StatusOK, map[string]any{"beamId": a.BeamID, "keyState": keyStateOf(&a)})
 		return nil
 	default:
-		return errf(http.StatusNotFound, "NOT_FOUND", "no such route")
+		return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "no such route")
 	}
 }
 
@@ -191,7 +192,7 @@ func (r *Registry) handleDID(w http.ResponseWriter, req *http.Request) error {
 func (r *Registry) serveDID(w http.ResponseWriter, req *http.Request, did string) error {
 	a, ok := r.resolveDID(did)
 	if !ok {
-		return errf(http.StatusNotFound, "NOT_FOUND", "DID not found")
+		return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "DID not found")
 	}
 	w.Header().Set("Cache-Control", "max-age=60")
 	b, err := json.Marshal(didDocumentOf(&a))
@@ -343,7 +344,7 @@ func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) err
 		}
 		nonce = p.nonce
 	default:
-		writeJSON(w, http.StatusOK, publicViewOf(&a, now))
+		httpjson.Write(w, http.StatusOK, publicViewOf(&a, now))
 		return nil
 	}
 	r.writeMu.Lock()
@@ -361,7 +362,7 @@ func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) err
 		cur.LastSeen = now
 	}
 	r.setAgent(cur.BeamID, &cur)
-	writeJSON(w, http.StatusOK, fullViewOf(&cur, now))
+	httpjson.Write(w, http.StatusOK, fullViewOf(&cur, now))
 	return nil
 }
 
@@ -372,7 +373,7 @@ func (r *Registry) verifyHeartbeat(a *Agent, p proof, now time.Time) error {
 		return err
 	}
 	if len(p.signature) > 256 {
-		return errf(http.StatusUnauthorized, "INVALID_SIGNATURE", "signature does not verify")
+		return httpjson.Errorf(http.StatusUnauthorized, "INVALID_SIGNATURE", "signature does not verify")
 	}
 	obj := struct {
 		Type      string `json:"type"`
@@ -393,7 +394,7 @@ func (r *Registry) verifyHeartbeat(a *Agent, p proof, now time.Time) error {
 	if verifyRaw(raw, p.signature, a.PublicKey) {
 		return nil
 	}
-	return errf(http.StatusUnauthorized, "INVALID_SIGNATURE", "heartbeat signature does not verify")
+	return httpjson.Errorf(http.StatusUnauthorized, "INVALID_SIGNATURE", "heartbeat signature does not verify")
 }
 
 // verifyRaw checks a base64 Ed25519 signature over msg as is.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -93,7 +94,7 @@ func (f fields) optBool(code string, names ...string) (*bool, error) {
 	}
 	var b bool
 	if err := json.Unmarshal(v, &b); err != nil {
-		return nil, errf(http.StatusBadRequest, code, "%s must be true or false", name)
+		return nil, httpjson.Errorf(http.StatusBadRequest, code, "%s must be true or false", name)
 	}
 	return &b, nil
 }

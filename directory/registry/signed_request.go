@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-)
 
-// HTTPStatus returns the status and error code to answer a registry error
-// with, so that other packages' routes that authenticate through the
-// registry can answer in the same shape.
-func (e *apiError) HTTPStatus() (int, string) { return e.status, e.code }
+	"github.com/beamdir/beam/internal/httpjson"
+)
 
 // SignedRequest is a request signed by one of the directory's agents
 // outside the registry's own routes (the pipeline gateway, for one): the
@@ -33,7 +30,7 @@ type SignedRequest struct {
 func (r *Registry) VerifySignedRequest(ctx context.Context, req SignedRequest) (Agent, error) {
 	a, ok := r.Get(req.BeamID)
 	if !ok || req.Signature == "" {
-		return Agent{}, errf(http.StatusUnauthorized, "UNAUTHORIZED", "signed request: unknown agent or no signature")
+		return Agent{}, httpjson.Errorf(http.StatusUnauthorized, "UNAUTHORIZED", "signed request: unknown agent or no signature")
 	}
 	obj := map[string]any{"beamId": a.BeamID}
 	for k, v := range req.Fields {
@@ -58,5 +55,5 @@ func (r *Registry) VerifySignedRequest(ctx context.Context, req SignedRequest) (
 		}
 		return a, nil
 	}
-	return Agent{}, errf(http.StatusServiceUnavailable, "CLUSTER_BUSY", "the registry is changing on other nodes; retry")
+	return Agent{}, httpjson.Errorf(http.StatusServiceUnavailable, "CLUSTER_BUSY", "the registry is changing on other nodes; retry")
 }

@@ -151,7 +151,7 @@ func (n *Node) BusHandler(next http.Handler, auth func(*http.Request) (directory
 		switch {
 		case r.Header.Get(headerCall) != "":
 			n.refuse("call", errors.New("a node call over HTTP"), "path", r.URL.Path)
-			httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "nodes call each other over the cluster's NATS, not HTTP")
+			httpjson.WriteError(w, http.StatusUnauthorized, "UNAUTHORIZED", "nodes call each other over the cluster's NATS, not HTTP")
 		case !forwardable(r.Method, r.URL.Path):
 			next.ServeHTTP(w, r)
 		case r.URL.Path == "/v1/beam/poll":
@@ -173,14 +173,13 @@ func (n *Node) onCall(ctx context.Context, m *nats.Msg) {
 	}
 	if err != nil {
 		n.refuse("call", err, "path", c.Path)
-		n.answer(m, from, c.ID, http.StatusUnauthorized, nil,
-			[]byte(`{"error":"cluster request not signed by a member","errorCode":"UNAUTHORIZED"}`))
+		n.answerErr(m, from, c.ID, httpjson.New(http.StatusUnauthorized, "UNAUTHORIZED", "cluster request not signed by a member"))
 		return
 	}
 	select {
 	case n.callSlots <- struct{}{}:
 	default:
-		n.answer(m, from, c.ID, http.StatusServiceUnavailable, nil, []byte(`{"error":"node busy","errorCode":"BUSY"}`))
+		n.answerErr(m, from, c.ID, httpjson.New(http.StatusServiceUnavailable, "BUSY", "node busy"))
 		return
 	}
 	go func() {
@@ -193,7 +192,7 @@ func (n *Node) onCall(ctx context.Context, m *nats.Msg) {
 		defer cancel()
 		r, err := http.NewRequestWithContext(rctx, c.Method, u, bytes.NewReader(m.Data))
 		if err != nil {
-			n.answer(m, from, c.ID, http.StatusBadRequest, nil, []byte(`{"error":"bad call","errorCode":"INVALID_REQUEST"}`))
+			n.answerErr(m, from, c.ID, httpjson.New(http.StatusBadRequest, "INVALID_REQUEST", "bad call"))
 			return
 		}
 		if v := m.Header.Get("Content-Type"); v != "" {
@@ -201,7 +200,7 @@ func (n *Node) onCall(ctx context.Context, m *nats.Msg) {
 		}
 		rec := serveCaptured(*next, r)
 		if rec.overflow {
-			n.answer(m, from, c.ID, http.StatusBadGateway, nil, []byte(`{"error":"answer too large","errorCode":"TOO_LARGE"}`))
+			n.answerErr(m, from, c.ID, httpjson.New(http.StatusBadGateway, "TOO_LARGE", "answer too large"))
 			return
 		}
 		n.answer(m, from, c.ID, rec.code(), rec.header, rec.body)
@@ -210,6 +209,11 @@ func (n *Node) onCall(ctx context.Context, m *nats.Msg) {
 
 // answer sends a call's answer to its reply subject in chunks that fit a
 // NATS message, the last sealed with the call ID, status and body digest.
+// answerErr answers a call with e in the Beam error shape.
+func (n *Node) answerErr(m *nats.Msg, to, call string, e *httpjson.Error) {
+	n.answer(m, to, call, e.Status, nil, e.Marshal())
+}
+
 func (n *Node) answer(m *nats.Msg, to, call string, status int, hdr http.Header, body []byte) {
 	if m.Reply == "" {
 		return
@@ -421,7 +425,7 @@ func (n *Node) firstKnown(w http.ResponseWriter, r *http.Request, next http.Hand
 	auth func(*http.Request) (directory.BusPrincipal, bool)) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxForwardBody))
 	if err != nil {
-		httpjson.Error(w, http.StatusBadRequest, "INVALID_BODY", "body too large or unreadable")
+		httpjson.WriteError(w, http.StatusBadRequest, "INVALID_BODY", "body too large or unreadable")
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

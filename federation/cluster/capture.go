@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"net/http"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // maxCapturedBody bounds the body of a local bus answer the proxy keeps in
@@ -63,9 +65,7 @@ func serveCaptured(h http.Handler, r *http.Request) *captured {
 // is replaced by a clear 502 instead of a truncated body.
 func (c *captured) copyTo(w http.ResponseWriter) {
 	if c.overflow {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadGateway)
-		_, _ = w.Write([]byte(`{"error":"bus answer exceeds the proxy bound","errorCode":"BUS_ANSWER_TOO_LARGE"}`))
+		httpjson.WriteError(w, http.StatusBadGateway, "BUS_ANSWER_TOO_LARGE", "bus answer exceeds the proxy bound")
 		return
 	}
 	for k, v := range c.header {

@@ -17,15 +17,23 @@ func Write(w http.ResponseWriter, status int, v any) {
 
 // WriteType is Write with another JSON media type (e.g. application/did+json).
 func WriteType(w http.ResponseWriter, status int, contentType string, v any) {
+	b, err := encode(v)
+	if err != nil {
+		status, contentType = http.StatusInternalServerError, "application/json"
+		b = []byte(internalBody)
+	}
+	WriteRaw(w, status, contentType, b)
+}
+
+const internalBody = `{"error":"internal error","errorCode":"INTERNAL_ERROR"}` + "\n"
+
+// encode is v as Write sends it: HTML not escaped, a newline at the end.
+func encode(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		status, contentType = http.StatusInternalServerError, "application/json"
-		buf.Reset()
-		buf.WriteString(`{"error":"internal error","errorCode":"INTERNAL_ERROR"}` + "\n")
-	}
-	WriteRaw(w, status, contentType, buf.Bytes())
+	err := enc.Encode(v)
+	return buf.Bytes(), err
 }
 
 // WriteRaw writes body, which must already be JSON, with status.
@@ -36,17 +44,6 @@ func WriteRaw(w http.ResponseWriter, status int, contentType string, body []byte
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
-}
-
-// ErrorBody is the Beam error shape.
-type ErrorBody struct {
-	Error     string `json:"error"`
-	ErrorCode string `json:"errorCode"`
-}
-
-// Error writes the Beam error shape {"error": msg, "errorCode": code}.
-func Error(w http.ResponseWriter, status int, code, msg string) {
-	Write(w, status, ErrorBody{Error: msg, ErrorCode: code})
 }
 
 // Bearer returns the token of an "Authorization: Bearer <token>" header. The

@@ -26,7 +26,7 @@ func TestWriteUnencodableIsInternalError(t *testing.T) {
 	rec := httptest.NewRecorder()
 	Write(rec, http.StatusOK, math.NaN())
 	require.Equal(t, http.StatusInternalServerError, rec.Code)
-	var body ErrorBody
+	var body struct{ ErrorCode string }
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
 	require.Equal(t, "INTERNAL_ERROR", body.ErrorCode)
 }
@@ -34,7 +34,7 @@ func TestWriteUnencodableIsInternalError(t *testing.T) {
 func TestError(t *testing.T) {
 	t.Parallel()
 	rec := httptest.NewRecorder()
-	Error(rec, http.StatusBadRequest, "INVALID_INTENT", "bad")
+	WriteError(rec, http.StatusBadRequest, "INVALID_INTENT", "bad")
 	require.Equal(t, http.StatusBadRequest, rec.Code)
 	require.JSONEq(t, `{"error":"bad","errorCode":"INVALID_INTENT"}`, rec.Body.String())
 }

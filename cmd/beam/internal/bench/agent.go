@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
 )
 
@@ -37,40 +38,10 @@ type Agent struct {
 	Base string
 }
 
-// apiError is a non-2xx answer of the directory.
-type apiError struct {
-	Status int
-	Code   string
-	Msg    string
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Msg)
-}
-
-// readAPIError builds an apiError from a response body.
-func readAPIError(status int, body []byte) *apiError {
-	var v struct {
-		Error     string `json:"error"`
-		ErrorCode string `json:"errorCode"`
-	}
-	_ = json.Unmarshal(body, &v)
-	if v.ErrorCode == "" {
-		v.ErrorCode = fmt.Sprintf("HTTP_%d", status)
-	}
-	if v.Error == "" {
-		v.Error = strings.TrimSpace(string(body))
-		if len(v.Error) > 200 {
-			v.Error = v.Error[:200]
-		}
-	}
-	return &apiError{Status: status, Code: v.ErrorCode, Msg: v.Error}
-}
-
 // call makes one request of the directory at addr and returns the answer's
 // status and body, read up to maxResponse. A non-nil body is sent as JSON;
 // header, when not nil, is added to the request. An answer whose status is
-// not one of ok is returned as the directory's *apiError.
+// not one of ok is returned as the directory's *agents.Error.
 func call(ctx context.Context, hc *http.Client, method, addr string, body []byte, header http.Header, ok ...int) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
@@ -98,7 +69,7 @@ func call(ctx context.Context, hc *http.Client, method, addr string, body []byte
 		return 0, nil, fmt.Errorf("read response: %w", err)
 	}
 	if !slices.Contains(ok, resp.StatusCode) {
-		return resp.StatusCode, b, readAPIError(resp.StatusCode, b)
+		return resp.StatusCode, b, agents.ErrorFromResponse(resp, b)
 	}
 	return resp.StatusCode, b, nil
 }

@@ -312,7 +312,7 @@ func (m *chaosMix) createEnvelope(ctx context.Context, from *chaosAgent, start i
 		http.Header{"X-Api-Key": {from.apiKey}}, http.StatusCreated)
 	if err != nil {
 		code := "UNREACHABLE"
-		var ae *apiError
+		var ae *agents.Error
 		if errors.As(err, &ae) {
 			code = ae.Code
 		}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/beamdir/beam/agents"
 )
 
 // Mode names a way of sending intents. The names are a stable interface of
@@ -120,7 +122,7 @@ func CodeOf(err error) string {
 	if errors.As(err, &ce) {
 		return ce.code
 	}
-	var ae *apiError
+	var ae *agents.Error
 	if errors.As(err, &ae) {
 		return ae.Code
 	}
