@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/beamdir/beam/bus/jobs"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
