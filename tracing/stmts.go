@@ -150,15 +150,16 @@ func multiID(k multiKind, level int) stmtID {
 }
 
 // prepareStmts prepares, through database/sql, the writer statements that
-// are not run on the driver directly (see execOnDriver).
-func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
+// are not run on the driver directly (see execOnDriver): all of them when
+// direct is false.
+func prepareStmts(ctx context.Context, db *sqlx.DB, direct bool) ([]*sql.Stmt, error) {
 	stmts := make([]*sql.Stmt, stmtCount)
 	fail := func(q string, err error) ([]*sql.Stmt, error) {
 		closeStmts(stmts)
 		return nil, fmt.Errorf("prepare %q: %w", q[:min(len(q), 40)], err)
 	}
 	for id := stmtID(0); id < stSingles; id++ {
-		if execOnDriver(id) {
+		if direct && execOnDriver(id) {
 			continue
 		}
 		q := singleSQL(id)
@@ -170,7 +171,7 @@ func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
 	}
 	for k := multiKind(0); k < multiKinds; k++ {
 		for level := range multiLevels {
-			if execOnDriver(multiID(k, level)) {
+			if direct && execOnDriver(multiID(k, level)) {
 				continue
 			}
 			q := multiSQL(k, 1<<level)
@@ -202,7 +203,8 @@ type txStmts struct {
 	tx    *sqlx.Tx
 	db    *sqlx.DB
 	stmts []*sql.Stmt
-	d     *execStmts
+	d     *execStmts // nil when the writer goes through database/sql only
+	vals  []any
 	bound [stmtCount]*sql.Stmt
 	// owned holds the statements on the owners' projections (owned.go).
 	owned map[string]*sql.Stmt
@@ -218,7 +220,29 @@ func (ts *txStmts) queryRow(q string, args ...any) *sql.Row {
 
 // exec runs a single-row statement that is run on the driver.
 func (ts *txStmts) exec(id stmtID, args []driver.NamedValue) error {
-	return ts.d.exec(ts.ctx, id, args)
+	_, err := ts.execResult(id, args)
+	return err
+}
+
+// execResult runs statement id with args on the driver directly, or, when
+// the trick is off (d is nil), through database/sql.
+func (ts *txStmts) execResult(id stmtID, args []driver.NamedValue) (int64, error) {
+	if ts.d != nil {
+		res, err := ts.d.execResult(ts.ctx, id, args)
+		if err != nil {
+			return 0, err
+		}
+		return res.LastInsertId()
+	}
+	ts.vals = ts.vals[:0]
+	for _, a := range args {
+		ts.vals = append(ts.vals, a.Value)
+	}
+	res, err := ts.get(id).ExecContext(ts.ctx, ts.vals...)
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
 }
 
 func (ts *txStmts) get(id stmtID) *sql.Stmt {
@@ -268,19 +292,15 @@ func (ts *txStmts) execMulti(k multiKind, args []driver.NamedValue) (lastRowID i
 	width := multiWidth(k)
 	n := len(args) / width
 	done := 0
-	var res driver.Result
 	for level := multiLevels - 1; level >= 0; level-- {
 		size := 1 << level
 		for n-done >= size {
-			res, err = ts.d.execResult(ts.ctx, multiID(k, level), args[done*width:(done+size)*width])
+			lastRowID, err = ts.execResult(multiID(k, level), args[done*width:(done+size)*width])
 			if err != nil {
 				return 0, err
 			}
 			done += size
 		}
 	}
-	if res == nil {
-		return 0, nil
-	}
-	return res.LastInsertId()
+	return lastRowID, nil
 }

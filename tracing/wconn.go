@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/beamdir/beam/internal/tricks"
+	"github.com/jmoiron/sqlx"
 )
 
 // writeConnector opens the write connection for database/sql and remembers
@@ -336,6 +339,22 @@ func messageUpdateNV(a []driver.NamedValue, m *MessageRow) []driver.NamedValue {
 	a = nvFloat(a, m.UpdatedAt)
 	a = nvInt(a, m.LastSeq)
 	return nvText(a, m.Nonce)
+}
+
+// openWriteDB opens the write pool on dsn. With the trick on it goes
+// through a writeConnector, which it returns too; off
+// (BEAM_TRICKS_OFF=sqlitedirect), the pool is database/sql's own and the
+// connector is nil.
+func openWriteDB(dsn string) (*sqlx.DB, *writeConnector, error) {
+	if !tricks.On("sqlitedirect") {
+		db, err := sqlx.Open("sqlite", dsn)
+		return db, nil, err
+	}
+	wc, err := newWriteConnector(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sqlx.NewDb(sql.OpenDB(wc), "sqlite"), wc, nil
 }
 
 // newWriteConnector returns a connector for dsn using the registered

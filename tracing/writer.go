@@ -189,7 +189,7 @@ type writerState struct {
 }
 
 func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnector) error {
-	stmts, err := prepareStmts(ctx, db)
+	stmts, err := prepareStmts(ctx, db, wc != nil)
 	if err != nil {
 		return err
 	}
@@ -218,6 +218,9 @@ func (w *writerState) closeStmts() {
 // bind binds the writer's statements to tx, preparing the driver
 // statements first if the write connection is new.
 func (w *writerState) bind(ctx context.Context, db *sqlx.DB, tx *sqlx.Tx) (*txStmts, error) {
+	if w.wc == nil {
+		return &txStmts{ctx: ctx, tx: tx, db: db, stmts: w.stmts}, nil
+	}
 	if err := w.dst.ensure(ctx, w.wc); err != nil {
 		return nil, err
 	}
@@ -970,7 +973,7 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 		end txEnd
 		err error
 	)
-	if !hasFunc(batch) {
+	if w.wc != nil && !hasFunc(batch) {
 		end, err = w.wc.begin(ctx)
 		if end.c != nil {
 			w.directTxs.Add(1)
