@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"fmt"
 	"strings"
 
@@ -149,19 +148,14 @@ func multiID(k multiKind, level int) stmtID {
 	return stSingles + stmtID(int(k)*multiLevels+level)
 }
 
-// prepareStmts prepares, through database/sql, the writer statements that
-// are not run on the driver directly (see execOnDriver): all of them when
-// direct is false.
-func prepareStmts(ctx context.Context, db *sqlx.DB, direct bool) ([]*sql.Stmt, error) {
+// prepareStmts prepares the writer's statements.
+func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
 	stmts := make([]*sql.Stmt, stmtCount)
 	fail := func(q string, err error) ([]*sql.Stmt, error) {
 		closeStmts(stmts)
 		return nil, fmt.Errorf("prepare %q: %w", q[:min(len(q), 40)], err)
 	}
 	for id := stmtID(0); id < stSingles; id++ {
-		if direct && execOnDriver(id) {
-			continue
-		}
 		q := singleSQL(id)
 		s, err := db.PrepareContext(ctx, q)
 		if err != nil {
@@ -171,9 +165,6 @@ func prepareStmts(ctx context.Context, db *sqlx.DB, direct bool) ([]*sql.Stmt, e
 	}
 	for k := multiKind(0); k < multiKinds; k++ {
 		for level := range multiLevels {
-			if direct && execOnDriver(multiID(k, level)) {
-				continue
-			}
 			q := multiSQL(k, 1<<level)
 			s, err := db.PrepareContext(ctx, q)
 			if err != nil {
@@ -194,17 +185,11 @@ func closeStmts(stmts []*sql.Stmt) {
 }
 
 // txStmts binds the writer's prepared statements to one transaction, each
-// on first use; d holds those run on the driver directly.
+// on first use.
 type txStmts struct {
-	ctx context.Context
-	// tx is the transaction, or nil for one begun on the driver
-	// (writeConnector.begin); the statements then run through db, whose
-	// one connection is the transaction's.
+	ctx   context.Context
 	tx    *sqlx.Tx
-	db    *sqlx.DB
 	stmts []*sql.Stmt
-	d     *execStmts // nil when the writer goes through database/sql only
-	vals  []any
 	bound [stmtCount]*sql.Stmt
 	// owned holds the statements on the owners' projections (owned.go).
 	owned map[string]*sql.Stmt
@@ -212,43 +197,16 @@ type txStmts struct {
 
 // queryRow runs q, which is not prepared, in the transaction.
 func (ts *txStmts) queryRow(q string, args ...any) *sql.Row {
-	if ts.tx == nil {
-		return ts.db.QueryRowContext(ts.ctx, q, args...)
-	}
 	return ts.tx.QueryRowContext(ts.ctx, q, args...)
 }
 
-// exec runs a single-row statement that is run on the driver.
-func (ts *txStmts) exec(id stmtID, args []driver.NamedValue) error {
-	_, err := ts.execResult(id, args)
+// exec runs statement id with args.
+func (ts *txStmts) exec(id stmtID, args []any) error {
+	_, err := ts.get(id).ExecContext(ts.ctx, args...)
 	return err
 }
 
-// execResult runs statement id with args on the driver directly, or, when
-// the trick is off (d is nil), through database/sql.
-func (ts *txStmts) execResult(id stmtID, args []driver.NamedValue) (int64, error) {
-	if ts.d != nil {
-		res, err := ts.d.execResult(ts.ctx, id, args)
-		if err != nil {
-			return 0, err
-		}
-		return res.LastInsertId()
-	}
-	ts.vals = ts.vals[:0]
-	for _, a := range args {
-		ts.vals = append(ts.vals, a.Value)
-	}
-	res, err := ts.get(id).ExecContext(ts.ctx, ts.vals...)
-	if err != nil {
-		return 0, err
-	}
-	return res.LastInsertId()
-}
-
 func (ts *txStmts) get(id stmtID) *sql.Stmt {
-	if ts.tx == nil {
-		return ts.stmts[id]
-	}
 	if s := ts.bound[id]; s != nil {
 		return s
 	}
@@ -288,19 +246,23 @@ func (ts *txStmts) queryMulti(k multiKind, args []any, row func(*sql.Rows) error
 // execMulti inserts the rows in args (multiWidth(k) values each) with as
 // few statements as the prepared row counts allow, in their order. It
 // returns the rowid of the last row inserted.
-func (ts *txStmts) execMulti(k multiKind, args []driver.NamedValue) (lastRowID int64, err error) {
+func (ts *txStmts) execMulti(k multiKind, args []any) (lastRowID int64, err error) {
 	width := multiWidth(k)
 	n := len(args) / width
 	done := 0
+	var res sql.Result
 	for level := multiLevels - 1; level >= 0; level-- {
 		size := 1 << level
 		for n-done >= size {
-			lastRowID, err = ts.execResult(multiID(k, level), args[done*width:(done+size)*width])
+			res, err = ts.get(multiID(k, level)).ExecContext(ts.ctx, args[done*width:(done+size)*width]...)
 			if err != nil {
 				return 0, err
 			}
 			done += size
 		}
 	}
-	return lastRowID, nil
+	if res == nil {
+		return 0, nil
+	}
+	return res.LastInsertId()
 }

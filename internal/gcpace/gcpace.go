@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/beamdir/beam/internal/tricks"
 )
 
 // Headroom is the heap growth between collections that Run aims for once
@@ -164,9 +166,9 @@ const (
 // (Percent with Headroom) every second, and returns the heap's excess to
 // the system once the process goes quiet (release), until ctx ends; then it
 // restores the percentage it found. It returns at once when the environment
-// sets GOGC.
+// sets GOGC or turns the trick off (BEAM_TRICKS_OFF=gcpace).
 func Run(ctx context.Context, logger *slog.Logger) {
-	if _, set := os.LookupEnv("GOGC"); set {
+	if _, set := os.LookupEnv("GOGC"); set || !tricks.On("gcpace") {
 		return
 	}
 	samples := make([]metrics.Sample, len(sampled))
