@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -277,10 +276,7 @@ func (l *Log) catchUp(ctx context.Context) error {
 		return fmt.Errorf("catch up projections: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	ts, err := w.bind(ctx, nil, tx)
-	if err != nil {
-		return fmt.Errorf("catch up projections: %w", err)
-	}
+	ts := w.bind(ctx, tx)
 	rctx, cancel := context.WithCancel(ctx)
 	chunks := make(chan *rebuildChunk, 4)
 	go l.readLog(rctx, mark, chunks, nil)
@@ -310,7 +306,7 @@ func (l *Log) catchUp(ctx context.Context) error {
 	if err := w.flush(ts); err != nil {
 		return fmt.Errorf("catch up projections: %w", err)
 	}
-	if err := ts.exec(stSetProjSeq, []driver.NamedValue{{Ordinal: 1, Value: last.Int64}}); err != nil {
+	if err := ts.exec(stSetProjSeq, []any{last.Int64}); err != nil {
 		return fmt.Errorf("catch up projections: record projection seq: %w", err)
 	}
 	if err := tx.Commit(); err != nil {

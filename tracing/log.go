@@ -231,12 +231,11 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	wq.Add("_pragma", "temp_store(MEMORY)")
 	wq.Add("_pragma", "wal_autocheckpoint(0)") // see checkpoint.go
 	wq.Set("_txlock", "immediate")
-	wc, err := newWriteConnector(cfg.Path + "?" + wq.Encode())
+	wdb, err := sqlx.Open("sqlite", cfg.Path+"?"+wq.Encode())
 	if err != nil {
 		_ = lock.Release()
 		return nil, fmt.Errorf("open log %s: %w", cfg.Path, err)
 	}
-	wdb := sqlx.NewDb(sql.OpenDB(wc), "sqlite")
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
@@ -302,7 +301,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return fail(err)
 	}
 
-	if err := l.w.prepare(ctx, wdb, wc); err != nil {
+	if err := l.w.prepare(ctx, wdb); err != nil {
 		return fail(err)
 	}
 	if !migrated {

@@ -169,9 +169,7 @@ func (w *writerState) ownedStmt(ts *txStmts, q string) (*sql.Stmt, error) {
 	if s == nil {
 		return nil, fmt.Errorf("statement %q is not prepared", q)
 	}
-	if ts.tx != nil {
-		s = ts.tx.StmtContext(ts.ctx, s)
-	}
+	s = ts.tx.StmtContext(ts.ctx, s)
 	if ts.owned == nil {
 		ts.owned = make(map[string]*sql.Stmt)
 	}

@@ -229,10 +229,7 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 			return st, fmt.Errorf("recreate projection tables: %w", err)
 		}
 	}
-	ts, err := w.bind(ctx, nil, tx)
-	if err != nil {
-		return st, err
-	}
+	ts := w.bind(ctx, tx)
 	if err := recreateOwned(ctx, ts); err != nil {
 		return st, err
 	}

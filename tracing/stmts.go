@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"fmt"
 	"strings"
 
@@ -149,8 +148,7 @@ func multiID(k multiKind, level int) stmtID {
 	return stSingles + stmtID(int(k)*multiLevels+level)
 }
 
-// prepareStmts prepares, through database/sql, the writer statements that
-// are not run on the driver directly (see execOnDriver).
+// prepareStmts prepares the writer's statements.
 func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
 	stmts := make([]*sql.Stmt, stmtCount)
 	fail := func(q string, err error) ([]*sql.Stmt, error) {
@@ -158,9 +156,6 @@ func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
 		return nil, fmt.Errorf("prepare %q: %w", q[:min(len(q), 40)], err)
 	}
 	for id := stmtID(0); id < stSingles; id++ {
-		if execOnDriver(id) {
-			continue
-		}
 		q := singleSQL(id)
 		s, err := db.PrepareContext(ctx, q)
 		if err != nil {
@@ -170,9 +165,6 @@ func prepareStmts(ctx context.Context, db *sqlx.DB) ([]*sql.Stmt, error) {
 	}
 	for k := multiKind(0); k < multiKinds; k++ {
 		for level := range multiLevels {
-			if execOnDriver(multiID(k, level)) {
-				continue
-			}
 			q := multiSQL(k, 1<<level)
 			s, err := db.PrepareContext(ctx, q)
 			if err != nil {
@@ -193,16 +185,11 @@ func closeStmts(stmts []*sql.Stmt) {
 }
 
 // txStmts binds the writer's prepared statements to one transaction, each
-// on first use; d holds those run on the driver directly.
+// on first use.
 type txStmts struct {
-	ctx context.Context
-	// tx is the transaction, or nil for one begun on the driver
-	// (writeConnector.begin); the statements then run through db, whose
-	// one connection is the transaction's.
+	ctx   context.Context
 	tx    *sqlx.Tx
-	db    *sqlx.DB
 	stmts []*sql.Stmt
-	d     *execStmts
 	bound [stmtCount]*sql.Stmt
 	// owned holds the statements on the owners' projections (owned.go).
 	owned map[string]*sql.Stmt
@@ -210,21 +197,16 @@ type txStmts struct {
 
 // queryRow runs q, which is not prepared, in the transaction.
 func (ts *txStmts) queryRow(q string, args ...any) *sql.Row {
-	if ts.tx == nil {
-		return ts.db.QueryRowContext(ts.ctx, q, args...)
-	}
 	return ts.tx.QueryRowContext(ts.ctx, q, args...)
 }
 
-// exec runs a single-row statement that is run on the driver.
-func (ts *txStmts) exec(id stmtID, args []driver.NamedValue) error {
-	return ts.d.exec(ts.ctx, id, args)
+// exec runs statement id with args.
+func (ts *txStmts) exec(id stmtID, args []any) error {
+	_, err := ts.get(id).ExecContext(ts.ctx, args...)
+	return err
 }
 
 func (ts *txStmts) get(id stmtID) *sql.Stmt {
-	if ts.tx == nil {
-		return ts.stmts[id]
-	}
 	if s := ts.bound[id]; s != nil {
 		return s
 	}
@@ -264,15 +246,15 @@ func (ts *txStmts) queryMulti(k multiKind, args []any, row func(*sql.Rows) error
 // execMulti inserts the rows in args (multiWidth(k) values each) with as
 // few statements as the prepared row counts allow, in their order. It
 // returns the rowid of the last row inserted.
-func (ts *txStmts) execMulti(k multiKind, args []driver.NamedValue) (lastRowID int64, err error) {
+func (ts *txStmts) execMulti(k multiKind, args []any) (lastRowID int64, err error) {
 	width := multiWidth(k)
 	n := len(args) / width
 	done := 0
-	var res driver.Result
+	var res sql.Result
 	for level := multiLevels - 1; level >= 0; level-- {
 		size := 1 << level
 		for n-done >= size {
-			res, err = ts.d.execResult(ts.ctx, multiID(k, level), args[done*width:(done+size)*width])
+			res, err = ts.get(multiID(k, level)).ExecContext(ts.ctx, args[done*width:(done+size)*width]...)
 			if err != nil {
 				return 0, err
 			}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -118,8 +117,6 @@ type writerState struct {
 	counts map[State]int64
 
 	stmts []*sql.Stmt // see stmts.go
-	wc    *writeConnector
-	dst   execStmts // statements run on the driver (wconn.go)
 
 	// seen, during Rebuild only, maps a hash of every nonce folded so far to
 	// its first seq: a nonce whose hash is absent has no row yet, so no read
@@ -150,7 +147,7 @@ type writerState struct {
 	ovBig   map[string]overlay
 	reqIDs  []string
 	snaps   []snapshot
-	args    []driver.NamedValue
+	args    []any
 	deltas  [8]int64
 
 	// gatherWant and gatherFor describe the last round of commits for
@@ -161,11 +158,8 @@ type writerState struct {
 
 	// Rows waiting for a multi-row statement: event rows of the batch (the
 	// log), then the projection rows written by flush.
-	evArgs, insArgs, upsArgs, msgArgs []driver.NamedValue
+	evArgs, insArgs, upsArgs, msgArgs []any
 	dirty                             []*entry
-	// directTxs counts the transactions begun below database/sql
-	// (writeConnector.begin).
-	directTxs atomic.Int64
 
 	// inserted and updated count the intent_log rows the current
 	// transaction wrote (beam_log_projection_rows_written_total).
@@ -188,13 +182,12 @@ type writerState struct {
 	ownedArgs map[*Projection][]any
 }
 
-func (w *writerState) prepare(ctx context.Context, db *sqlx.DB, wc *writeConnector) error {
+func (w *writerState) prepare(ctx context.Context, db *sqlx.DB) error {
 	stmts, err := prepareStmts(ctx, db)
 	if err != nil {
 		return err
 	}
 	w.stmts = stmts
-	w.wc = wc
 	if err := w.prepareOwned(ctx, db); err != nil {
 		closeStmts(stmts)
 		return err
@@ -212,16 +205,11 @@ func (w *writerState) closeStmts() {
 	closeStmts(w.stmts)
 	w.stmts = nil
 	w.closeOwned()
-	w.dst.close()
 }
 
-// bind binds the writer's statements to tx, preparing the driver
-// statements first if the write connection is new.
-func (w *writerState) bind(ctx context.Context, db *sqlx.DB, tx *sqlx.Tx) (*txStmts, error) {
-	if err := w.dst.ensure(ctx, w.wc); err != nil {
-		return nil, err
-	}
-	return &txStmts{ctx: ctx, tx: tx, db: db, stmts: w.stmts, d: &w.dst}, nil
+// bind binds the writer's statements to tx.
+func (w *writerState) bind(ctx context.Context, tx *sqlx.Tx) *txStmts {
+	return &txStmts{ctx: ctx, tx: tx, stmts: w.stmts}
 }
 
 // lookup returns the working entry of nonce for the current batch, loading
@@ -965,39 +953,13 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 			close(r.done)
 		}
 	}
-	var (
-		tx  *sqlx.Tx
-		end txEnd
-		err error
-	)
-	if !hasFunc(batch) {
-		end, err = w.wc.begin(ctx)
-		if end.c != nil {
-			w.directTxs.Add(1)
-		}
-	}
-	if end.c == nil && (err == nil || errors.Is(err, errNoWriteConn)) {
-		// Not after a failed BEGIN on the direct connection (a held
-		// lock): a second one would wait out the busy timeout again.
-		tx, err = l.wdb.BeginTxx(ctx, nil)
-	}
+	tx, err := l.wdb.BeginTxx(ctx, nil)
 	if err != nil {
 		fail(fmt.Errorf("begin: %w", err))
 		return
 	}
-	rollback := func() {
-		if tx != nil {
-			_ = tx.Rollback()
-		} else {
-			_ = end.Rollback()
-		}
-	}
-	ts, err := w.bind(ctx, l.wdb, tx)
-	if err != nil {
-		rollback()
-		fail(err)
-		return
-	}
+	rollback := func() { _ = tx.Rollback() }
+	ts := w.bind(ctx, tx)
 	taken := false
 	if mode == projectAll && hasFunc(batch) {
 		// The functions may read any projection row.
@@ -1040,17 +1002,13 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 	var mark int64
 	if direct {
 		mark = w.projMark(w.nextSeq - 1)
-		if err := ts.exec(stSetProjSeq, append(w.args[:0], driver.NamedValue{Ordinal: 1, Value: mark})); err != nil {
+		if err := ts.exec(stSetProjSeq, append(w.args[:0], mark)); err != nil {
 			rollback()
 			fail(fmt.Errorf("record projection seq: %w", err))
 			return
 		}
 	}
-	commit := end.Commit
-	if tx != nil {
-		commit = tx.Commit
-	}
-	if err := commit(); err != nil {
+	if err := tx.Commit(); err != nil {
 		fail(fmt.Errorf("commit: %w", err))
 		return
 	}

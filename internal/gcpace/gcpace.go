@@ -7,28 +7,30 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/beamdir/beam/internal/tricks"
 )
 
-// Headroom is the heap growth between collections that Run aims for once
+// headroom is the heap growth between collections that Run aims for once
 // the live heap is larger than it and the process allocates little, and
 // the least it lets any heap grow: a small live heap would otherwise be
 // collected every few megabytes of allocation under load.
-const Headroom = 32 << 20
+const headroom = 32 << 20
 
-// MinCycle bounds how often a lowered percentage may make the collector
+// minCycle bounds how often a lowered percentage may make the collector
 // run at the current allocation rate: the headroom is never less than
-// what the process allocates in MinCycle, so the live heap is marked at
-// most once per MinCycle more than the runtime's default would, and a busy
+// what the process allocates in minCycle, so the live heap is marked at
+// most once per minCycle more than the runtime's default would, and a busy
 // directory keeps the default.
-const MinCycle = 10 * time.Second
+const minCycle = 10 * time.Second
 
-// DefaultPercent is the runtime's default GC percentage: the heap may grow
-// by as much as is live. Run lets a heap larger than Headroom grow by no
-// more than that, and a smaller one by Headroom; MinPercent bounds the
+// defaultPercent is the runtime's default GC percentage: the heap may grow
+// by as much as is live. Run lets a heap larger than headroom grow by no
+// more than that, and a smaller one by headroom; minPercent bounds the
 // extra collections of a very large live heap.
 const (
-	MinPercent     = 25
-	DefaultPercent = 100
+	minPercent     = 25
+	defaultPercent = 100
 )
 
 // releaseGap is the least time between two returns of the heap's excess
@@ -43,31 +45,31 @@ const (
 	window   = 10
 )
 
-// Percent returns the GC percentage that lets a heap grow by headroom
-// bytes, or by what it allocates in MinCycle at ratePerSec bytes a second
+// percent returns the GC percentage that lets a heap grow by room
+// bytes, or by what it allocates in minCycle at ratePerSec bytes a second
 // if that is more, before the next collection; but by no more than the
-// larger of headroom and base (the runtime's default), and by no less than
-// MinPercent of base. base is what the runtime scales the percentage by:
+// larger of room and base (the runtime's default), and by no less than
+// minPercent of base. base is what the runtime scales the percentage by:
 // the live heap plus the goroutine stacks and globals it scans.
 //
 // The runtime never lets its heap goal fall below heapMinimum scaled by
 // the percentage, so for a tiny base the percentage is also kept low
 // enough that this minimum is no more than base plus the growth.
-func Percent(base, headroom, ratePerSec uint64) int {
+func percent(base, room, ratePerSec uint64) int {
 	if base == 0 {
-		return DefaultPercent
+		return defaultPercent
 	}
-	grow := max(headroom, ratePerSec*uint64(MinCycle/time.Second))
-	grow = min(grow, max(base, headroom))
+	grow := max(room, ratePerSec*uint64(minCycle/time.Second))
+	grow = min(grow, max(base, room))
 	pct := min(grow*100/base, (base+grow)*100/heapMinimum)
-	return int(max(pct, MinPercent))
+	return int(max(pct, minPercent))
 }
 
 // heapMinimum is the runtime's least heap goal at the default percentage
 // (4 MiB, scaled by the percentage in force).
 const heapMinimum = 4 << 20
 
-// pacer turns samples of the GC's base (see Percent) and of the bytes
+// pacer turns samples of the GC's base (see percent) and of the bytes
 // allocated so far, one per interval, into GC percentages and decisions to
 // release the heap's excess.
 type pacer struct {
@@ -79,7 +81,7 @@ type pacer struct {
 }
 
 func newPacer(allocs uint64) *pacer {
-	p := &pacer{current: DefaultPercent, released: -1}
+	p := &pacer{current: defaultPercent, released: -1}
 	for i := range p.allocs {
 		p.allocs[i] = allocs
 	}
@@ -96,8 +98,8 @@ func (p *pacer) step(base, allocs uint64) (int, bool) {
 	last := p.lastBytes()
 	overWindow := (allocs - p.allocs[(p.k+1)%n]) / window
 	perSec := uint64(float64(max(last, overWindow)) / interval.Seconds())
-	next := Percent(base, Headroom, perSec)
-	if next == p.current || (next != DefaultPercent && next != MinPercent && abs(next-p.current) < max(5, p.current/10)) {
+	next := percent(base, headroom, perSec)
+	if next == p.current || (next != defaultPercent && next != minPercent && abs(next-p.current) < max(5, p.current/10)) {
 		return p.current, false
 	}
 	p.current = next
@@ -118,15 +120,15 @@ func (p *pacer) lastBytes() uint64 {
 // that allocates steadily holds about its goal). There is such an excess
 // when the goal falls: after a burst, once the pacer lowers the
 // percentage, or when many sessions end at once. It is returned when it is
-// at least Headroom, the last interval allocated less than it in MinCycle
+// at least headroom, the last interval allocated less than it in minCycle
 // (the process has gone quiet), and no release happened within releaseGap.
 // The runtime's own scavenger returns such pages too, but over minutes.
 func (p *pacer) release(held, goal uint64) bool {
-	if held < goal || held-goal < Headroom {
+	if held < goal || held-goal < headroom {
 		return false
 	}
 	rate := uint64(float64(p.lastBytes()) / interval.Seconds())
-	if rate*uint64(MinCycle/time.Second) >= held-goal {
+	if rate*uint64(minCycle/time.Second) >= held-goal {
 		return false
 	}
 	if p.released >= 0 && p.k-p.released < int(releaseGap/interval) {
@@ -161,14 +163,19 @@ const (
 )
 
 // Run sets the GC percentage from the GC's base and the allocation rate
-// (Percent with Headroom) every second, and returns the heap's excess to
+// (percent with headroom) every second, and returns the heap's excess to
 // the system once the process goes quiet (release), until ctx ends; then it
 // restores the percentage it found. It returns at once when the environment
-// sets GOGC.
+// sets GOGC or turns the trick off (BEAM_TRICKS_OFF=gcpace).
 func Run(ctx context.Context, logger *slog.Logger) {
-	if _, set := os.LookupEnv("GOGC"); set {
+	if _, set := os.LookupEnv("GOGC"); set || !tricks.On("gcpace") {
 		return
 	}
+	run(ctx, logger)
+}
+
+// run is Run without its checks of the environment.
+func run(ctx context.Context, logger *slog.Logger) {
 	samples := make([]metrics.Sample, len(sampled))
 	for i, name := range sampled {
 		samples[i].Name = name
@@ -183,7 +190,7 @@ func Run(ctx context.Context, logger *slog.Logger) {
 	}
 	p := newPacer(v(sAllocs))
 	// Start from the default; the one found is put back when Run ends.
-	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
+	defer debug.SetGCPercent(debug.SetGCPercent(defaultPercent))
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -3,22 +3,25 @@ package gcpace
 import (
 	"context"
 	"log/slog"
+	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"testing"
 	"time"
 
+	"github.com/beamdir/beam/internal/tricks"
 	"github.com/stretchr/testify/require"
 )
 
 const mib = 1 << 20
 
 // TestPercentBoundsHeadroomInBytes: a small live heap may grow by
-// Headroom, whatever its allocation rate; a large one that allocates little grows by about Headroom
-// between collections, down to MinPercent; an allocation rate that would
-// collect more often than once per MinCycle keeps the headroom at what is
-// allocated in MinCycle.
+// headroom, whatever its allocation rate; a large one that allocates little grows by about headroom
+// between collections, down to minPercent; an allocation rate that would
+// collect more often than once per minCycle keeps the headroom at what is
+// allocated in minCycle.
 func TestPercentBoundsHeadroomInBytes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -26,19 +29,19 @@ func TestPercentBoundsHeadroomInBytes(t *testing.T) {
 		live, rate uint64
 		want       int
 	}{
-		{"nothing live", 0, 0, DefaultPercent},
+		{"nothing live", 0, 0, defaultPercent},
 		{"small heap", 20 * mib, 0, 160},
 		{"tiny heap, busy", 4 * mib, 50 * mib, 800},
 		{"half a MiB: held to the runtime's heap minimum", mib / 2, 0, 812},
-		{"as large as the headroom", 32 * mib, 0, DefaultPercent},
-		{"as large as the headroom, busy", 32 * mib, 50 * mib, DefaultPercent},
+		{"as large as the headroom", 32 * mib, 0, defaultPercent},
+		{"as large as the headroom, busy", 32 * mib, 50 * mib, defaultPercent},
 		{"twice the headroom", 64 * mib, 0, 50},
-		{"very large", 1024 * mib, 0, MinPercent},
-		{"large and busy", 96 * mib, 10 * mib, DefaultPercent},
+		{"very large", 1024 * mib, 0, minPercent},
+		{"large and busy", 96 * mib, 10 * mib, defaultPercent},
 		{"large, some traffic", 200 * mib, 8 * mib, 40},
 		{"large, light traffic", 96 * mib, 1 * mib, 33},
 	} {
-		require.Equal(t, c.want, Percent(c.live, Headroom, c.rate), c.name)
+		require.Equal(t, c.want, percent(c.live, headroom, c.rate), c.name)
 	}
 }
 
@@ -54,7 +57,7 @@ func TestPacerFollowsTheAllocationRate(t *testing.T) {
 
 	pct, change := p.step(live, allocs)
 	require.True(t, change)
-	require.Equal(t, 25, pct, "idle: Headroom over 128 MiB")
+	require.Equal(t, 25, pct, "idle: headroom over 128 MiB")
 	pct, change = p.step(live, allocs)
 	require.False(t, change, "nothing changed")
 	require.Equal(t, 25, pct)
@@ -62,11 +65,11 @@ func TestPacerFollowsTheAllocationRate(t *testing.T) {
 	allocs += 50 * mib // a second of a burst
 	pct, change = p.step(live, allocs)
 	require.True(t, change)
-	require.Equal(t, DefaultPercent, pct, "500 MiB in MinCycle is more than what is live")
+	require.Equal(t, defaultPercent, pct, "500 MiB in minCycle is more than what is live")
 
 	pct, change = p.step(live, allocs)
 	require.True(t, change)
-	require.Equal(t, 39, pct, "the burst is over but within the window: 5 MiB/s, 50 MiB in MinCycle")
+	require.Equal(t, 39, pct, "the burst is over but within the window: 5 MiB/s, 50 MiB in minCycle")
 	for range window - 2 {
 		pct, change = p.step(live, allocs)
 		require.False(t, change)
@@ -87,6 +90,13 @@ func TestRunLeavesAnOperatorsGOGCAlone(t *testing.T) {
 	t.Setenv("GOGC", "300")
 	old := debug.SetGCPercent(300)
 	defer debug.SetGCPercent(old)
+	requireRunReturns(t)
+	require.Equal(t, 300, debug.SetGCPercent(300))
+}
+
+// requireRunReturns requires Run to return at once.
+func requireRunReturns(t *testing.T) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan struct{})
@@ -99,7 +109,6 @@ func TestRunLeavesAnOperatorsGOGCAlone(t *testing.T) {
 	case <-ctx.Done():
 		require.FailNow(t, "Run did not return")
 	}
-	require.Equal(t, 300, debug.SetGCPercent(300))
 }
 
 // gogc reads the GC percentage in force without changing it.
@@ -110,10 +119,10 @@ func gogc() int64 {
 }
 
 // TestRunLowersThePercentageOfALargeIdleHeap: with 256 MiB live and
-// nothing allocated, Run sets MinPercent within a few seconds, and puts
+// nothing allocated, Run sets minPercent within a few seconds, and puts
 // back the percentage it found when it stops.
 func TestRunLowersThePercentageOfALargeIdleHeap(t *testing.T) {
-	old := debug.SetGCPercent(DefaultPercent)
+	old := debug.SetGCPercent(defaultPercent)
 	defer debug.SetGCPercent(old)
 	live := make([]byte, 256*mib)
 	for i := range live {
@@ -123,44 +132,44 @@ func TestRunLowersThePercentageOfALargeIdleHeap(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		Run(ctx, slog.New(slog.DiscardHandler))
+		run(ctx, slog.New(slog.DiscardHandler))
 		close(done)
 	}()
-	require.Eventually(t, func() bool { return gogc() == MinPercent }, time.Minute, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return gogc() == minPercent }, time.Minute, 50*time.Millisecond)
 	cancel()
 	<-done
-	require.Equal(t, int64(DefaultPercent), gogc())
+	require.Equal(t, int64(defaultPercent), gogc())
 	runtime.KeepAlive(live)
 }
 
 // TestRunRaisesThePercentageOfASmallHeap: a test process's live heap is a
-// few MiB; Run lets it grow by Headroom, so the runtime's heap goal rises
-// to about Headroom, where the default would collect every few MiB.
+// few MiB; Run lets it grow by headroom, so the runtime's heap goal rises
+// to about headroom, where the default would collect every few MiB.
 func TestRunRaisesThePercentageOfASmallHeap(t *testing.T) {
-	old := debug.SetGCPercent(DefaultPercent)
+	old := debug.SetGCPercent(defaultPercent)
 	defer debug.SetGCPercent(old)
 	runtime.GC()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		Run(ctx, slog.New(slog.DiscardHandler))
+		run(ctx, slog.New(slog.DiscardHandler))
 		close(done)
 	}()
 	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
 	require.Eventually(t, func() bool {
 		metrics.Read(goal)
-		return gogc() > DefaultPercent && goal[0].Value.Uint64() >= Headroom*9/10
+		return gogc() > defaultPercent && goal[0].Value.Uint64() >= headroom*9/10
 	}, time.Minute, 50*time.Millisecond)
-	require.Less(t, goal[0].Value.Uint64(), uint64(2*Headroom),
-		"the goal is about Headroom: the runtime's heap minimum, scaled by the percentage, must not raise it")
+	require.Less(t, goal[0].Value.Uint64(), uint64(2*headroom),
+		"the goal is about headroom: the runtime's heap minimum, scaled by the percentage, must not raise it")
 	cancel()
 	<-done
-	require.Equal(t, int64(DefaultPercent), gogc())
+	require.Equal(t, int64(defaultPercent), gogc())
 }
 
 // TestReleaseOnlyTheExcessOfAQuietHeap: the pages a heap holds beyond its
-// goal are returned once it is quiet and they are at least Headroom; not
-// while it allocates enough to use them within MinCycle, and not again
+// goal are returned once it is quiet and they are at least headroom; not
+// while it allocates enough to use them within minCycle, and not again
 // within releaseGap.
 func TestReleaseOnlyTheExcessOfAQuietHeap(t *testing.T) {
 	t.Parallel()
@@ -168,12 +177,12 @@ func TestReleaseOnlyTheExcessOfAQuietHeap(t *testing.T) {
 	p := newPacer(allocs)
 	p.step(100*mib, allocs)
 
-	require.False(t, p.release(150*mib, 130*mib), "20 MiB over the goal is less than Headroom")
+	require.False(t, p.release(150*mib, 130*mib), "20 MiB over the goal is less than headroom")
 	require.False(t, p.release(100*mib, 130*mib), "under the goal")
 
 	allocs += 10 * mib
 	p.step(100*mib, allocs)
-	require.False(t, p.release(200*mib, 130*mib), "10 MiB/s would use 70 MiB within MinCycle")
+	require.False(t, p.release(200*mib, 130*mib), "10 MiB/s would use 70 MiB within minCycle")
 
 	p.step(100*mib, allocs)
 	require.True(t, p.release(200*mib, 130*mib), "quiet, 70 MiB over the goal")
@@ -189,7 +198,7 @@ func TestReleaseOnlyTheExcessOfAQuietHeap(t *testing.T) {
 // collected, the runtime keeps the free pages (its scavenger returns them
 // over minutes); Run returns them within seconds.
 func TestRunReturnsTheExcessOfAQuietHeap(t *testing.T) {
-	old := debug.SetGCPercent(DefaultPercent)
+	old := debug.SetGCPercent(defaultPercent)
 	defer debug.SetGCPercent(old)
 	garbage := make([][]byte, 0, 200)
 	for range 200 {
@@ -205,13 +214,34 @@ func TestRunReturnsTheExcessOfAQuietHeap(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		Run(ctx, slog.New(slog.DiscardHandler))
+		run(ctx, slog.New(slog.DiscardHandler))
 		close(done)
 	}()
 	require.Eventually(t, func() bool {
 		metrics.Read(free)
-		return free[0].Value.Uint64() < Headroom
+		return free[0].Value.Uint64() < headroom
 	}, time.Minute, 50*time.Millisecond)
 	cancel()
 	<-done
+}
+
+// TestRunIsOffUnderBEAM_TRICKS_OFF: with BEAM_TRICKS_OFF=gcpace Run returns
+// at once and leaves the percentage alone. The switch is read once per
+// process, so a process of its own runs the check.
+func TestRunIsOffUnderBEAM_TRICKS_OFF(t *testing.T) {
+	if tricks.On("gcpace") {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRunIsOffUnderBEAM_TRICKS_OFF$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), tricks.EnvVar+"=gcpace")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		require.Contains(t, string(out), "--- PASS: TestRunIsOffUnderBEAM_TRICKS_OFF")
+		return
+	}
+	old := debug.SetGCPercent(defaultPercent)
+	defer debug.SetGCPercent(old)
+	live := make([]byte, 256*mib) // would be paced down to minPercent
+	runtime.GC()
+	requireRunReturns(t)
+	require.Equal(t, int64(defaultPercent), gogc())
+	runtime.KeepAlive(live)
 }
