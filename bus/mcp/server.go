@@ -14,18 +14,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/bus/a2a"
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/tracing"
-)
-
-// Headers an envelope created by a tool call carries.
-const (
-	HeaderProtocol = "x-beam-protocol"
-	HeaderPipeline = "x-beam-pipeline"
 )
 
 // Config configures New.
@@ -138,7 +133,7 @@ func (s *Server) tool(p *mesh.Pipeline) sdk.ToolHandler {
 			return failure(err.Error()), nil
 		}
 		row, err := s.cfg.Mesh.CreateLimited(ctx, mesh.CreateRequest{Creator: caller, Route: p.Route, Payload: args,
-			Headers: map[string]string{HeaderProtocol: "mcp", HeaderPipeline: p.Name}})
+			Headers: map[string]string{wire.HeaderProtocol: "mcp", wire.HeaderPipeline: p.Name}})
 		if err != nil {
 			var ie *mesh.InputError
 			if errors.As(err, &ie) {

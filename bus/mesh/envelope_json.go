@@ -10,7 +10,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/beamdir/beam/internal/jsonscan"
+	"github.com/beamdir/beam/internal/tricks"
 )
+
+// envelopeJSONOn is the mesh-envelope-json trick: envelopes are encoded
+// by hand; off, through encoding/json.
+var envelopeJSONOn = tricks.On("mesh-envelope-json")
 
 // appendEnvelope appends e exactly as a json.Encoder with HTML escaping off
 // writes it (without the newline): the fields in declaration order, the
@@ -20,6 +25,15 @@ import (
 // was a measurable part of the server's CPU per hop. The payload must be
 // valid JSON.
 func appendEnvelope(b []byte, e Envelope) ([]byte, error) {
+	if !envelopeJSONOn {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(e); err != nil {
+			return nil, fmt.Errorf("encode envelope: %w", err)
+		}
+		return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...), nil
+	}
 	b = append(b, `{"id":`...)
 	b = appendString(b, e.ID)
 	if e.ParentID != "" {

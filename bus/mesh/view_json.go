@@ -5,8 +5,14 @@ import (
 	"strconv"
 
 	"github.com/beamdir/beam/internal/jsonscan"
+	"github.com/beamdir/beam/internal/tricks"
 	"github.com/beamdir/beam/tracing"
 )
+
+// viewJSONOn is the mesh-view-json trick: the status and progress events
+// of a pipeline's SSE stream are encoded by hand; off, through
+// encoding/json.
+var viewJSONOn = tricks.On("mesh-view-json")
 
 // appendView appends json.Marshal(view(row)), written by hand: every SSE
 // status event encodes it, and encoding/json's reflection and its
@@ -16,7 +22,7 @@ import (
 // encoding/json orders them.
 func appendView(b []byte, row tracing.MeshRow) ([]byte, error) {
 	e, err := envelopeOf(row)
-	if err != nil {
+	if err != nil || !viewJSONOn {
 		// The stored envelope as it is (never the case for envelopes this
 		// package stored): encoding/json compacts it.
 		data, err := json.Marshal(view(row))
@@ -51,7 +57,7 @@ func appendView(b []byte, row tracing.MeshRow) ([]byte, error) {
 		b = strconv.AppendInt(append(b, `,"completedAt":`...), *row.CompletedAt, 10)
 	}
 	b = viewInt(b, `,"lastSeq":`, row.LastSeq, false)
-	b = jsonscan.AppendMarshalRaw(append(b, `,"envelope":`...), e.Encode())
+	b = jsonscan.AppendMarshalRaw(append(b, `,"envelope":`...), encodeEnvelope(e))
 	return append(b, '}'), nil
 }
 
@@ -72,6 +78,10 @@ func viewInt(b []byte, key string, v int64, omitEmpty bool) []byte {
 // appendProgress appends the data of a progress event: what json.Marshal
 // writes for the map {id, progress, hop, actor} (keys sorted).
 func appendProgress(b []byte, row tracing.MeshRow) []byte {
+	if !viewJSONOn {
+		data, _ := json.Marshal(map[string]any{"id": row.ID, "progress": row.Progress, "hop": row.Hop, "actor": row.Actor})
+		return append(b, data...)
+	}
 	b = jsonscan.AppendMarshalString(append(b, `{"actor":`...), row.Actor)
 	b = strconv.AppendInt(append(b, `,"hop":`...), int64(row.Hop), 10)
 	b = jsonscan.AppendMarshalString(append(b, `,"id":`...), row.ID)
