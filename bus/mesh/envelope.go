@@ -89,15 +89,18 @@ const MaxEnvelopeBytes = wire.MaxMeshEnvelopeBytes
 // DecodeEnvelope decodes and validates an envelope (wire.DecodeMeshEnvelope).
 func DecodeEnvelope(b []byte) (Envelope, error) { return wire.DecodeMeshEnvelope(b) }
 
-// encodeEnvelope returns the envelope as JSON (the payload compacted), byte for
-// byte as encoding/json writes it with HTML escaping off.
+// encodeEnvelope returns the envelope as JSON as encoding/json writes it
+// with HTML escaping off (the payload compacted). The payload must be valid
+// JSON.
 func encodeEnvelope(e Envelope) json.RawMessage {
-	b, err := appendEnvelope(make([]byte, 0, 512+len(e.Payload)), e)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
 		// Every field is a string, number or valid raw JSON.
 		panic(fmt.Sprintf("encode envelope: %v", err))
 	}
-	return b
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // cloneEnvelope returns a deep copy of e (the payload bytes are shared; they are
