@@ -185,12 +185,17 @@ func normRaw(name string, r json.RawMessage) (json.RawMessage, error) {
 	if len(t) == 0 || string(t) == "null" {
 		return nil, nil
 	}
+	if !bytes.ContainsAny(t, " \t\r\n") {
+		// Already compact (whitespace inside strings would only cost a
+		// compaction that changes nothing).
+		if !json.Valid(t) {
+			return nil, fmt.Errorf("details %s: not valid JSON", name)
+		}
+		return t, nil
+	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, t); err != nil {
 		return nil, fmt.Errorf("details %s: not valid JSON", name)
-	}
-	if b.Len() == len(r) {
-		return r, nil
 	}
 	return b.Bytes(), nil
 }
