@@ -150,7 +150,7 @@ func (c *Client) sendHTTPJWS(ctx context.Context, token string) ([]byte, string,
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, "", ErrorFromResponse(resp, b)
 	}
-	return b, resp.Header.Get("X-Beam-Result-JWS"), nil
+	return b, resp.Header.Get(wire.HeaderResultJWS), nil
 }
 
 // verifyResultJWS verifies a result JWS from `to` (kid must be to) against

@@ -18,7 +18,7 @@ import (
 
 // MeshIntent is the intent type of a pipeline hop: the directory delivers
 // the whole envelope as the payload.
-const MeshIntent = "mesh.envelope"
+const MeshIntent = wire.MeshIntent
 
 // Error codes of mesh handler failures: the gateway retries MeshRetryable
 // (and any other code) by the actor's policy and never retries
@@ -30,31 +30,13 @@ const (
 
 // MeshRoute is an envelope's route: prev and curr are read-only, next is
 // the current actor's to rewrite (MeshHop.SetNext).
-type MeshRoute struct {
-	Prev []string `json:"prev"`
-	Curr string   `json:"curr"`
-	Next []string `json:"next"`
-}
+type MeshRoute = wire.MeshRoute
+
+// MeshStatus is an envelope's status member.
+type MeshStatus = wire.MeshStatus
 
 // MeshEnvelope is the envelope of one hop as delivered.
-type MeshEnvelope struct {
-	ID          string            `json:"id"`
-	ParentID    string            `json:"parent_id,omitempty"`
-	Route       MeshRoute         `json:"route"`
-	Headers     map[string]string `json:"headers"`
-	Status      json.RawMessage   `json:"status"`
-	Payload     json.RawMessage   `json:"payload"`
-	Hop         int               `json:"hop"`
-	FanoutIndex int               `json:"fanout_index,omitempty"`
-	Creator     string            `json:"creator"`
-	// Author is the actor that last rewrote next ("" while the route is
-	// the creator's).
-	Author string `json:"author,omitempty"`
-	// PrevActor is the author of Payload: the actor whose output it is,
-	// or the creator when a reroute or a requeue carries the creator's
-	// payload on ("" for the first hop).
-	PrevActor string `json:"prev_actor,omitempty"`
-}
+type MeshEnvelope = wire.MeshEnvelope
 
 // MeshHop is one delivery of an envelope to this actor. Handlers read the
 // envelope, yield outputs, rewrite next, change headers and stream FLY
@@ -178,10 +160,10 @@ func SignMeshRequest(req *http.Request, body []byte, id *Identity, now time.Time
 	if err != nil {
 		return fmt.Errorf("sign mesh request: %w", err)
 	}
-	req.Header.Set("X-Beam-Id", id.BeamID)
-	req.Header.Set("X-Beam-Timestamp", ts)
-	req.Header.Set("X-Beam-Nonce", nonce)
-	req.Header.Set("X-Beam-Signature", sig)
+	req.Header.Set(wire.HeaderBeamID, id.BeamID)
+	req.Header.Set(wire.HeaderTimestamp, ts)
+	req.Header.Set(wire.HeaderNonce, nonce)
+	req.Header.Set(wire.HeaderSignature, sig)
 	return nil
 }
 

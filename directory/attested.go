@@ -109,15 +109,6 @@ func (s *session) protocol() string {
 	return "beam/1"
 }
 
-// Headers of a direct-HTTP delivery of an attested frame.
-const (
-	// HeaderAttestation carries the attestation member (JSON).
-	HeaderAttestation = "X-Beam-Attestation"
-	// HeaderAttestationKey carries the attestation key that signed the
-	// frame (X-Beam-Signature), base64 SPKI DER.
-	HeaderAttestationKey = "X-Beam-Attestation-Key"
-)
-
 // CodeSenderSignatureRequired: the recipient requires end-to-end sender
 // signatures (its requireSenderSignatures setting) and the intent would
 // have been delivered attested by the directory instead (403).

@@ -110,10 +110,10 @@ func TestDirectHTTPDeliveryOfAnAttestedFrame(t *testing.T) {
 	require.Equal(t, "result", ac.nextOf("result").Type)
 	h := hdr.Load().(http.Header)
 	var member wire.Attestation
-	require.NoError(t, json.Unmarshal([]byte(h.Get(HeaderAttestation)), &member))
+	require.NoError(t, json.Unmarshal([]byte(h.Get(wire.HeaderAttestation)), &member))
 	require.Equal(t, wire.AttestAPIKey, member.Auth)
 	require.Equal(t, b.dir.Attester().KeyID(), member.KeyID)
-	key, err := wire.ParsePublicKey(h.Get(HeaderAttestationKey))
+	key, err := wire.ParsePublicKey(h.Get(wire.HeaderAttestationKey))
 	require.NoError(t, err)
 
 	// Rebuild the frame as a receiver would: the body plus its own "to".

@@ -35,15 +35,6 @@ const CodeUnsupportedProtocol = "UNSUPPORTED_PROTOCOL"
 // a compact JWS.
 const contentTypeJOSE = "application/jose"
 
-// HeaderResultJWS carries the recipient's result JWS on a 200 answer to a
-// beam/2 POST /intents/send; absent when the result was not a JWS (the
-// built-in echo, a beam/1 result, a cached replay).
-const HeaderResultJWS = "X-Beam-Result-JWS"
-
-// HeaderIntentJWS carries the sender's intent JWS, verbatim, on a direct
-// HTTP delivery of a beam/2 intent.
-const HeaderIntentJWS = "X-Beam-Intent-JWS"
-
 // jwsSink receives the result JWS of a beam/2 intent for its sender.
 type jwsSink struct {
 	mu    sync.Mutex
@@ -269,7 +260,7 @@ func (d *Directory) handleSendJWS(w http.ResponseWriter, r *http.Request, token 
 		return rerr.httpErr()
 	}
 	if t := sink.get(); t != "" {
-		w.Header().Set(HeaderResultJWS, t)
+		w.Header().Set(wire.HeaderResultJWS, t)
 	}
 	writeRaw(w, http.StatusOK, res)
 	return nil

@@ -42,7 +42,7 @@ func (b *testBundle) postJOSE(token string) (int, []byte, string) {
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(b.t, err)
-	return resp.StatusCode, data, resp.Header.Get(HeaderResultJWS)
+	return resp.StatusCode, data, resp.Header.Get(wire.HeaderResultJWS)
 }
 
 // connectBeam2 attaches a announcing beam/2 and checks the confirmation.

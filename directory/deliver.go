@@ -163,20 +163,20 @@ func (d *Directory) postDirect(inf *inflight, h handOver, endpoint string) (*wir
 		return nil, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Beam-Sender", f.From)
-	req.Header.Set("X-Beam-Signature", f.Signature)
-	req.Header.Set("X-Beam-Nonce", f.Nonce)
-	req.Header.Set("X-Beam-Timestamp", f.Timestamp)
+	req.Header.Set(wire.HeaderSender, f.From)
+	req.Header.Set(wire.HeaderSignature, f.Signature)
+	req.Header.Set(wire.HeaderNonce, f.Nonce)
+	req.Header.Set(wire.HeaderTimestamp, f.Timestamp)
 	if inf.jws != "" {
-		req.Header.Set(HeaderIntentJWS, inf.jws)
+		req.Header.Set(wire.HeaderIntentJWS, inf.jws)
 	}
 	if h.attested != nil {
 		member, err := json.Marshal(h.attested)
 		if err != nil {
 			return nil, fmt.Errorf("encode attestation: %w", err)
 		}
-		req.Header.Set(HeaderAttestation, string(member))
-		req.Header.Set(HeaderAttestationKey, h.senderKey)
+		req.Header.Set(wire.HeaderAttestation, string(member))
+		req.Header.Set(wire.HeaderAttestationKey, h.senderKey)
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {

@@ -12,7 +12,7 @@ const OriginMesh = "mesh"
 
 // pipelineHopIntent is the intent type of a pipeline hop's frame (the
 // mesh.envelope intent of bus/mesh).
-const pipelineHopIntent = "mesh.envelope"
+const pipelineHopIntent = wire.MeshIntent
 
 // PeerFor returns the pinned peer directory that serves beamID when it is
 // not an agent of this directory (false without federation, or when no

@@ -14,7 +14,6 @@ import (
 
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
-	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -70,7 +69,7 @@ func TestBeam2AcrossFederation(t *testing.T) {
 	require.Equal(t, token, in.JWS, "the recipient gets the sender's JWS verbatim")
 	require.Nil(t, in.Attested, "a JWS is the sender's own signature, not an attestation")
 
-	resultJWS := hdr.Get(directory.HeaderResultJWS)
+	resultJWS := hdr.Get(wire.HeaderResultJWS)
 	require.NotEmpty(t, resultJWS, "the result JWS comes back to the sender")
 	rf, _, err := wire.DecodeResultJWS(resultJWS, func(kid string) (ed25519.PublicKey, error) {
 		require.Equal(t, "b@beta.beam.directory", kid)

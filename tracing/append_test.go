@@ -47,7 +47,7 @@ func TestAppendOrderSeqAndTrace(t *testing.T) {
 		require.Equal(t, want[i].State, tr[i].State)
 		require.True(t, want[i].At.Equal(tr[i].At))
 	}
-	require.Equal(t, json.RawMessage(`{"a": 1}`), tr[0].Details.Frame)
+	require.Equal(t, json.RawMessage(`{"a":1}`), tr[0].Details.Frame)
 	require.Equal(t, "x", tr[0].Details.Extra["peer"])
 	require.Equal(t, int64(5000), tr[2].Details.TimeoutMs)
 

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-
-	"github.com/beamdir/beam/internal/jsonscan"
+	"unicode/utf8"
 )
 
 // detailsKeys are the JSON keys of the known Details fields. Extra keys that
@@ -32,12 +30,64 @@ func isDetailsKey(k string) bool {
 }
 
 // MarshalJSON encodes the details as one flat JSON object: the known fields
-// under their keys (empty ones omitted), then the Extra keys in sorted order.
-// Extra never overrides a known key. Raw JSON fields (Frame, Result, Response,
-// bus payload and metadata) are written verbatim, so a frame keeps its bytes.
-// Strings must be valid UTF-8.
+// under their keys (empty ones omitted) as encoding/json writes them with
+// HTML escaping off (raw values compacted), then the Extra keys in sorted
+// order. Extra never overrides a known key. Strings must be valid UTF-8.
 func (d Details) MarshalJSON() ([]byte, error) {
-	return d.appendJSON(make([]byte, 0, 128), false)
+	return d.appendJSON(make([]byte, 0, 128))
+}
+
+// appendJSON appends the encoded details (MarshalJSON) to b.
+func (d *Details) appendJSON(b []byte) ([]byte, error) {
+	if err := d.checkUTF8(); err != nil {
+		return nil, err
+	}
+	type plain Details // same fields, no methods
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode((*plain)(d)); err != nil {
+		return nil, fmt.Errorf("encode details: %w", err)
+	}
+	known := bytes.TrimSuffix(buf.Bytes(), []byte("}\n"))
+	b = append(b, known...)
+	keys := make([]string, 0, len(d.Extra))
+	for k := range d.Extra {
+		if !isDetailsKey(k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		v, err := json.Marshal(d.Extra[k])
+		if err != nil {
+			return nil, fmt.Errorf("encode details key %q: %w", k, err)
+		}
+		if i > 0 || len(known) > 1 {
+			b = append(b, ',')
+		}
+		kb, _ := json.Marshal(k) // a valid UTF-8 string always encodes
+		b = append(append(append(b, kb...), ':'), v...)
+	}
+	return append(b, '}'), nil
+}
+
+// checkUTF8 refuses strings that are not valid UTF-8 (encoding/json would
+// replace their bad bytes, so the log would not keep what it was given).
+func (d *Details) checkUTF8() error {
+	list := []string{string(d.Owner), d.ClientTimestamp, d.ErrorCode, d.Error, d.LeaseOwner, d.LegacyStage, d.LegacyStatus}
+	if d.Bus != nil {
+		list = append(list, d.Bus.MessageID, d.Bus.TraceID)
+	}
+	for k := range d.Extra {
+		list = append(list, k)
+	}
+	for _, v := range list {
+		if !utf8.ValidString(v) {
+			return errors.New("details: string is not valid UTF-8")
+		}
+	}
+	return nil
 }
 
 // UnmarshalJSON decodes a flat JSON object: known keys into their fields,
@@ -86,7 +136,7 @@ func (d *Details) decodeKnown(b []byte) error {
 // normalize puts the details in the form they take after a round trip
 // through the log, so that the incremental fold (which sees the caller's
 // value) and Rebuild (which sees the decoded value) read the same thing: raw
-// JSON fields are validated and trimmed, and empty or null raws become nil.
+// JSON fields are validated and compacted, and empty or null raws become nil.
 // Strings are checked by the encoder (invalid UTF-8 is an error).
 func (d *Details) normalize() error {
 	var err error
@@ -113,29 +163,20 @@ func (d *Details) normalize() error {
 		d.Bus = &b
 	}
 	if d.Job != nil {
-		// details.job is encoded with encoding/json, which compacts raw
-		// values: compact them here too.
 		j := *d.Job
-		for _, f := range []struct {
-			name string
-			v    *json.RawMessage
-		}{{"job.payload", &j.Payload}, {"job.result", &j.Result}} {
-			if *f.v, err = normRaw(f.name, *f.v); err != nil {
-				return err
-			}
-			if *f.v != nil {
-				var b bytes.Buffer
-				if err := json.Compact(&b, *f.v); err != nil {
-					return fmt.Errorf("details %s: %w", f.name, err)
-				}
-				*f.v = b.Bytes()
-			}
+		if j.Payload, err = normRaw("job.payload", j.Payload); err != nil {
+			return err
+		}
+		if j.Result, err = normRaw("job.result", j.Result); err != nil {
+			return err
 		}
 		d.Job = &j
 	}
 	return nil
 }
 
+// normRaw validates and compacts a raw value, as the encoder writes it;
+// empty and null become nil.
 func normRaw(name string, r json.RawMessage) (json.RawMessage, error) {
 	if len(r) == 0 {
 		return nil, nil
@@ -144,157 +185,19 @@ func normRaw(name string, r json.RawMessage) (json.RawMessage, error) {
 	if len(t) == 0 || string(t) == "null" {
 		return nil, nil
 	}
-	if !json.Valid(t) {
+	if !bytes.ContainsAny(t, " \t\r\n") {
+		// Already compact (whitespace inside strings would only cost a
+		// compaction that changes nothing).
+		if !json.Valid(t) {
+			return nil, fmt.Errorf("details %s: not valid JSON", name)
+		}
+		return t, nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, t); err != nil {
 		return nil, fmt.Errorf("details %s: not valid JSON", name)
 	}
-	if len(t) == len(r) {
-		return r, nil
-	}
-	return t, nil
-}
-
-type objWriter struct {
-	b   []byte
-	n   int
-	err error
-	// trusted skips the validation of raw values (see appendJSON).
-	trusted bool
-}
-
-func (w *objWriter) key(k string) {
-	if w.n > 0 {
-		w.b = append(w.b, ',')
-	}
-	w.n++
-	w.b = appendJSONString(w.b, k, &w.err)
-	w.b = append(w.b, ':')
-}
-
-func (w *objWriter) str(k, v string) {
-	if v == "" {
-		return
-	}
-	w.key(k)
-	w.b = appendJSONString(w.b, v, &w.err)
-}
-
-func (w *objWriter) int(k string, v int64) {
-	if v == 0 {
-		return
-	}
-	w.key(k)
-	w.b = strconv.AppendInt(w.b, v, 10)
-}
-
-func (w *objWriter) raw(k string, v json.RawMessage) {
-	if len(v) == 0 {
-		return
-	}
-	if w.trusted {
-		w.key(k)
-		w.b = append(w.b, v...)
-		return
-	}
-	t := bytes.TrimSpace(v)
-	if len(t) == 0 {
-		return
-	}
-	if !json.Valid(t) {
-		if w.err == nil {
-			w.err = fmt.Errorf("details %s: not valid JSON", k)
-		}
-		return
-	}
-	w.key(k)
-	w.b = append(w.b, t...)
-}
-
-// appendJSON appends the encoded details to b. normalized says that d has
-// been through normalize, so its raw values are already trimmed and valid.
-func (d *Details) appendJSON(b []byte, normalized bool) ([]byte, error) {
-	w := objWriter{b: append(b, '{'), trusted: normalized}
-	w.str("owner", string(d.Owner))
-	w.raw("frame", d.Frame)
-	w.str("clientTimestamp", d.ClientTimestamp)
-	w.int("timeoutMs", d.TimeoutMs)
-	w.str("errorCode", d.ErrorCode)
-	w.str("error", d.Error)
-	if d.Retryable {
-		w.key("retryable")
-		w.b = append(w.b, "true"...)
-	}
-	if d.LatencyMs != nil {
-		w.key("latencyMs")
-		w.b = strconv.AppendInt(w.b, *d.LatencyMs, 10)
-	}
-	w.raw("result", d.Result)
-	if d.Bus != nil {
-		w.key("bus")
-		bw := objWriter{b: append(w.b, '{'), trusted: normalized}
-		bw.key("messageId")
-		bw.b = appendJSONString(bw.b, d.Bus.MessageID, &bw.err)
-		bw.raw("payload", d.Bus.Payload)
-		bw.int("priority", int64(d.Bus.Priority))
-		bw.int("maxRetries", int64(d.Bus.MaxRetries))
-		bw.str("traceId", d.Bus.TraceID)
-		bw.raw("metadata", d.Bus.Metadata)
-		w.b = append(bw.b, '}')
-		if bw.err != nil && w.err == nil {
-			w.err = bw.err
-		}
-	}
-	if d.Job != nil {
-		// Without HTML escaping, so that raw values keep their bytes.
-		var jb bytes.Buffer
-		enc := json.NewEncoder(&jb)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(d.Job); err != nil {
-			return nil, fmt.Errorf("encode details key job: %w", err)
-		}
-		w.key("job")
-		w.b = append(w.b, bytes.TrimSuffix(jb.Bytes(), []byte("\n"))...)
-	}
-	w.int("nextRetryAt", d.NextRetryAt)
-	if d.RetryCount != nil {
-		w.key("retryCount")
-		w.b = strconv.AppendInt(w.b, int64(*d.RetryCount), 10)
-	}
-	w.str("leaseOwner", d.LeaseOwner)
-	w.int("leaseExpiresAt", d.LeaseExpiresAt)
-	w.raw("response", d.Response)
-	w.str("legacyStage", d.LegacyStage)
-	w.str("legacyStatus", d.LegacyStatus)
-	w.raw("mesh", d.Mesh)
-	if len(d.Extra) > 0 {
-		keys := make([]string, 0, len(d.Extra))
-		for k := range d.Extra {
-			if !isDetailsKey(k) {
-				keys = append(keys, k)
-			}
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			v, err := json.Marshal(d.Extra[k])
-			if err != nil {
-				return nil, fmt.Errorf("encode details key %q: %w", k, err)
-			}
-			w.key(k)
-			w.b = append(w.b, v...)
-		}
-	}
-	if w.err != nil {
-		return nil, w.err
-	}
-	return append(w.b, '}'), nil
-}
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 sets *errp.
-func appendJSONString(b []byte, s string, errp *error) []byte {
-	b, ok := jsonscan.AppendString(b, s)
-	if !ok && *errp == nil {
-		*errp = errors.New("details: string is not valid UTF-8")
-	}
-	return b
+	return b.Bytes(), nil
 }
 
 // RawJSON is a JSON value kept in a TEXT column of a projection. A nil

@@ -17,21 +17,21 @@ func TestDetailsJSONFlatWithExtra(t *testing.T) {
 		Bus:   &BusMessage{MessageID: "m1", Payload: json.RawMessage(`{"x":1}`), Priority: 3},
 		Extra: map[string]any{"peer": "p1", "hopCount": 2, "owner": "ignored", "ERRORCODE": "ignored too"},
 	}
-	// MarshalJSON (what the log stores) keeps raw values verbatim; json.Marshal
-	// compacts and escapes them as it does for any Marshaler.
+	// MarshalJSON (what the log stores) compacts raw values without HTML
+	// escaping; json.Marshal also escapes them, as it does for any Marshaler.
 	b, err := d.MarshalJSON()
 	require.NoError(t, err)
 	viaJSON, err := json.Marshal(d)
 	require.NoError(t, err)
 	require.Contains(t, string(viaJSON), `"frame":{"b":2,"a":"\u003c\u0026\u003e"}`)
-	require.Equal(t, `{"owner":"bus","frame":{"b": 2,  "a": "<&>"},"timeoutMs":30000,"errorCode":"TIMEOUT",`+
+	require.Equal(t, `{"owner":"bus","frame":{"b":2,"a":"<&>"},"timeoutMs":30000,"errorCode":"TIMEOUT",`+
 		`"error":"line\n\"quoted\"\t\u0001","retryable":true,"latencyMs":42,`+
 		`"bus":{"messageId":"m1","payload":{"x":1},"priority":3},"retryCount":0,"hopCount":2,"peer":"p1"}`, string(b))
 
 	var got Details
 	require.NoError(t, json.Unmarshal(b, &got))
 	require.Equal(t, OwnerBus, got.Owner)
-	require.Equal(t, json.RawMessage(`{"b": 2,  "a": "<&>"}`), got.Frame)
+	require.Equal(t, json.RawMessage(`{"b":2,"a":"<&>"}`), got.Frame)
 	require.Equal(t, d.Error, got.Error)
 	require.Equal(t, int64(42), *got.LatencyMs)
 	require.Equal(t, 0, *got.RetryCount)

@@ -54,7 +54,7 @@ type Event struct {
 type Details struct {
 	// Owner is set on the received event: who drives this intent.
 	Owner Owner `json:"owner,omitempty"`
-	// Frame is the intent frame exactly as it arrived (received event).
+	// Frame is the intent frame as it arrived, compacted (received event).
 	Frame json.RawMessage `json:"frame,omitempty"`
 	// ClientTimestamp is the frame's own timestamp (received event).
 	ClientTimestamp string `json:"clientTimestamp,omitempty"`

@@ -749,7 +749,7 @@ func (l *Log) newRequest(events []Event) (*request, error) {
 		}
 		n := len(buf)
 		var err error
-		buf, err = ev.Details.appendJSON(buf, true)
+		buf, err = ev.Details.appendJSON(buf)
 		if err != nil {
 			return nil, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details", Reason: err.Error()}
 		}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
@@ -144,7 +145,7 @@ func (s *Server) visible(ctx context.Context, caller string, pipe *mesh.Pipeline
 		return tracing.MeshRow{}, errTaskNotFound(id)
 	}
 	if pipe != nil {
-		if _, h, err := mesh.Payload(row); err != nil || h[HeaderPipeline] != pipe.Name {
+		if _, h, err := mesh.Payload(row); err != nil || h[wire.HeaderPipeline] != pipe.Name {
 			return tracing.MeshRow{}, errTaskNotFound(id)
 		}
 	}
@@ -216,14 +217,14 @@ func (s *Server) start(ctx context.Context, caller string, pipe *mesh.Pipeline, 
 	if err := pipe.CheckInput(payload); err != nil {
 		return tracing.MeshRow{}, errInvalidParams(err.Error())
 	}
-	headers := map[string]string{HeaderProtocol: "a2a", HeaderPipeline: pipe.Name}
+	headers := map[string]string{wire.HeaderProtocol: "a2a", wire.HeaderPipeline: pipe.Name}
 	if c := p.Message.ContextID; c != "" {
 		if len(c) > 256 {
 			return tracing.MeshRow{}, errInvalidParams("contextId is longer than 256 bytes")
 		}
-		headers[HeaderContext] = c
+		headers[wire.HeaderA2AContext] = c
 	} else {
-		headers[HeaderContext] = newID()
+		headers[wire.HeaderA2AContext] = newID()
 	}
 	return s.cfg.Mesh.CreateLimited(ctx, mesh.CreateRequest{Creator: caller, Route: pipe.Route, Payload: payload, Headers: headers})
 }
@@ -305,7 +306,7 @@ func (s *Server) list(ctx context.Context, caller string, pipe *mesh.Pipeline, p
 	var kept []tracing.MeshRow
 	for _, row := range rows {
 		_, h, err := mesh.Payload(row)
-		if err != nil || h[HeaderProtocol] != "a2a" || (pipe != nil && h[HeaderPipeline] != pipe.Name) ||
+		if err != nil || h[wire.HeaderProtocol] != "a2a" || (pipe != nil && h[wire.HeaderPipeline] != pipe.Name) ||
 			(p.ContextID != "" && contextOf(row, h) != p.ContextID) {
 			continue
 		}

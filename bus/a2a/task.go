@@ -4,16 +4,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/tracing"
-)
-
-// Headers an envelope created through A2A carries: the protocol that
-// started it, the pipeline it belongs to and the A2A context id.
-const (
-	HeaderProtocol = "x-beam-protocol"
-	HeaderPipeline = "x-beam-pipeline"
-	HeaderContext  = "x-beam-a2a-context"
 )
 
 // version is the protocol version a request speaks; it decides the JSON
@@ -147,7 +140,7 @@ const (
 // contextOf is the task's context id: the one the message named, else the
 // envelope id.
 func contextOf(row tracing.MeshRow, headers map[string]string) string {
-	if c := headers[HeaderContext]; c != "" {
+	if c := headers[wire.HeaderA2AContext]; c != "" {
 		return c
 	}
 	return row.ID
@@ -183,7 +176,7 @@ func statusOfRow(v version, row tracing.MeshRow, ctxID string) taskStatus {
 // metadataOf is what the task's metadata tells of the envelope.
 func metadataOf(row tracing.MeshRow, headers map[string]string) map[string]any {
 	m := map[string]any{"envelopeStatus": string(row.Status), "progress": row.Progress, "hop": row.Hop}
-	if p := headers[HeaderPipeline]; p != "" {
+	if p := headers[wire.HeaderPipeline]; p != "" {
 		m["pipeline"] = p
 	}
 	if row.Actor != "" {

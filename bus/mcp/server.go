@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/bus/a2a"
 	"github.com/beamdir/beam/bus/mesh"
 	"github.com/beamdir/beam/directory"
@@ -21,12 +22,6 @@ import (
 	"github.com/beamdir/beam/internal/buildinfo"
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
-)
-
-// Headers an envelope created by a tool call carries.
-const (
-	HeaderProtocol = "x-beam-protocol"
-	HeaderPipeline = "x-beam-pipeline"
 )
 
 // Config configures New.
@@ -139,7 +134,7 @@ func (s *Server) tool(p *mesh.Pipeline) sdk.ToolHandler {
 			return failure(err.Error()), nil
 		}
 		row, err := s.cfg.Mesh.CreateLimited(ctx, mesh.CreateRequest{Creator: caller, Route: p.Route, Payload: args,
-			Headers: map[string]string{HeaderProtocol: "mcp", HeaderPipeline: p.Name}})
+			Headers: map[string]string{wire.HeaderProtocol: "mcp", wire.HeaderPipeline: p.Name}})
 		if err != nil {
 			var ie *httpjson.Error
 			if errors.As(err, &ie) {

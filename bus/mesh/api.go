@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/internal/sse"
@@ -76,20 +77,12 @@ func (e *Engine) authenticate(r *http.Request) (principal, error) {
 	if _, ok := httpjson.Bearer(r); ok {
 		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "invalid token")
 	}
-	if r.Header.Get(HeaderSignature) != "" {
+	if r.Header.Get(wire.HeaderSignature) != "" {
 		return e.authenticateSigned(r)
 	}
 	return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized,
 		"send the creating agent's API key (x-api-key), its signature (x-beam-id, x-beam-timestamp, x-beam-nonce, x-beam-signature) or the operator token")
 }
-
-// Headers of a request signed by an agent.
-const (
-	HeaderAgent     = "X-Beam-Id"
-	HeaderTimestamp = "X-Beam-Timestamp"
-	HeaderNonce     = "X-Beam-Nonce"
-	HeaderSignature = "X-Beam-Signature"
-)
 
 // SignedAction is the action of the object a signed gateway request signs.
 const SignedAction = "mesh.request"
@@ -115,10 +108,10 @@ func (e *Engine) authenticateSigned(r *http.Request) (principal, error) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	sum := sha256.Sum256(body)
 	a, err := e.reg.VerifySignedRequest(r.Context(), registry.SignedRequest{
-		BeamID: r.Header.Get(HeaderAgent),
+		BeamID: r.Header.Get(wire.HeaderBeamID),
 		Fields: map[string]any{"action": SignedAction, "method": r.Method, "path": r.URL.RequestURI(),
 			"bodySha256": hex.EncodeToString(sum[:])},
-		Timestamp: r.Header.Get(HeaderTimestamp), Nonce: r.Header.Get(HeaderNonce), Signature: r.Header.Get(HeaderSignature),
+		Timestamp: r.Header.Get(wire.HeaderTimestamp), Nonce: r.Header.Get(wire.HeaderNonce), Signature: r.Header.Get(wire.HeaderSignature),
 	})
 	if err != nil {
 		var he *httpjson.Error
@@ -162,7 +155,7 @@ type envelopeView struct {
 func view(row tracing.MeshRow) envelopeView {
 	env := json.RawMessage(row.Envelope)
 	if e, err := envelopeOf(row); err == nil {
-		env = e.Encode()
+		env = encodeEnvelope(e)
 	}
 	return envelopeView{MeshRow: row, Envelope: env}
 }

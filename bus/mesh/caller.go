@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/internal/httpjson"
 )
 
@@ -14,13 +15,13 @@ var ErrUnauthenticated = errors.New("send an agent's API key as Authorization: B
 
 // Caller authenticates a request of an agent protocol (A2A, MCP) and
 // returns the agent it acts as: an agent's API key (Authorization: Bearer
-// or X-Api-Key), or the operator token with X-Beam-Id (HeaderAgent)
+// or X-Api-Key), or the operator token with X-Beam-Id (wire.HeaderBeamID)
 // naming a registered agent. Errors wrap ErrUnauthenticated.
 func (e *Engine) Caller(r *http.Request) (string, error) {
 	if e.cfg.OperatorAuth != nil && e.cfg.OperatorAuth(r) {
-		id := strings.TrimSpace(r.Header.Get(HeaderAgent))
+		id := strings.TrimSpace(r.Header.Get(wire.HeaderBeamID))
 		if _, ok := e.reg.Get(id); !ok {
-			return "", fmt.Errorf("%w: the operator token acts for the agent named in %s, and %q is not registered", ErrUnauthenticated, HeaderAgent, id)
+			return "", fmt.Errorf("%w: the operator token acts for the agent named in %s, and %q is not registered", ErrUnauthenticated, wire.HeaderBeamID, id)
 		}
 		return id, nil
 	}

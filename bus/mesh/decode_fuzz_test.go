@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/stretchr/testify/require"
 )
@@ -51,7 +52,7 @@ func FuzzParseRoute(f *testing.F) {
 			require.Equal(t, 400, ie.Status)
 			return
 		}
-		r, err := NewRoute(actors, DefaultMaxHops)
+		r, err := wire.NewMeshRoute(actors, DefaultMaxHops)
 		if err != nil {
 			return
 		}

@@ -3,21 +3,19 @@ package mesh
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/attempt"
 )
 
-// The system actors every terminal envelope reaches. They are managed by
-// the gateway and may not appear in a route.
+// The system actors every terminal envelope reaches (wire.MeshSink and
+// wire.MeshSump).
 const (
-	// Sink receives every terminal envelope, succeeded or failed.
-	Sink = "x-sink"
-	// Sump receives dead envelopes (failed, timed out, exhausted).
-	Sump = "x-sump"
+	Sink = wire.MeshSink
+	Sump = wire.MeshSump
 )
 
 // Headers the gateway manages and keeps across hops and retries.
@@ -34,88 +32,22 @@ const (
 // that an actor keeps extending).
 const DefaultMaxHops = 100
 
-// Route is the routing state of an envelope: the actors that processed it,
-// the one processing it, and the ones still to come.
-type Route struct {
-	Prev []string `json:"prev"`
-	Curr string   `json:"curr"`
-	Next []string `json:"next"`
-}
-
-// Done reports whether the route is exhausted (the envelope goes to x-sink).
-func (r Route) Done() bool { return r.Curr == "" }
-
-// Shift moves the route one hop on: curr joins prev, the first of next
-// becomes curr (or "" at the end of the route). It never aliases r's slices.
-func (r Route) Shift() Route {
-	out := Route{Prev: make([]string, 0, len(r.Prev)+1), Next: []string{}}
-	out.Prev = append(out.Prev, r.Prev...)
-	if r.Curr != "" {
-		out.Prev = append(out.Prev, r.Curr)
-	}
-	if len(r.Next) > 0 {
-		out.Curr = r.Next[0]
-		out.Next = append(out.Next, r.Next[1:]...)
-	}
-	return out
-}
-
-// Errors of the route rules.
-var (
-	ErrEmptyRoute    = errors.New("route is empty")
-	ErrReservedActor = errors.New("x-sink and x-sump are managed by the gateway and may not appear in a route")
-	ErrNotCurrent    = errors.New("only the current actor may rewrite next")
-	ErrHopLimit      = errors.New("hop limit reached")
-	ErrBadActor      = errors.New("actor name is empty or malformed")
+// Envelope, Route and Status are the pipeline envelope's wire types, which
+// the Go SDK shares (agents/wire).
+type (
+	Envelope = wire.MeshEnvelope
+	Route    = wire.MeshRoute
+	Status   = wire.MeshStatus
 )
 
-// checkActor validates one actor name of a route.
-func checkActor(a string) error {
-	switch {
-	case a == Sink || a == Sump:
-		return fmt.Errorf("%w: %q", ErrReservedActor, a)
-	case a == "" || len(a) > 256 || strings.TrimSpace(a) != a || strings.ContainsAny(a, " \t\r\n"):
-		return fmt.Errorf("%w: %q", ErrBadActor, a)
-	}
-	return nil
-}
-
-// NewRoute builds the initial route of actors: curr is the first, next the
-// rest. It refuses an empty list, reserved or malformed names, and more
-// than maxHops actors.
-func NewRoute(actors []string, maxHops int) (Route, error) {
-	if len(actors) == 0 {
-		return Route{}, ErrEmptyRoute
-	}
-	if len(actors) > maxHops {
-		return Route{}, fmt.Errorf("%w: %d actors, at most %d hops", ErrHopLimit, len(actors), maxHops)
-	}
-	for _, a := range actors {
-		if err := checkActor(a); err != nil {
-			return Route{}, err
-		}
-	}
-	return Route{Prev: []string{}, Curr: actors[0], Next: append([]string{}, actors[1:]...)}, nil
-}
-
-// RewriteNext replaces next with next on behalf of actor, which must be the
-// current actor; prev and curr are read-only. hop is the number of hops
-// done so far: the rewritten route may not take the envelope past maxHops.
-func (r Route) RewriteNext(actor string, next []string, hop, maxHops int) (Route, error) {
-	if actor == "" || actor != r.Curr {
-		return r, fmt.Errorf("%w (current %q, asked by %q)", ErrNotCurrent, r.Curr, actor)
-	}
-	for _, a := range next {
-		if err := checkActor(a); err != nil {
-			return r, err
-		}
-	}
-	if hop+1+len(next) > maxHops {
-		return r, fmt.Errorf("%w: %d more hops after hop %d, at most %d", ErrHopLimit, len(next), hop+1, maxHops)
-	}
-	out := Route{Prev: append([]string{}, r.Prev...), Curr: r.Curr, Next: append([]string{}, next...)}
-	return out, nil
-}
+// Errors of the route rules (agents/wire).
+var (
+	ErrEmptyRoute    = wire.ErrEmptyRoute
+	ErrReservedActor = wire.ErrReservedActor
+	ErrNotCurrent    = wire.ErrNotCurrent
+	ErrHopLimit      = wire.ErrHopLimit
+	ErrBadActor      = wire.ErrBadActor
+)
 
 // Progress is the route progress in percent once the current actor of r
 // has completed: (len(prev)+1) / (len(prev)+1+len(next)) * 100. It is
@@ -127,49 +59,9 @@ func Progress(prev float64, r Route) float64 {
 	return max(prev, min(p, 100))
 }
 
-// Status is the envelope's status member as actors see it.
-type Status struct {
-	Phase       string `json:"phase"`
-	Actor       string `json:"actor,omitempty"`
-	Attempt     int    `json:"attempt"`
-	MaxAttempts int    `json:"max_attempts"`
-	Reason      string `json:"reason,omitempty"`
-	CreatedAt   string `json:"created_at"`
-	UpdatedAt   string `json:"updated_at"`
-	DeadlineAt  string `json:"deadline_at,omitempty"`
-}
-
-// Envelope is the unit a pipeline routes: the seed's fields plus what Beam
-// needs (the hop counter, the fan-out index and the authenticated creator).
-type Envelope struct {
-	ID       string            `json:"id"`
-	ParentID string            `json:"parent_id,omitempty"`
-	Route    Route             `json:"route"`
-	Headers  map[string]string `json:"headers"`
-	Status   Status            `json:"status"`
-	Payload  json.RawMessage   `json:"payload"`
-	// Hop counts the hops completed; FanoutIndex is the position of a
-	// fan-out child among its siblings; Creator is the agent that created
-	// the root envelope.
-	Hop         int    `json:"hop"`
-	FanoutIndex int    `json:"fanout_index,omitempty"`
-	Creator     string `json:"creator"`
-	// Author is the agent that chose route.curr and route.next: the actor
-	// that last rewrote next ("" while the route is the creator's). Hops
-	// are admitted by their actor's policy with Author as the sender.
-	Author string `json:"author,omitempty"`
-	// PrevActor is the author of the payload: the actor whose output it
-	// is, or the creator when an onExhausted reroute or a requeue carries
-	// the creator's payload on ("" while the payload is the creator's and
-	// no actor has run). The envelope a hop delivers names it when an actor
-	// ran or it is not the creator. The hop's frame is from it, or from the
-	// creator.
-	PrevActor string `json:"prev_actor,omitempty"`
-}
-
 // routeAuthor is the agent that chose the envelope's current route: the
 // actor that last rewrote next, or the creator.
-func (e Envelope) routeAuthor() string {
+func routeAuthor(e Envelope) string {
 	if e.Author != "" {
 		return e.Author
 	}
@@ -181,7 +73,7 @@ func (e Envelope) routeAuthor() string {
 // it: a reroute carries on what it was given); the last actor of
 // route.prev for an envelope recorded without it; or the creator before
 // the first hop.
-func (e Envelope) contentAuthor() string {
+func contentAuthor(e Envelope) string {
 	if e.PrevActor != "" {
 		return e.PrevActor
 	}
@@ -192,76 +84,28 @@ func (e Envelope) contentAuthor() string {
 }
 
 // MaxEnvelopeBytes bounds an encoded envelope.
-const MaxEnvelopeBytes = 768 << 10
+const MaxEnvelopeBytes = wire.MaxMeshEnvelopeBytes
 
-// DecodeEnvelope decodes and validates an envelope: id and creator
-// present, payload valid JSON, route names well formed (curr may be "" at
-// the end of a route).
-func DecodeEnvelope(b []byte) (Envelope, error) {
-	if len(b) > MaxEnvelopeBytes {
-		return Envelope{}, fmt.Errorf("envelope is %d bytes, more than %d", len(b), MaxEnvelopeBytes)
-	}
-	var e Envelope
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&e); err != nil {
-		return Envelope{}, fmt.Errorf("decode envelope: %w", err)
-	}
-	if dec.More() {
-		return Envelope{}, errors.New("decode envelope: trailing data")
-	}
-	if len(e.Payload) == 0 || !json.Valid(e.Payload) {
-		return Envelope{}, errors.New("envelope payload is not JSON")
-	}
-	if err := e.check(); err != nil {
-		return Envelope{}, err
-	}
-	return e, nil
-}
+// DecodeEnvelope decodes and validates an envelope (wire.DecodeMeshEnvelope).
+func DecodeEnvelope(b []byte) (Envelope, error) { return wire.DecodeMeshEnvelope(b) }
 
-// check applies DecodeEnvelope's rules apart from the payload's: an id, well
-// formed route names; nil route lists and headers become empty ones.
-func (e *Envelope) check() error {
-	if e.ID == "" {
-		return errors.New("envelope without id")
-	}
-	for _, names := range [][]string{e.Route.Prev, e.Route.Next} {
-		for _, a := range names {
-			if err := checkActor(a); err != nil {
-				return err
-			}
-		}
-	}
-	if e.Route.Curr != "" {
-		if err := checkActor(e.Route.Curr); err != nil {
-			return err
-		}
-	}
-	if e.Route.Prev == nil {
-		e.Route.Prev = []string{}
-	}
-	if e.Route.Next == nil {
-		e.Route.Next = []string{}
-	}
-	if e.Headers == nil {
-		e.Headers = map[string]string{}
-	}
-	return nil
-}
-
-// Encode returns the envelope as JSON (the payload compacted), byte for
-// byte as encoding/json writes it with HTML escaping off.
-func (e Envelope) Encode() json.RawMessage {
-	b, err := appendEnvelope(make([]byte, 0, 512+len(e.Payload)), e)
-	if err != nil {
+// encodeEnvelope returns the envelope as JSON as encoding/json writes it
+// with HTML escaping off (the payload compacted). The payload must be valid
+// JSON.
+func encodeEnvelope(e Envelope) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
 		// Every field is a string, number or valid raw JSON.
 		panic(fmt.Sprintf("encode envelope: %v", err))
 	}
-	return b
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
-// clone returns a deep copy of e (the payload bytes are shared; they are
+// cloneEnvelope returns a deep copy of e (the payload bytes are shared; they are
 // never modified).
-func (e Envelope) clone() Envelope {
+func cloneEnvelope(e Envelope) Envelope {
 	c := e
 	c.Route = Route{Prev: append([]string{}, e.Route.Prev...), Curr: e.Route.Curr, Next: append([]string{}, e.Route.Next...)}
 	c.Headers = make(map[string]string, len(e.Headers))
@@ -358,7 +202,7 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("policy maxAttempts %d: want 1 to 1000", p.MaxAttempts)
 	}
 	for _, a := range p.OnExhausted {
-		if err := checkActor(a); err != nil {
+		if err := wire.CheckMeshActor(a); err != nil {
 			return fmt.Errorf("policy onExhausted: %w", err)
 		}
 	}

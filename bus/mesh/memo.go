@@ -30,25 +30,25 @@ type memoEntry struct {
 
 var envelopes = &envelopeMemo{seed: maphash.MakeSeed(), m: map[uint64]memoEntry{}}
 
-// encodeStored returns env.Encode() for a step of the log, remembering the
+// encodeStored returns encodeEnvelope(env) for a step of the log, remembering the
 // envelope for those bytes: the stored envelope is decoded next by the
 // step's SSE status event or the next hop, and needs no JSON decode then.
 func encodeStored(env Envelope) json.RawMessage {
-	b := env.Encode()
+	b := encodeEnvelope(env)
 	envelopes.remember(b, env)
 	return b
 }
 
-// remember records env as DecodeEnvelope(b) for b = env.Encode(). It
+// remember records env as DecodeEnvelope(b) for b = encodeEnvelope(env). It
 // applies DecodeEnvelope's checks and normalisation itself (Encode writes
 // the payload compacted) and records nothing when they fail.
 func (c *envelopeMemo) remember(b []byte, env Envelope) {
 	if len(b) > MaxEnvelopeBytes {
 		return
 	}
-	e := env.clone()
+	e := cloneEnvelope(env)
 	var p bytes.Buffer
-	if err := json.Compact(&p, e.Payload); err != nil || p.Len() == 0 || e.check() != nil {
+	if err := json.Compact(&p, e.Payload); err != nil || p.Len() == 0 || e.Check() != nil {
 		return
 	}
 	if !bytes.Equal(p.Bytes(), e.Payload) {
@@ -74,12 +74,12 @@ func (c *envelopeMemo) decode(b []byte) (Envelope, error) {
 	got, ok := c.m[h]
 	c.mu.Unlock()
 	if ok && bytes.Equal(got.raw, b) {
-		return got.env.clone(), nil
+		return cloneEnvelope(got.env), nil
 	}
 	env, err := DecodeEnvelope(b)
 	if err != nil {
 		return env, err
 	}
-	c.put(h, b, env.clone())
+	c.put(h, b, cloneEnvelope(env))
 	return env, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/attempt"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
@@ -23,7 +24,7 @@ import (
 
 // IntentEnvelope is the intent type of a hop delivered to an actor; the
 // frame's payload is the whole envelope.
-const IntentEnvelope = "mesh.envelope"
+const IntentEnvelope = wire.MeshIntent
 
 // Defaults of Config.
 const (

@@ -84,7 +84,7 @@ func ParsePipelines(b []byte) ([]Pipeline, error) {
 			return nil, fmt.Errorf("pipeline %q: declared twice", p.Name)
 		}
 		seen[p.Name] = true
-		if _, err := NewRoute(p.Route, DefaultMaxHops); err != nil {
+		if _, err := wire.NewMeshRoute(p.Route, DefaultMaxHops); err != nil {
 			return nil, fmt.Errorf("pipeline %q: route: %w", p.Name, err)
 		}
 		for _, a := range p.Route {

@@ -81,7 +81,7 @@ func routeErr(err error) *httpjson.Error {
 // Create records a new envelope and starts its first hop. Errors are
 // *httpjson.Error for client mistakes.
 func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow, error) {
-	route, err := NewRoute(req.Route, e.cfg.MaxHops)
+	route, err := wire.NewMeshRoute(req.Route, e.cfg.MaxHops)
 	if err != nil {
 		return tracing.MeshRow{}, routeErr(err)
 	}
@@ -144,7 +144,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 	}
 	// The payload's author is named whenever the kept route.prev would
 	// name another (contentAuthor falls back to its last actor).
-	if req.ContentAuthor != "" && req.ContentAuthor != env.contentAuthor() {
+	if req.ContentAuthor != "" && req.ContentAuthor != contentAuthor(env) {
 		env.PrevActor = req.ContentAuthor
 	}
 	row := tracing.MeshRow{ID: env.ID, Nonce: nonceOf(env.ID)}
@@ -326,14 +326,14 @@ func (e *Engine) hopTimeout(row tracing.MeshRow, now time.Time) time.Duration {
 // directories. It returns "" or FORBIDDEN and the reason.
 func (e *Engine) admit(env Envelope, actor string, remote bool) (code, msg string) {
 	if remote {
-		from := env.contentAuthor()
+		from := contentAuthor(env)
 		if _, ok := e.reg.Get(from); ok && e.reg.Serves(from) {
 			return "", ""
 		}
 		return CodeForbidden, fmt.Sprintf("the hop to %s carries the output of %s, an agent of another directory: "+
 			"federation does not forward through intermediate directories", actor, from)
 	}
-	if code, msg := e.dir.CheckPipelineHop(env.routeAuthor(), actor, IntentEnvelope); code != "" {
+	if code, msg := e.dir.CheckPipelineHop(routeAuthor(env), actor, IntentEnvelope); code != "" {
 		return CodeForbidden, msg
 	}
 	return "", ""
@@ -347,12 +347,12 @@ func (e *Engine) admit(env Envelope, actor string, remote bool) (code, msg strin
 // (directory.Deliver) attests it with auth "api_key", as it does
 // for the bus's API-key sends (docs/SECURITY.md, "Attestation").
 func hopFrame(env Envelope, actor, nonce string, now time.Time) (*wire.IntentFrame, string) {
-	from := env.contentAuthor()
+	from := contentAuthor(env)
 	env.PrevActor = ""
 	if len(env.Route.Prev) > 0 || from != env.Creator {
 		env.PrevActor = from
 	}
-	f := wire.NewIntentFrame(from, actor, IntentEnvelope, env.Encode(), now)
+	f := wire.NewIntentFrame(from, actor, IntentEnvelope, encodeEnvelope(env), now)
 	f.Nonce = nonce
 	return f, directory.BusAuthAPIKey
 }
@@ -378,7 +378,7 @@ func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.
 	frame, auth := hopFrame(env, to.actor, nonceOf(id), now)
 	timeout := e.hopTimeout(tracing.MeshRow{DeadlineAt: to.deadline}, now)
 	e.m.hops.Inc()
-	del := directory.Delivery{Frame: frame, Auth: auth, Author: env.routeAuthor(), Timeout: timeout}
+	del := directory.Delivery{Frame: frame, Auth: auth, Author: routeAuthor(env), Timeout: timeout}
 	switch to.transport {
 	case directory.TransportDirectHTTP:
 		del.Path, del.Endpoint = directory.PathDirectHTTP, to.endpoint
@@ -637,7 +637,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	// carries on what the failed actor was given.
 	content := actor
 	if reason == ReasonPolicyRouted {
-		content = env.contentAuthor()
+		content = contentAuthor(env)
 	}
 	if reply.Next != nil {
 		// The hops this actor names are its own: their actors' policies
@@ -671,7 +671,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	var starts []string
 	var eager *pendingHop
 	if len(reply.Outputs) == 0 {
-		final := env.clone()
+		final := cloneEnvelope(env)
 		final.Route = shifted
 		final.Headers = headers
 		final.Hop = hop
@@ -681,7 +681,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		events = append(events, e.sinkEvent(row, final, reason))
 	}
 	for i, out := range reply.Outputs {
-		ce := env.clone()
+		ce := cloneEnvelope(env)
 		ce.Route = Route{Prev: append([]string{}, shifted.Prev...), Curr: shifted.Curr, Next: append([]string{}, shifted.Next...)}
 		ce.Headers = mergeHeaders(headers, nil)
 		ce.Payload = out
@@ -820,7 +820,7 @@ func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope, reason string)
 		return pendingHop{}, false
 	}
 	first := now.UnixMilli()
-	env = env.clone()
+	env = cloneEnvelope(env)
 	env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(first))
 	env.Status = Status{Phase: "processing", Actor: actor, Attempt: 1, MaxAttempts: e.policy(actor).MaxAttempts,
 		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: env.Status.DeadlineAt}
@@ -1029,5 +1029,5 @@ func (e *Engine) Requeue(ctx context.Context, id string) (tracing.MeshRow, error
 		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s has no hop left to run", id)
 	}
 	return e.Create(ctx, CreateRequest{Creator: row.Creator, Route: actors, Payload: env.Payload, Headers: env.Headers, ParentID: id,
-		Prev: append([]string{}, env.Route.Prev...), Author: env.Author, ContentAuthor: env.contentAuthor()})
+		Prev: append([]string{}, env.Route.Prev...), Author: env.Author, ContentAuthor: contentAuthor(env)})
 }

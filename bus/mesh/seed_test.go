@@ -222,7 +222,11 @@ func TestDeadlineAtOnlyWhenTimeoutGiven(t *testing.T) {
 	auth := func(r *http.Request, _ []byte) { r.Header.Set("X-Api-Key", creator.APIKey) }
 	seen := make(chan json.RawMessage, 2)
 	s.actor("a@acme.beam.directory", func(_ context.Context, h *agents.MeshHop) (any, error) {
-		seen <- h.Envelope.Status
+		raw, err := json.Marshal(h.Envelope.Status)
+		if err != nil {
+			return nil, err
+		}
+		seen <- raw
 		return h.Envelope.Payload, nil
 	})
 

@@ -18,7 +18,6 @@ import (
 
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
-	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/tracing"
 )
@@ -150,7 +149,7 @@ func TestBeam2AcrossFederationProcesses(t *testing.T) {
 	require.Equal(t, token, in.JWS, "the recipient gets the sender's JWS verbatim")
 	require.Nil(t, in.Attested, "a JWS is the sender's own signature, not an attestation")
 
-	resultJWS := hdr.Get(directory.HeaderResultJWS)
+	resultJWS := hdr.Get(wire.HeaderResultJWS)
 	require.NotEmpty(t, resultJWS, "the result JWS comes back to the sender")
 	bKey := lookupKey(t, alpha.URL(), bID.BeamID)
 	require.Equal(t, bID.Public, bKey, "alpha serves the peer agent's key")

@@ -331,9 +331,9 @@ func (r *Registry) handleHeartbeat(w http.ResponseWriter, req *http.Request) err
 		return err
 	}
 	p := proof{
-		timestamp: req.Header.Get("x-beam-timestamp"),
-		nonce:     req.Header.Get("x-beam-nonce"),
-		signature: req.Header.Get("x-beam-signature"),
+		timestamp: req.Header.Get(wire.HeaderTimestamp),
+		nonce:     req.Header.Get(wire.HeaderNonce),
+		signature: req.Header.Get(wire.HeaderSignature),
 	}
 	nonce := ""
 	switch {
