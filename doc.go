@@ -24,4 +24,7 @@
 // operator authentication. It
 // sits on top: no package of the module but cmd/beam imports it
 // (TestLayoutReadsOneWay).
+//
+// It is a public API: embedders build a directory with New and a Config; `beam
+// serve` is this package behind flags.
 package beam

@@ -57,4 +57,6 @@
 // It imports nothing of the server (directory, bus, tracing); tests run a
 // real directory from package beam (the module root). Durable bus operations (send durable,
 // poll, ack, leases) are not part of the client yet.
+//
+// It is a public API (the Go SDK for agents).
 package agents

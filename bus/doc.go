@@ -165,4 +165,7 @@
 // (its maps only mirror attempts in flight in this process), and does not
 // own sessions, the registry or federation (it reaches federation only
 // through the Remote interface).
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package bus

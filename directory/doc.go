@@ -128,4 +128,7 @@
 // waiters only mirror what is in flight in this process), and does not own
 // the agent registry (directory/registry), the message bus, the pipelines
 // or federation, and imports none of them.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package directory

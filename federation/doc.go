@@ -114,4 +114,7 @@
 // The package must not write SQLite except through tracing.Log.Do, must
 // not deliver to local agents itself (the directory does), and keeps no
 // intent state outside the log and the outbox.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package federation

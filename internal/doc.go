@@ -7,4 +7,6 @@
 // sits on top of the domain packages here (the assembly is package beam at
 // the module root, beam bench and serve --demo are cmd/beam's own).
 // TestLayoutReadsOneWay at the module root keeps it so.
+//
+// It is an internal helper, not a public API.
 package internal

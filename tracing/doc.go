@@ -25,4 +25,7 @@
 // tracing must not import any other package of this module: the directory,
 // the bus and federation build on it, never the other way round. It knows
 // nothing of WebSockets, HTTP, signatures or NATS.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package tracing

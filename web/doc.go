@@ -37,4 +37,7 @@
 // unavailable, never faked. It does not define lifecycle states or buckets
 // (tracing does), it does not relay intents, and it never exposes the admin
 // or viewer token, agent API keys or private keys.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package web

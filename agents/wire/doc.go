@@ -26,4 +26,7 @@
 // (no caches, pools or global maps: TestNoCurveArithmeticAndNoState checks its files), read clocks
 // (callers pass time in) or know about the server: replay windows, nonces, ACLs and size policies beyond
 // the bounds documented here belong to the directory.
+//
+// It is a public API: the wire formats, for SDKs and peers that speak beam's
+// protocol.
 package wire

@@ -21,4 +21,7 @@
 // keep task state of its own (everything is read from the envelope's row in
 // the log) and must not route envelopes itself: creating, cancelling and
 // following them is the mesh engine's.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package a2a

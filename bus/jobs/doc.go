@@ -34,4 +34,7 @@
 // key or a claim token in clear, never answers an error in another shape
 // than {"error":{"code","message"}}, and never imports the directory, the
 // message bus or the web dashboard.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package jobs

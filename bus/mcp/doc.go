@@ -10,4 +10,7 @@
 //
 // It must not keep state of its own beyond the SDK's sessions (bounded by
 // an idle timeout), and must not route envelopes itself.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package mcp

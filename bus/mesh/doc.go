@@ -20,4 +20,7 @@
 // CheckPipelineHop is the relay's own policy check), and must not invent a
 // transport:
 // frames go through the directory.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package mesh

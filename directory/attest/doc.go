@@ -18,4 +18,7 @@
 //
 // The package must not deliver, record or route anything: it signs frames
 // it is given and serves the public half of its key.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package attest

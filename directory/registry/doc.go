@@ -128,4 +128,7 @@
 // The registry does not route intents, verify intent frames or know about
 // the echo agent's behaviour; the router does that with Get, Allowed and
 // Touch. It must not write SQLite except through log.Do.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package registry

@@ -40,4 +40,7 @@
 // Each node keeps its own event log. The package must not write SQLite
 // itself (the registry and the relay do, through the log's writer) and must
 // not change how a single node works: without --cluster nothing here runs.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package cluster

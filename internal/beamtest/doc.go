@@ -7,4 +7,6 @@
 // A package that uses it calls Main from its TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(beamtest.Main(m)) }
+//
+// It is an internal helper, not a public API.
 package beamtest

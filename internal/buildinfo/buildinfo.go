@@ -1,4 +1,3 @@
-// Package buildinfo reports the version of the running beam binary.
 package buildinfo
 
 import "runtime/debug"

@@ -6,4 +6,6 @@
 //
 // It must not open the log or any other file of the data directory; it
 // only decides who may.
+//
+// It is an internal helper, not a public API.
 package dirlock

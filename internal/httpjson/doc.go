@@ -9,4 +9,6 @@
 // nothing of agents, intents or the log, and must not: protocol-specific error
 // shapes (the Intent Protocol's {"error":{"code","message"}}) live with their
 // protocol and plug into the Adapter as its Shape.
+//
+// It is an internal helper, not a public API.
 package httpjson

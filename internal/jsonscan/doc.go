@@ -6,4 +6,6 @@
 //
 // It must not allocate on its scan paths, import anything of the module, or
 // grow a parser: it is the shared bottom layer, fuzzed against encoding/json.
+//
+// It is an internal helper, not a public API.
 package jsonscan

@@ -3,4 +3,6 @@
 // log, never leave an illegal transition in the log, and a full rebuild of
 // the projections equals what the appender wrote incrementally. Only tests
 // import it.
+//
+// It is an internal helper, not a public API.
 package lifecycletest

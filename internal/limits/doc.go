@@ -6,4 +6,6 @@
 // It decides only whether something may proceed and for how long a client
 // should wait; answering the client (429, Retry-After, the Beam error
 // shape) is the caller's job. It must not import any beam package.
+//
+// It is an internal helper, not a public API.
 package limits

@@ -3,4 +3,6 @@
 // tables; only internal/httpjson builds the Beam error shape). It parses
 // files and nothing more: no type checking, no state. It is imported only
 // by tests.
+//
+// It is an internal helper, not a public API.
 package srcscan

@@ -15,4 +15,7 @@
 // legacy opens the source database read-only and never changes it. It writes
 // only through the Appender it is given and must not import any package of
 // this module other than tracing.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package legacy

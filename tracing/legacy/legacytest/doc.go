@@ -5,4 +5,7 @@
 // import must reject. It also says what an import of each row should give.
 //
 // It is a test helper: it writes only the file it is asked to build.
+//
+// It is not a public API: it is one part of the directory that package beam
+// assembles; embed the directory through package beam.
 package legacytest

@@ -41,4 +41,6 @@
 // WriteNodeDirs makes the data directories of a cluster's nodes (the
 // directory key they share and their route credentials) before any of
 // them runs, as beam cluster init does.
+//
+// It is not a public API: it belongs to the beam command.
 package bench
