@@ -197,6 +197,7 @@ func registeredRoutes(t *testing.T) []route {
 	}
 	var files []parsed
 	consts := map[string]map[string]string{} // package name → constant → value
+	var pending []pendingConst
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -217,10 +218,11 @@ func registeredRoutes(t *testing.T) []route {
 		}
 		rel, _ := filepath.Rel(root, path)
 		files = append(files, parsed{rel: filepath.ToSlash(rel), file: f})
-		collectConsts(f, consts)
+		pending = collectConsts(f, pending)
 		return nil
 	})
 	require.NoError(t, err)
+	resolveConsts(pending, consts)
 
 	var out []route
 	for _, p := range files {
@@ -253,8 +255,8 @@ func registeredRoutes(t *testing.T) []route {
 	return out
 }
 
-// collectConsts records the string constants declared at the top of f.
-func collectConsts(f *ast.File, consts map[string]map[string]string) {
+// collectConsts adds the constants declared at the top of f to pending.
+func collectConsts(f *ast.File, pending []pendingConst) []pendingConst {
 	pkg := f.Name.Name
 	for _, decl := range f.Decls {
 		gd, ok := decl.(*ast.GenDecl)
@@ -267,14 +269,36 @@ func collectConsts(f *ast.File, consts map[string]map[string]string) {
 				if i >= len(vs.Values) {
 					continue
 				}
-				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-					if s, err := strconv.Unquote(lit.Value); err == nil {
-						if consts[pkg] == nil {
-							consts[pkg] = map[string]string{}
-						}
-						consts[pkg][name.Name] = s
-					}
+				pending = append(pending, pendingConst{pkg, name.Name, vs.Values[i]})
+			}
+		}
+	}
+	return pending
+}
+
+// pendingConst is a constant declaration whose value may name another
+// constant (of its package or an imported one), resolved once every file
+// is read (resolveConsts).
+type pendingConst struct {
+	pkg, name string
+	value     ast.Expr
+}
+
+// resolveConsts evaluates the collected constants until no more resolve,
+// so a constant defined as another package's constant has its string.
+func resolveConsts(pending []pendingConst, consts map[string]map[string]string) {
+	for progress := true; progress; {
+		progress = false
+		for _, c := range pending {
+			if _, done := consts[c.pkg][c.name]; done {
+				continue
+			}
+			if s, ok := constString(c.value, c.pkg, consts); ok {
+				if consts[c.pkg] == nil {
+					consts[c.pkg] = map[string]string{}
 				}
+				consts[c.pkg][c.name] = s
+				progress = true
 			}
 		}
 	}
