@@ -18,21 +18,21 @@ import (
 
 // Error codes of the bus's HTTP API ({"error", "errorCode"} bodies).
 const (
-	CodeInvalidJSON       = "INVALID_JSON"
-	CodeMissingFields     = "MISSING_REQUIRED_FIELDS"
-	CodeInvalidPayload    = "INVALID_PAYLOAD"
-	CodeNonceReuse        = "NONCE_REUSE_CONFLICT"
-	CodeInProgress        = "IN_PROGRESS"
-	CodeMessageNotFound   = "MESSAGE_NOT_FOUND"
-	CodeMissingMessageID  = "MISSING_MESSAGE_ID"
-	CodeInvalidState      = "INVALID_STATE"
-	CodeInvalidStatus     = "INVALID_STATUS"
-	CodeMissingAgent      = "MISSING_AGENT"
-	CodeUnauthorized      = "UNAUTHORIZED"
-	CodeForbidden         = "FORBIDDEN"
-	CodePayloadTooLarge   = "PAYLOAD_TOO_LARGE"
-	CodeInternal          = "INTERNAL_ERROR"
-	CodeRateLimited       = "RATE_LIMITED"
+	codeInvalidJSON       = "INVALID_JSON"
+	codeMissingFields     = "MISSING_REQUIRED_FIELDS"
+	codeInvalidPayload    = "INVALID_PAYLOAD"
+	codeNonceReuse        = "NONCE_REUSE_CONFLICT"
+	codeInProgress        = "IN_PROGRESS"
+	codeMessageNotFound   = "MESSAGE_NOT_FOUND"
+	codeMissingMessageID  = "MISSING_MESSAGE_ID"
+	codeInvalidState      = "INVALID_STATE"
+	codeInvalidStatus     = "INVALID_STATUS"
+	codeMissingAgent      = "MISSING_AGENT"
+	codeUnauthorized      = "UNAUTHORIZED"
+	codeForbidden         = "FORBIDDEN"
+	codePayloadTooLarge   = "PAYLOAD_TOO_LARGE"
+	codeInternal          = "INTERNAL_ERROR"
+	codeRateLimited       = "RATE_LIMITED"
 	maxFieldBytes         = 256
 	maxFilterBytes        = 1024
 	defaultPollLimit      = 10
@@ -50,7 +50,7 @@ const (
 // client gets.
 func (b *Bus) internal(what string, err error) *httpjson.Error {
 	b.lg.Error("bus: "+what, "err", err)
-	return httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "%s failed", what)
+	return httpjson.Errorf(http.StatusInternalServerError, codeInternal, "%s failed", what)
 }
 
 // api adapts a handler that returns its error (httpjson.Adapter): a
@@ -114,12 +114,12 @@ func (b *Bus) authenticate(r *http.Request) (principal, *httpjson.Error) {
 		if a, ok := b.reg.AuthenticateAPIKey(key); ok {
 			return principal{agent: a.BeamID, via: directory.BusAuthAPIKey}, nil
 		}
-		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized: invalid API key")
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "Unauthorized: invalid API key")
 	}
 	if tok != "" {
-		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized: invalid token")
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "Unauthorized: invalid token")
 	}
-	return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized,
+	return principal{}, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized,
 		"Unauthorized: send the agent's API key (x-api-key), the bus key or a signed frame")
 }
 
@@ -139,20 +139,20 @@ func (b *Bus) readBody(w http.ResponseWriter, r *http.Request) (map[string]json.
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", b.cfg.MaxBodyBytes)
+			return nil, httpjson.Errorf(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "request body exceeds %d bytes", b.cfg.MaxBodyBytes)
 		}
-		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
+		return nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "could not read the request body")
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object")
+		return nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "request body must be a JSON object")
 	}
 	// encoding/json keeps the last of duplicated keys, other parsers the
 	// first: a body (or a frame or payload in it) with one is refused, so
 	// every reader sees the values the sender meant.
 	var dup *wire.DuplicateKeyError
 	if err := wire.CheckNoDuplicateKeys(body); errors.As(err, &dup) {
-		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "request body has a %s", dup.Error())
+		return nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "request body has a %s", dup.Error())
 	}
 	return raw, nil
 }
@@ -179,11 +179,11 @@ func str(raw map[string]json.RawMessage, key string) (string, *httpjson.Error) {
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
-		return "", httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "%s must be a string", key)
+		return "", httpjson.Errorf(http.StatusBadRequest, codeMissingFields, "%s must be a string", key)
 	}
 	s = strings.TrimSpace(s)
 	if len(s) > maxFieldBytes {
-		return "", httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "%s is longer than %d bytes", key, maxFieldBytes)
+		return "", httpjson.Errorf(http.StatusBadRequest, codeMissingFields, "%s is longer than %d bytes", key, maxFieldBytes)
 	}
 	return s, nil
 }
@@ -205,7 +205,7 @@ func floatParam(r *http.Request, key string) (*float64, *httpjson.Error) {
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "%s must be epoch seconds", key)
+		return nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "%s must be epoch seconds", key)
 	}
 	return &v, nil
 }
@@ -216,7 +216,7 @@ func statusParam(r *http.Request, def string) (string, *httpjson.Error) {
 		return def, nil
 	}
 	if _, err := tracing.ParseState(s); err != nil {
-		return "", httpjson.Errorf(http.StatusBadRequest, CodeInvalidStatus, "unknown status %q", truncate(s))
+		return "", httpjson.Errorf(http.StatusBadRequest, codeInvalidStatus, "unknown status %q", truncate(s))
 	}
 	return s, nil
 }

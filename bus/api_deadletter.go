@@ -29,16 +29,16 @@ func (b *Bus) handleRequeue(w http.ResponseWriter, r *http.Request) *httpjson.Er
 		return aerr
 	}
 	if !p.trusted {
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "requeue needs the bus key or the operator token")
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "requeue needs the bus key or the operator token")
 	}
 	id := r.PathValue("id")
 	err := b.Requeue(r.Context(), id)
-	var se *StateError
+	var se *stateError
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return httpjson.Errorf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
+	case errors.Is(err, errNotFound):
+		return httpjson.Errorf(http.StatusNotFound, codeMessageNotFound, "message %s not found", truncate(id))
 	case errors.As(err, &se):
-		return httpjson.Errorf(http.StatusConflict, CodeInvalidState, "message %s is %s; only dead_letter or failed messages can be requeued", id, se.Status)
+		return httpjson.Errorf(http.StatusConflict, codeInvalidState, "message %s is %s; only dead_letter or failed messages can be requeued", id, se.Status)
 	case err != nil:
 		return b.internal("requeue", err)
 	}

@@ -19,17 +19,17 @@ import (
 func (b *Bus) handlePoll(w http.ResponseWriter, r *http.Request) *httpjson.Error {
 	agent := strings.TrimSpace(r.URL.Query().Get("agent"))
 	if agent == "" {
-		return httpjson.Errorf(http.StatusBadRequest, CodeMissingAgent, "the agent query parameter is required")
+		return httpjson.Errorf(http.StatusBadRequest, codeMissingAgent, "the agent query parameter is required")
 	}
 	p, aerr := b.authenticate(r)
 	if aerr != nil {
 		return aerr
 	}
 	if !p.canActAs(agent) {
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "%s may not poll the inbox of %s", p.agent, truncate(agent))
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "%s may not poll the inbox of %s", p.agent, truncate(agent))
 	}
 	if _, ok := b.reg.Get(agent); !ok {
-		return httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent, "agent %s is not registered here", truncate(agent))
+		return httpjson.Errorf(http.StatusNotFound, codeUnknownAgent, "agent %s is not registered here", truncate(agent))
 	}
 	limit := intParam(r, "limit", defaultPollLimit, maxPollLimit)
 	q := r.URL.Query()
@@ -76,18 +76,18 @@ func (b *Bus) lookup(ctx context.Context, raw map[string]json.RawMessage) (strin
 		return "", aerr
 	}
 	if id == "" && nonce == "" {
-		return "", httpjson.Errorf(http.StatusBadRequest, CodeMissingMessageID, "message_id or nonce is required")
+		return "", httpjson.Errorf(http.StatusBadRequest, codeMissingMessageID, "message_id or nonce is required")
 	}
 	if id != "" {
 		n, ok, err := b.nonceOfID(ctx, id)
 		if err != nil {
-			return "", httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up failed")
+			return "", httpjson.Errorf(http.StatusInternalServerError, codeInternal, "look up failed")
 		}
 		if !ok {
-			return "", httpjson.Errorf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", id)
+			return "", httpjson.Errorf(http.StatusNotFound, codeMessageNotFound, "message %s not found", id)
 		}
 		if nonce != "" && nonce != n {
-			return "", httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "message_id and nonce name different messages")
+			return "", httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "message_id and nonce name different messages")
 		}
 		return n, nil
 	}
@@ -107,12 +107,12 @@ func (b *Bus) handleAck(w http.ResponseWriter, r *http.Request) *httpjson.Error 
 		status = string(tracing.Acked)
 	}
 	if status != string(tracing.Acked) && status != string(tracing.Failed) {
-		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidStatus, "status must be acked or failed")
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidStatus, "status must be acked or failed")
 	}
 	var response json.RawMessage
 	if rv, ok := raw["response"]; ok && string(rv) != "null" {
 		if objectOrNil(rv) == nil {
-			return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "response must be a JSON object")
+			return httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "response must be a JSON object")
 		}
 		response = rv
 	}
@@ -149,7 +149,7 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 	switch row.Status {
 	case tracing.Delivered:
 	case tracing.Dispatched:
-		e := httpjson.Errorf(http.StatusConflict, CodeInvalidState, "message %s is dispatched under a poll lease that %s", row.ID, "is not yours")
+		e := httpjson.Errorf(http.StatusConflict, codeInvalidState, "message %s is dispatched under a poll lease that %s", row.ID, "is not yours")
 		switch {
 		case row.LeaseOwner == "":
 			e.Message = fmt.Sprintf("message %s is being delivered over WebSocket; ack it once delivered", row.ID)
@@ -170,7 +170,7 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 		pre = append(pre, event(row, tracing.Delivered, transportPoll, n))
 	default:
 		unlock()
-		e := httpjson.Errorf(http.StatusConflict, CodeInvalidState, "Invalid message %s lifecycle transition from %s to %s", row.ID, row.Status, status)
+		e := httpjson.Errorf(http.StatusConflict, codeInvalidState, "Invalid message %s lifecycle transition from %s to %s", row.ID, row.Status, status)
 		if row.Status == tracing.Queued && leaseID != "" {
 			e.With("reason", reasonLeaseExpired)
 		}
@@ -187,8 +187,8 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 		if len(response) > 0 {
 			msg = string(response)
 		}
-		result = wire.FailureResult(row.Nonce, CodeConsumerFailed, msg, now, lat)
-		ev.Details = tracing.Details{ErrorCode: CodeConsumerFailed, Error: msg, Response: response, Result: result,
+		result = wire.FailureResult(row.Nonce, codeConsumerFailed, msg, now, lat)
+		ev.Details = tracing.Details{ErrorCode: codeConsumerFailed, Error: msg, Response: response, Result: result,
 			LatencyMs: lat, Extra: map[string]any{"ackedBy": ackedBy(p)}}
 	}
 	err := b.append(append(pre, ev)...)
@@ -199,10 +199,10 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 	if err != nil {
 		var te *tracing.TransitionError
 		if errors.As(err, &te) {
-			return row, httpjson.Errorf(http.StatusConflict, CodeInvalidState, "message %s changed state meanwhile", row.ID)
+			return row, httpjson.Errorf(http.StatusConflict, codeInvalidState, "message %s changed state meanwhile", row.ID)
 		}
 		b.lg.Error("bus: record ack", "nonce", nonce, "err", err)
-		return row, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "ack could not be recorded")
+		return row, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "ack could not be recorded")
 	}
 	b.forget(nonce)
 	b.m.outcomes.WithLabelValues(string(status)).Inc()
@@ -217,13 +217,13 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 func (b *Bus) recipientCurrent(ctx context.Context, p principal, nonce, action string) (current, *httpjson.Error) {
 	c, ok, err := b.current(ctx, nonce)
 	if err != nil {
-		return c, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up failed")
+		return c, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "look up failed")
 	}
 	if !ok {
-		return c, httpjson.Errorf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(nonce))
+		return c, httpjson.Errorf(http.StatusNotFound, codeMessageNotFound, "message %s not found", truncate(nonce))
 	}
 	if !p.canActAs(c.Recipient) {
-		return c, httpjson.Errorf(http.StatusForbidden, CodeForbidden, "only the recipient %s may %s message %s", c.Recipient, action, c.ID)
+		return c, httpjson.Errorf(http.StatusForbidden, codeForbidden, "only the recipient %s may %s message %s", c.Recipient, action, c.ID)
 	}
 	return c, nil
 }
@@ -245,7 +245,7 @@ func (b *Bus) handleLease(w http.ResponseWriter, r *http.Request) *httpjson.Erro
 		return aerr
 	}
 	if leaseID == "" {
-		return httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "lease_id is required")
+		return httpjson.Errorf(http.StatusBadRequest, codeMissingFields, "lease_id is required")
 	}
 	lease := b.cfg.DefaultLease
 	if lv, ok := raw["lease"]; ok {
@@ -279,7 +279,7 @@ func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lea
 	}
 	now := b.clock()
 	if row.Status != tracing.Dispatched || row.LeaseOwner != leaseID || row.LeaseExpiresAt == nil || *row.LeaseExpiresAt <= secs(now) {
-		e := httpjson.Errorf(http.StatusConflict, CodeInvalidState, "message %s is not under a live lease %s", row.ID, truncate(leaseID))
+		e := httpjson.Errorf(http.StatusConflict, codeInvalidState, "message %s is not under a live lease %s", row.ID, truncate(leaseID))
 		e.With("reason", reasonLeaseExpired)
 		return row, e
 	}
@@ -288,11 +288,11 @@ func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lea
 		Extra: map[string]any{"leaseRenewed": true}}
 	if err := b.append(ev); err != nil {
 		b.lg.Error("bus: renew lease", "nonce", nonce, "err", err)
-		return row, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "lease could not be renewed")
+		return row, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "lease could not be renewed")
 	}
 	row, _, err := b.message(ctx, nonce)
 	if err != nil {
-		return row, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up failed")
+		return row, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "look up failed")
 	}
 	return row, nil
 }
@@ -301,7 +301,7 @@ func (b *Bus) renew(ctx context.Context, p principal, nonce, leaseID string, lea
 // a duration; a parse error or a value outside (0, MaxLease] is a 400.
 func (b *Bus) leaseDuration(v float64, err error) (time.Duration, *httpjson.Error) {
 	if err != nil || v <= 0 || math.IsNaN(v) || v > b.cfg.MaxLease.Seconds() {
-		return 0, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds())
+		return 0, httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "lease must be seconds in (0, %g]", b.cfg.MaxLease.Seconds())
 	}
 	return time.Duration(v * float64(time.Second)), nil
 }

@@ -83,10 +83,10 @@ func (b *Bus) handleMessage(w http.ResponseWriter, r *http.Request) *httpjson.Er
 		return b.internal("message", err)
 	}
 	if !ok {
-		return httpjson.Errorf(http.StatusNotFound, CodeMessageNotFound, "message %s not found", truncate(id))
+		return httpjson.Errorf(http.StatusNotFound, codeMessageNotFound, "message %s not found", truncate(id))
 	}
 	if !p.canActAs(row.Sender) && !p.canActAs(row.Recipient) || !p.trusted && row.CreatedAt < b.registeredSince(p.agent) {
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "message %s is neither from nor to %s", row.ID, p.agent)
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "message %s is neither from nor to %s", row.ID, p.agent)
 	}
 	httpjson.Write(w, http.StatusOK, view(row, p.canActAs(row.Recipient)))
 	return nil
@@ -112,7 +112,7 @@ func filters(r *http.Request, q *tracing.MessageQuery) *httpjson.Error {
 	}{{"sender", &q.Sender}, {"recipient", &q.Recipient}, {"intent", &q.Intent}} {
 		if v := r.URL.Query().Get(f.key); v != "" {
 			if len(v) > maxFilterBytes {
-				return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "%s is too long", f.key)
+				return httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "%s is too long", f.key)
 			}
 			*f.dst = v
 		}

@@ -40,7 +40,7 @@ func (b *Bus) handleSend(w http.ResponseWriter, r *http.Request) *httpjson.Error
 	}
 	if b.cfg.AllowSender != nil {
 		if ok, wait := b.cfg.AllowSender(req.from); !ok {
-			aerr := httpjson.Errorf(http.StatusTooManyRequests, CodeRateLimited, "too many sends from %s; retry later", req.from)
+			aerr := httpjson.Errorf(http.StatusTooManyRequests, codeRateLimited, "too many sends from %s; retry later", req.from)
 			aerr.RetryAfter = wait
 			return aerr
 		}
@@ -121,7 +121,7 @@ func sendOptions(raw map[string]json.RawMessage, req *sendRequest) *httpjson.Err
 	if pr, ok := raw["priority"]; ok && string(pr) != "null" {
 		var v float64
 		if err := json.Unmarshal(pr, &v); err != nil || math.IsNaN(v) || math.Abs(v) > 1e6 {
-			return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "priority must be a number between -1e6 and 1e6")
+			return httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "priority must be a number between -1e6 and 1e6")
 		}
 		req.priority = int(v)
 	}
@@ -159,19 +159,19 @@ func fieldsFromBody(raw map[string]json.RawMessage, req *sendRequest, p principa
 		return aerr
 	}
 	if req.from == "" || req.to == "" || req.intent == "" {
-		return httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "from, to and intent are required")
+		return httpjson.Errorf(http.StatusBadRequest, codeMissingFields, "from, to and intent are required")
 	}
 	if req.nonce, aerr = str(raw, "nonce"); aerr != nil {
 		return aerr
 	}
 	if pl, ok := raw["payload"]; ok && string(pl) != "null" {
 		if objectOrNil(pl) == nil || !json.Valid(pl) {
-			return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "payload must be a JSON object")
+			return httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "payload must be a JSON object")
 		}
 		req.payload = pl
 	}
 	if !p.canActAs(req.from) {
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "the API key of %s may not send as %s", p.agent, req.from)
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "the API key of %s may not send as %s", p.agent, req.from)
 	}
 	req.auth = p.via
 	if p.via == "operator" {
@@ -184,10 +184,10 @@ func fieldsFromBody(raw map[string]json.RawMessage, req *sendRequest, p principa
 // recipient is a local agent the sender may reach, or a peer's agent.
 func (b *Bus) checkSendRoute(req *sendRequest) *httpjson.Error {
 	if _, ok := b.reg.Get(req.from); !ok {
-		return httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", req.from)
+		return httpjson.Errorf(http.StatusNotFound, codeUnknownAgent, "sender %s is not registered here", req.from)
 	}
 	if !b.reg.Serves(req.from) {
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "sender %s is in a domain this directory does not serve", req.from)
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "sender %s is in a domain this directory does not serve", req.from)
 	}
 	_, local := b.reg.Get(req.to)
 	local = local && b.reg.Serves(req.to)
@@ -205,7 +205,7 @@ func (b *Bus) checkSendRoute(req *sendRequest) *httpjson.Error {
 		if reason != "" {
 			msg += " (" + reason + ")"
 		}
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "%s", msg)
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "%s", msg)
 	}
 	return b.checkEndToEnd(req)
 }
@@ -221,10 +221,10 @@ func (b *Bus) checkDeliverySize(req *sendRequest) *httpjson.Error {
 	}
 	size, err := probe.SignedDeliverySize()
 	if err != nil {
-		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "payload cannot be delivered: %v", err)
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "payload cannot be delivered: %v", err)
 	}
 	if size > b.dir.MaxFrameBytes() {
-		return httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		return httpjson.Errorf(http.StatusRequestEntityTooLarge, codePayloadTooLarge,
 			"the delivered frame would be %d bytes; recipients accept at most %d", size, b.dir.MaxFrameBytes())
 	}
 	return nil
@@ -248,9 +248,9 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *httpjson.Err
 			var fe *wire.FrameError
 			if errors.As(err, &dup) || errors.As(err, &fe) {
 				// Signed, but not a frame every reader reads alike.
-				return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame: %v", err)
+				return nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "invalid frame: %v", err)
 			}
-			return nil, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "beam/2 frame does not verify: %v", err)
+			return nil, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "beam/2 frame does not verify: %v", err)
 		}
 		f.Signature = ""
 		f.Raw = nil
@@ -264,20 +264,20 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *httpjson.Err
 	}
 	f, err := wire.DecodeIntentFrame(raw)
 	if err != nil {
-		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame: %v", err)
+		return nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "invalid frame: %v", err)
 	}
 	if aerr := checkFrameFields(f); aerr != nil {
 		return nil, aerr
 	}
 	if f.Signature == "" {
-		return nil, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "the frame carries no signature")
+		return nil, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "the frame carries no signature")
 	}
 	sender, ok := b.reg.Get(f.From)
 	if !ok {
-		return nil, httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent, "sender %s is not registered here", f.From)
+		return nil, httpjson.Errorf(http.StatusNotFound, codeUnknownAgent, "sender %s is not registered here", f.From)
 	}
 	if err := f.Verify(sender.PublicKey); err != nil {
-		return nil, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "signature verification failed")
+		return nil, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "signature verification failed")
 	}
 	if aerr := b.checkFresh(f); aerr != nil {
 		return nil, aerr
@@ -291,10 +291,10 @@ func (b *Bus) verifyFrame(raw json.RawMessage) (*wire.IntentFrame, *httpjson.Err
 func (b *Bus) checkFresh(f *wire.IntentFrame) *httpjson.Error {
 	ts, err := wire.ParseTimestamp(f.Timestamp)
 	if err != nil {
-		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "invalid frame timestamp")
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "invalid frame timestamp")
 	}
 	if d := b.clock().Sub(ts); d > signedFrameWindow || d < -signedFrameWindow {
-		return httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "signed frame timestamp is outside the 5 minute window")
+		return httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "signed frame timestamp is outside the 5 minute window")
 	}
 	return nil
 }
@@ -302,7 +302,7 @@ func (b *Bus) checkFresh(f *wire.IntentFrame) *httpjson.Error {
 func checkFrameFields(f *wire.IntentFrame) *httpjson.Error {
 	for _, s := range []string{f.From, f.To, f.Intent, f.Nonce} {
 		if s == "" || len(s) > maxFieldBytes {
-			return httpjson.Errorf(http.StatusBadRequest, CodeMissingFields, "frame from, to, intent and nonce must be 1-%d bytes", maxFieldBytes)
+			return httpjson.Errorf(http.StatusBadRequest, codeMissingFields, "frame from, to, intent and nonce must be 1-%d bytes", maxFieldBytes)
 		}
 	}
 	return nil
@@ -328,13 +328,13 @@ func newMessageID() string {
 // dedupe answers a send whose nonce exists: the same message again is
 // 200 deduped; anything else is 409 NONCE_REUSE_CONFLICT.
 func (b *Bus) dedupe(ctx context.Context, ir tracing.IntentRow, req *sendRequest, hash string) (int, any, *httpjson.Error) {
-	conflict := httpjson.Errorf(http.StatusConflict, CodeNonceReuse, "nonce %s was already used for a different message", req.nonce)
+	conflict := httpjson.Errorf(http.StatusConflict, codeNonceReuse, "nonce %s was already used for a different message", req.nonce)
 	if ir.Owner != tracing.OwnerBus || ir.From != req.from || ir.To != req.to || ir.IntentType != req.intent {
 		return 0, nil, conflict
 	}
 	first, err := b.firstDetails(ctx, req.nonce)
 	if err != nil {
-		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "look up nonce failed")
 	}
 	if h, _ := first.Extra["payloadHash"].(string); h != hash {
 		return 0, nil, conflict

@@ -25,7 +25,7 @@ const (
 	defaultJitter          = 0.15
 	defaultDeliveryTimeout = 30 * time.Second
 	defaultTickInterval    = time.Second
-	DefaultLease           = 60 * time.Second
+	defaultLease           = 60 * time.Second
 	defaultMaxLease        = time.Hour
 	defaultMaxBodyBytes    = 64 << 10
 	defaultSendWait        = 2 * time.Second
@@ -84,7 +84,7 @@ type Config struct {
 	DeliveryTimeout time.Duration
 	// TickInterval is how often Start runs Tick (1 s).
 	TickInterval time.Duration
-	// DefaultLease and MaxLease bound poll leases (60 s, 1 h).
+	// defaultLease and MaxLease bound poll leases (60 s, 1 h).
 	DefaultLease, MaxLease time.Duration
 	// MaxBodyBytes bounds request bodies (64 KiB).
 	MaxBodyBytes int
@@ -178,7 +178,7 @@ func New(cfg Config) (*Bus, error) {
 	}
 	def(&cfg.DeliveryTimeout, defaultDeliveryTimeout)
 	def(&cfg.TickInterval, defaultTickInterval)
-	def(&cfg.DefaultLease, DefaultLease)
+	def(&cfg.DefaultLease, defaultLease)
 	def(&cfg.MaxLease, defaultMaxLease)
 	def(&cfg.SendWait, defaultSendWait)
 	if cfg.MaxLease < cfg.DefaultLease {

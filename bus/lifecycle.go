@@ -17,39 +17,39 @@ import (
 
 // Error codes the bus records or answers besides the HTTP ones.
 const (
-	// CodeLeaseExpired: a poll lease ran out without an ack (retryable).
-	CodeLeaseExpired = "LEASE_EXPIRED"
-	// CodeConsumerFailed: the consumer acked with status failed.
-	CodeConsumerFailed = "CONSUMER_FAILED"
-	// CodeUnknownAgent: the sender or recipient is no longer registered.
-	CodeUnknownAgent = "UNKNOWN_AGENT"
+	// codeLeaseExpired: a poll lease ran out without an ack (retryable).
+	codeLeaseExpired = "LEASE_EXPIRED"
+	// codeConsumerFailed: the consumer acked with status failed.
+	codeConsumerFailed = "CONSUMER_FAILED"
+	// codeUnknownAgent: the sender or recipient is no longer registered.
+	codeUnknownAgent = "UNKNOWN_AGENT"
 )
 
 // nonRetryable are the failure codes that dead-letter a message at once:
 // retrying cannot change their outcome.
 var nonRetryable = map[string]bool{
 	"BAD_REQUEST": true, "FORBIDDEN": true, "INVALID_INTENT": true, "NONCE_REUSE_CONFLICT": true,
-	"UNAUTHORIZED": true, "UNKNOWN_SENDER": true, CodeUnknownAgent: true, "UNSUPPORTED_INTENT": true,
-	"FRAME_TOO_LARGE": true, "PAYLOAD_TOO_LARGE": true, CodeSignedFrameRequired: true,
+	"UNAUTHORIZED": true, "UNKNOWN_SENDER": true, codeUnknownAgent: true, "UNSUPPORTED_INTENT": true,
+	"FRAME_TOO_LARGE": true, "PAYLOAD_TOO_LARGE": true, codeSignedFrameRequired: true,
 	directory.CodeSenderSignatureRequired: true,
 }
 
-// Retryable reports whether a failed attempt with code is retried on the
+// retryable reports whether a failed attempt with code is retried on the
 // schedule (true) or dead-lettered at once (false).
-func Retryable(code string) bool { return !nonRetryable[code] }
+func retryable(code string) bool { return !nonRetryable[code] }
 
-// ErrNotFound is returned for a message id or nonce the bus does not have.
-var ErrNotFound = errors.New("bus: message not found")
+// errNotFound is returned for a message id or nonce the bus does not have.
+var errNotFound = errors.New("bus: message not found")
 
-// StateError is returned when a message is not in a state that allows the
+// stateError is returned when a message is not in a state that allows the
 // operation.
-type StateError struct {
+type stateError struct {
 	MessageID string
 	Status    tracing.State
 	Op        string
 }
 
-func (e *StateError) Error() string {
+func (e *stateError) Error() string {
 	return fmt.Sprintf("bus: message %s is %s: cannot %s", e.MessageID, e.Status, e.Op)
 }
 
@@ -126,7 +126,7 @@ func (b *Bus) attempt(ctx context.Context, nonce string) (bool, error) {
 		}
 	}
 	if !recipientLocal || !senderOK {
-		err := b.retry(row, prev, transportBus, CodeUnknownAgent, "sender or recipient is no longer registered", nil, nil, nil, false)
+		err := b.retry(row, prev, transportBus, codeUnknownAgent, "sender or recipient is no longer registered", nil, nil, nil, false)
 		unlock()
 		return false, err
 	}
@@ -379,7 +379,7 @@ func (b *Bus) retry(row tracing.MessageRow, n int, transport, code, msg string, 
 	count := row.RetryCount + 1
 	// MaxRetries counts every attempt; a row without one gets a single one.
 	policy := attempt.Policy{Backoff: b.backoff, MaxAttempts: max(row.MaxRetries, 1)}
-	v := policy.Decide(attempt.Failure{N: count, Retryable: Retryable(code), Now: now,
+	v := policy.Decide(attempt.Failure{N: count, Retryable: retryable(code), Now: now,
 		Draw: nonceDraw(row.Nonce, count, b.cfg.Jitter)})
 	if !v.Retry {
 		if len(result) == 0 {
@@ -561,7 +561,7 @@ func (b *Bus) expireLease(ctx context.Context, nonce string) error {
 		return nil
 	}
 	b.m.leasesExpired.Inc()
-	return b.retry(row, n, transportPoll, CodeLeaseExpired, "poll lease expired without an ack", nil,
+	return b.retry(row, n, transportPoll, codeLeaseExpired, "poll lease expired without an ack", nil,
 		map[string]any{"expiredLease": row.LeaseOwner}, nil, true)
 }
 
@@ -670,14 +670,14 @@ func (b *Bus) drain(recipient string) {
 
 // Requeue moves a dead-lettered or failed message back to queued with its
 // retry count reset and the same nonce, and delivers it at once when its
-// recipient is online. It returns ErrNotFound or a *StateError.
+// recipient is online. It returns errNotFound or a *stateError.
 func (b *Bus) Requeue(ctx context.Context, messageID string) error {
 	nonce, ok, err := b.nonceOfID(ctx, messageID)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return ErrNotFound
+		return errNotFound
 	}
 	unlock := b.keys.Lock(nonce)
 	c, ok, err := b.current(ctx, nonce)
@@ -685,13 +685,13 @@ func (b *Bus) Requeue(ctx context.Context, messageID string) error {
 	if err != nil || !ok {
 		unlock()
 		if err == nil {
-			err = ErrNotFound
+			err = errNotFound
 		}
 		return err
 	}
 	if row.Status != tracing.DeadLetter && row.Status != tracing.Failed {
 		unlock()
-		return &StateError{MessageID: messageID, Status: row.Status, Op: "requeue (only dead_letter or failed)"}
+		return &stateError{MessageID: messageID, Status: row.Status, Op: "requeue (only dead_letter or failed)"}
 	}
 	zero := 0
 	ev := event(row, tracing.Queued, transportBus, c.Attempt)

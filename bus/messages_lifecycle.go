@@ -2,7 +2,7 @@ package bus
 
 import "github.com/beamdir/beam/tracing"
 
-// Lifecycle is the lifecycle of a bus message, as data: the canonical
+// The lifecycle of a bus message, registered with the log as data: the canonical
 // states its nonce takes. A message is queued (or dispatched at once to a
 // connected recipient), dispatched by a WebSocket push, a poll lease, the
 // cluster or federation, delivered, then acked, failed or dead-lettered; a
@@ -10,7 +10,7 @@ import "github.com/beamdir/beam/tracing"
 // state may repeat (an annotation: a federation outbox step, a second
 // delivery report) except acked. The log's writer checks every event of a
 // bus nonce against it.
-var Lifecycle = tracing.Register(&tracing.Lifecycle{
+var _ = tracing.Register(&tracing.Lifecycle{
 	Name:    "bus message",
 	Owner:   tracing.OwnerBus,
 	Package: "bus",

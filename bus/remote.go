@@ -14,11 +14,11 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// CodeSignedFrameRequired: a forwarded message had no frame to carry. A
+// codeSignedFrameRequired: a forwarded message had no frame to carry. A
 // sender-signed frame travels verbatim; every other send (API key, bus
 // key, beam/2 JWS) travels as an unsigned frame the origin directory
 // vouches for in its signed federation message.
-const CodeSignedFrameRequired = "SIGNED_FRAME_REQUIRED"
+const codeSignedFrameRequired = "SIGNED_FRAME_REQUIRED"
 
 // Remote is the federation router through which the bus sends to agents of
 // peer directories (federation.Node implements it). The bus needs it only
@@ -57,7 +57,7 @@ func (b *Bus) forward(r Remote, peer string, row tracing.MessageRow, first traci
 	admitted := time.UnixMicro(int64(row.CreatedAt * 1e6))
 	frame, auth, err := remoteFrame(row, first, admitted)
 	if err != nil {
-		return b.retry(row, prev, transportBus, CodeSignedFrameRequired,
+		return b.retry(row, prev, transportBus, codeSignedFrameRequired,
 			"recipient "+row.Recipient+" is served by the peer directory "+peer+": "+err.Error(),
 			nil, map[string]any{"peer": peer}, nil, false)
 	}
@@ -167,9 +167,9 @@ func remoteFrame(row tracing.MessageRow, first tracing.Details, admitted time.Ti
 // directory does not peer with cannot be reached.
 func (b *Bus) unknownRecipient(to string) *httpjson.Error {
 	if b.remoteRouter() == nil {
-		return httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent, "recipient %s is not registered here", to)
+		return httpjson.Errorf(http.StatusNotFound, codeUnknownAgent, "recipient %s is not registered here", to)
 	}
-	return httpjson.Errorf(http.StatusNotFound, CodeUnknownAgent,
+	return httpjson.Errorf(http.StatusNotFound, codeUnknownAgent,
 		"recipient %s is not registered here and no pinned peer directory serves its domain "+
 			"(federation does not forward through intermediate directories: pin its directory as a peer)", to)
 }

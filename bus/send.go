@@ -43,7 +43,7 @@ func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *httpjson
 		if err != nil {
 			release()
 			b.lg.Error("bus: look up nonce", "nonce", req.nonce, "err", err)
-			return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+			return 0, nil, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "look up nonce failed")
 		}
 		if exists {
 			release()
@@ -73,7 +73,7 @@ func (b *Bus) accept(ctx context.Context, req *sendRequest) (int, any, *httpjson
 func (b *Bus) resend(ctx context.Context, req *sendRequest, hash string) (int, any, *httpjson.Error) {
 	ir, ok, err := b.log.Intent(ctx, req.nonce)
 	if err != nil || !ok {
-		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "look up nonce failed")
+		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "look up nonce failed")
 	}
 	return b.dedupe(ctx, ir, req, hash)
 }
@@ -153,7 +153,7 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 		}
 		var te *tracing.TransitionError
 		if errors.As(err, &te) {
-			return 0, nil, httpjson.Errorf(http.StatusConflict, CodeInProgress, "nonce %s was recorded concurrently; resend to get its status", nonce)
+			return 0, nil, httpjson.Errorf(http.StatusConflict, codeInProgress, "nonce %s was recorded concurrently; resend to get its status", nonce)
 		}
 		var ve *tracing.ValidationError
 		if errors.As(err, &ve) {
@@ -162,10 +162,10 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 			if exists, lerr := b.nonceExists(ctx, nonce); lerr == nil && exists {
 				return b.resend(ctx, req, hash)
 			}
-			return 0, nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
+			return 0, nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
 		}
 		b.lg.Error("bus: record message", "nonce", nonce, "err", err)
-		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "message could not be recorded")
+		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "message could not be recorded")
 	}
 	var row tracing.MessageRow
 	for _, ev := range committed {
@@ -222,7 +222,7 @@ func (b *Bus) answerDelivery(ctx context.Context, row tracing.MessageRow, wake <
 func (b *Bus) readBack(ctx context.Context, nonce string) (int, any, *httpjson.Error) {
 	row, ok, err := b.message(ctx, nonce)
 	if err != nil || !ok {
-		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, CodeInternal, "message could not be read back")
+		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "message could not be read back")
 	}
 	return http.StatusCreated, b.sendResponse(ctx, row, false), nil
 }

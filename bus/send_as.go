@@ -30,10 +30,10 @@ func (e *SendError) Error() string { return e.Msg }
 // returns the message's nonce.
 func (b *Bus) SendAs(ctx context.Context, from, to, intent string, payload json.RawMessage) (string, error) {
 	if objectOrNil(payload) == nil || !json.Valid(payload) {
-		return "", &SendError{Status: http.StatusBadRequest, Code: CodeInvalidPayload, Msg: "payload must be a JSON object"}
+		return "", &SendError{Status: http.StatusBadRequest, Code: codeInvalidPayload, Msg: "payload must be a JSON object"}
 	}
 	if intent == "" || len(intent) > maxFieldBytes {
-		return "", &SendError{Status: http.StatusBadRequest, Code: CodeMissingFields, Msg: fmt.Sprintf("intent must be 1-%d bytes", maxFieldBytes)}
+		return "", &SendError{Status: http.StatusBadRequest, Code: codeMissingFields, Msg: fmt.Sprintf("intent must be 1-%d bytes", maxFieldBytes)}
 	}
 	req := &sendRequest{from: from, to: to, intent: intent, payload: payload, nonce: wire.NewNonce(), auth: directory.BusAuthAPIKey}
 	if aerr := b.checkSendRoute(req); aerr != nil {
@@ -44,7 +44,7 @@ func (b *Bus) SendAs(ctx context.Context, from, to, intent string, payload json.
 	}
 	if b.cfg.AllowSender != nil {
 		if ok, _ := b.cfg.AllowSender(from); !ok {
-			return "", &SendError{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Msg: "too many sends from " + from + "; retry later"}
+			return "", &SendError{Status: http.StatusTooManyRequests, Code: codeRateLimited, Msg: "too many sends from " + from + "; retry later"}
 		}
 	}
 	if _, _, aerr := b.accept(ctx, req); aerr != nil {

@@ -108,7 +108,7 @@ func TestResendAfterRestartIsDedupedWithoutALookUp(t *testing.T) {
 	// A different payload under the nonce is a conflict, as before.
 	status, body := tb2.sendAs(alice, bob.id, "task.run", map[string]any{"k": "other"}, map[string]any{"nonce": nonce})
 	require.Equal(t, http.StatusConflict, status, body)
-	require.Equal(t, CodeNonceReuse, body["errorCode"], body)
+	require.Equal(t, codeNonceReuse, body["errorCode"], body)
 	tb2.close()
 
 	tb3 := setup(t, opts)

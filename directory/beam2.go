@@ -23,13 +23,13 @@ import (
 
 // Protocols a session may announce with the protocol query parameter.
 const (
-	ProtocolBeam1 = wire.ProtocolBeam1
+	protocolBeam1 = wire.ProtocolBeam1
 	ProtocolBeam2 = wire.ProtocolBeam2
 )
 
-// CodeUnsupportedProtocol: a beam/2 intent for a recipient whose session
+// codeUnsupportedProtocol: a beam/2 intent for a recipient whose session
 // announced only beam/1 (its SDK could not verify the frame). HTTP 400.
-const CodeUnsupportedProtocol = "UNSUPPORTED_PROTOCOL"
+const codeUnsupportedProtocol = "UNSUPPORTED_PROTOCOL"
 
 // contentTypeJOSE is the content type of a POST /intents/send body that is
 // a compact JWS.
@@ -57,7 +57,7 @@ func (s *jwsSink) get() string {
 // request ("beam/2", "beam/1,beam/2", or repeated). beam/1 is always
 // spoken; unknown names are ignored. A beam/2 connect token implies beam/2.
 func sessionProtocols(values []string, auth string) (beam2 bool, protocols []string) {
-	beam2 = auth == AuthJWS
+	beam2 = auth == authJWS
 	for _, v := range values {
 		for _, p := range strings.Split(v, ",") {
 			if strings.TrimSpace(p) == ProtocolBeam2 {
@@ -66,14 +66,14 @@ func sessionProtocols(values []string, auth string) (beam2 bool, protocols []str
 		}
 	}
 	if beam2 {
-		return true, []string{ProtocolBeam1, ProtocolBeam2}
+		return true, []string{protocolBeam1, ProtocolBeam2}
 	}
-	return false, []string{ProtocolBeam1}
+	return false, []string{protocolBeam1}
 }
 
 // connectedMessage is the first message of a session.
 func connectedMessage(s *session) []byte {
-	protocols := []string{ProtocolBeam1}
+	protocols := []string{protocolBeam1}
 	if s.beam2 {
 		protocols = append(protocols, ProtocolBeam2)
 	}
@@ -177,12 +177,12 @@ func (d *Directory) noteResultJWS(inf *inflight, token string) map[string]any {
 func (d *Directory) handleWSIntentJWS(s *session, token string) {
 	f, rerr := decodeJWSIntent(token)
 	if rerr != nil {
-		d.rejectFrame(rerr, s.beamID, OriginWS)
+		d.rejectFrame(rerr, s.beamID, originWS)
 		s.sendOutcome(rerr.Nonce, nil, rerr)
 		return
 	}
 	sink := &jwsSink{}
-	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, JWS: token, resultJWS: sink}
+	opts := RelayOptions{Origin: originWS, SessionBeamID: s.beamID, JWS: token, resultJWS: sink}
 	nonce := f.Nonce
 	d.submit(s.context(), f, opts, func(res []byte, rerr *RelayError) {
 		if rerr == nil {
@@ -251,11 +251,11 @@ func sendJWSToken(r *http.Request, body []byte) (string, bool) {
 func (d *Directory) handleSendJWS(w http.ResponseWriter, r *http.Request, token string) error {
 	f, rerr := decodeJWSIntent(token)
 	if rerr != nil {
-		d.rejectFrame(rerr, "", OriginHTTP)
+		d.rejectFrame(rerr, "", originHTTP)
 		return rerr.httpErr()
 	}
 	sink := &jwsSink{}
-	res, rerr := d.Relay(r.Context(), f, RelayOptions{Origin: OriginHTTP, JWS: token, resultJWS: sink})
+	res, rerr := d.Relay(r.Context(), f, RelayOptions{Origin: originHTTP, JWS: token, resultJWS: sink})
 	if rerr != nil {
 		return rerr.httpErr()
 	}

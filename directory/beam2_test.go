@@ -56,7 +56,7 @@ func (b *testBundle) connectBeam2(a *agent) *wsClient {
 		Protocols []string `json:"protocols"`
 	}
 	require.NoError(b.t, json.Unmarshal(m.raw, &v))
-	require.Equal(b.t, []string{ProtocolBeam1, ProtocolBeam2}, v.Protocols)
+	require.Equal(b.t, []string{protocolBeam1, ProtocolBeam2}, v.Protocols)
 	require.Eventually(b.t, func() bool { return b.dir.Online(a.id) }, 5e9, 5e6)
 	return c
 }
@@ -162,16 +162,16 @@ func TestBeam2ToBeam1RecipientRefused(t *testing.T) {
 	st, body, _ := b.postJOSE(jwsOf(t, f, alice))
 	require.Equal(t, http.StatusBadRequest, st)
 	code, msg := errBody(t, body)
-	require.Equal(t, CodeUnsupportedProtocol, code)
+	require.Equal(t, codeUnsupportedProtocol, code)
 	require.Contains(t, msg, "beam/1 only")
 	require.Equal(t, []tracing.State{tracing.Received, tracing.Validated, tracing.Failed}, b.states(f.Nonce))
-	require.Equal(t, CodeUnsupportedProtocol, b.row(f.Nonce).ErrorCode)
+	require.Equal(t, codeUnsupportedProtocol, b.row(f.Nonce).ErrorCode)
 
 	// Over WebSocket: an error message, then the failure result.
 	f2 := b.unsignedFrame(alice, bob.id, "agent.ping", `{}`)
 	ac.write(map[string]string{"type": "intent", "jws": jwsOf(t, f2, alice)})
 	e := ac.nextOf("error")
-	require.Equal(t, CodeUnsupportedProtocol, e.ErrorCode)
+	require.Equal(t, codeUnsupportedProtocol, e.ErrorCode)
 	require.Equal(t, f2.Nonce, e.Nonce)
 	require.False(t, resultOf(t, ac.nextOf("result").Frame).Success)
 

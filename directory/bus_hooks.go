@@ -31,14 +31,14 @@ const (
 	BusAuthBusKey = wire.AttestBusKey
 )
 
-// TransportBus is the origin recorded for frames the bus hands the
+// transportBus is the origin recorded for frames the bus hands the
 // directory; it never appears on events the directory writes itself.
-const TransportBus = "bus"
+const transportBus = "bus"
 
-// SessionOwner is what the owners of the nonces the directory does not own
+// sessionOwner is what the owners of the nonces the directory does not own
 // — the message bus, the pipeline gateway — hear of its sessions. The
 // directory knows them only as this interface (Config.Owners).
-type SessionOwner interface {
+type sessionOwner interface {
 	// Connected is called (in its own goroutine) after beamID attached a
 	// session here, or on another node of the cluster: its waiting work
 	// may go now.
@@ -85,7 +85,7 @@ func (d *Directory) ClaimBusNonce(nonce, from, to, intent string) (func(), *Rela
 // first: the log refuses it if the nonce has any other state (see
 // busnonces.go), exactly as it refuses the relay's optimistic received.
 func (d *Directory) ClaimNewBusNonce(nonce, from, to, intent string) (release func(), lookup bool, rerr *RelayError) {
-	inf := &inflight{nonce: nonce, from: from, to: to, intentType: intent, origin: TransportBus,
+	inf := &inflight{nonce: nonce, from: from, to: to, intentType: intent, origin: transportBus,
 		done: func([]byte, *RelayError) {}}
 	d.mu.Lock()
 	rerr = d.claimLocked(inf)

@@ -56,23 +56,23 @@ var catalogTypes = map[string]bool{
 // allowed. Unknown keys in the file are errors, so that a typo cannot
 // silently disable a rule.
 type Catalog struct {
-	intents map[string]*CatalogIntent
+	intents map[string]*catalogIntent
 	order   []string
 	raw     []byte // served by GET /intents/catalog
 }
 
-// CatalogIntent is one intent type of a catalog.
-type CatalogIntent struct {
+// catalogIntent is one intent type of a catalog.
+type catalogIntent struct {
 	// ID is the intent type, e.g. "conversation.message".
 	ID string `json:"id"`
 	// Description says what the intent is for.
 	Description string `json:"description,omitempty"`
 	// Payload holds the rules of the payload's fields by name.
-	Payload map[string]*FieldRule `json:"payload,omitempty"`
+	Payload map[string]*fieldRule `json:"payload,omitempty"`
 }
 
-// FieldRule is the rule of one payload field.
-type FieldRule struct {
+// fieldRule is the rule of one payload field.
+type fieldRule struct {
 	// Type is the JSON type the value must have; "" allows any.
 	Type string `json:"type,omitempty"`
 	// Enum lists the allowed values; empty allows any.
@@ -86,8 +86,8 @@ type FieldRule struct {
 	Description string `json:"description,omitempty"`
 }
 
-// LoadCatalog reads and checks the catalog file at path.
-func LoadCatalog(path string) (*Catalog, error) {
+// loadCatalog reads and checks the catalog file at path.
+func loadCatalog(path string) (*Catalog, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load intent catalog: %w", err)
@@ -105,13 +105,13 @@ func LoadCatalog(path string) (*Catalog, error) {
 }
 
 // ParseCatalog checks and returns the catalog in data (the file format of
-// LoadCatalog).
+// loadCatalog).
 func ParseCatalog(data []byte) (*Catalog, error) {
 	if len(data) > maxCatalogBytes {
 		return nil, fmt.Errorf("catalog is larger than %d bytes", maxCatalogBytes)
 	}
 	var doc struct {
-		Intents []*CatalogIntent `json:"intents"`
+		Intents []*catalogIntent `json:"intents"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -127,7 +127,7 @@ func ParseCatalog(data []byte) (*Catalog, error) {
 	if len(doc.Intents) > maxCatalogIntents {
 		return nil, fmt.Errorf("catalog has %d intents, limit %d", len(doc.Intents), maxCatalogIntents)
 	}
-	c := &Catalog{intents: make(map[string]*CatalogIntent, len(doc.Intents))}
+	c := &Catalog{intents: make(map[string]*catalogIntent, len(doc.Intents))}
 	for i, in := range doc.Intents {
 		if in == nil || in.ID == "" {
 			return nil, fmt.Errorf("catalog intent #%d: missing id", i+1)
@@ -151,7 +151,7 @@ func ParseCatalog(data []byte) (*Catalog, error) {
 	}
 	raw, err := json.Marshal(struct {
 		Mode    string           `json:"mode"`
-		Intents []*CatalogIntent `json:"intents"`
+		Intents []*catalogIntent `json:"intents"`
 	}{"catalog", doc.Intents})
 	if err != nil {
 		return nil, fmt.Errorf("encode catalog: %w", err)
@@ -160,7 +160,7 @@ func ParseCatalog(data []byte) (*Catalog, error) {
 	return c, nil
 }
 
-func (r *FieldRule) check() error {
+func (r *fieldRule) check() error {
 	if r == nil {
 		return errors.New("rule must be an object")
 	}
@@ -226,7 +226,7 @@ func (c *Catalog) Validate(intent string, payload json.RawMessage) error {
 	return nil
 }
 
-func (r *FieldRule) validate(raw json.RawMessage) error {
+func (r *fieldRule) validate(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		if r.Required {
 			return errors.New("is required")

@@ -31,7 +31,7 @@ func writeCatalog(t *testing.T, body string) string {
 
 func TestLoadCatalogErrors(t *testing.T) {
 	t.Parallel()
-	_, err := LoadCatalog(filepath.Join(t.TempDir(), "missing.json"))
+	_, err := loadCatalog(filepath.Join(t.TempDir(), "missing.json"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 	for name, body := range map[string]string{
 		"not json":      `{"intents": [`,
@@ -44,11 +44,11 @@ func TestLoadCatalogErrors(t *testing.T) {
 		"enum type":     `{"intents":[{"id":"a","payload":{"x":{"type":"string","enum":[1]}}}]}`,
 		"trailing":      `{"intents":[]} {}`,
 	} {
-		_, err := LoadCatalog(writeCatalog(t, body))
+		_, err := loadCatalog(writeCatalog(t, body))
 		require.Error(t, err, name)
 		require.Contains(t, err.Error(), "load intent catalog", name)
 	}
-	c, err := LoadCatalog(writeCatalog(t, testCatalog))
+	c, err := loadCatalog(writeCatalog(t, testCatalog))
 	require.NoError(t, err)
 	require.Equal(t, []string{"conversation.message", "agent.ping"}, c.Intents())
 }

@@ -19,8 +19,8 @@ import (
 // and the result comes back the same way, settling this node's trace.
 // A handed-over frame is never handed over again.
 
-// OriginCluster marks a frame another node of the cluster handed over.
-const OriginCluster = "cluster"
+// originCluster marks a frame another node of the cluster handed over.
+const originCluster = "cluster"
 
 // TransportCluster is the transport of events of an intent handed to
 // another node of the cluster.
@@ -116,7 +116,7 @@ func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) HandReply {
 			return rep
 		}
 	}
-	o := RelayOptions{Origin: OriginCluster, JWS: h.JWS, Timeout: time.Duration(h.TimeoutMs) * time.Millisecond,
+	o := RelayOptions{Origin: originCluster, JWS: h.JWS, Timeout: time.Duration(h.TimeoutMs) * time.Millisecond,
 		Extra: map[string]any{"fromNode": h.FromNode}}
 	if h.Unsigned {
 		o.allowUnsigned, o.vouchedBy = true, h.VouchedBy
@@ -199,7 +199,7 @@ func (d *Directory) handSession(a *ownedAttempt) bool {
 // reports false when no other node does (or inf came from one).
 func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.Event, extra map[string]any) bool {
 	r := d.nodeRouter()
-	if r == nil || inf.origin == OriginCluster || inf.owned != nil {
+	if r == nil || inf.origin == originCluster || inf.owned != nil {
 		return false
 	}
 	node, ok := r.NodeFor(inf.to)
@@ -263,7 +263,7 @@ func (d *Directory) routeNode(inf *inflight, f *wire.IntentFrame, pre []tracing.
 // or IN_PROGRESS).
 func (d *Directory) claimClusterNonce(ctx context.Context, f *wire.IntentFrame, o RelayOptions) *RelayError {
 	r := d.nodeRouter()
-	if r == nil || o.Origin == OriginCluster {
+	if r == nil || o.Origin == originCluster {
 		return nil
 	}
 	ok, err := r.ClaimNonce(ctx, f.From, f.Nonce)
@@ -302,5 +302,5 @@ func handFailure(node, to string, err error) (code, msg string) {
 func (d *Directory) claimClusterBusNonce(from, nonce string) *RelayError {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
-	return d.claimClusterNonce(ctx, &wire.IntentFrame{From: from, Nonce: nonce}, RelayOptions{Origin: TransportBus})
+	return d.claimClusterNonce(ctx, &wire.IntentFrame{From: from, Nonce: nonce}, RelayOptions{Origin: transportBus})
 }

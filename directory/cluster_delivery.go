@@ -38,8 +38,8 @@ type DeliveryRecord struct {
 	At time.Time `json:"at"`
 }
 
-// MaxRecordedResult bounds the result frame a delivery record keeps.
-const MaxRecordedResult = 4 << 10
+// maxRecordedResult bounds the result frame a delivery record keeps.
+const maxRecordedResult = 4 << 10
 
 // HandReply is a node's answer to a hand-over: the result frame, or the
 // relay error it answered with.
@@ -137,7 +137,7 @@ func (d *Directory) recordBusAck(inf *inflight, rf *wire.ResultFrame) {
 		// the envelope's nonce, so a record would answer a later hop).
 		return
 	}
-	if len(rf.Raw) <= MaxRecordedResult {
+	if len(rf.Raw) <= maxRecordedResult {
 		rec.Result = rf.Raw
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)

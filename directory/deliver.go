@@ -30,11 +30,11 @@ func (d *Directory) echo(inf *inflight, f *wire.IntentFrame, pre []tracing.Event
 		d.fail(inf, pre, CodeRelayError, fmt.Sprintf("echo: %v", err), false, nil)
 		return
 	}
-	disp := inf.event(tracing.Dispatched, TransportEcho)
+	disp := inf.event(tracing.Dispatched, transportEcho)
 	disp.Details.TimeoutMs = inf.timeout.Milliseconds()
-	ack := inf.event(tracing.Acked, TransportEcho)
+	ack := inf.event(tracing.Acked, transportEcho)
 	ack.Details = tracing.Details{LatencyMs: lat, Result: res}
-	events := append(pre, disp, inf.event(tracing.Delivered, TransportEcho), ack)
+	events := append(pre, disp, inf.event(tracing.Delivered, transportEcho), ack)
 	if err := d.append(events...); err != nil {
 		d.abort(inf, err)
 		return
@@ -75,7 +75,7 @@ func echoPayload(f *wire.IntentFrame) ([]byte, error) {
 			Intent          string          `json:"intent"`
 			Message         string          `json:"message"`
 			OriginalPayload json.RawMessage `json:"originalPayload"`
-		}{true, registry.EchoBeamID, "builtin-echo", TransportEcho, f.Intent,
+		}{true, registry.EchoBeamID, "builtin-echo", transportEcho, f.Intent,
 			"Echo received " + f.Intent + " from " + f.From, original}
 	}
 	var buf bytes.Buffer
@@ -110,9 +110,9 @@ func (d *Directory) directHTTP(inf *inflight, f *wire.IntentFrame, sender regist
 	rf, err := d.postDirect(inf, h, endpoint)
 	if err != nil {
 		reason, msg := d.directFailed(inf.nonce, inf.to, err)
-		extra := map[string]any{"fallbackReason": CodeDirectHTTPFailed, "directHttpError": reason}
+		extra := map[string]any{"fallbackReason": codeDirectHTTPFailed, "directHttpError": reason}
 		if d.session(inf.to) == nil {
-			d.fail(inf, nil, CodeDirectHTTPFailed, msg, true, extra)
+			d.fail(inf, nil, codeDirectHTTPFailed, msg, true, extra)
 			return
 		}
 		d.deliverWS(inf, f, sender, nil, extra)

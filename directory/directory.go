@@ -109,7 +109,7 @@ type Config struct {
 	// list in GET /stats. May be nil.
 	OperatorAuth func(*http.Request) bool
 	// Catalog, when set, restricts intents to the catalog's types and
-	// checks their payloads (LoadCatalog); nil accepts any intent type.
+	// checks their payloads (loadCatalog); nil accepts any intent type.
 	Catalog *Catalog
 	// AllowSender, when set, is asked once per intent whose sender has
 	// been authenticated (not for intents a peer directory relays): false
@@ -127,7 +127,7 @@ type Config struct {
 	// own (the message bus, the pipeline gateway) need of its sessions. They
 	// deliver through the directory, so the assembly builds them after it
 	// and has Owners reach them before anything is served. May be nil.
-	Owners SessionOwner
+	Owners sessionOwner
 	// parkLinger is how long an idle session's reader waits on its
 	// goroutine for the next message before it parks (1 s); tests set it.
 	parkLinger time.Duration

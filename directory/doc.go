@@ -87,7 +87,7 @@
 // written to a session is reported to its owner (Owner.Delivered, batched
 // as the directory's own delivered events are), which appends delivered
 // itself, so each nonce has one writer. The directory names neither the bus
-// nor the pipelines: it hears them as a SessionOwner, reaches federation
+// nor the pipelines: it hears them as a sessionOwner, reaches federation
 // and the cluster through Remote and NodeRouter, all given in Config.
 //
 // # Errors

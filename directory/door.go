@@ -23,9 +23,9 @@ import (
 type Path int
 
 const (
-	// PathSession hands the frame to the recipient's WebSocket session on
+	// pathSession hands the frame to the recipient's WebSocket session on
 	// this node, or on the node of the cluster that holds it.
-	PathSession Path = iota
+	pathSession Path = iota
 	// PathDirectHTTP POSTs the frame to the recipient's HTTP endpoint
 	// (Delivery.Endpoint) exactly as the relay's direct-HTTP path does.
 	PathDirectHTTP
@@ -100,15 +100,15 @@ type Delivery struct {
 	// Endpoint is the recipient's HTTP endpoint (PathDirectHTTP).
 	Endpoint string
 	// MessageID and Attempt go into the "bus" member of a WebSocket
-	// delivery (PathSession).
+	// delivery (pathSession).
 	MessageID string
 	Attempt   int
 	// Timeout is how long to wait for the recipient's result after the frame
-	// was queued (PathSession, PathPeer); its expiry ends the attempt with
+	// was queued (pathSession, PathPeer); its expiry ends the attempt with
 	// TIMEOUT. Default Config.WSTimeout.
 	Timeout time.Duration
 	// Owner appends the delivered event of a frame written to a session
-	// (PathSession); required there.
+	// (pathSession); required there.
 	Owner Owner
 	// Done is called exactly once with how the attempt ended, possibly
 	// before Deliver returns — unless the directory closes while the
@@ -289,7 +289,7 @@ func (d *Directory) deliverSession(a *ownedAttempt) {
 		timeout = d.cfg.WSTimeout
 	}
 	inf := &inflight{
-		nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, origin: TransportBus,
+		nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, origin: transportBus,
 		attempt: del.Attempt, timeout: timeout, start: d.clock(), t0: time.Now(),
 		done: func([]byte, *RelayError) {}, owned: a,
 	}
@@ -357,7 +357,7 @@ func (inf *inflight) written() Written {
 // DIRECT_HTTP_FAILED with the same sanitized category the relay gives (the
 // full error goes to the server's log only).
 func (d *Directory) deliverDirect(f *wire.IntentFrame, auth, endpoint string) Outcome {
-	inf := &inflight{nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, origin: TransportBus,
+	inf := &inflight{nonce: f.Nonce, from: f.From, to: f.To, intentType: f.Intent, origin: transportBus,
 		start: d.clock()}
 	h, err := d.handOver(f, "", "", auth, "")
 	if err != nil {
@@ -366,7 +366,7 @@ func (d *Directory) deliverDirect(f *wire.IntentFrame, auth, endpoint string) Ou
 	rf, err := d.postDirect(inf, h, endpoint)
 	if err != nil {
 		_, msg := d.directFailed(f.Nonce, f.To, err)
-		return Outcome{ErrorCode: CodeDirectHTTPFailed, Error: msg}
+		return Outcome{ErrorCode: codeDirectHTTPFailed, Error: msg}
 	}
 	return Outcome{Result: rf}
 }

@@ -86,7 +86,7 @@ func TestDeliverAppliesRecipientPolicyOnEveryPath(t *testing.T) {
 	bc := b.connect(bob)
 	owner := &collectingOwner{}
 
-	for _, path := range []Path{PathSession, PathDirectHTTP} {
+	for _, path := range []Path{pathSession, PathDirectHTTP} {
 		f := b.unsignedFrame(alice, bob.id, "agent.ping", `{}`)
 		o := deliverWait(t, b.dir, Delivery{Frame: f, Auth: BusAuthAPIKey, Path: path, Endpoint: ep.URL,
 			MessageID: "m1", Attempt: 1, Owner: owner})

@@ -12,15 +12,15 @@ import (
 // on WebSocket in {"type":"error"} messages and in the failure result frames
 // it records as an intent's result.
 const (
-	// CodeInvalidJSON: the HTTP body is not JSON.
-	CodeInvalidJSON = "INVALID_JSON"
+	// codeInvalidJSON: the HTTP body is not JSON.
+	codeInvalidJSON = "INVALID_JSON"
 	// CodeInvalidIntent: the frame's shape is wrong, its sender is unknown or
 	// its signature does not verify.
 	CodeInvalidIntent = "INVALID_INTENT"
-	// CodeBadRequest: an authentic frame that cannot be relayed (timestamp
+	// codeBadRequest: an authentic frame that cannot be relayed (timestamp
 	// outside the window). HTTP reports it as INVALID_INTENT, as the
 	// reference does.
-	CodeBadRequest = "BAD_REQUEST"
+	codeBadRequest = "BAD_REQUEST"
 	// CodeForbidden: policy denies the intent, or a session acts for another
 	// agent, or a result comes from someone who is not the recipient.
 	CodeForbidden = "FORBIDDEN"
@@ -28,29 +28,29 @@ const (
 	CodeInProgress = "IN_PROGRESS"
 	// CodeNonceReuse: the nonce was used for a different intent.
 	CodeNonceReuse = "NONCE_REUSE_CONFLICT"
-	// CodeFrameTooLarge: the frame to deliver exceeds MaxFrameBytes.
-	CodeFrameTooLarge = "FRAME_TOO_LARGE"
-	// CodePayloadTooLarge: the HTTP body exceeds the body limit.
-	CodePayloadTooLarge = "PAYLOAD_TOO_LARGE"
+	// codeFrameTooLarge: the frame to deliver exceeds MaxFrameBytes.
+	codeFrameTooLarge = "FRAME_TOO_LARGE"
+	// codePayloadTooLarge: the HTTP body exceeds the body limit.
+	codePayloadTooLarge = "PAYLOAD_TOO_LARGE"
 	// CodeOffline: the recipient is not reachable (retryable).
 	CodeOffline = "OFFLINE"
 	// CodeTimeout: no result arrived in time (retryable).
 	CodeTimeout = "TIMEOUT"
 	// CodeDeliveryFailed: the delivery was interrupted (retryable).
 	CodeDeliveryFailed = "DELIVERY_FAILED"
-	// CodeDirectHTTPFailed: the recipient's HTTP endpoint failed and no
+	// codeDirectHTTPFailed: the recipient's HTTP endpoint failed and no
 	// WebSocket session could take over (retryable).
-	CodeDirectHTTPFailed = "DIRECT_HTTP_FAILED"
+	codeDirectHTTPFailed = "DIRECT_HTTP_FAILED"
 	// CodeResultError: a failure result from the recipient without a code.
 	CodeResultError = "RESULT_ERROR"
-	// CodeRateLimited: the sender sent more intents than its rate limit
+	// codeRateLimited: the sender sent more intents than its rate limit
 	// allows (retryable after RelayError.RetryAfter).
-	CodeRateLimited = "RATE_LIMITED"
+	codeRateLimited = "RATE_LIMITED"
 	// CodeRelayError: an internal error (the log could not be written).
 	CodeRelayError = "RELAY_ERROR"
-	// CodeUnknownAgent: the recipient is neither registered here nor served
+	// codeUnknownAgent: the recipient is neither registered here nor served
 	// by a pinned peer (404; retryable, as it may register later).
-	CodeUnknownAgent = "UNKNOWN_AGENT"
+	codeUnknownAgent = "UNKNOWN_AGENT"
 )
 
 // RetryableCode reports whether a failure with code may be retried with the
@@ -58,7 +58,7 @@ const (
 // failure.
 func RetryableCode(code string) bool {
 	switch code {
-	case CodeOffline, CodeTimeout, CodeDeliveryFailed, CodeDirectHTTPFailed, CodeUnknownAgent:
+	case CodeOffline, CodeTimeout, CodeDeliveryFailed, codeDirectHTTPFailed, codeUnknownAgent:
 		return true
 	}
 	return false
@@ -90,23 +90,23 @@ func (e *RelayError) HTTPStatus() int {
 
 func httpStatus(code string) int {
 	switch code {
-	case CodeInvalidJSON, CodeInvalidIntent, CodeBadRequest, CodeUnsupportedProtocol:
+	case codeInvalidJSON, CodeInvalidIntent, codeBadRequest, codeUnsupportedProtocol:
 		return http.StatusBadRequest
 	case CodeForbidden, CodeSenderSignatureRequired:
 		return http.StatusForbidden
 	case CodeInProgress, CodeNonceReuse:
 		return http.StatusConflict
-	case CodeFrameTooLarge, CodePayloadTooLarge:
+	case codeFrameTooLarge, codePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case CodeOffline:
 		return http.StatusServiceUnavailable
-	case CodeUnknownAgent:
+	case codeUnknownAgent:
 		return http.StatusNotFound
-	case CodeRateLimited:
+	case codeRateLimited:
 		return http.StatusTooManyRequests
 	case CodeTimeout:
 		return http.StatusGatewayTimeout
-	case CodeDeliveryFailed, CodeDirectHTTPFailed:
+	case CodeDeliveryFailed, codeDirectHTTPFailed:
 		return http.StatusBadGateway
 	default:
 		return http.StatusInternalServerError
@@ -121,11 +121,11 @@ func (e *RelayError) httpErr() *httpjson.Error {
 	case CodeOffline:
 		he.Message = "agent_offline"
 		he.Fields = map[string]any{"message": e.Message, "nonce": e.Nonce}
-	case CodeBadRequest:
+	case codeBadRequest:
 		// The reference reports every BAD_REQUEST of the relay as
 		// INVALID_INTENT on HTTP; the precise code is kept as reason.
 		he.Code = CodeInvalidIntent
-		he.Fields = map[string]any{"reason": CodeBadRequest}
+		he.Fields = map[string]any{"reason": codeBadRequest}
 	}
 	return he
 }

@@ -185,7 +185,7 @@ func TestDirectHTTPRefusesPrivateAddresses(t *testing.T) {
 		status, body := b.send(f)
 		require.Equal(t, http.StatusBadGateway, status, "%s: %s", endpoint, body)
 		code, msg := errBody(t, body)
-		require.Equal(t, CodeDirectHTTPFailed, code)
+		require.Equal(t, codeDirectHTTPFailed, code)
 		require.Contains(t, msg, "endpoint address is not allowed", endpoint)
 		for _, leak := range []string{"127.0.0.1", "localhost", "dial", "refused", "certificate", "metadata", strconv.Itoa(port)} {
 			require.NotContains(t, string(body), leak, endpoint)

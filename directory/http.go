@@ -25,8 +25,8 @@ func (d *Directory) send(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			d.m.rejected.WithLabelValues(CodePayloadTooLarge).Inc()
-			return httpjson.New(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "Request body exceeds the limit").
+			d.m.rejected.WithLabelValues(codePayloadTooLarge).Inc()
+			return httpjson.New(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "Request body exceeds the limit").
 				With("limit", d.cfg.MaxBodyBytes)
 		}
 		return httpjson.BadRequest("INVALID_BODY", "Could not read the request body")
@@ -35,16 +35,16 @@ func (d *Directory) send(w http.ResponseWriter, r *http.Request) error {
 		return d.handleSendJWS(w, r, token)
 	}
 	if !json.Valid(body) {
-		d.m.rejected.WithLabelValues(CodeInvalidJSON).Inc()
-		return httpjson.BadRequest(CodeInvalidJSON, "Request body must be valid JSON")
+		d.m.rejected.WithLabelValues(codeInvalidJSON).Inc()
+		return httpjson.BadRequest(codeInvalidJSON, "Request body must be valid JSON")
 	}
 	f, err := wire.DecodeIntentFrame(body)
 	if err != nil {
 		rerr := relayErr(CodeInvalidIntent, peekNonce(body), "Invalid intent frame: %s", frameErrMsg(err))
-		d.rejectFrame(rerr, "", OriginHTTP)
+		d.rejectFrame(rerr, "", originHTTP)
 		return rerr.httpErr()
 	}
-	res, rerr := d.Relay(r.Context(), f, RelayOptions{Origin: OriginHTTP})
+	res, rerr := d.Relay(r.Context(), f, RelayOptions{Origin: originHTTP})
 	if rerr != nil {
 		return rerr.httpErr()
 	}

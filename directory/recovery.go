@@ -20,8 +20,8 @@ const (
 // recoveryChunk is the most events Recover writes in one append.
 const recoveryChunk = 256
 
-// RecoveryReport says what Recover did.
-type RecoveryReport struct {
+// recoveryReport says what Recover did.
+type recoveryReport struct {
 	// FailedInterrupted counts received, validated, queued and dispatched
 	// intents failed as DELIVERY_FAILED (retryable).
 	FailedInterrupted int `json:"failedInterrupted"`
@@ -40,8 +40,8 @@ type RecoveryReport struct {
 // when none was stored), or fail TIMEOUT ("timeout_after_restart") when
 // that is past. Intents accepted asynchronously and bus-owned intents are
 // left alone. Run it before serving.
-func (d *Directory) Recover(ctx context.Context) (RecoveryReport, error) {
-	var rep RecoveryReport
+func (d *Directory) Recover(ctx context.Context) (recoveryReport, error) {
+	var rep recoveryReport
 	rows, err := d.log.NonTerminal(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("recover: %w", err)

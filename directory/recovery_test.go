@@ -21,7 +21,7 @@ func seedIntent(t *testing.T, b *testBundle, f *wire.IntentFrame, last tracing.S
 	ev := func(s tracing.State, transport string) tracing.Event {
 		return tracing.Event{Nonce: f.Nonce, State: s, At: at, From: f.From, To: f.To, IntentType: f.Intent, Transport: transport, Attempt: 1}
 	}
-	rec := ev(tracing.Received, OriginWS)
+	rec := ev(tracing.Received, originWS)
 	rec.Details = tracing.Details{Owner: tracing.OwnerDirectory, Frame: frameJSON(t, f), ClientTimestamp: f.Timestamp,
 		TimeoutMs: timeoutMs, Extra: map[string]any{"payloadHash": hash}}
 	events := []tracing.Event{rec}
@@ -71,7 +71,7 @@ func TestRecoveryAfterRestart(t *testing.T) {
 	b2 := setup(t, func(o *setupOpts) { o.path, o.clock = b1.path, b1.clock })
 	rep, err := b2.dir.Recover(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, RecoveryReport{FailedInterrupted: 2, ResumedAwaitingResult: 1, TimedOutAwaitingResult: 1}, rep)
+	require.Equal(t, recoveryReport{FailedInterrupted: 2, ResumedAwaitingResult: 1, TimedOutAwaitingResult: 1}, rep)
 
 	for _, f := range []*wire.IntentFrame{fReceived, fDispatched} {
 		row := b2.row(f.Nonce)

@@ -17,15 +17,15 @@ import (
 // Origins of a frame: how it reached the directory. The origin is the
 // transport of the received event and decides the default result timeout.
 const (
-	OriginHTTP = "http"
-	OriginWS   = "ws"
+	originHTTP = "http"
+	originWS   = "ws"
 )
 
 // Transports of dispatched events.
 const (
 	TransportWS         = "ws"
 	TransportDirectHTTP = "direct-http"
-	TransportEcho       = "builtin-echo"
+	transportEcho       = "builtin-echo"
 )
 
 // appendTimeout bounds one log write made on behalf of an intent. Log
@@ -36,7 +36,7 @@ const appendTimeout = 30 * time.Second
 // RelayOptions say how a frame reached the relay and what the caller has
 // already established about it.
 type RelayOptions struct {
-	// Origin is OriginHTTP or OriginWS (default OriginHTTP).
+	// Origin is originHTTP or originWS (default originHTTP).
 	Origin string
 	// SessionBeamID is the authenticated agent of the WebSocket session the
 	// frame arrived on; the frame's from must equal it. Empty for HTTP: from
@@ -53,7 +53,7 @@ type RelayOptions struct {
 	// frame; its delivery is attested with auth "peer".
 	vouchedBy string
 	// Timeout overrides the result timeout (default WSTimeout for
-	// OriginWS, HTTPTimeout otherwise).
+	// originWS, HTTPTimeout otherwise).
 	Timeout time.Duration
 	// Sender, when set, is the sending agent as the caller resolved it (a
 	// peer directory's agent, whose key its home directory vouched for); the
@@ -176,7 +176,7 @@ func (d *Directory) Relay(ctx context.Context, f *wire.IntentFrame, opts RelayOp
 // outcome, possibly from another goroutine (a result, a timer).
 func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOptions, done func([]byte, *RelayError)) {
 	if o.Origin == "" {
-		o.Origin = OriginHTTP
+		o.Origin = originHTTP
 	}
 	t0 := time.Now()
 	var once sync.Once
@@ -192,7 +192,7 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 	}
 	if rerr == nil && d.cfg.AllowSender != nil && o.Origin != OriginFederation {
 		if ok, wait := d.cfg.AllowSender(sender.BeamID); !ok {
-			rerr = relayErr(CodeRateLimited, f.Nonce, "Too many intents from %s; retry later", sender.BeamID)
+			rerr = relayErr(codeRateLimited, f.Nonce, "Too many intents from %s; retry later", sender.BeamID)
 			rerr.RetryAfter = wait
 		}
 	}
@@ -215,7 +215,7 @@ func (d *Directory) submit(ctx context.Context, f *wire.IntentFrame, o RelayOpti
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = d.cfg.HTTPTimeout
-		if o.Origin == OriginWS {
+		if o.Origin == originWS {
 			timeout = d.cfg.WSTimeout
 		}
 	}
@@ -368,17 +368,17 @@ func (d *Directory) checkAdmission(f *wire.IntentFrame, now time.Time) (code, ms
 	}
 	ts, err := wire.ParseTimestamp(f.Timestamp)
 	if err != nil {
-		return CodeBadRequest, "Invalid timestamp format"
+		return codeBadRequest, "Invalid timestamp format"
 	}
 	if diff := now.Sub(ts); diff > ReplayWindow || diff < -ReplayWindow {
-		return CodeBadRequest, "Timestamp outside allowed replay window (5 minutes)"
+		return codeBadRequest, "Timestamp outside allowed replay window (5 minutes)"
 	}
 	size, err := f.SignedDeliverySize()
 	if err != nil {
 		return CodeInvalidIntent, fmt.Sprintf("frame cannot be delivered: %v", err)
 	}
 	if size > d.cfg.MaxFrameBytes {
-		return CodeFrameTooLarge, fmt.Sprintf("delivered frame would be %d bytes; recipients accept at most %d", size, d.cfg.MaxFrameBytes)
+		return codeFrameTooLarge, fmt.Sprintf("delivered frame would be %d bytes; recipients accept at most %d", size, d.cfg.MaxFrameBytes)
 	}
 	return "", ""
 }
@@ -607,7 +607,7 @@ func (d *Directory) route(inf *inflight, f *wire.IntentFrame, sender registry.Ag
 			// Another directory's domain: only pinning it reaches the agent.
 			why += ": pin its directory as a peer"
 		}
-		d.fail(inf, pre, CodeUnknownAgent, fmt.Sprintf("Agent %s is not registered here and no pinned peer serves its domain (%s)", f.To, why), true, nil)
+		d.fail(inf, pre, codeUnknownAgent, fmt.Sprintf("Agent %s is not registered here and no pinned peer serves its domain (%s)", f.To, why), true, nil)
 		return
 	}
 	if agent.HTTPEndpoint != "" {
@@ -629,7 +629,7 @@ func (d *Directory) deliverWS(inf *inflight, f *wire.IntentFrame, sender registr
 		return
 	}
 	if inf.jws != "" && !s.beam2 {
-		d.fail(inf, pre, CodeUnsupportedProtocol, unsupportedProtocol(inf.to), false, extra)
+		d.fail(inf, pre, codeUnsupportedProtocol, unsupportedProtocol(inf.to), false, extra)
 		return
 	}
 	h, err := d.handOver(f, sender.PublicKeyB64, inf.jws, inf.attestAuth(), inf.vouchedBy)

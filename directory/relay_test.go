@@ -350,7 +350,7 @@ func TestDirectHTTPDelivery(t *testing.T) {
 	status, body = b.send(ff)
 	require.Equal(t, http.StatusBadGateway, status, string(body))
 	code, _ := errBody(t, body)
-	require.Equal(t, CodeDirectHTTPFailed, code)
+	require.Equal(t, codeDirectHTTPFailed, code)
 
 	// With a session, the failure falls through to WebSocket.
 	hc := b.connect(hook)
@@ -365,7 +365,7 @@ func TestDirectHTTPDelivery(t *testing.T) {
 	var fallback bool
 	for _, ev := range evs {
 		if ev.State == tracing.Dispatched && ev.Transport == TransportWS {
-			fallback = ev.Details.Extra["fallbackReason"] == CodeDirectHTTPFailed
+			fallback = ev.Details.Extra["fallbackReason"] == codeDirectHTTPFailed
 		}
 	}
 	require.True(t, fallback, "ws dispatch records the direct-http failure")
@@ -405,7 +405,7 @@ func TestUnknownRecipientIsUnknownAgent(t *testing.T) {
 		status, body := b.send(b.frame(alice, tc.to, "task.delegate", `{}`))
 		require.Equal(t, http.StatusNotFound, status)
 		code, _ := errBody(t, body)
-		require.Equal(t, CodeUnknownAgent, code)
+		require.Equal(t, codeUnknownAgent, code)
 		require.Contains(t, string(body), "not registered here and no pinned peer serves its domain")
 		const fix = "federation does not forward through intermediate directories: pin its directory as a peer"
 		if tc.pin {
@@ -469,17 +469,17 @@ func TestBadFramesOverHTTP(t *testing.T) {
 	status, body = b.send(stale)
 	check("stale", status, body, http.StatusBadRequest, CodeInvalidIntent)
 	require.Equal(t, []tracing.State{tracing.Received, tracing.Failed}, b.states(stale.Nonce))
-	require.Equal(t, CodeBadRequest, b.row(stale.Nonce).ErrorCode)
+	require.Equal(t, codeBadRequest, b.row(stale.Nonce).ErrorCode)
 
 	// Oversized: the delivered frame would exceed 4096 bytes.
 	big := b.frame(alice, bob.id, "task.delegate", `{"blob":"`+strings.Repeat("x", 4000)+`"}`)
 	status, body = b.send(big)
-	check("oversized", status, body, http.StatusRequestEntityTooLarge, CodeFrameTooLarge)
-	require.Equal(t, CodeFrameTooLarge, b.row(big.Nonce).ErrorCode)
+	check("oversized", status, body, http.StatusRequestEntityTooLarge, codeFrameTooLarge)
+	require.Equal(t, codeFrameTooLarge, b.row(big.Nonce).ErrorCode)
 
 	// Malformed JSON, wrong field types, a non-object, a huge body.
 	status, body = b.postRaw([]byte(`{"intent":`))
-	check("malformed", status, body, http.StatusBadRequest, CodeInvalidJSON)
+	check("malformed", status, body, http.StatusBadRequest, codeInvalidJSON)
 	status, body = b.postRaw([]byte(`{"v":"1","intent":7,"from":"a","to":"b","payload":{},"nonce":"n","timestamp":"t"}`))
 	check("wrong types", status, body, http.StatusBadRequest, CodeInvalidIntent)
 	status, body = b.postRaw([]byte(`{"v":"1","intent":"x","from":"a","to":"b","payload":[1],"nonce":"n","timestamp":"t"}`))
@@ -487,7 +487,7 @@ func TestBadFramesOverHTTP(t *testing.T) {
 	status, body = b.postRaw([]byte(`[1,2,3]`))
 	check("array", status, body, http.StatusBadRequest, CodeInvalidIntent)
 	status, body = b.postRaw([]byte(`{"blob":"` + strings.Repeat("y", 70<<10) + `"}`))
-	check("huge body", status, body, http.StatusRequestEntityTooLarge, CodePayloadTooLarge)
+	check("huge body", status, body, http.StatusRequestEntityTooLarge, codePayloadTooLarge)
 }
 
 func TestStatsRoutes(t *testing.T) {

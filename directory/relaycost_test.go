@@ -21,7 +21,7 @@ import (
 func busReceived(t *testing.T, b *testBundle, nonce, from, to string) {
 	t.Helper()
 	_, err := b.log.Append(context.Background(), tracing.Event{Nonce: nonce, State: tracing.Received, From: from, To: to,
-		IntentType: "task.delegate", Transport: TransportBus, Attempt: 1,
+		IntentType: "task.delegate", Transport: transportBus, Attempt: 1,
 		Details: tracing.Details{Owner: tracing.OwnerBus, Bus: &tracing.BusMessage{MessageID: "m-" + nonce}}})
 	require.NoError(t, err)
 }

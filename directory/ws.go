@@ -27,10 +27,10 @@ import (
 
 // Authentication methods reported in the connected message.
 const (
-	AuthAPIKey    = "api_key"
-	AuthSignature = "signature"
-	AuthJWS       = "jws"
-	AuthLegacy    = "legacy"
+	authAPIKey    = "api_key"
+	authSignature = "signature"
+	authJWS       = "jws"
+	authLegacy    = "legacy"
 )
 
 // connectAction is the action of a signed WebSocket connect token: the
@@ -239,7 +239,7 @@ func (d *Directory) authenticate(r *http.Request, agent registry.Agent) (string,
 		if !ok || a.BeamID != agent.BeamID {
 			return "", fmt.Errorf("invalid API key for %s", agent.BeamID)
 		}
-		return AuthAPIKey, nil
+		return authAPIKey, nil
 	}
 	if tok := q.Get("token"); tok != "" {
 		payload, kid, err := wire.VerifyJWS(tok, typConnectJWS, func(kid string) (ed25519.PublicKey, error) {
@@ -263,7 +263,7 @@ func (d *Directory) authenticate(r *http.Request, agent registry.Agent) (string,
 		if err := d.checkConnectFreshness(agent.BeamID, c.Nonce, c.Timestamp); err != nil {
 			return "", err
 		}
-		return AuthJWS, nil
+		return authJWS, nil
 	}
 	if sig := q.Get("signature"); sig != "" {
 		ts, nonce := q.Get("timestamp"), q.Get("nonce")
@@ -280,10 +280,10 @@ func (d *Directory) authenticate(r *http.Request, agent registry.Agent) (string,
 		if err := d.checkConnectFreshness(agent.BeamID, nonce, ts); err != nil {
 			return "", err
 		}
-		return AuthSignature, nil
+		return authSignature, nil
 	}
 	if d.cfg.AllowLegacyWSIdentity {
-		return AuthLegacy, nil
+		return authLegacy, nil
 	}
 	return "", errors.New("authentication required: API key or signed connect token")
 }
@@ -921,7 +921,7 @@ func (d *Directory) handleWSIntent(s *session, env *wsEnvelope) {
 	raw := env.Frame
 	if len(raw) == 0 {
 		rerr := relayErr(CodeInvalidIntent, "", "Invalid intent frame: missing frame")
-		d.rejectFrame(rerr, s.beamID, OriginWS)
+		d.rejectFrame(rerr, s.beamID, originWS)
 		s.sendOutcome("", nil, rerr)
 		return
 	}
@@ -933,11 +933,11 @@ func (d *Directory) handleWSIntent(s *session, env *wsEnvelope) {
 	if err != nil {
 		nonce := peekNonce(raw)
 		rerr := relayErr(CodeInvalidIntent, nonce, "Invalid intent frame: %s", frameErrMsg(err))
-		d.rejectFrame(rerr, s.beamID, OriginWS)
+		d.rejectFrame(rerr, s.beamID, originWS)
 		s.sendOutcome(nonce, nil, rerr)
 		return
 	}
-	opts := RelayOptions{Origin: OriginWS, SessionBeamID: s.beamID, allowUnsigned: s.auth == AuthAPIKey}
+	opts := RelayOptions{Origin: originWS, SessionBeamID: s.beamID, allowUnsigned: s.auth == authAPIKey}
 	nonce := f.Nonce
 	d.submit(s.context(), f, opts, func(res []byte, rerr *RelayError) { s.sendOutcome(nonce, res, rerr) })
 }

@@ -179,7 +179,7 @@ func TestBadWebSocketMessages(t *testing.T) {
 	// Oversized delivery over WebSocket.
 	big := b.frame(alice, registry.EchoBeamID, "agent.ping", `{"blob":"`+strings.Repeat("z", 4100)+`"}`)
 	ac.sendIntent(big)
-	require.Equal(t, CodeFrameTooLarge, ac.nextOf("error").ErrorCode)
+	require.Equal(t, codeFrameTooLarge, ac.nextOf("error").ErrorCode)
 	ac.nextOf("result")
 
 	// A message above the read limit closes the session with 1009.
@@ -293,7 +293,7 @@ func TestConnectWithJWSToken(t *testing.T) {
 	c, err := b.dial("beamId="+url.QueryEscape(bob.id)+"&token="+url.QueryEscape(tok), true)
 	require.NoError(t, err)
 	m := c.nextOf("connected")
-	require.Equal(t, AuthJWS, m.Auth)
+	require.Equal(t, authJWS, m.Auth)
 
 	// A token signed by another agent's key is refused.
 	mallory := b.register("mallory")

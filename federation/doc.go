@@ -27,9 +27,9 @@
 // against the current peer table without reloading the server; removing
 // or re-keying a peer disconnects its live connections); peer P
 // may publish only beam.fed.<self>.<P>.* and subscribe only to
-// _INBOX_<P>.> (PeerPermissions), so it can neither speak for another peer
+// _INBOX_<P>.> (peerPermissions), so it can neither speak for another peer
 // nor read anyone's traffic, and never JetStream's or a cluster's subjects
-// (ReservedSubjects). The directory itself uses an in-process
+// (reservedSubjects). The directory itself uses an in-process
 // connection with no restrictions: it subscribes to beam.fed.<self>.> and
 // answers, only into the requesting peer's inbox (a request with any other
 // reply subject is refused: the answer goes out with the directory's
@@ -52,14 +52,14 @@
 // A message is a compact JWS (EdDSA, typ beam-fed+jws, kid = origin
 // domain) over a JSON Message. The receiver verifies it against the key
 // pinned for the subject's origin (kid must match it), checks from/to/kind
-// against the subject, iat/exp freshness (MaxClockSkew, MaxMessageTTL), and
+// against the subject, iat/exp freshness (maxClockSkew, maxMessageTTL), and
 // records the jti in federation_seen until exp: a replayed envelope is
 // dropped (reason "replay"). An invalid message is never answered; it is
 // logged and counted by reason. Kinds:
 //
 //   - intent: the agent's frame verbatim (and, for a beam/2 intent, the
 //     sender's JWS, verified by the target and delivered verbatim; the
-//     recipient's result JWS comes back in the result), nonce, hop (≤ MaxHops) and path
+//     recipient's result JWS comes back in the result), nonce, hop (≤ maxHops) and path
 //     (loop detection), timeout, the outbox event id. The target resolves
 //     the sender's key from its home directory (resolve, cached KeyTTL),
 //     verifies the agent's signature itself (an unsigned frame — a durable

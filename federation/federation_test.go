@@ -441,12 +441,12 @@ func TestSecurityRejections(t *testing.T) {
 	require.NoError(t, b.Connect(context.Background()))
 
 	nc := peerConn(t, beta, alpha.key, "alpha.beam.directory")
-	subj := Subject("beta.beam.directory", "alpha.beam.directory", KindIntent)
+	subj := Subject("beta.beam.directory", "alpha.beam.directory", kindIntent)
 	intentMsg := func(f *wire.IntentFrame) *Message {
 		raw, err := f.DeliveryJSON()
 		require.NoError(t, err)
 		now := time.Now()
-		return &Message{Kind: KindIntent, ID: newID(), From: "alpha.beam.directory", To: "beta.beam.directory",
+		return &Message{Kind: kindIntent, ID: newID(), From: "alpha.beam.directory", To: "beta.beam.directory",
 			IssuedAt: now.UnixMilli(), Expires: now.Add(time.Minute).UnixMilli(), Nonce: f.Nonce, Frame: string(raw),
 			Hop: 1, Path: []string{"alpha.beam.directory"}, TimeoutMs: 5000, EventID: f.Nonce + "/1"}
 	}
@@ -462,13 +462,13 @@ func TestSecurityRejections(t *testing.T) {
 	tok, err := seal(good, alpha.key)
 	require.NoError(t, err)
 	m := reply(tok)
-	require.Equal(t, StatusResult, m.Status, m.Error)
+	require.Equal(t, statusResult, m.Status, m.Error)
 	require.EqualValues(t, 1, handled.Load())
 
 	// 1. Replayed federation message: dropped, counted.
 	_, err = nc.Request(subj, tok, 500*time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout)
-	require.Eventually(t, func() bool { return beta.rejectedCount(RejectReplay) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return beta.rejectedCount(rejectReplay) == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	// 2. Signed by an unpinned key (claiming to be alpha): dropped, counted.
 	_, rogue, err := wire.GenerateKey()
@@ -477,7 +477,7 @@ func TestSecurityRejections(t *testing.T) {
 	require.NoError(t, err)
 	_, err = nc.Request(subj, tok, 500*time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout)
-	require.Eventually(t, func() bool { return beta.rejectedCount(RejectBadSignature) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return beta.rejectedCount(rejectBadSignature) == 1 }, 5*time.Second, 10*time.Millisecond)
 	// ... and a kid nobody pinned.
 	um := intentMsg(signed("b@beta.beam.directory"))
 	um.From = "rogue.beam.directory"
@@ -485,7 +485,7 @@ func TestSecurityRejections(t *testing.T) {
 	require.NoError(t, err)
 	_, err = nc.Request(subj, tok, 500*time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout)
-	require.Eventually(t, func() bool { return beta.rejectedCount(RejectUnpinned) >= 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return beta.rejectedCount(rejectUnpinned) >= 1 }, 5*time.Second, 10*time.Millisecond)
 
 	// 3. Forged sender signature: refused with INVALID_INTENT, counted, never delivered.
 	forged := wire.NewIntentFrame("a@alpha.beam.directory", "b@beta.beam.directory", "task", json.RawMessage(`{}`), time.Now())
@@ -493,9 +493,9 @@ func TestSecurityRejections(t *testing.T) {
 	tok, err = seal(intentMsg(forged), alpha.key)
 	require.NoError(t, err)
 	m = reply(tok)
-	require.Equal(t, StatusError, m.Status)
+	require.Equal(t, statusError, m.Status)
 	require.Equal(t, directory.CodeInvalidIntent, m.ErrorCode)
-	require.Equal(t, 1.0, beta.rejectedCount(RejectSender))
+	require.Equal(t, 1.0, beta.rejectedCount(rejectSender))
 	_, ok, err := beta.log.Intent(context.Background(), forged.Nonce)
 	require.NoError(t, err)
 	require.False(t, ok, "a forged frame must not burn the nonce")
@@ -510,15 +510,15 @@ func TestSecurityRejections(t *testing.T) {
 
 	// 5. Hop limit and loops.
 	hm := intentMsg(signed("b@beta.beam.directory"))
-	hm.Hop = MaxHops + 1
+	hm.Hop = maxHops + 1
 	tok, err = seal(hm, alpha.key)
 	require.NoError(t, err)
-	require.Equal(t, CodeHopLimit, reply(tok).ErrorCode)
+	require.Equal(t, codeHopLimit, reply(tok).ErrorCode)
 	lm := intentMsg(signed("b@beta.beam.directory"))
 	lm.Path = []string{"alpha.beam.directory", "beta.beam.directory"}
 	tok, err = seal(lm, alpha.key)
 	require.NoError(t, err)
-	require.Equal(t, CodeLoop, reply(tok).ErrorCode)
+	require.Equal(t, codeLoop, reply(tok).ErrorCode)
 
 	// 6. Publishing outside its subjects: the server refuses and counts it.
 	errs := make(chan error, 4)
@@ -532,7 +532,7 @@ func TestSecurityRejections(t *testing.T) {
 		t.Cleanup(c.Close)
 		return c
 	}()
-	require.NoError(t, nc2.Publish(Subject("beta.beam.directory", "gamma.beam.directory", KindIntent), []byte("x")))
+	require.NoError(t, nc2.Publish(Subject("beta.beam.directory", "gamma.beam.directory", kindIntent), []byte("x")))
 	require.NoError(t, nc2.Flush())
 	select {
 	case err := <-errs:
@@ -540,10 +540,10 @@ func TestSecurityRejections(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no permission violation reported")
 	}
-	_, err = nc2.SubscribeSync(SubjectPrefix + ".beta_beam_directory.>")
+	_, err = nc2.SubscribeSync(subjectPrefix + ".beta_beam_directory.>")
 	require.NoError(t, err)
 	require.NoError(t, nc2.Flush())
-	require.Eventually(t, func() bool { return beta.rejectedCount(RejectPermission) >= 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return beta.rejectedCount(rejectPermission) >= 2 }, 5*time.Second, 10*time.Millisecond)
 
 	// 7. An unpinned directory cannot connect at all.
 	_, strangerKey, err := wire.GenerateKey()
@@ -657,17 +657,17 @@ func TestRelayCrashAfterPublishBeforeFinalize(t *testing.T) {
 	var fp forwardPayload
 	require.NoError(t, json.Unmarshal(c.Payload, &fp))
 	now := time.Now()
-	msg := &Message{Kind: KindIntent, ID: newID(), From: alpha.domain, To: beta.domain, IssuedAt: now.UnixMilli(),
+	msg := &Message{Kind: kindIntent, ID: newID(), From: alpha.domain, To: beta.domain, IssuedAt: now.UnixMilli(),
 		Expires: now.Add(time.Minute).UnixMilli(), EventID: c.EventID, Nonce: c.Nonce, Frame: fp.Frame, Hop: 1,
 		Path: []string{alpha.domain}, TimeoutMs: fp.TimeoutMs, Owner: c.Owner}
 	tok, err := seal(msg, alpha.key)
 	require.NoError(t, err)
 	nc := peerConn(t, beta, alpha.key, alpha.domain)
-	rep, err := nc.Request(Subject(beta.domain, alpha.domain, KindIntent), tok, 20*time.Second)
+	rep, err := nc.Request(Subject(beta.domain, alpha.domain, kindIntent), tok, 20*time.Second)
 	require.NoError(t, err)
-	m, err := open(rep.Data, alpha.domain, beta.domain, KindResult, alpha.node.pinnedKey, time.Now())
+	m, err := open(rep.Data, alpha.domain, beta.domain, kindResult, alpha.node.pinnedKey, time.Now())
 	require.NoError(t, err)
-	require.Equal(t, StatusResult, m.Status)
+	require.Equal(t, statusResult, m.Status)
 	require.EqualValues(t, 1, handled.Load())
 	r, _, err := ob.Get(context.Background(), c.ID)
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ func FuzzParsePeerLine(f *testing.F) {
 func FuzzOpenMessage(f *testing.F) {
 	_, priv, _ := ed25519.GenerateKey(nil)
 	now := time.Now()
-	tok, _ := seal(&Message{Kind: KindIntent, ID: "1", From: "alpha.beam.directory", To: "beta.beam.directory",
+	tok, _ := seal(&Message{Kind: kindIntent, ID: "1", From: "alpha.beam.directory", To: "beta.beam.directory",
 		IssuedAt: now.UnixMilli(), Expires: now.Add(time.Minute).UnixMilli()}, priv)
 	f.Add(tok)
 	f.Add([]byte("a.b.c"))
@@ -40,10 +40,10 @@ func FuzzOpenMessage(f *testing.F) {
 		return nil, false
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := open(b, "beta.beam.directory", "alpha.beam.directory", KindIntent, keys, now)
+		m, err := open(b, "beta.beam.directory", "alpha.beam.directory", kindIntent, keys, now)
 		if err != nil {
 			require.Nil(t, m)
-			var rej *RejectError
+			var rej *rejectError
 			require.True(t, errors.As(err, &rej), "an open error is a RejectError with a reason: %v", err)
 			return
 		}
@@ -51,11 +51,11 @@ func FuzzOpenMessage(f *testing.F) {
 		// opens as exactly what was signed, for the expected hop.
 		require.Equal(t, "alpha.beam.directory", m.From)
 		require.Equal(t, "beta.beam.directory", m.To)
-		require.Equal(t, KindIntent, m.Kind)
+		require.Equal(t, kindIntent, m.Kind)
 		require.Equal(t, "1", m.ID, "a message alpha never signed opened: %q", b)
 		again, err := seal(m, priv)
 		require.NoError(t, err)
-		m2, err := open(again, "beta.beam.directory", "alpha.beam.directory", KindIntent, keys, now)
+		m2, err := open(again, "beta.beam.directory", "alpha.beam.directory", kindIntent, keys, now)
 		require.NoError(t, err)
 		require.Equal(t, m, m2, "an opened message re-seals to itself")
 	})

@@ -122,7 +122,7 @@ func (n *Node) handleOutbox(w http.ResponseWriter, r *http.Request) error {
 	if state == "" {
 		state = Dead
 	}
-	if !CanTransitionOutbox(state, Pending) && state != Pending && state != Claimed {
+	if !canTransitionOutbox(state, Pending) && state != Pending && state != Claimed {
 		return httpjson.New(http.StatusBadRequest, "INVALID_STATE", "state must be PENDING, CLAIMED, PUBLISHED or DEAD")
 	}
 	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
@@ -146,13 +146,13 @@ func (n *Node) handleReplay(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.New(http.StatusBadRequest, "INVALID_ID", "id must be an integer")
 	}
 	err = n.outbox.Replay(r.Context(), id)
-	var te *OutboxTransitionError
+	var te *outboxTransitionError
 	switch {
-	case errors.Is(err, ErrRowNotFound):
+	case errors.Is(err, errRowNotFound):
 		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no such outbox row")
 	case errors.As(err, &te):
 		return httpjson.New(http.StatusConflict, "INVALID_TRANSITION", te.Error())
-	case errors.Is(err, ErrIntentFinished):
+	case errors.Is(err, errIntentFinished):
 		return httpjson.New(http.StatusConflict, "INTENT_FINISHED", "outbox row "+strconv.FormatInt(id, 10)+": "+err.Error())
 	case err != nil:
 		return httpjson.Internal("replay failed", err)

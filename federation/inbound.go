@@ -35,8 +35,8 @@ func (n *Node) onMessage(msg *nats.Msg) {
 
 // rejected counts and logs a refused message.
 func (n *Node) rejected(err error, peer string) {
-	reason := RejectMalformed
-	var re *RejectError
+	reason := rejectMalformed
+	var re *rejectError
 	if errors.As(err, &re) {
 		reason = re.Reason
 	}
@@ -47,14 +47,14 @@ func (n *Node) rejected(err error, peer string) {
 func (n *Node) handle(msg *nats.Msg) {
 	target, originTok, kind, err := parseSubject(msg.Subject)
 	if err != nil || target != Token(n.cfg.Domain) {
-		n.rejected(rejectf(RejectMisaddressed, "subject %q", truncate(msg.Subject)), "")
+		n.rejected(rejectf(rejectMisaddressed, "subject %q", truncate(msg.Subject)), "")
 		return
 	}
 	n.mu.Lock()
 	peer, ok := n.byToken[originTok]
 	n.mu.Unlock()
 	if !ok {
-		n.rejected(rejectf(RejectUnpinned, "no pinned peer for subject token %q", truncate(originTok)), originTok)
+		n.rejected(rejectf(rejectUnpinned, "no pinned peer for subject token %q", truncate(originTok)), originTok)
 		return
 	}
 	// The answer is published with this directory's rights, so it may go
@@ -62,7 +62,7 @@ func (n *Node) handle(msg *nats.Msg) {
 	// would write into this server's JetStream ($JS, $KV) or the
 	// cluster's subjects in this directory's name.
 	if msg.Reply != "" && !strings.HasPrefix(msg.Reply, InboxPrefix(peer)+".") {
-		n.rejected(rejectf(RejectReply, "reply subject %q is not in the peer's inbox %s", truncate(msg.Reply), InboxPrefix(peer)), peer)
+		n.rejected(rejectf(rejectReply, "reply subject %q is not in the peer's inbox %s", truncate(msg.Reply), InboxPrefix(peer)), peer)
 		return
 	}
 	now := n.clock()
@@ -71,11 +71,11 @@ func (n *Node) handle(msg *nats.Msg) {
 		n.rejected(err, peer)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), MaxIntentTimeout+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), maxIntentTimeout+time.Minute)
 	defer cancel()
 	if err := n.store.markSeen(ctx, m.ID, peer, time.UnixMilli(m.Expires), now); err != nil {
 		if errors.Is(err, errReplay) {
-			n.rejected(rejectf(RejectReplay, "message %s was already received", m.ID), peer)
+			n.rejected(rejectf(rejectReplay, "message %s was already received", m.ID), peer)
 			return
 		}
 		n.lg.Error("record federation message id", "err", err)
@@ -85,19 +85,19 @@ func (n *Node) handle(msg *nats.Msg) {
 	n.m.received.WithLabelValues(peer, kind).Inc()
 	var reply *Message
 	switch kind {
-	case KindIntent:
+	case kindIntent:
 		reply = n.handleIntent(ctx, peer, m)
 	case KindResolve:
 		reply = n.handleResolve(peer, m)
 	default:
-		n.rejected(rejectf(RejectMisaddressed, "kind %q is not a request", truncate(kind)), peer)
+		n.rejected(rejectf(rejectMisaddressed, "kind %q is not a request", truncate(kind)), peer)
 		return
 	}
 	if msg.Reply == "" {
 		return
 	}
 	now = n.clock()
-	reply.Kind, reply.ID, reply.From, reply.To, reply.Re = KindResult, newID(), n.cfg.Domain, peer, m.ID
+	reply.Kind, reply.ID, reply.From, reply.To, reply.Re = kindResult, newID(), n.cfg.Domain, peer, m.ID
 	reply.IssuedAt, reply.Expires = now.UnixMilli(), now.Add(time.Minute).UnixMilli()
 	tok, err := seal(reply, n.cfg.Key)
 	if err != nil {
@@ -110,38 +110,38 @@ func (n *Node) handle(msg *nats.Msg) {
 }
 
 func errorReply(code, msg string) *Message {
-	return &Message{Status: StatusError, ErrorCode: code, Error: msg}
+	return &Message{Status: statusError, ErrorCode: code, Error: msg}
 }
 
 // handleIntent runs a forwarded intent through this directory's relay (its
 // own policies, nonce rules and lifecycle) and answers with the outcome,
 // after the outcome is committed here.
 func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Message {
-	if m.Hop < 1 || m.Hop > MaxHops {
-		n.rejected(rejectf(RejectHops, "hop %d outside 1..%d", m.Hop, MaxHops), peer)
-		return errorReply(CodeHopLimit, "intent exceeded the federation hop limit")
+	if m.Hop < 1 || m.Hop > maxHops {
+		n.rejected(rejectf(rejectHops, "hop %d outside 1..%d", m.Hop, maxHops), peer)
+		return errorReply(codeHopLimit, "intent exceeded the federation hop limit")
 	}
 	if slices.Contains(m.Path, n.cfg.Domain) {
-		n.rejected(rejectf(RejectLoop, "path %v already crossed %s", m.Path, n.cfg.Domain), peer)
-		return errorReply(CodeLoop, "intent already crossed "+n.cfg.Domain)
+		n.rejected(rejectf(rejectLoop, "path %v already crossed %s", m.Path, n.cfg.Domain), peer)
+		return errorReply(codeLoop, "intent already crossed "+n.cfg.Domain)
 	}
 	f, err := wire.DecodeIntentFrame([]byte(m.Frame))
 	if err != nil || f.Nonce != m.Nonce {
-		n.rejected(rejectf(RejectMalformed, "frame: %v", err), peer)
+		n.rejected(rejectf(rejectMalformed, "frame: %v", err), peer)
 		return errorReply(directory.CodeInvalidIntent, "forwarded frame is not a valid intent for its nonce")
 	}
-	if d, err := DomainOf(f.From); err != nil || d != peer {
-		n.rejected(rejectf(RejectSender, "%s may not forward intents from %s", peer, truncate(f.From)), peer)
+	if d, err := domainOf(f.From); err != nil || d != peer {
+		n.rejected(rejectf(rejectSender, "%s may not forward intents from %s", peer, truncate(f.From)), peer)
 		return errorReply(directory.CodeForbidden, "a directory forwards only its own agents' intents")
 	}
-	if d, err := DomainOf(f.To); err != nil || d != n.cfg.Domain {
-		n.rejected(rejectf(RejectMisaddressed, "recipient %s is not served here", truncate(f.To)), peer)
+	if d, err := domainOf(f.To); err != nil || d != n.cfg.Domain {
+		n.rejected(rejectf(rejectMisaddressed, "recipient %s is not served here", truncate(f.To)), peer)
 		return errorReply(directory.CodeOffline, "recipient "+f.To+" is not served by "+n.cfg.Domain)
 	}
 	pub, err := n.resolveKey(ctx, peer, f.From)
 	if err != nil {
 		n.lg.Warn("resolve sender key", "peer", peer, "sender", f.From, "err", err)
-		return errorReply(CodeSenderUnresolved, "could not resolve the key of "+f.From+" from "+peer)
+		return errorReply(codeSenderUnresolved, "could not resolve the key of "+f.From+" from "+peer)
 	}
 	extra := map[string]any{"peer": peer, "hop": m.Hop, "originEventId": m.EventID}
 	opts := directory.RelayOptions{Origin: directory.OriginFederation, Extra: extra}
@@ -156,7 +156,7 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 			n.forgetKey(f.From)
 			pub2, e := n.resolveKey(ctx, peer, f.From)
 			if e != nil || verifyIntentJWS(m.JWS, f, pub2) != nil {
-				n.rejected(rejectf(RejectSender, "JWS of %s on %s does not verify: %v", f.From, f.Nonce, err), peer)
+				n.rejected(rejectf(rejectSender, "JWS of %s on %s does not verify: %v", f.From, f.Nonce, err), peer)
 				return errorReply(directory.CodeInvalidIntent, "JWS verification failed")
 			}
 			pub = pub2
@@ -168,7 +168,7 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 			n.forgetKey(f.From)
 			pub2, e := n.resolveKey(ctx, peer, f.From)
 			if e != nil || f.Verify(pub2) != nil {
-				n.rejected(rejectf(RejectSender, "signature of %s on %s does not verify", f.From, f.Nonce), peer)
+				n.rejected(rejectf(rejectSender, "signature of %s on %s does not verify", f.From, f.Nonce), peer)
 				return errorReply(directory.CodeInvalidIntent, directory.BadSignatureMessage(f, registry.Agent{BeamID: f.From}))
 			}
 			pub = pub2
@@ -190,10 +190,10 @@ func (n *Node) handleIntent(ctx context.Context, peer string, m *Message) *Messa
 	if timeout <= 0 {
 		timeout = n.cfg.DurableTimeout
 	}
-	opts.Timeout = min(max(timeout, time.Second), MaxIntentTimeout)
+	opts.Timeout = min(max(timeout, time.Second), maxIntentTimeout)
 	res, rerr := n.cfg.Directory.Relay(ctx, f, opts)
 	if rerr == nil {
-		return &Message{Status: StatusResult, Result: string(res), Delivered: true, ResultJWS: n.resultJWS(ctx, f.Nonce)}
+		return &Message{Status: statusResult, Result: string(res), Delivered: true, ResultJWS: n.resultJWS(ctx, f.Nonce)}
 	}
 	out := errorReply(rerr.Code, rerr.Message)
 	out.Result = string(rerr.Result)
@@ -251,14 +251,14 @@ func (n *Node) wasDelivered(ctx context.Context, nonce string) bool {
 // handleResolve answers with the current key of one of this directory's
 // agents.
 func (n *Node) handleResolve(peer string, m *Message) *Message {
-	if d, err := DomainOf(m.BeamID); err != nil || d != n.cfg.Domain {
-		return errorReply(CodeUnknownAgent, "not an agent of "+n.cfg.Domain)
+	if d, err := domainOf(m.BeamID); err != nil || d != n.cfg.Domain {
+		return errorReply(codeUnknownAgent, "not an agent of "+n.cfg.Domain)
 	}
 	a, ok := n.cfg.Registry.Get(m.BeamID)
 	if !ok {
-		return errorReply(CodeUnknownAgent, "no agent "+m.BeamID)
+		return errorReply(codeUnknownAgent, "no agent "+m.BeamID)
 	}
-	return &Message{Status: StatusResult, BeamID: a.BeamID, PublicKey: wire.EncodePublicKey(a.PublicKey)}
+	return &Message{Status: statusResult, BeamID: a.BeamID, PublicKey: wire.EncodePublicKey(a.PublicKey)}
 }
 
 func (n *Node) forgetKey(beamID string) {
@@ -289,21 +289,21 @@ func (n *Node) resolveKey(ctx context.Context, peer, beamID string) (ed25519.Pub
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, DefaultResolveTimeout)
+	rctx, cancel := context.WithTimeout(ctx, defaultResolveTimeout)
 	defer cancel()
 	reply, err := conn.RequestWithContext(rctx, Subject(peer, n.cfg.Domain, KindResolve), tok)
 	if err != nil {
 		return nil, err
 	}
-	res, err := open(reply.Data, n.cfg.Domain, peer, KindResult, n.pinnedKey, n.clock())
+	res, err := open(reply.Data, n.cfg.Domain, peer, kindResult, n.pinnedKey, n.clock())
 	if err == nil && res.Re != req.ID {
-		err = rejectf(RejectMisaddressed, "reply answers %q", truncate(res.Re))
+		err = rejectf(rejectMisaddressed, "reply answers %q", truncate(res.Re))
 	}
 	if err != nil {
 		n.rejected(err, peer)
 		return nil, err
 	}
-	if res.Status != StatusResult || res.BeamID != beamID {
+	if res.Status != statusResult || res.BeamID != beamID {
 		return nil, errors.New(peer + " answered " + res.ErrorCode + ": " + res.Error)
 	}
 	pub, err := wire.ParsePublicKey(res.PublicKey)
@@ -326,7 +326,7 @@ func (n *Node) admitted(m *Message) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	at, now := time.UnixMilli(m.Admitted), n.clock()
-	if at.After(now.Add(MaxClockSkew)) || now.Sub(at) > n.cfg.DurableMaxAge {
+	if at.After(now.Add(maxClockSkew)) || now.Sub(at) > n.cfg.DurableMaxAge {
 		return time.Time{}, false
 	}
 	return at, true

@@ -39,8 +39,8 @@ func EncodeKey(pub ed25519.PublicKey) string {
 	return base64.RawURLEncoding.EncodeToString(pub)
 }
 
-// ParseKey parses EncodeKey's form.
-func ParseKey(s string) (ed25519.PublicKey, error) {
+// parseKey parses EncodeKey's form.
+func parseKey(s string) (ed25519.PublicKey, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("directory key %q: want 43 characters of unpadded base64url (32 bytes)", truncate(s))
@@ -80,8 +80,8 @@ func ValidDomain(d string) error {
 	return nil
 }
 
-// DomainOf returns the directory domain of a Beam ID.
-func DomainOf(beamID string) (string, error) {
+// domainOf returns the directory domain of a Beam ID.
+func domainOf(beamID string) (string, error) {
 	id, err := wire.ParseBeamID(beamID)
 	if err != nil {
 		return "", err
@@ -111,15 +111,15 @@ func (p Peer) Line() string {
 	return p.Domain + "=" + p.URL + "#" + EncodeKey(p.PublicKey)
 }
 
-// MaxPeerLineBytes bounds a peer line.
-const MaxPeerLineBytes = 1024
+// maxPeerLineBytes bounds a peer line.
+const maxPeerLineBytes = 1024
 
 // ParsePeerLine parses DOMAIN=nats://HOST:PORT#PUBLICKEY as printed by
 // `beam peer show-self`.
 func ParsePeerLine(line string) (Peer, error) {
 	line = strings.TrimSpace(line)
-	if len(line) > MaxPeerLineBytes {
-		return Peer{}, fmt.Errorf("peer line: longer than %d bytes", MaxPeerLineBytes)
+	if len(line) > maxPeerLineBytes {
+		return Peer{}, fmt.Errorf("peer line: longer than %d bytes", maxPeerLineBytes)
 	}
 	domain, rest, ok := strings.Cut(line, "=")
 	if !ok {
@@ -137,7 +137,7 @@ func ParsePeerLine(line string) (Peer, error) {
 	if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.Path != "" || u.User != nil {
 		return Peer{}, fmt.Errorf("peer line %q: want a nats://HOST:PORT URL", truncate(line))
 	}
-	pub, err := ParseKey(key)
+	pub, err := parseKey(key)
 	if err != nil {
 		return Peer{}, fmt.Errorf("peer line: %w", err)
 	}

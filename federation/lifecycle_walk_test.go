@@ -17,7 +17,7 @@ import (
 // TestOutboxLifecycleWalk: random operations of relays and operators on
 // the real outbox (enqueue, claim, publish, retry, kill, reap, reap of
 // another relay's claims, replay) only ever move a row along the outbox
-// table (OutboxLifecycle), in the table as in the steps the log records;
+// table (outboxLifecycle), in the table as in the steps the log records;
 // and RebuildOutbox, a full refold of the steps, gives the rows the outbox
 // wrote, as a rebuild of the log gives its projections.
 func TestOutboxLifecycleWalk(t *testing.T) {
@@ -26,14 +26,14 @@ func TestOutboxLifecycleWalk(t *testing.T) {
 	ctx := context.Background()
 	seed := lifecycletest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x0b0c))
-	held := map[int64]Claim{}
+	held := map[int64]claim{}
 	var ids []int64
-	pick := func() (Claim, bool) {
+	pick := func() (claim, bool) {
 		for id, c := range held {
 			delete(held, id)
 			return c, true
 		}
-		return Claim{}, false
+		return claim{}, false
 	}
 	snapshot := func() map[string]Row { return rowsByEventID(t, b.ob) }
 	prev := map[string]Row{}
@@ -45,7 +45,7 @@ func TestOutboxLifecycleWalk(t *testing.T) {
 			nonce := fmt.Sprintf("walk-%d-%d", seed%1000, step)
 			ev := tracing.Event{Nonce: nonce, State: tracing.Received, From: "a@alpha.beam.directory",
 				To: "b@beta.beam.directory", IntentType: "task"}
-			err = b.ob.Enqueue(ctx, NewRow{EventID: nonce + "/1", Kind: KindIntent, Peer: "beta.beam.directory",
+			err = b.ob.Enqueue(ctx, newRow{EventID: nonce + "/1", Kind: kindIntent, Peer: "beta.beam.directory",
 				Nonce: nonce, Owner: tracing.OwnerBus, Payload: []byte(`{}`), MaxAttempts: 5}, ev)
 			rows, _ := b.ob.Rows(ctx, "", 1000)
 			ids = ids[:0]
@@ -53,7 +53,7 @@ func TestOutboxLifecycleWalk(t *testing.T) {
 				ids = append(ids, r.ID)
 			}
 		case op == 1:
-			var cs []Claim
+			var cs []claim
 			cs, err = b.ob.Claim(ctx, []string{"r1", "r2"}[rng.IntN(2)], 1+rng.IntN(3))
 			for _, c := range cs {
 				held[c.ID] = c
@@ -78,14 +78,14 @@ func TestOutboxLifecycleWalk(t *testing.T) {
 		default:
 			err = b.ob.Replay(ctx, ids[rng.IntN(len(ids))])
 		}
-		var te *OutboxTransitionError
-		if err != nil && !errors.Is(err, ErrClaimLost) && !errors.As(err, &te) {
+		var te *outboxTransitionError
+		if err != nil && !errors.Is(err, errClaimLost) && !errors.As(err, &te) {
 			require.NoError(t, err, "step %d", step)
 		}
 		cur := snapshot()
 		for id, r := range cur {
 			if p := prev[id]; p.State != r.State {
-				require.True(t, CanTransitionOutbox(p.State, r.State), "step %d: row %s %s -> %s", step, id, p.State, r.State)
+				require.True(t, canTransitionOutbox(p.State, r.State), "step %d: row %s %s -> %s", step, id, p.State, r.State)
 				moves++
 			}
 		}
@@ -100,7 +100,7 @@ func TestOutboxLifecycleWalk(t *testing.T) {
 		require.NoError(t, err)
 		var state OutboxState
 		for _, st := range stepsOf(t, tr) {
-			require.True(t, CanTransitionOutbox(state, st.State), "row %s: %s -> %s in the log", r.EventID, state, st.State)
+			require.True(t, canTransitionOutbox(state, st.State), "row %s: %s -> %s in the log", r.EventID, state, st.State)
 			state = st.State
 		}
 		require.Equal(t, r.State, state)

@@ -68,19 +68,19 @@ func (o *Outbox) failing(ctx context.Context) (map[string]LinkState, error) {
 	return out, rows.Err()
 }
 
-// LinkDownGrace is how long a link must have been down before
+// linkDownGrace is how long a link must have been down before
 // LinkKnownDown says so: longer than a reconnect to a peer that is up takes.
-const LinkDownGrace = 2 * time.Second
+const linkDownGrace = 2 * time.Second
 
 // LinkKnownDown reports whether this directory's NATS connection to the
-// pinned peer was up and has been lost for at least LinkDownGrace
+// pinned peer was up and has been lost for at least linkDownGrace
 // (embedded mode), so that a plain send to one of its agents fails at once
 // instead of waiting for its timeout. A link that has not come up since
 // the peer was pinned (the peer may not have pinned this directory yet) is
 // not known down. It is false with a shared NATS deployment.
 func (n *Node) LinkKnownDown(peer string) bool {
 	since, wasUp, down := n.linkDownSince(peer)
-	return down && wasUp && !since.IsZero() && n.clock().Sub(since) >= LinkDownGrace
+	return down && wasUp && !since.IsZero() && n.clock().Sub(since) >= linkDownGrace
 }
 
 // LinkDown reports whether this directory has no NATS connection to the

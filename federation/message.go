@@ -15,19 +15,16 @@ import (
 
 // Kinds of federation messages. Each travels on its own subject.
 const (
-	// KindIntent forwards an agent's intent frame to the recipient's
-	// directory; the reply is a KindResult.
-	KindIntent = "intent"
+	// kindIntent forwards an agent's intent frame to the recipient's
+	// directory; the reply is a kindResult.
+	kindIntent = "intent"
 	// KindResolve asks a directory for the current key of one of its
-	// agents; the reply is a KindResult carrying the key.
+	// agents; the reply is a kindResult carrying the key.
 	KindResolve = "resolve"
-	// KindResult answers a request: the outcome of a forwarded intent
+	// kindResult answers a request: the outcome of a forwarded intent
 	// (the recipient's result frame, or the target directory's error) or a
 	// resolved key.
-	KindResult = "result"
-	// KindNotice tells the origin directory about a step of a forwarded
-	// intent (delivered). Reserved: results currently carry it.
-	KindNotice = "notice"
+	kindResult = "result"
 )
 
 // TypMessage is the JWS "typ" of every federation message.
@@ -35,14 +32,14 @@ const TypMessage = "beam-fed+jws"
 
 // Limits of federation messages.
 const (
-	// MaxMessageBytes bounds one compact JWS on the wire.
-	MaxMessageBytes = 256 << 10
-	// MaxHops is the most directories an intent may cross.
-	MaxHops = 3
-	// MaxClockSkew is how far a message's iat may be ahead of local time.
-	MaxClockSkew = time.Minute
-	// MaxMessageTTL bounds exp - iat.
-	MaxMessageTTL = 10 * time.Minute
+	// maxMessageBytes bounds one compact JWS on the wire.
+	maxMessageBytes = 256 << 10
+	// maxHops is the most directories an intent may cross.
+	maxHops = 3
+	// maxClockSkew is how far a message's iat may be ahead of local time.
+	maxClockSkew = time.Minute
+	// maxMessageTTL bounds exp - iat.
+	maxMessageTTL = 10 * time.Minute
 )
 
 // Message is the signed payload of a federation message. Its jti is unique
@@ -80,7 +77,7 @@ type Message struct {
 	JWS string `json:"jws,omitempty"`
 
 	// Results.
-	Status    string `json:"status,omitempty"` // StatusResult or StatusError
+	Status    string `json:"status,omitempty"` // statusResult or statusError
 	ErrorCode string `json:"errorCode,omitempty"`
 	Error     string `json:"error,omitempty"`
 	Result    string `json:"result,omitempty"` // a result frame, verbatim
@@ -94,14 +91,14 @@ type Message struct {
 	PublicKey string `json:"publicKey,omitempty"` // base64 SPKI DER, as registered
 }
 
-// Statuses of a KindResult.
+// Statuses of a kindResult.
 const (
-	// StatusResult: the recipient (or its directory, for a failure it
+	// statusResult: the recipient (or its directory, for a failure it
 	// committed) produced Result; the outcome is final.
-	StatusResult = "result"
-	// StatusError: the target directory refused or could not handle the
+	statusResult = "result"
+	// statusError: the target directory refused or could not handle the
 	// request; ErrorCode says whether trying again may help.
-	StatusError = "error"
+	statusError = "error"
 )
 
 // newID returns 16 random bytes in hex.
@@ -132,8 +129,8 @@ func seal(m *Message, priv ed25519.PrivateKey) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seal %s: %w", m.Kind, err)
 	}
-	if len(tok) > MaxMessageBytes {
-		return nil, fmt.Errorf("seal %s: %d bytes exceeds %d", m.Kind, len(tok), MaxMessageBytes)
+	if len(tok) > maxMessageBytes {
+		return nil, fmt.Errorf("seal %s: %d bytes exceeds %d", m.Kind, len(tok), maxMessageBytes)
 	}
 	return []byte(tok), nil
 }
@@ -141,33 +138,33 @@ func seal(m *Message, priv ed25519.PrivateKey) ([]byte, error) {
 // Reasons a federation message is rejected (label of
 // beam_federation_rejected_total).
 const (
-	RejectMalformed    = "malformed"
-	RejectUnpinned     = "unpinned"
-	RejectBadSignature = "bad_signature"
-	RejectStale        = "stale"
-	RejectReplay       = "replay"
-	RejectMisaddressed = "misaddressed"
-	RejectPermission   = "permission"
-	RejectHops         = "hop_limit"
-	RejectLoop         = "loop"
-	RejectSender       = "sender"
-	RejectReply        = "reply"
+	rejectMalformed    = "malformed"
+	rejectUnpinned     = "unpinned"
+	rejectBadSignature = "bad_signature"
+	rejectStale        = "stale"
+	rejectReplay       = "replay"
+	rejectMisaddressed = "misaddressed"
+	rejectPermission   = "permission"
+	rejectHops         = "hop_limit"
+	rejectLoop         = "loop"
+	rejectSender       = "sender"
+	rejectReply        = "reply"
 )
 
-// RejectError is why a federation message was not accepted.
-type RejectError struct {
+// rejectError is why a federation message was not accepted.
+type rejectError struct {
 	// Reason is one of the Reject* constants.
 	Reason string
 	// Msg says what was wrong.
 	Msg string
 }
 
-func (e *RejectError) Error() string {
+func (e *rejectError) Error() string {
 	return "federation message rejected (" + e.Reason + "): " + e.Msg
 }
 
-func rejectf(reason, format string, args ...any) *RejectError {
-	return &RejectError{Reason: reason, Msg: fmt.Sprintf(format, args...)}
+func rejectf(reason, format string, args ...any) *rejectError {
+	return &rejectError{Reason: reason, Msg: fmt.Sprintf(format, args...)}
 }
 
 // keyOf returns the pinned key of a peer domain, or false.
@@ -179,57 +176,57 @@ type keyOf func(domain string) (ed25519.PublicKey, bool)
 // equals wantKind, and a fresh iat/exp at now. Replay of the jti is the
 // caller's check.
 func open(token []byte, self, wantFrom, wantKind string, keys keyOf, now time.Time) (*Message, error) {
-	if len(token) > MaxMessageBytes {
-		return nil, rejectf(RejectMalformed, "%d bytes exceeds %d", len(token), MaxMessageBytes)
+	if len(token) > maxMessageBytes {
+		return nil, rejectf(rejectMalformed, "%d bytes exceeds %d", len(token), maxMessageBytes)
 	}
 	obj, err := jose.ParseSignedCompact(string(token), []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
-		return nil, rejectf(RejectMalformed, "not a compact EdDSA JWS: %v", err)
+		return nil, rejectf(rejectMalformed, "not a compact EdDSA JWS: %v", err)
 	}
 	if len(obj.Signatures) != 1 {
-		return nil, rejectf(RejectMalformed, "want one signature, got %d", len(obj.Signatures))
+		return nil, rejectf(rejectMalformed, "want one signature, got %d", len(obj.Signatures))
 	}
 	h := obj.Signatures[0].Protected
 	if h.JSONWebKey != nil {
-		return nil, rejectf(RejectMalformed, "embedded jwk is not allowed")
+		return nil, rejectf(rejectMalformed, "embedded jwk is not allowed")
 	}
 	if typ, _ := h.ExtraHeaders[jose.HeaderType].(string); typ != TypMessage {
-		return nil, rejectf(RejectMalformed, "typ %q, want %q", typ, TypMessage)
+		return nil, rejectf(rejectMalformed, "typ %q, want %q", typ, TypMessage)
 	}
 	kid := h.KeyID
 	if wantFrom != "" && kid != wantFrom {
-		return nil, rejectf(RejectUnpinned, "signed as %q on the subject of %q", truncate(kid), wantFrom)
+		return nil, rejectf(rejectUnpinned, "signed as %q on the subject of %q", truncate(kid), wantFrom)
 	}
 	pub, ok := keys(kid)
 	if !ok {
-		return nil, rejectf(RejectUnpinned, "no pinned key for %q", truncate(kid))
+		return nil, rejectf(rejectUnpinned, "no pinned key for %q", truncate(kid))
 	}
 	payload, err := obj.Verify(pub)
 	if err != nil {
-		return nil, rejectf(RejectBadSignature, "signature of %q does not verify with its pinned key", kid)
+		return nil, rejectf(rejectBadSignature, "signature of %q does not verify with its pinned key", kid)
 	}
 	var m Message
 	if err := json.Unmarshal(payload, &m); err != nil {
-		return nil, rejectf(RejectMalformed, "payload: %v", err)
+		return nil, rejectf(rejectMalformed, "payload: %v", err)
 	}
 	switch {
 	case m.From != kid:
-		return nil, rejectf(RejectMisaddressed, "from %q signed by %q", truncate(m.From), kid)
+		return nil, rejectf(rejectMisaddressed, "from %q signed by %q", truncate(m.From), kid)
 	case m.To != self:
-		return nil, rejectf(RejectMisaddressed, "addressed to %q, not %q", truncate(m.To), self)
+		return nil, rejectf(rejectMisaddressed, "addressed to %q, not %q", truncate(m.To), self)
 	case m.Kind != wantKind:
-		return nil, rejectf(RejectMisaddressed, "kind %q on a %q subject", truncate(m.Kind), wantKind)
+		return nil, rejectf(rejectMisaddressed, "kind %q on a %q subject", truncate(m.Kind), wantKind)
 	case m.ID == "" || len(m.ID) > 64:
-		return nil, rejectf(RejectMalformed, "jti missing or too long")
+		return nil, rejectf(rejectMalformed, "jti missing or too long")
 	}
 	iat, exp := time.UnixMilli(m.IssuedAt), time.UnixMilli(m.Expires)
 	switch {
-	case iat.After(now.Add(MaxClockSkew)):
-		return nil, rejectf(RejectStale, "issued in the future (%s)", iat.UTC().Format(time.RFC3339))
+	case iat.After(now.Add(maxClockSkew)):
+		return nil, rejectf(rejectStale, "issued in the future (%s)", iat.UTC().Format(time.RFC3339))
 	case !exp.After(now):
-		return nil, rejectf(RejectStale, "expired at %s", exp.UTC().Format(time.RFC3339))
-	case exp.Sub(iat) > MaxMessageTTL:
-		return nil, rejectf(RejectStale, "lifetime %s exceeds %s", exp.Sub(iat), MaxMessageTTL)
+		return nil, rejectf(rejectStale, "expired at %s", exp.UTC().Format(time.RFC3339))
+	case exp.Sub(iat) > maxMessageTTL:
+		return nil, rejectf(rejectStale, "lifetime %s exceeds %s", exp.Sub(iat), maxMessageTTL)
 	}
 	return &m, nil
 }
@@ -241,8 +238,8 @@ func open(token []byte, self, wantFrom, wantKind string, keys keyOf, now time.Ti
 // where <target> and <origin> are subject tokens of directory domains
 // (dots replaced by underscores).
 
-// SubjectPrefix starts every federation subject.
-const SubjectPrefix = "beam.fed"
+// subjectPrefix starts every federation subject.
+const subjectPrefix = "beam.fed"
 
 // Token is the subject token of a domain: its dots replaced by
 // underscores. It is injective on valid domains (org labels have no dots).
@@ -250,7 +247,7 @@ func Token(domain string) string { return strings.ReplaceAll(domain, ".", "_") }
 
 // Subject is the subject origin publishes kind messages for target on.
 func Subject(target, origin, kind string) string {
-	return SubjectPrefix + "." + Token(target) + "." + Token(origin) + "." + kind
+	return subjectPrefix + "." + Token(target) + "." + Token(origin) + "." + kind
 }
 
 // InboxPrefix is the reply inbox prefix of a directory: it may subscribe
@@ -259,13 +256,13 @@ func InboxPrefix(domain string) string { return "_INBOX_" + Token(domain) }
 
 // parseSubject splits a subject into target token, origin token and kind.
 func parseSubject(s string) (target, origin, kind string, err error) {
-	rest, ok := strings.CutPrefix(s, SubjectPrefix+".")
+	rest, ok := strings.CutPrefix(s, subjectPrefix+".")
 	if !ok {
 		return "", "", "", errors.New("not a federation subject")
 	}
 	parts := strings.Split(rest, ".")
 	if len(parts) != 3 {
-		return "", "", "", fmt.Errorf("subject %q: want %s.<target>.<origin>.<kind>", truncate(s), SubjectPrefix)
+		return "", "", "", fmt.Errorf("subject %q: want %s.<target>.<origin>.<kind>", truncate(s), subjectPrefix)
 	}
 	return parts[0], parts[1], parts[2], nil
 }

@@ -91,8 +91,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}),
 	}
-	for _, r := range []string{RejectMalformed, RejectUnpinned, RejectBadSignature, RejectStale, RejectReplay,
-		RejectMisaddressed, RejectPermission, RejectHops, RejectLoop, RejectSender} {
+	for _, r := range []string{rejectMalformed, rejectUnpinned, rejectBadSignature, rejectStale, rejectReplay,
+		rejectMisaddressed, rejectPermission, rejectHops, rejectLoop, rejectSender} {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg == nil {
@@ -122,9 +122,9 @@ type natsLogger struct {
 func (l *natsLogger) count(msg string) {
 	switch {
 	case strings.Contains(msg, "Publish Violation"), strings.Contains(msg, "Subscription Violation"):
-		l.m.rejected.WithLabelValues(RejectPermission).Inc()
+		l.m.rejected.WithLabelValues(rejectPermission).Inc()
 	case strings.Contains(msg, "Authorization Violation"):
-		l.m.rejected.WithLabelValues(RejectUnpinned).Inc()
+		l.m.rejected.WithLabelValues(rejectUnpinned).Inc()
 	}
 }
 

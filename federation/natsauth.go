@@ -12,7 +12,7 @@ import (
 // natsAuth admits the clients of the embedded NATS server
 // (server.Options.CustomClientAuthentication): an nkey that signed the
 // server's nonce and belongs to this directory (unrestricted) or to a
-// pinned peer (PeerPermissions). Peers change by swapping its table, so
+// pinned peer (peerPermissions). Peers change by swapping its table, so
 // the server's options are never reloaded at run time; the clients a
 // change no longer admits are disconnected.
 type natsAuth struct {
@@ -64,7 +64,7 @@ func (a *natsAuth) Check(c server.ClientAuthentication) bool {
 	// client joins the global account, as nkey users of the options did.
 	user := &server.User{Username: opts.Nkey}
 	if domain != a.self {
-		user.Permissions = PeerPermissions(a.self, domain)
+		user.Permissions = peerPermissions(a.self, domain)
 	}
 	c.RegisterUser(user)
 	return true

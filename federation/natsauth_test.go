@@ -116,7 +116,7 @@ func TestRotatedPeerKeyCutsOldConnections(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(nc2.Close)
 	// The new key has gamma's permissions.
-	require.NoError(t, nc2.Publish(Subject("beta.beam.directory", "alpha.beam.directory", KindIntent), []byte("x")))
+	require.NoError(t, nc2.Publish(Subject("beta.beam.directory", "alpha.beam.directory", kindIntent), []byte("x")))
 	require.NoError(t, nc2.Flush())
 	require.ErrorIs(t, waitSignal(t, errs, "permission violation"), nats.ErrPermissionViolation)
 }
@@ -177,8 +177,8 @@ func TestPeersAddedWhileOthersConnect(t *testing.T) {
 		nc, errs, _, err := dialAs(beta, f.key, f.domain, nats.NoReconnect())
 		require.NoError(t, err)
 		// Its own subject is allowed, another peer's is not.
-		require.NoError(t, nc.Publish(Subject("beta.beam.directory", f.domain, KindIntent), []byte("x")))
-		require.NoError(t, nc.Publish(Subject("beta.beam.directory", stable[0].domain, KindIntent), []byte("x")))
+		require.NoError(t, nc.Publish(Subject("beta.beam.directory", f.domain, kindIntent), []byte("x")))
+		require.NoError(t, nc.Publish(Subject("beta.beam.directory", stable[0].domain, kindIntent), []byte("x")))
 		require.NoError(t, nc.Flush())
 		err = waitSignal(t, errs, "permission violation")
 		require.ErrorIs(t, err, nats.ErrPermissionViolation)

@@ -28,19 +28,19 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultClaimLease      = 3 * time.Minute
-	DefaultPollInterval    = 500 * time.Millisecond
-	DefaultMaxInFlight     = 32
-	DefaultMaxInbound      = 256
-	DefaultRetryBase       = 200 * time.Millisecond
-	DefaultSyncRetryMax    = time.Second
-	DefaultDurableRetryMax = 30 * time.Second
-	DefaultDurableMaxAge   = 24 * time.Hour
-	DefaultDurableTimeout  = 60 * time.Second
-	DefaultKeyTTL          = 5 * time.Minute
-	DefaultResolveTimeout  = 5 * time.Second
-	// MaxIntentTimeout bounds the result timeout a forwarded intent may ask.
-	MaxIntentTimeout = 5 * time.Minute
+	defaultClaimLease      = 3 * time.Minute
+	defaultPollInterval    = 500 * time.Millisecond
+	defaultMaxInFlight     = 32
+	defaultMaxInbound      = 256
+	defaultRetryBase       = 200 * time.Millisecond
+	defaultSyncRetryMax    = time.Second
+	defaultDurableRetryMax = 30 * time.Second
+	defaultDurableMaxAge   = 24 * time.Hour
+	defaultDurableTimeout  = 60 * time.Second
+	defaultKeyTTL          = 5 * time.Minute
+	defaultResolveTimeout  = 5 * time.Second
+	// maxIntentTimeout bounds the result timeout a forwarded intent may ask.
+	maxIntentTimeout = 5 * time.Minute
 )
 
 // Config configures a Node. Domain, Key, Log, Directory and Registry are
@@ -203,19 +203,19 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			*d = v
 		}
 	}
-	defDur(&cfg.ClaimLease, DefaultClaimLease)
-	defDur(&cfg.PollInterval, DefaultPollInterval)
-	defDur(&cfg.RetryBase, DefaultRetryBase)
-	defDur(&cfg.SyncRetryMax, DefaultSyncRetryMax)
-	defDur(&cfg.DurableRetryMax, DefaultDurableRetryMax)
-	defDur(&cfg.DurableMaxAge, DefaultDurableMaxAge)
-	defDur(&cfg.DurableTimeout, DefaultDurableTimeout)
-	defDur(&cfg.KeyTTL, DefaultKeyTTL)
+	defDur(&cfg.ClaimLease, defaultClaimLease)
+	defDur(&cfg.PollInterval, defaultPollInterval)
+	defDur(&cfg.RetryBase, defaultRetryBase)
+	defDur(&cfg.SyncRetryMax, defaultSyncRetryMax)
+	defDur(&cfg.DurableRetryMax, defaultDurableRetryMax)
+	defDur(&cfg.DurableMaxAge, defaultDurableMaxAge)
+	defDur(&cfg.DurableTimeout, defaultDurableTimeout)
+	defDur(&cfg.KeyTTL, defaultKeyTTL)
 	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
+		cfg.MaxInFlight = defaultMaxInFlight
 	}
 	if cfg.MaxInbound <= 0 {
-		cfg.MaxInbound = DefaultMaxInbound
+		cfg.MaxInbound = defaultMaxInbound
 	}
 	if cfg.RelayID == "" {
 		cfg.RelayID = cfg.Domain + "/" + newID()[:12]
@@ -319,7 +319,7 @@ func (n *Node) startNATS() error {
 			port = server.RANDOM_PORT
 		}
 		n.natsHost, n.natsPort = host, port
-		if n.tls, err = ServerTLS(n.cfg.Key, n.cfg.Domain); err != nil {
+		if n.tls, err = serverTLS(n.cfg.Key, n.cfg.Domain); err != nil {
 			return err
 		}
 		n.auth = newNATSAuth(n.cfg.Domain)
@@ -355,7 +355,7 @@ func (n *Node) startNATS() error {
 			return err
 		}
 	}
-	subject := SubjectPrefix + "." + Token(n.cfg.Domain) + ".>"
+	subject := subjectPrefix + "." + Token(n.cfg.Domain) + ".>"
 	var sub *nats.Subscription
 	if n.cfg.QueueGroup != "" {
 		sub, err = n.shared.QueueSubscribe(subject, n.cfg.QueueGroup, n.onMessage)
@@ -383,7 +383,7 @@ func (n *Node) natsOptions() *server.Options {
 		Host:                       n.natsHost,
 		Port:                       n.natsPort,
 		NoSigs:                     true,
-		MaxPayload:                 MaxMessageBytes * 2,
+		MaxPayload:                 maxMessageBytes * 2,
 		AlwaysEnableNonce:          true,
 		CustomClientAuthentication: n.auth,
 	}
@@ -393,24 +393,24 @@ func (n *Node) natsOptions() *server.Options {
 	return opts
 }
 
-// PeerPermissions are the NATS permissions of peer on self's server:
+// peerPermissions are the NATS permissions of peer on self's server:
 // publish only beam.fed.<self>.<peer>.*, subscribe only to the peer's own
 // reply inbox, and never JetStream, the system account's or a cluster's
-// subjects (ReservedSubjects). Operators of a shared NATS deployment grant
+// subjects (reservedSubjects). Operators of a shared NATS deployment grant
 // the same.
-func PeerPermissions(self, peer string) *server.Permissions {
+func peerPermissions(self, peer string) *server.Permissions {
 	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + Token(self) + "." + Token(peer) + ".*"},
-			Deny: ReservedSubjects()},
-		Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(peer) + ".>"}, Deny: ReservedSubjects()},
+		Publish: &server.SubjectPermission{Allow: []string{subjectPrefix + "." + Token(self) + "." + Token(peer) + ".*"},
+			Deny: reservedSubjects()},
+		Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(peer) + ".>"}, Deny: reservedSubjects()},
 	}
 }
 
-// ReservedSubjects are the subjects only a directory's own nodes use:
+// reservedSubjects are the subjects only a directory's own nodes use:
 // JetStream's API and storage ($JS, $KV, $O), the system account's and
 // cluster mode's (beam.cluster). No peer or other client may publish or
 // subscribe to them.
-func ReservedSubjects() []string {
+func reservedSubjects() []string {
 	return []string{"$JS.>", "$KV.>", "$O.>", "$SYS.>", "$NRG.>", "beam.cluster.>"}
 }
 
@@ -423,18 +423,11 @@ func ReservedSubjects() []string {
 func SharedPermissions(domain string) *server.Permissions {
 	tok := Token(domain)
 	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{SubjectPrefix + ".*." + tok + ".*"}, Deny: ReservedSubjects()},
-		Subscribe: &server.SubjectPermission{Allow: []string{SubjectPrefix + "." + tok + ".>", InboxPrefix(domain) + ".>"},
-			Deny: ReservedSubjects()},
-		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: MaxIntentTimeout + time.Minute},
+		Publish: &server.SubjectPermission{Allow: []string{subjectPrefix + ".*." + tok + ".*"}, Deny: reservedSubjects()},
+		Subscribe: &server.SubjectPermission{Allow: []string{subjectPrefix + "." + tok + ".>", InboxPrefix(domain) + ".>"},
+			Deny: reservedSubjects()},
+		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: maxIntentTimeout + time.Minute},
 	}
-}
-
-// SharedUserConfig is the nats-server configuration entry (one element of
-// authorization.users) for the directory domain with key pub on a shared
-// deployment: its nkey user and SharedPermissions.
-func SharedUserConfig(domain string, pub ed25519.PublicKey) (string, error) {
-	return UserConfig(domain, pub, SharedPermissions(domain))
 }
 
 // UserConfig is the nats-server configuration entry (one element of
@@ -526,7 +519,7 @@ func (n *Node) linkLost(ps *peerState) {
 
 func (n *Node) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
 	if errors.Is(err, nats.ErrPermissionViolation) {
-		n.m.rejected.WithLabelValues(RejectPermission).Inc()
+		n.m.rejected.WithLabelValues(rejectPermission).Inc()
 	}
 	n.lg.Warn("nats error", "err", err)
 }
@@ -675,7 +668,7 @@ func (n *Node) pin(p Peer) []uint64 {
 	n.peers[p.Domain] = ps
 	n.byToken[Token(p.Domain)] = p.Domain
 	for k := range n.keys {
-		if d, err := DomainOf(k); err == nil && d == p.Domain {
+		if d, err := domainOf(k); err == nil && d == p.Domain {
 			delete(n.keys, k)
 		}
 	}

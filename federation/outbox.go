@@ -23,20 +23,20 @@ const (
 	Dead      OutboxState = "DEAD"
 )
 
-// OutboxStates lists every outbox state.
-var OutboxStates = []OutboxState{Pending, Claimed, Published, Dead}
+// outboxStates lists every outbox state.
+var outboxStates = []OutboxState{Pending, Claimed, Published, Dead}
 
-// OutboxLifecycle is seed 001's table of an outbox row, as data; nothing
+// outboxLifecycle is seed 001's table of an outbox row, as data; nothing
 // else may happen. Every change of a row checks it inside the log's
 // transaction that records the step (fenced, Replay).
-var OutboxLifecycle = tracing.Register(&tracing.Lifecycle{
+var outboxLifecycle = tracing.Register(&tracing.Lifecycle{
 	Name:    "outbox row",
 	Package: "federation",
 	Doc: "A row of `federation_outbox`: one message to publish to a peer directory (seed 001). Its steps ride " +
 		"on the events of the intent it belongs to (`details.outbox`); the outbox checks the table in the " +
 		"transaction that records each step.",
 	Checked:  "federation, in the log's transaction that records the step",
-	States:   tracing.Names(OutboxStates),
+	States:   tracing.Names(outboxStates),
 	Terminal: []string{string(Published), string(Dead)},
 	Transitions: []tracing.Transition{
 		{From: "", To: string(Pending), On: "enqueue"},
@@ -50,26 +50,26 @@ var OutboxLifecycle = tracing.Register(&tracing.Lifecycle{
 	},
 })
 
-// CanTransitionOutbox reports whether seed 001 allows an outbox row to move
+// canTransitionOutbox reports whether seed 001 allows an outbox row to move
 // from one state to another.
-func CanTransitionOutbox(from, to OutboxState) bool {
-	return OutboxLifecycle.Allows(string(from), string(to), "")
+func canTransitionOutbox(from, to OutboxState) bool {
+	return outboxLifecycle.Allows(string(from), string(to), "")
 }
 
-// ErrClaimLost is returned when a relay finalizes a row whose claim is no
+// errClaimLost is returned when a relay finalizes a row whose claim is no
 // longer its own (it expired and was reaped, possibly claimed again).
-var ErrClaimLost = errors.New("outbox: claim is no longer held")
+var errClaimLost = errors.New("outbox: claim is no longer held")
 
-// ErrRowNotFound is returned for an outbox id that does not exist.
-var ErrRowNotFound = errors.New("outbox: no such row")
+// errRowNotFound is returned for an outbox id that does not exist.
+var errRowNotFound = errors.New("outbox: no such row")
 
-// OutboxTransitionError rejects a transition seed 001 forbids.
-type OutboxTransitionError struct {
+// outboxTransitionError rejects a transition seed 001 forbids.
+type outboxTransitionError struct {
 	ID       int64
 	From, To OutboxState
 }
 
-func (e *OutboxTransitionError) Error() string {
+func (e *outboxTransitionError) Error() string {
 	return fmt.Sprintf("outbox row %d: transition %s → %s is not allowed", e.ID, e.From, e.To)
 }
 
@@ -99,9 +99,9 @@ CREATE INDEX IF NOT EXISTS federation_outbox_pending ON federation_outbox(status
 CREATE INDEX IF NOT EXISTS federation_outbox_nonce ON federation_outbox(nonce);
 `
 
-// NewRow is an outbox row to write in the transaction of the event that
+// newRow is an outbox row to write in the transaction of the event that
 // needs the publish.
-type NewRow struct {
+type newRow struct {
 	// EventID is unique per row; the receiver deduplicates on it.
 	EventID string
 	// Kind is the message kind the row publishes.
@@ -146,9 +146,9 @@ type Row struct {
 	token       string
 }
 
-// Claim is a row a relay holds. Finalizing it checks that the claim is
+// claim is a row a relay holds. Finalizing it checks that the claim is
 // still the relay's (claimed_by, claimed_at and a per-claim token).
-type Claim struct {
+type claim struct {
 	Row
 }
 
@@ -216,11 +216,11 @@ func nullUs(t time.Time) any {
 	return t.UnixMicro()
 }
 
-// ErrIntentFinished is returned for a replay of a row whose intent is
+// errIntentFinished is returned for a replay of a row whose intent is
 // already acked: the peer's outcome is committed and nothing is left to
 // publish (an acked intent takes no further event, so the step could not
 // be logged either).
-var ErrIntentFinished = errors.New("outbox: the intent is already acked; nothing to publish")
+var errIntentFinished = errors.New("outbox: the intent is already acked; nothing to publish")
 
 // errStale: the row changed between reading it and writing its step.
 var errStale = errors.New("outbox: row changed meanwhile")
@@ -239,7 +239,7 @@ func insertRow(tx *sqlx.Tx, r Row) error {
 // Enqueue writes events and a PENDING row in one transaction; the row's
 // step rides on the last event (normally the dispatched event of its
 // nonce).
-func (o *Outbox) Enqueue(ctx context.Context, r NewRow, events ...tracing.Event) error {
+func (o *Outbox) Enqueue(ctx context.Context, r newRow, events ...tracing.Event) error {
 	if r.EventID == "" || r.Kind == "" || r.Peer == "" {
 		return errors.New("outbox insert: event id, kind and peer are required")
 	}
@@ -264,7 +264,7 @@ func (o *Outbox) Enqueue(ctx context.Context, r NewRow, events ...tracing.Event)
 // Claim moves up to limit PENDING rows whose available_at has come to
 // CLAIMED by relayID (claimed_at now, a fresh claim token), oldest first,
 // each with its CLAIMED step. Rows of acked intents are not claimed.
-func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]Claim, error) {
+func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]claim, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -280,10 +280,10 @@ func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]Claim,
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", err)
 	}
-	var claims []Claim
+	var claims []claim
 	var events []tracing.Event
 	for _, r := range cands {
-		c := Claim{r}
+		c := claim{r}
 		c.State, c.ClaimedAt, c.ClaimedBy, c.UpdatedAt, c.token = Claimed, now, relayID, now, newID()[:16]
 		evs, err := o.withStep(ctx, r.Nonce, stepOf(c.Row, false), nil)
 		if errors.Is(err, errUnrecordable) {
@@ -301,20 +301,20 @@ func (o *Outbox) Claim(ctx context.Context, relayID string, limit int) ([]Claim,
 		return claims, nil
 	}
 	// An intent moved (or a row changed) meanwhile: claim one by one.
-	var out []Claim
+	var out []claim
 	for _, c := range claims {
 		evs, err := o.withStep(ctx, c.Nonce, stepOf(c.Row, false), nil)
 		if err != nil {
 			continue
 		}
-		if err := o.claimTx(ctx, []Claim{c}, evs); err == nil {
+		if err := o.claimTx(ctx, []claim{c}, evs); err == nil {
 			out = append(out, c)
 		}
 	}
 	return out, nil
 }
 
-func (o *Outbox) claimTx(ctx context.Context, claims []Claim, events []tracing.Event) error {
+func (o *Outbox) claimTx(ctx context.Context, claims []claim, events []tracing.Event) error {
 	_, err := o.log.Do(ctx, func(tx *sqlx.Tx) error {
 		for _, c := range claims {
 			res, err := tx.Exec(`UPDATE federation_outbox SET status = ?, claimed_at = ?, claimed_by = ?, claim_token = ?,
@@ -334,7 +334,7 @@ func (o *Outbox) claimTx(ctx context.Context, claims []Claim, events []tracing.E
 
 // fenced runs an update of c's row that must find it CLAIMED by c; it
 // tells a lost claim from a forbidden transition.
-func (o *Outbox) fenced(tx *sqlx.Tx, c Claim, to OutboxState, query string, args ...any) error {
+func (o *Outbox) fenced(tx *sqlx.Tx, c claim, to OutboxState, query string, args ...any) error {
 	// A claim refolded by RebuildOutbox has no token (tokens are not
 	// logged): IS matches it as NULL.
 	res, err := tx.Exec(query+` WHERE id = ? AND status = ? AND claimed_by = ? AND claimed_at = ? AND claim_token IS ?`,
@@ -348,33 +348,33 @@ func (o *Outbox) fenced(tx *sqlx.Tx, c Claim, to OutboxState, query string, args
 	var cur string
 	switch err := tx.Get(&cur, `SELECT status FROM federation_outbox WHERE id = ?`, c.ID); {
 	case errors.Is(err, sql.ErrNoRows):
-		return ErrRowNotFound
+		return errRowNotFound
 	case err != nil:
 		return fmt.Errorf("outbox row %d: %w", c.ID, err)
 	}
 	// Only a claimed row may be finalized; a claimed row that is not c's
 	// is a lost claim.
 	if OutboxState(cur) != Claimed {
-		return &OutboxTransitionError{ID: c.ID, From: OutboxState(cur), To: to}
+		return &outboxTransitionError{ID: c.ID, From: OutboxState(cur), To: to}
 	}
-	return ErrClaimLost
+	return errClaimLost
 }
 
 // release moves claimed row c to state to (claim cleared, updated now,
 // then change applied) with its step and events in one transaction, only
 // if the claim is still c's. It returns errUnrecordable, and moves
 // nothing, when the intent can take no step (it is acked).
-func (o *Outbox) release(ctx context.Context, c Claim, to OutboxState, change func(r *Row), events []tracing.Event) error {
+func (o *Outbox) release(ctx context.Context, c claim, to OutboxState, change func(r *Row), events []tracing.Event) error {
 	cur, ok, err := o.Get(ctx, c.ID)
 	switch {
 	case err != nil:
 		return err
 	case !ok:
-		return ErrRowNotFound
+		return errRowNotFound
 	case cur.State != Claimed:
-		return &OutboxTransitionError{ID: c.ID, From: cur.State, To: to}
+		return &outboxTransitionError{ID: c.ID, From: cur.State, To: to}
 	case cur.ClaimedBy != c.ClaimedBy || !cur.ClaimedAt.Equal(c.ClaimedAt) || cur.token != c.token:
-		return ErrClaimLost
+		return errClaimLost
 	}
 	r := c.Row
 	r.State, r.ClaimedAt, r.ClaimedBy, r.UpdatedAt = to, time.Time{}, "", fromUs(us(o.clock()))
@@ -402,8 +402,8 @@ func (o *Outbox) release(ctx context.Context, c Claim, to OutboxState, change fu
 
 // Publish records events and finalizes c as PUBLISHED in one transaction
 // (the step rides on the last event); attempts+1, counting the publish. A
-// lost claim rejects both (ErrClaimLost).
-func (o *Outbox) Publish(ctx context.Context, c Claim, events ...tracing.Event) error {
+// lost claim rejects both (errClaimLost).
+func (o *Outbox) Publish(ctx context.Context, c claim, events ...tracing.Event) error {
 	return o.release(ctx, c, Published, func(r *Row) {
 		r.Attempts++
 		r.PublishedAt = r.UpdatedAt
@@ -412,7 +412,7 @@ func (o *Outbox) Publish(ctx context.Context, c Claim, events ...tracing.Event) 
 
 // Retry returns c to PENDING after a failed attempt: attempts+1,
 // last_error, available_at (the backoff), claim cleared.
-func (o *Outbox) Retry(ctx context.Context, c Claim, lastErr string, availableAt time.Time) error {
+func (o *Outbox) Retry(ctx context.Context, c claim, lastErr string, availableAt time.Time) error {
 	return o.release(ctx, c, Pending, func(r *Row) {
 		r.Attempts++
 		r.LastError = bounded(lastErr)
@@ -422,7 +422,7 @@ func (o *Outbox) Retry(ctx context.Context, c Claim, lastErr string, availableAt
 
 // Kill moves c to DEAD (a termination condition was met) with events in
 // the same transaction; it is never retried automatically.
-func (o *Outbox) Kill(ctx context.Context, c Claim, lastErr string, events ...tracing.Event) error {
+func (o *Outbox) Kill(ctx context.Context, c claim, lastErr string, events ...tracing.Event) error {
 	return o.release(ctx, c, Dead, func(r *Row) {
 		r.Attempts++
 		r.LastError = bounded(lastErr)
@@ -449,7 +449,7 @@ func (o *Outbox) reap(ctx context.Context, cond string, arg any) (int, error) {
 	}
 	n := 0
 	for _, r := range rows {
-		err := o.release(ctx, Claim{r}, Pending, func(x *Row) {
+		err := o.release(ctx, claim{r}, Pending, func(x *Row) {
 			x.Attempts++
 			x.LastError = "claim expired (" + r.ClaimedBy + ")"
 			x.AvailableAt = x.UpdatedAt
@@ -457,9 +457,9 @@ func (o *Outbox) reap(ctx context.Context, cond string, arg any) (int, error) {
 		switch {
 		case err == nil:
 			n++
-		case errors.Is(err, errUnrecordable), errors.Is(err, ErrClaimLost):
+		case errors.Is(err, errUnrecordable), errors.Is(err, errClaimLost):
 		default:
-			var te *OutboxTransitionError
+			var te *outboxTransitionError
 			if !errors.As(err, &te) {
 				return n, fmt.Errorf("outbox reap: %w", err)
 			}
@@ -470,18 +470,18 @@ func (o *Outbox) reap(ctx context.Context, cond string, arg any) (int, error) {
 
 // Replay is the operator's replay: a PUBLISHED or DEAD row goes back to
 // PENDING, available now, attempts and last_error reset. Any other state
-// is an *OutboxTransitionError; a row of an acked intent is
-// ErrIntentFinished.
+// is an *outboxTransitionError; a row of an acked intent is
+// errIntentFinished.
 func (o *Outbox) Replay(ctx context.Context, id int64) error {
 	cur, ok, err := o.Get(ctx, id)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return ErrRowNotFound
+		return errRowNotFound
 	}
 	if cur.State != Published && cur.State != Dead {
-		return &OutboxTransitionError{ID: id, From: cur.State, To: Pending}
+		return &outboxTransitionError{ID: id, From: cur.State, To: Pending}
 	}
 	r := cur
 	now := fromUs(us(o.clock()))
@@ -491,7 +491,7 @@ func (o *Outbox) Replay(ctx context.Context, id int64) error {
 	st.Replay = true
 	evs, err := o.withStep(ctx, r.Nonce, st, nil)
 	if errors.Is(err, errUnrecordable) {
-		return ErrIntentFinished
+		return errIntentFinished
 	}
 	if err != nil {
 		return err
@@ -560,8 +560,8 @@ func (o *Outbox) Rows(ctx context.Context, state OutboxState, limit int) ([]Row,
 	return out, nil
 }
 
-// Backlog is what waits in the outbox for one peer.
-type Backlog struct {
+// backlog is what waits in the outbox for one peer.
+type backlog struct {
 	// Depth is the number of PENDING and CLAIMED rows.
 	Depth int64 `json:"depth"`
 	// Oldest is when the oldest waiting row was written (its lag is now
@@ -572,7 +572,7 @@ type Backlog struct {
 }
 
 // Backlogs returns the backlog of every peer that has rows waiting.
-func (o *Outbox) Backlogs(ctx context.Context) (map[string]Backlog, error) {
+func (o *Outbox) Backlogs(ctx context.Context) (map[string]backlog, error) {
 	rows, err := o.log.ReadDB().QueryContext(ctx, `SELECT peer, count(*), min(created_at),
   coalesce((SELECT last_error FROM federation_outbox l WHERE l.peer = w.peer AND l.status IN (?, ?) AND l.last_error <> ''
             ORDER BY l.updated_at DESC LIMIT 1), '')
@@ -582,10 +582,10 @@ func (o *Outbox) Backlogs(ctx context.Context) (map[string]Backlog, error) {
 		return nil, fmt.Errorf("outbox backlogs: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]Backlog{}
+	out := map[string]backlog{}
 	for rows.Next() {
 		var peer string
-		var b Backlog
+		var b backlog
 		var oldest int64
 		if err := rows.Scan(&peer, &b.Depth, &oldest, &b.LastError); err != nil {
 			return nil, fmt.Errorf("outbox backlogs: %w", err)
@@ -599,7 +599,7 @@ func (o *Outbox) Backlogs(ctx context.Context) (map[string]Backlog, error) {
 // Counts returns the number of rows in each state.
 func (o *Outbox) Counts(ctx context.Context) (map[OutboxState]int64, error) {
 	out := map[OutboxState]int64{}
-	for _, s := range OutboxStates {
+	for _, s := range outboxStates {
 		out[s] = 0
 	}
 	rows, err := o.log.ReadDB().QueryContext(ctx, `SELECT status, count(*) FROM federation_outbox GROUP BY status`)

@@ -39,7 +39,7 @@ func (b *outboxBundle) enqueue() int64 {
 	b.n++
 	nonce := "nonce-" + string(rune('a'+b.n))
 	ev := tracing.Event{Nonce: nonce, State: tracing.Received, From: "a@alpha.beam.directory", To: "b@beta.beam.directory", IntentType: "task"}
-	require.NoError(b.t, b.ob.Enqueue(context.Background(), NewRow{EventID: nonce + "/1", Kind: KindIntent, Peer: "beta.beam.directory",
+	require.NoError(b.t, b.ob.Enqueue(context.Background(), newRow{EventID: nonce + "/1", Kind: kindIntent, Peer: "beta.beam.directory",
 		Nonce: nonce, Owner: tracing.OwnerBus, Payload: []byte(`{}`)}, ev))
 	rows, err := b.ob.Rows(context.Background(), "", 1)
 	require.NoError(b.t, err)
@@ -54,7 +54,7 @@ func (b *outboxBundle) get(id int64) Row {
 	return r
 }
 
-func (b *outboxBundle) claimOne(relay string) Claim {
+func (b *outboxBundle) claimOne(relay string) claim {
 	b.t.Helper()
 	cs, err := b.ob.Claim(context.Background(), relay, 1)
 	require.NoError(b.t, err)
@@ -68,10 +68,10 @@ func TestOutboxTransitionTable(t *testing.T) {
 		{"", Pending}: true, {Pending, Claimed}: true, {Claimed, Published}: true, {Claimed, Pending}: true,
 		{Claimed, Dead}: true, {Published, Pending}: true, {Dead, Pending}: true,
 	}
-	from := append([]OutboxState{""}, OutboxStates...)
+	from := append([]OutboxState{""}, outboxStates...)
 	for _, f := range from {
-		for _, to := range OutboxStates {
-			require.Equal(t, allowed[[2]OutboxState{f, to}], CanTransitionOutbox(f, to), "%s → %s", f, to)
+		for _, to := range outboxStates {
+			require.Equal(t, allowed[[2]OutboxState{f, to}], canTransitionOutbox(f, to), "%s → %s", f, to)
 		}
 	}
 }
@@ -82,7 +82,7 @@ func TestOutboxEnqueueIsAtomicWithItsEvent(t *testing.T) {
 	ctx := context.Background()
 	// An event the log rejects (acked without received) takes the row with it.
 	bad := tracing.Event{Nonce: "x", State: tracing.Acked, From: "a@alpha.beam.directory", To: "b@beta.beam.directory", IntentType: "t"}
-	err := b.ob.Enqueue(ctx, NewRow{EventID: "x/1", Kind: KindIntent, Peer: "beta.beam.directory", Nonce: "x", Payload: []byte(`{}`)}, bad)
+	err := b.ob.Enqueue(ctx, newRow{EventID: "x/1", Kind: kindIntent, Peer: "beta.beam.directory", Nonce: "x", Payload: []byte(`{}`)}, bad)
 	require.Error(t, err)
 	counts, err := b.ob.Counts(ctx)
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestOutboxEnqueueIsAtomicWithItsEvent(t *testing.T) {
 	// A row whose insert fails (duplicate event id) takes the event with it.
 	id := b.enqueue()
 	ev := tracing.Event{Nonce: "y", State: tracing.Received, From: "a@alpha.beam.directory", To: "b@beta.beam.directory", IntentType: "t"}
-	err = b.ob.Enqueue(ctx, NewRow{EventID: b.get(id).EventID, Kind: KindIntent, Peer: "beta.beam.directory", Nonce: "y", Payload: []byte(`{}`)}, ev)
+	err = b.ob.Enqueue(ctx, newRow{EventID: b.get(id).EventID, Kind: kindIntent, Peer: "beta.beam.directory", Nonce: "y", Payload: []byte(`{}`)}, ev)
 	require.Error(t, err)
 	_, ok, err := b.log.Intent(ctx, "y")
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func TestOutboxClaimPublish(t *testing.T) {
 	require.Empty(t, r.ClaimedBy)
 	require.True(t, r.ClaimedAt.IsZero())
 	// PUBLISHED is terminal for the relay: no second finalization, no retry, no death.
-	var te *OutboxTransitionError
+	var te *outboxTransitionError
 	require.ErrorAs(t, b.ob.Publish(ctx, c), &te)
 	require.ErrorAs(t, b.ob.Retry(ctx, c, "x", b.clock.Now()), &te)
 	require.ErrorAs(t, b.ob.Kill(ctx, c, "x"), &te)
@@ -166,10 +166,10 @@ func TestOutboxForbiddenTransitions(t *testing.T) {
 	t.Parallel()
 	b := setupOutbox(t)
 	ctx := context.Background()
-	var te *OutboxTransitionError
+	var te *outboxTransitionError
 	// PENDING → PUBLISHED / DEAD / PENDING(retry) without a claim.
 	id := b.enqueue()
-	fake := Claim{Row{ID: id, ClaimedBy: "relay-1", ClaimedAt: b.clock.Now(), token: "x"}}
+	fake := claim{Row{ID: id, ClaimedBy: "relay-1", ClaimedAt: b.clock.Now(), token: "x"}}
 	require.ErrorAs(t, b.ob.Publish(ctx, fake), &te)
 	require.Equal(t, Pending, te.From)
 	require.ErrorAs(t, b.ob.Kill(ctx, fake, "x"), &te)
@@ -181,7 +181,7 @@ func TestOutboxForbiddenTransitions(t *testing.T) {
 	require.Equal(t, Claimed, te.From)
 	require.Equal(t, Claimed, b.get(id).State)
 	require.NoError(t, b.ob.Publish(ctx, c))
-	require.ErrorIs(t, b.ob.Replay(ctx, 9999), ErrRowNotFound)
+	require.ErrorIs(t, b.ob.Replay(ctx, 9999), errRowNotFound)
 }
 
 func TestOutboxReplay(t *testing.T) {
@@ -226,13 +226,13 @@ func TestOutboxClaimVerificationBeforePublished(t *testing.T) {
 	require.Contains(t, r.LastError, "claim expired")
 	c2 := b.claimOne("relay-2")
 	// The first relay may not finalize: its claim is gone.
-	require.ErrorIs(t, b.ob.Publish(ctx, c1), ErrClaimLost)
-	require.ErrorIs(t, b.ob.Retry(ctx, c1, "x", b.clock.Now()), ErrClaimLost)
-	require.ErrorIs(t, b.ob.Kill(ctx, c1, "x"), ErrClaimLost)
+	require.ErrorIs(t, b.ob.Publish(ctx, c1), errClaimLost)
+	require.ErrorIs(t, b.ob.Retry(ctx, c1, "x", b.clock.Now()), errClaimLost)
+	require.ErrorIs(t, b.ob.Kill(ctx, c1, "x"), errClaimLost)
 	// Even the same relay id with an older claim is fenced by claimed_at/token.
 	c2stale := c2
 	c2stale.token = "stale"
-	require.ErrorIs(t, b.ob.Publish(ctx, c2stale), ErrClaimLost)
+	require.ErrorIs(t, b.ob.Publish(ctx, c2stale), errClaimLost)
 	require.NoError(t, b.ob.Publish(ctx, c2))
 	require.Equal(t, Published, b.get(id).State)
 }

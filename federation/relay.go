@@ -33,25 +33,25 @@ type forwardPayload struct {
 
 // Extra error codes of federation.
 const (
-	// CodeBusy: the target directory has too many requests in flight.
-	CodeBusy = "BUSY"
-	// CodeSenderUnresolved: the target directory could not resolve the
+	// codeBusy: the target directory has too many requests in flight.
+	codeBusy = "BUSY"
+	// codeSenderUnresolved: the target directory could not resolve the
 	// sender's key from its home directory.
-	CodeSenderUnresolved = "SENDER_UNRESOLVED"
-	// CodeHopLimit: the intent crossed too many directories.
-	CodeHopLimit = "HOP_LIMIT"
-	// CodeLoop: the intent came back to a directory it crossed.
-	CodeLoop = "LOOP_DETECTED"
-	// CodeUnknownAgent: a resolve request named no agent of the directory.
-	CodeUnknownAgent = "UNKNOWN_AGENT"
-	// CodeUndeliverable: a durable row was terminated (DEAD).
-	CodeUndeliverable = "FEDERATION_UNDELIVERABLE"
+	codeSenderUnresolved = "SENDER_UNRESOLVED"
+	// codeHopLimit: the intent crossed too many directories.
+	codeHopLimit = "HOP_LIMIT"
+	// codeLoop: the intent came back to a directory it crossed.
+	codeLoop = "LOOP_DETECTED"
+	// codeUnknownAgent: a resolve request named no agent of the directory.
+	codeUnknownAgent = "UNKNOWN_AGENT"
+	// codeUndeliverable: a durable row was terminated (DEAD).
+	codeUndeliverable = "FEDERATION_UNDELIVERABLE"
 )
 
 // PeerFor implements directory.Remote: the pinned peer whose domain is
 // to's domain.
 func (n *Node) PeerFor(to string) (string, bool) {
-	d, err := DomainOf(to)
+	d, err := domainOf(to)
 	if err != nil || d == n.cfg.Domain {
 		return "", false
 	}
@@ -87,7 +87,7 @@ func (n *Node) Forward(ctx context.Context, req directory.ForwardRequest, events
 	if timeout <= 0 {
 		timeout = n.cfg.DurableTimeout
 	}
-	timeout = min(timeout, MaxIntentTimeout)
+	timeout = min(timeout, maxIntentTimeout)
 	fp := forwardPayload{Frame: string(req.Frame), From: req.From, To: req.To,
 		IntentType: req.IntentType, Attempt: req.Attempt, TimeoutMs: timeout.Milliseconds(), VouchedAuth: req.VouchedAuth, JWS: req.JWS}
 	if !req.Admitted.IsZero() {
@@ -97,9 +97,9 @@ func (n *Node) Forward(ctx context.Context, req directory.ForwardRequest, events
 	if err != nil {
 		return fmt.Errorf("forward %s: %w", req.Nonce, err)
 	}
-	row := NewRow{
+	row := newRow{
 		EventID:     req.Nonce + "/" + strconv.Itoa(req.Attempt) + "/" + newID()[:8],
-		Kind:        KindIntent,
+		Kind:        kindIntent,
 		Peer:        req.Peer,
 		Nonce:       req.Nonce,
 		Owner:       req.Owner,
@@ -146,11 +146,11 @@ func (n *Node) relayTick(context.Context) error {
 }
 
 // process publishes one claimed row and finalizes it.
-func (n *Node) process(c Claim) {
-	ctx, cancel := context.WithTimeout(context.Background(), MaxIntentTimeout+time.Minute)
+func (n *Node) process(c claim) {
+	ctx, cancel := context.WithTimeout(context.Background(), maxIntentTimeout+time.Minute)
 	defer cancel()
 	var fp forwardPayload
-	if err := json.Unmarshal(c.Payload, &fp); err != nil || c.Kind != KindIntent {
+	if err := json.Unmarshal(c.Payload, &fp); err != nil || c.Kind != kindIntent {
 		n.kill(ctx, c, fmt.Sprintf("unreadable row (kind %q): %v", c.Kind, err))
 		return
 	}
@@ -191,8 +191,8 @@ func (n *Node) process(c Claim) {
 		wait = min(wait, c.Deadline.Sub(now)+time.Second)
 	}
 	msg := &Message{
-		Kind: KindIntent, ID: newID(), From: n.cfg.Domain, To: c.Peer,
-		IssuedAt: now.UnixMilli(), Expires: now.Add(min(wait+time.Minute, MaxMessageTTL)).UnixMilli(),
+		Kind: kindIntent, ID: newID(), From: n.cfg.Domain, To: c.Peer,
+		IssuedAt: now.UnixMilli(), Expires: now.Add(min(wait+time.Minute, maxMessageTTL)).UnixMilli(),
 		EventID: c.EventID, Nonce: c.Nonce, Frame: fp.Frame, Hop: 1, Path: []string{n.cfg.Domain},
 		TimeoutMs: fp.TimeoutMs, Owner: c.Owner, Admitted: fp.AdmittedMs, VouchedAuth: fp.VouchedAuth, JWS: fp.JWS,
 	}
@@ -202,16 +202,16 @@ func (n *Node) process(c Claim) {
 		return
 	}
 	t0 := time.Now()
-	reply, err := conn.Request(Subject(c.Peer, n.cfg.Domain, KindIntent), tok, wait)
+	reply, err := conn.Request(Subject(c.Peer, n.cfg.Domain, kindIntent), tok, wait)
 	n.m.publishSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		n.m.publishFailures.WithLabelValues(c.Peer, "transport").Inc()
 		n.retry(ctx, c, fmt.Sprintf("request to %s: %v", c.Peer, err))
 		return
 	}
-	res, err := open(reply.Data, n.cfg.Domain, c.Peer, KindResult, n.pinnedKey, n.clock())
+	res, err := open(reply.Data, n.cfg.Domain, c.Peer, kindResult, n.pinnedKey, n.clock())
 	if err == nil && res.Re != msg.ID {
-		err = rejectf(RejectMisaddressed, "reply answers %q, not %q", truncate(res.Re), msg.ID)
+		err = rejectf(rejectMisaddressed, "reply answers %q, not %q", truncate(res.Re), msg.ID)
 	}
 	if err != nil {
 		n.rejected(err, c.Peer)
@@ -221,10 +221,10 @@ func (n *Node) process(c Claim) {
 	}
 	n.contact(c.Peer)
 	durable := c.Owner != string(tracing.OwnerDirectory)
-	if res.Status == StatusError {
+	if res.Status == statusError {
 		switch {
-		case res.ErrorCode == directory.CodeInProgress || res.ErrorCode == CodeBusy ||
-			res.ErrorCode == CodeSenderUnresolved || res.ErrorCode == directory.CodeRelayError:
+		case res.ErrorCode == directory.CodeInProgress || res.ErrorCode == codeBusy ||
+			res.ErrorCode == codeSenderUnresolved || res.ErrorCode == directory.CodeRelayError:
 			n.m.publishFailures.WithLabelValues(c.Peer, "remote_busy").Inc()
 			n.retry(ctx, c, fmt.Sprintf("%s answered %s: %s", c.Peer, res.ErrorCode, res.Error))
 			return
@@ -240,14 +240,14 @@ func (n *Node) process(c Claim) {
 // finalize records the peer's outcome on the nonce and marks the row
 // PUBLISHED in one transaction, then answers a sender of this process
 // that waits for it.
-func (n *Node) finalize(ctx context.Context, c Claim, res *Message, row tracing.IntentRow) {
+func (n *Node) finalize(ctx context.Context, c claim, res *Message, row tracing.IntentRow) {
 	finish, _ := n.cfg.Directory.SettleRemote(c.Nonce)
 	var rf *wire.ResultFrame
-	if res.Status == StatusResult {
+	if res.Status == statusResult {
 		var err error
 		if rf, err = wire.DecodeResultFrame([]byte(res.Result)); err != nil || rf.Nonce != c.Nonce {
 			n.lg.Warn("peer sent an unusable result frame", "peer", c.Peer, "nonce", c.Nonce, "err", err)
-			res = &Message{Status: StatusError, ErrorCode: directory.CodeDeliveryFailed,
+			res = &Message{Status: statusError, ErrorCode: directory.CodeDeliveryFailed,
 				Error: "peer " + c.Peer + " returned an unusable result frame", Delivered: res.Delivered}
 			rf = nil
 		}
@@ -268,7 +268,7 @@ func (n *Node) finalize(ctx context.Context, c Claim, res *Message, row tracing.
 		n.lg.Info("outbox row of an acked intent left as it is", "row", c.ID, "nonce", c.Nonce)
 		err = nil
 	}
-	if errors.Is(err, ErrClaimLost) {
+	if errors.Is(err, errClaimLost) {
 		n.lg.Warn("claim lost before PUBLISHED; recording the outcome only", "row", c.ID, "nonce", c.Nonce)
 		if len(events) > 0 {
 			if _, e := n.cfg.Log.Append(ctx, events...); e != nil {
@@ -301,7 +301,7 @@ func (n *Node) finalize(ctx context.Context, c Claim, res *Message, row tracing.
 
 // outcomeEvents are the origin's events for the peer's outcome, given the
 // nonce's current row.
-func (n *Node) outcomeEvents(c Claim, res *Message, rf *wire.ResultFrame, row tracing.IntentRow) []tracing.Event {
+func (n *Node) outcomeEvents(c claim, res *Message, rf *wire.ResultFrame, row tracing.IntentRow) []tracing.Event {
 	ev := func(s tracing.State) tracing.Event {
 		return tracing.Event{Nonce: c.Nonce, State: s, Transport: directory.TransportFederation, Attempt: row.Attempt}
 	}
@@ -379,7 +379,7 @@ func (n *Node) outcomeEvents(c Claim, res *Message, rf *wire.ResultFrame, row tr
 // retryPolicy is c's retry policy: RetryBase doubling up to SyncRetryMax
 // for rows whose sender waits, DurableRetryMax for durable sends, and
 // c.MaxAttempts attempts (0: no limit).
-func (n *Node) retryPolicy(c Claim) attempt.Policy {
+func (n *Node) retryPolicy(c claim) attempt.Policy {
 	limit := n.cfg.DurableRetryMax
 	if c.Owner == string(tracing.OwnerDirectory) {
 		limit = n.cfg.SyncRetryMax
@@ -392,7 +392,7 @@ func (n *Node) retryPolicy(c Claim) attempt.Policy {
 
 // retry returns c to PENDING with backoff, or kills it when its attempts
 // are used up or the retry would start after its deadline.
-func (n *Node) retry(ctx context.Context, c Claim, lastErr string) {
+func (n *Node) retry(ctx context.Context, c claim, lastErr string) {
 	attempts := c.Attempts + 1
 	v := n.retryPolicy(c).Decide(attempt.Failure{N: attempts, Retryable: true, Now: n.clock(), Deadline: c.Deadline})
 	switch {
@@ -412,13 +412,13 @@ func (n *Node) retry(ctx context.Context, c Claim, lastErr string) {
 
 // kill moves c to DEAD; a durable intent still in flight is recorded
 // dead_letter in the same transaction.
-func (n *Node) kill(ctx context.Context, c Claim, lastErr string) {
+func (n *Node) kill(ctx context.Context, c claim, lastErr string) {
 	var events []tracing.Event
 	if c.Owner != string(tracing.OwnerDirectory) {
 		if row, ok, err := n.cfg.Log.Intent(ctx, c.Nonce); err == nil && ok &&
 			(row.Status == tracing.Dispatched || row.Status == tracing.Delivered || row.Status == tracing.Queued) {
 			ev := tracing.Event{Nonce: c.Nonce, State: tracing.DeadLetter, Transport: directory.TransportFederation, Attempt: row.Attempt}
-			ev.Details = tracing.Details{ErrorCode: CodeUndeliverable, Error: lastErr, Extra: map[string]any{"peer": c.Peer, "outboxId": c.ID}}
+			ev.Details = tracing.Details{ErrorCode: codeUndeliverable, Error: lastErr, Extra: map[string]any{"peer": c.Peer, "outboxId": c.ID}}
 			events = append(events, ev)
 		}
 	}
@@ -444,7 +444,7 @@ func (n *Node) kill(ctx context.Context, c Claim, lastErr string) {
 }
 
 // busOutcome tells the bus (Config.BusOutcome) of a bus-owned row's outcome.
-func (n *Node) busOutcome(c Claim) {
+func (n *Node) busOutcome(c claim) {
 	if c.Owner != string(tracing.OwnerBus) {
 		return
 	}

@@ -30,9 +30,9 @@ import (
 // replayed again (its peer's outcome is committed), and stays as the log
 // last recorded it.
 
-// Step is details.outbox of an event: an outbox row after one transition.
+// step is details.outbox of an event: an outbox row after one transition.
 // Times are unix microseconds (0: unset).
-type Step struct {
+type step struct {
 	EventID     string      `json:"eventId"`
 	State       OutboxState `json:"state"`
 	Peer        string      `json:"peer"`
@@ -56,8 +56,8 @@ type Step struct {
 
 // stepOf is the step that leaves a row as r (created: with the immutable
 // fields).
-func stepOf(r Row, created bool) Step {
-	s := Step{EventID: r.EventID, State: r.State, Peer: r.Peer, Attempts: r.Attempts, LastError: r.LastError,
+func stepOf(r Row, created bool) step {
+	s := step{EventID: r.EventID, State: r.State, Peer: r.Peer, Attempts: r.Attempts, LastError: r.LastError,
 		AvailableAt: usOrZero(r.AvailableAt), Deadline: usOrZero(r.Deadline), ClaimedAt: usOrZero(r.ClaimedAt),
 		ClaimedBy: r.ClaimedBy, PublishedAt: usOrZero(r.PublishedAt), At: usOrZero(r.UpdatedAt)}
 	if created {
@@ -82,7 +82,7 @@ func annotatable(s tracing.State) bool {
 // its last event (when it is nonce's) carrying details.outbox, else
 // carrier plus an annotation in the intent's current state. It returns
 // errUnrecordable when neither is possible.
-func (o *Outbox) withStep(ctx context.Context, nonce string, st Step, carrier []tracing.Event) ([]tracing.Event, error) {
+func (o *Outbox) withStep(ctx context.Context, nonce string, st step, carrier []tracing.Event) ([]tracing.Event, error) {
 	if n := len(carrier); n > 0 && carrier[n-1].Nonce == nonce {
 		out := append([]tracing.Event(nil), carrier...)
 		last := &out[n-1]
@@ -114,7 +114,7 @@ func (o *Outbox) withStep(ctx context.Context, nonce string, st Step, carrier []
 }
 
 // applyStep folds st, the next step of a row of nonce, into r.
-func applyStep(r *Row, nonce string, st Step) {
+func applyStep(r *Row, nonce string, st step) {
 	if st.Kind != "" {
 		r.EventID, r.Nonce, r.Kind, r.Owner, r.Payload = st.EventID, nonce, st.Kind, st.Owner, []byte(st.Payload)
 		r.MaxAttempts = st.MaxAttempts
@@ -147,7 +147,7 @@ func RebuildOutbox(ctx context.Context, log *tracing.Log) (int, error) {
 			return nil // the cheap test first: most events carry no step
 		}
 		var d struct {
-			Outbox *Step `json:"outbox"`
+			Outbox *step `json:"outbox"`
 		}
 		if json.Unmarshal(details, &d) != nil || d.Outbox == nil || d.Outbox.EventID == "" {
 			return nil

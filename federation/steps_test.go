@@ -39,9 +39,9 @@ func rowsByEventID(t *testing.T, ob *Outbox) map[string]Row {
 }
 
 // stepsOf returns the outbox steps recorded in a trace, in order.
-func stepsOf(t *testing.T, tr []tracing.Event) []Step {
+func stepsOf(t *testing.T, tr []tracing.Event) []step {
 	t.Helper()
-	var out []Step
+	var out []step
 	for _, ev := range tr {
 		v, ok := ev.Details.Extra["outbox"]
 		if !ok {
@@ -49,7 +49,7 @@ func stepsOf(t *testing.T, tr []tracing.Event) []Step {
 		}
 		raw, err := json.Marshal(v)
 		require.NoError(t, err)
-		var st Step
+		var st step
 		require.NoError(t, json.Unmarshal(raw, &st))
 		out = append(out, st)
 	}
@@ -140,7 +140,7 @@ func TestOutboxStepsAreInTheLogAndRebuildTheOutbox(t *testing.T) {
 	// The operator's status shows the peer's backlog.
 	status, err := alpha.node.Status(ctx)
 	require.NoError(t, err)
-	bl := status.(map[string]any)["backlog"].(map[string]Backlog)["beta.beam.directory"]
+	bl := status.(map[string]any)["backlog"].(map[string]backlog)["beta.beam.directory"]
 	require.EqualValues(t, 1, bl.Depth)
 	require.False(t, bl.Oldest.IsZero())
 	require.Contains(t, bl.LastError, "beta.beam.directory")

@@ -53,7 +53,7 @@ func (s peerStore) load(ctx context.Context) ([]Peer, error) {
 		if err := rows.Scan(&p.Domain, &p.URL, &key, &added, &last); err != nil {
 			return nil, fmt.Errorf("load peers: %w", err)
 		}
-		pub, err := ParseKey(key)
+		pub, err := parseKey(key)
 		if err != nil {
 			return nil, fmt.Errorf("load peer %s: %w", p.Domain, err)
 		}

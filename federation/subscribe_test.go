@@ -39,7 +39,7 @@ func TestBeforeSubscribeRunsBeforeTheQueueGroup(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(probe.Close)
 	const domain = "alpha.beam.directory"
-	subject := Subject(domain, "beta.beam.directory", KindIntent)
+	subject := Subject(domain, "beta.beam.directory", kindIntent)
 	// subscribed reports whether anyone takes the subject: an unreadable
 	// message gets no answer from a subscribed node (a timeout), and
 	// ErrNoResponders when nobody subscribes.

@@ -21,9 +21,9 @@ import (
 // and a stolen certificate without the directory key is useless, since TLS
 // 1.3 makes the server prove it holds the key.
 
-// ServerTLS returns the TLS configuration of the embedded NATS server of the
+// serverTLS returns the TLS configuration of the embedded NATS server of the
 // directory with key priv and domain.
-func ServerTLS(priv ed25519.PrivateKey, domain string) (*tls.Config, error) {
+func serverTLS(priv ed25519.PrivateKey, domain string) (*tls.Config, error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
 	if err != nil {
 		return nil, fmt.Errorf("federation certificate: serial: %w", err)

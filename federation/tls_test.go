@@ -91,7 +91,7 @@ func TestFederationRedirectedPeerIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	defer spy.Close()
 	var seen atomic.Int64
-	_, err = spy.Subscribe(SubjectPrefix+".>", func(*nats.Msg) { seen.Add(1) })
+	_, err = spy.Subscribe(subjectPrefix+".>", func(*nats.Msg) { seen.Add(1) })
 	require.NoError(t, err)
 	require.NoError(t, spy.Flush())
 

@@ -56,7 +56,7 @@ func requestReply(t *testing.T, nc *nats.Conn, subj string, tok []byte, origin *
 	require.NoError(t, err)
 	target, _, _, err := parseSubject(subj)
 	require.NoError(t, err)
-	m, err := open(msg.Data, origin.domain, strings.ReplaceAll(target, "_", "."), KindResult, origin.node.pinnedKey, time.Now())
+	m, err := open(msg.Data, origin.domain, strings.ReplaceAll(target, "_", "."), kindResult, origin.node.pinnedKey, time.Now())
 	require.NoError(t, err)
 	return m
 }
@@ -195,13 +195,13 @@ func TestVouchedMessageRejections(t *testing.T) {
 	require.NoError(t, b.Connect(context.Background()))
 
 	nc := peerConn(t, beta, alpha.key, "alpha.beam.directory")
-	subj := Subject("beta.beam.directory", "alpha.beam.directory", KindIntent)
+	subj := Subject("beta.beam.directory", "alpha.beam.directory", kindIntent)
 	vouched := func(from string) (*wire.IntentFrame, *Message) {
 		f := wire.NewIntentFrame(from, "b@beta.beam.directory", "task", json.RawMessage(`{}`), time.Now())
 		raw, err := f.DeliveryJSON()
 		require.NoError(t, err)
 		now := time.Now()
-		return f, &Message{Kind: KindIntent, ID: newID(), From: "alpha.beam.directory", To: "beta.beam.directory",
+		return f, &Message{Kind: kindIntent, ID: newID(), From: "alpha.beam.directory", To: "beta.beam.directory",
 			IssuedAt: now.UnixMilli(), Expires: now.Add(time.Minute).UnixMilli(), Nonce: f.Nonce, Frame: string(raw),
 			Hop: 1, Path: []string{"alpha.beam.directory"}, TimeoutMs: 5000, EventID: f.Nonce + "/1",
 			Owner: string(tracing.OwnerBus), Admitted: now.UnixMilli(), VouchedAuth: wire.AttestAPIKey}
@@ -218,22 +218,22 @@ func TestVouchedMessageRejections(t *testing.T) {
 	tok, err := seal(gm, alpha.key)
 	require.NoError(t, err)
 	m := reply(tok)
-	require.Equal(t, StatusResult, m.Status, m.Error)
+	require.Equal(t, statusResult, m.Status, m.Error)
 
 	// 1. Replayed: dropped, counted, delivered only once.
 	_, err = nc.Request(subj, tok, 500*time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout)
-	require.Eventually(t, func() bool { return beta.rejectedCount(RejectReplay) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return beta.rejectedCount(rejectReplay) == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	// 2. Vouching for a sender of another domain: refused, counted.
-	senders := beta.rejectedCount(RejectSender)
+	senders := beta.rejectedCount(rejectSender)
 	outsider, om := vouched("x@gamma.beam.directory")
 	tok, err = seal(om, alpha.key)
 	require.NoError(t, err)
 	m = reply(tok)
-	require.Equal(t, StatusError, m.Status)
+	require.Equal(t, statusError, m.Status)
 	require.Equal(t, directory.CodeForbidden, m.ErrorCode)
-	require.Equal(t, senders+1, beta.rejectedCount(RejectSender))
+	require.Equal(t, senders+1, beta.rejectedCount(rejectSender))
 	require.False(t, recorded(outsider.Nonce))
 
 	// 3. A forged attestation: the origin's signature made with another key.
@@ -244,7 +244,7 @@ func TestVouchedMessageRejections(t *testing.T) {
 	require.NoError(t, err)
 	_, err = nc.Request(subj, tok, 500*time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout)
-	require.Eventually(t, func() bool { return beta.rejectedCount(RejectBadSignature) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return beta.rejectedCount(rejectBadSignature) == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.False(t, recorded(forged.Nonce))
 
 	// ... and a genuine message whose frame was altered after signing.
@@ -258,7 +258,7 @@ func TestVouchedMessageRejections(t *testing.T) {
 	spliced := strings.Split(string(tok2), ".")[0] + "." + strings.Split(string(tok2), ".")[1] + "." + parts[2]
 	_, err = nc.Request(subj, []byte(spliced), 500*time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout)
-	require.Eventually(t, func() bool { return beta.rejectedCount(RejectBadSignature) == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return beta.rejectedCount(rejectBadSignature) == 2 }, 5*time.Second, 10*time.Millisecond)
 
 	mu.Lock()
 	require.Equal(t, []string{good.Nonce}, handled)
@@ -300,7 +300,7 @@ func TestNoForwardingThroughIntermediateDirectory(t *testing.T) {
 
 	for _, d := range []*fedDir{beta, gamma} {
 		for _, peer := range []string{"alpha.beam.directory", "beta.beam.directory"} {
-			require.Zero(t, counterValue(t, d.node.m.received.WithLabelValues(peer, KindIntent)), d.domain)
+			require.Zero(t, counterValue(t, d.node.m.received.WithLabelValues(peer, kindIntent)), d.domain)
 		}
 	}
 }

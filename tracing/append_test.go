@@ -324,7 +324,7 @@ func TestCloseDrainsAndReopen(t *testing.T) {
 		return b.log.closed
 	}, 10*time.Second, time.Millisecond)
 	_, err := b.log.Append(ctx, received("late"))
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errClosed)
 	release()
 	wg.Wait()
 	require.NoError(t, <-closed)
@@ -333,10 +333,10 @@ func TestCloseDrainsAndReopen(t *testing.T) {
 	}
 	require.NoError(t, b.log.Close(), "second Close")
 	_, err = b.log.Append(ctx, received("late"))
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errClosed)
 	_, err = b.log.Do(ctx, func(*sqlx.Tx) error { return nil })
-	require.ErrorIs(t, err, ErrClosed)
-	require.ErrorIs(t, b.log.Ping(ctx), ErrClosed)
+	require.ErrorIs(t, err, errClosed)
+	require.ErrorIs(t, b.log.Ping(ctx), errClosed)
 
 	b.open()
 	require.Equal(t, int64(n+2), b.log.LastSeq())
@@ -626,7 +626,7 @@ func TestAppendsAcknowledgedAroundCloseAreKept(t *testing.T) {
 					evs = append(evs, ev(nonce, Validated))
 				}
 				_, err := b.log.Append(ctx, evs...)
-				if errors.Is(err, ErrClosed) {
+				if errors.Is(err, errClosed) {
 					return
 				}
 				if !assert.NoError(t, err) {

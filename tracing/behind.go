@@ -213,7 +213,7 @@ func (l *Log) sync(ctx context.Context) error {
 	}
 	r := &request{kind: kindSync, done: make(chan struct{})}
 	if err := l.wait(ctx, r); err != nil {
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, errClosed) {
 			return nil // Close wrote everything
 		}
 		return fmt.Errorf("write pending projection rows: %w", err)

@@ -5,9 +5,9 @@ import (
 	"fmt"
 )
 
-// ErrClosed is returned by Append, Do, Rebuild and Ping after Close, and
+// errClosed is returned by Append, Do, Rebuild and Ping after Close, and
 // reported by subscriptions that were open when the log closed.
-var ErrClosed = errors.New("tracing: log closed")
+var errClosed = errors.New("tracing: log closed")
 
 // ErrSubscriberLagged ends a subscription whose buffer overflowed because
 // its reader fell behind the writer. The reader resumes by subscribing again

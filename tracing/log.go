@@ -54,12 +54,12 @@ type Config struct {
 const (
 	// MaxNonceBytes is the longest nonce accepted.
 	MaxNonceBytes = 256
-	// MaxFieldBytes bounds From, To, IntentType and Transport.
-	MaxFieldBytes = 1024
-	// MaxDetailsBytes bounds one event's encoded details.
-	MaxDetailsBytes = 1 << 20
-	// MaxTraceEvents is the most events Trace returns for one nonce.
-	MaxTraceEvents = 10000
+	// maxFieldBytes bounds From, To, IntentType and Transport.
+	maxFieldBytes = 1024
+	// maxDetailsBytes bounds one event's encoded details.
+	maxDetailsBytes = 1 << 20
+	// maxTraceEvents is the most events Trace returns for one nonce.
+	maxTraceEvents = 10000
 )
 
 // writerBusyTimeout is how long a write waits for a lock another process
@@ -350,7 +350,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 
 // OpenReadOnly opens the existing log at path for reading only, alongside a
 // process that may be writing it: no schema change, no writer, no
-// checkpoints. Append and Do return ErrClosed.
+// checkpoints. Append and Do return errClosed.
 func OpenReadOnly(ctx context.Context, path string) (*Log, error) {
 	bindOnce.Do(func() { sqlx.BindDriver("sqlite", sqlx.QUESTION) })
 	if strings.ContainsRune(path, '?') {
@@ -540,9 +540,9 @@ func groupStates(ctx context.Context, q queryer, query string) (map[State]int64,
 	return counts, nil
 }
 
-// Close stops accepting appends (they fail with ErrClosed), commits
+// Close stops accepting appends (they fail with errClosed), commits
 // everything already submitted, stops the writer, ends all subscriptions
-// with ErrClosed and closes the database. It is safe to call more than once;
+// with errClosed and closes the database. It is safe to call more than once;
 // later calls return the first call's result.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
@@ -562,7 +562,7 @@ func (l *Log) Close() error {
 		}
 		l.subMu.Unlock()
 		for _, s := range subs {
-			s.stop(ErrClosed)
+			s.stop(errClosed)
 		}
 		l.subWG.Wait()
 
@@ -672,7 +672,7 @@ func (l *Log) CountByState(ctx context.Context) (map[State]int64, error) {
 	return countStates(ctx, l.rdb)
 }
 
-// Trace returns the events of a nonce in seq order (at most MaxTraceEvents).
+// Trace returns the events of a nonce in seq order (at most maxTraceEvents).
 // The events are found through the nonce's intent_log row; a nonce whose
 // row is not written yet (behind.go) is looked for among the events after
 // the projections' high-water mark, in the same statement (so in the same
@@ -681,7 +681,7 @@ func (l *Log) Trace(ctx context.Context, nonce string) ([]Event, error) {
 	rows, err := l.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM intent_trace_events WHERE `+eventsByNonce+`
 		UNION ALL SELECT `+eventCols+` FROM intent_trace_events WHERE seq > (SELECT seq FROM projection_seq) AND nonce = ?
 		  AND NOT EXISTS (SELECT 1 FROM intent_log WHERE nonce = ?)
-		ORDER BY seq LIMIT ?`, nonce, nonce, nonce, nonce, MaxTraceEvents)
+		ORDER BY seq LIMIT ?`, nonce, nonce, nonce, nonce, maxTraceEvents)
 	if err != nil {
 		return nil, fmt.Errorf("read trace %q: %w", nonce, err)
 	}
@@ -778,7 +778,7 @@ func (l *Log) Ping(ctx context.Context) error {
 	closed := l.closed
 	l.qmu.Unlock()
 	if closed {
-		return ErrClosed
+		return errClosed
 	}
 	var one int
 	if err := l.rdb.GetContext(ctx, &one, `SELECT 1 FROM sqlite_master LIMIT 1`); err != nil && !errors.Is(err, sql.ErrNoRows) {

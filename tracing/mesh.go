@@ -97,7 +97,7 @@ func AdvanceMeshStatus(cur, next MeshStatus, resume bool) (MeshStatus, bool) {
 // actor started processing it (a processing step), as the seed's sidecar
 // reports them.
 const (
-	MeshReceivedShare   = 0.10
+	meshReceivedShare   = 0.10
 	MeshProcessingShare = 0.15
 )
 
@@ -131,7 +131,7 @@ const (
 	MeshKindCancel   = "cancel"
 	MeshKindSink     = "sink"
 	MeshKindFailed   = "failed"
-	MeshKindFanOut   = "fanout"
+	meshKindFanOut   = "fanout"
 	// MeshKindProcessing: the hop's actor reports it started processing
 	// the hop (progress only).
 	MeshKindProcessing = "processing"
@@ -236,7 +236,7 @@ func (m *MeshRow) Apply(ev Event) {
 	wasTerminal := m.Status.Terminal()
 	if st.Kind == "" && ev.State == Delivered && m.Status.Order() == 1 {
 		// The relay's delivered event: the actor received the hop.
-		m.Progress = max(m.Progress, MeshHopProgress(m.Envelope, MeshReceivedShare))
+		m.Progress = max(m.Progress, MeshHopProgress(m.Envelope, meshReceivedShare))
 	}
 	if st.Status != "" {
 		next, ok := AdvanceMeshStatus(m.Status, st.Status, st.Kind == MeshKindResume)
@@ -450,7 +450,7 @@ func (l *Log) MeshEnvelope(ctx context.Context, id string) (MeshRow, bool, error
 }
 
 // MeshEnvelopeTrace returns the envelope with this id together with its
-// trace (Trace: at most MaxTraceEvents events), both as of the same point of
+// trace (Trace: at most maxTraceEvents events), both as of the same point of
 // the log. The row is read first and the trace after it, so the trace may
 // end with events committed in between (the writer updates the rows kept in
 // memory just after the commit that made the events readable); those are

@@ -64,7 +64,7 @@ func TestMeshStepEncodeMatchesEncodingJSON(t *testing.T) {
 		require.Equal(t, plain, decoded, "step %d", i)
 	}
 	// A caller's changes to a decoded step do not reach the next decode.
-	s := MeshStep{Kind: MeshKindFanOut, Envelope: []byte(`{"id":"e"}`), Children: []string{"c1"}}
+	s := MeshStep{Kind: meshKindFanOut, Envelope: []byte(`{"id":"e"}`), Children: []string{"c1"}}
 	raw := s.Encode()
 	d, err := DecodeMeshStep(raw)
 	require.NoError(t, err)

@@ -24,7 +24,7 @@ func TestOpenReadOnlyReadsALiveLog(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	_, err = ro.Append(ctx, Event{Nonce: "ro-2", State: Received, From: "a@x", To: "b@x", IntentType: "t"})
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errClosed)
 	require.NoError(t, ro.Close())
 
 	// The writer is unaffected.

@@ -5,11 +5,11 @@ import (
 	"sync"
 )
 
-// DefaultSubscriptionBuffer is the buffer of a subscription created with a
-// non-positive buffer; MaxSubscriptionBuffer caps it.
+// defaultSubscriptionBuffer is the buffer of a subscription created with a
+// non-positive buffer; maxSubscriptionBuffer caps it.
 const (
-	DefaultSubscriptionBuffer = 4096
-	MaxSubscriptionBuffer     = 1 << 20
+	defaultSubscriptionBuffer = 4096
+	maxSubscriptionBuffer     = 1 << 20
 	catchUpPage               = 512
 )
 
@@ -42,16 +42,16 @@ type Subscription struct {
 
 // Subscribe returns a subscription to the events with seq > fromSeq. buffer
 // bounds, in events, how far the reader may fall behind live commits
-// (DefaultSubscriptionBuffer when ≤ 0); a buffer smaller than a commit batch
+// (defaultSubscriptionBuffer when ≤ 0); a buffer smaller than a commit batch
 // lags on that batch. The subscription ends when ctx ends, on Close, when
-// the log closes (ErrClosed) or when the reader lags (ErrSubscriberLagged);
+// the log closes (errClosed) or when the reader lags (ErrSubscriberLagged);
 // to resume, subscribe again from the last seq received. Events share their
 // Details maps and slices with other readers: treat them as read-only.
 func (l *Log) Subscribe(ctx context.Context, fromSeq int64, buffer int) *Subscription {
 	if buffer <= 0 {
-		buffer = DefaultSubscriptionBuffer
+		buffer = defaultSubscriptionBuffer
 	}
-	buffer = min(buffer, MaxSubscriptionBuffer)
+	buffer = min(buffer, maxSubscriptionBuffer)
 	s := &Subscription{
 		l:          l,
 		parent:     ctx,
@@ -65,7 +65,7 @@ func (l *Log) Subscribe(ctx context.Context, fromSeq int64, buffer int) *Subscri
 	l.subMu.Lock()
 	if l.subsDone {
 		l.subMu.Unlock()
-		s.err = ErrClosed
+		s.err = errClosed
 		s.cancel()
 		close(s.out)
 		close(s.done)
@@ -86,7 +86,7 @@ func (l *Log) Subscribe(ctx context.Context, fromSeq int64, buffer int) *Subscri
 // ends; Err then says why.
 func (s *Subscription) Events() <-chan Event { return s.out }
 
-// Err returns why the subscription ended: ErrSubscriberLagged, ErrClosed,
+// Err returns why the subscription ended: ErrSubscriberLagged, errClosed,
 // the context's error, a read error, or nil after Close. It is nil while
 // the subscription runs.
 func (s *Subscription) Err() error {

@@ -148,11 +148,11 @@ func TestSubscribeEnds(t *testing.T) {
 	collect(t, s2, 0, 3)
 	require.NoError(t, b.log.Close())
 	<-s2.Done()
-	require.ErrorIs(t, s2.Err(), ErrClosed)
+	require.ErrorIs(t, s2.Err(), errClosed)
 
 	s3 := b.log.Subscribe(context.Background(), 0, 0)
 	<-s3.Done()
-	require.ErrorIs(t, s3.Err(), ErrClosed)
+	require.ErrorIs(t, s3.Err(), errClosed)
 	_, ok := <-s3.Events()
 	require.False(t, ok)
 	s3.Close()

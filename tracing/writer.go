@@ -613,7 +613,7 @@ func (w *writerState) discard() {
 //
 // It returns a *TransitionError when an event's state may not follow the
 // nonce's current state, a *ValidationError for a malformed event, and
-// ErrClosed after Close. If ctx ends before the writer has taken the call,
+// errClosed after Close. If ctx ends before the writer has taken the call,
 // Append returns ctx.Err() and nothing is written; once the writer has taken
 // it, Append waits for the commit and reports its outcome regardless of ctx
 // (a commit is normally a few milliseconds).
@@ -665,7 +665,7 @@ func (l *Log) wait(ctx context.Context, r *request) error {
 	if l.closed {
 		l.qmu.Unlock()
 		l.m.rejected.WithLabelValues(rejectClosed).Inc()
-		return ErrClosed
+		return errClosed
 	}
 	if l.idleLocked(r) {
 		l.writing = true
@@ -753,9 +753,9 @@ func (l *Log) newRequest(events []Event) (*request, error) {
 		if err != nil {
 			return nil, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details", Reason: err.Error()}
 		}
-		if len(buf)-n > MaxDetailsBytes {
+		if len(buf)-n > maxDetailsBytes {
 			return nil, &ValidationError{Nonce: ev.Nonce, Index: i, Field: "details",
-				Reason: fmt.Sprintf("encoded details are %d bytes, more than %d", len(buf)-n, MaxDetailsBytes)}
+				Reason: fmt.Sprintf("encoded details are %d bytes, more than %d", len(buf)-n, maxDetailsBytes)}
 		}
 		r.ends[i] = int32(len(buf))
 		ev.Seq = 0
@@ -789,8 +789,8 @@ func checkEvent(i int, ev *Event) error {
 	for _, f := range [...]struct{ name, v string }{
 		{"from", ev.From}, {"to", ev.To}, {"intentType", ev.IntentType}, {"transport", ev.Transport},
 	} {
-		if len(f.v) > MaxFieldBytes {
-			return bad(f.name, fmt.Sprintf("longer than %d bytes", MaxFieldBytes))
+		if len(f.v) > maxFieldBytes {
+			return bad(f.name, fmt.Sprintf("longer than %d bytes", maxFieldBytes))
 		}
 		if !utf8.ValidString(f.v) {
 			return bad(f.name, "not valid UTF-8")

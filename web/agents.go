@@ -182,7 +182,7 @@ type errorsResponse struct {
 const maxAffected = 1000
 
 func (d *Dashboard) handleErrors(w http.ResponseWriter, r *http.Request, _ principal) error {
-	hours, err := hoursParam(r.URL.Query(), DefaultWindowHours)
+	hours, err := hoursParam(r.URL.Query(), defaultWindowHours)
 	if err != nil {
 		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}

@@ -126,9 +126,9 @@ func (d *Dashboard) roleOf(tok string) (string, bool) {
 	admin, viewer := match(d.cfg.AdminToken), match(d.cfg.ViewerToken)
 	switch {
 	case admin:
-		return RoleAdmin, true
+		return roleAdmin, true
 	case viewer:
-		return RoleViewer, true
+		return roleViewer, true
 	}
 	return "", false
 }
@@ -189,7 +189,7 @@ func (d *Dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	s := d.sessions.create(role, now)
 	http.SetCookie(w, &http.Cookie{
-		Name:     SessionCookie,
+		Name:     sessionCookie,
 		Value:    s.id,
 		Path:     "/",
 		Expires:  s.expires,
@@ -207,10 +207,10 @@ func (d *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request, p princ
 		d.sessions.remove(p.session.id)
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: SessionCookie, Value: "", Path: "/", MaxAge: -1,
+		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, Secure: d.cfg.SecureCookies, SameSite: http.SameSiteStrictMode,
 	})
-	if r.Header.Get(CSRFHeader) == "" { // a plain form post: navigate
+	if r.Header.Get(csrfHeader) == "" { // a plain form post: navigate
 		http.Redirect(w, r, "/dashboard/login?signed_out=1", http.StatusSeeOther)
 		return nil
 	}
@@ -227,7 +227,7 @@ type sessionView struct {
 }
 
 func (d *Dashboard) handleSession(w http.ResponseWriter, r *http.Request, p principal) error {
-	v := sessionView{Role: p.role, CanMutate: p.role == RoleAdmin}
+	v := sessionView{Role: p.role, CanMutate: p.role == roleAdmin}
 	if p.session != nil {
 		v.CSRFToken = p.session.csrf
 		v.ExpiresAt = p.session.expires.UTC().Format(time.RFC3339)

@@ -49,7 +49,7 @@ func TestAuthRequiredEverywhere(t *testing.T) {
 	}
 	// A forged session cookie is no session.
 	req := b.req("GET", "/observability/overview", nil)
-	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: strings.Repeat("ab", 32)})
+	req.AddCookie(&http.Cookie{Name: sessionCookie, Value: strings.Repeat("ab", 32)})
 	require.Equal(t, http.StatusUnauthorized, do(t, c, req).status)
 
 	// HTML routes redirect to the login page.
@@ -95,13 +95,13 @@ func TestLoginSetsHttpOnlyCookie(t *testing.T) {
 	cookies := (&http.Response{Header: r.header}).Cookies()
 	require.Len(t, cookies, 1)
 	ck := cookies[0]
-	require.Equal(t, SessionCookie, ck.Name)
+	require.Equal(t, sessionCookie, ck.Name)
 	require.True(t, ck.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
 	require.Equal(t, "/", ck.Path)
 	require.Len(t, ck.Value, 64)
 	require.NotContains(t, ck.Value, adminToken)
-	require.InDelta(t, DefaultSessionTTL.Seconds(), float64(ck.MaxAge), 1)
+	require.InDelta(t, defaultSessionTTL.Seconds(), float64(ck.MaxAge), 1)
 
 	app := do(t, c, b.req("GET", "/dashboard/", nil, "Accept", "text/html"))
 	require.Equal(t, http.StatusOK, app.status)
@@ -112,7 +112,7 @@ func TestLoginSetsHttpOnlyCookie(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, do(t, c, b.req("GET", "/dashboard/login", nil)).status)
 
 	v := b.login(viewerToken)
-	require.Equal(t, RoleViewer, v.role)
+	require.Equal(t, roleViewer, v.role)
 }
 
 func TestSecureCookieOption(t *testing.T) {
@@ -169,13 +169,13 @@ func TestCSRFEnforcedOnMutations(t *testing.T) {
 	r := do(t, op.c, b.req("POST", path, nil, "Origin", b.srv.URL))
 	require.Equal(t, http.StatusForbidden, r.status)
 	require.Equal(t, "CSRF_TOKEN_INVALID", r.json(t)["errorCode"])
-	r = do(t, op.c, b.req("POST", path, nil, "Origin", b.srv.URL, CSRFHeader, "nope"))
+	r = do(t, op.c, b.req("POST", path, nil, "Origin", b.srv.URL, csrfHeader, "nope"))
 	require.Equal(t, http.StatusForbidden, r.status)
 	other := b.login(adminToken)
-	r = do(t, op.c, b.req("POST", path, nil, "Origin", b.srv.URL, CSRFHeader, other.csrf))
+	r = do(t, op.c, b.req("POST", path, nil, "Origin", b.srv.URL, csrfHeader, other.csrf))
 	require.Equal(t, http.StatusForbidden, r.status)
 	// The right token from another origin.
-	r = do(t, op.c, b.req("POST", path, nil, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site", CSRFHeader, op.csrf))
+	r = do(t, op.c, b.req("POST", path, nil, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site", csrfHeader, op.csrf))
 	require.Equal(t, http.StatusForbidden, r.status)
 	require.Equal(t, "CROSS_ORIGIN", r.json(t)["errorCode"])
 	b.mu.Lock()
@@ -258,7 +258,7 @@ func TestSessionExpires(t *testing.T) {
 	b := setup(t, func(o *setupOpts) { o.clock = clock.Now })
 	op := b.login(adminToken)
 	require.Equal(t, http.StatusOK, op.get("/dashboard/session").status)
-	clock.Advance(DefaultSessionTTL + time.Second)
+	clock.Advance(defaultSessionTTL + time.Second)
 	require.Equal(t, http.StatusUnauthorized, op.get("/dashboard/session").status)
 }
 

@@ -51,7 +51,7 @@ func (d *Dashboard) requeueFor(p principal) requeueState {
 	switch {
 	case d.cfg.Requeue == nil:
 		return requeueState{Reason: "Requeue needs the message bus, which is not running in this directory."}
-	case p.role != RoleAdmin:
+	case p.role != roleAdmin:
 		return requeueState{Available: true, Reason: "Only operators (admin role) can requeue; you are signed in as a viewer."}
 	}
 	return requeueState{Available: true, Allowed: true}
@@ -72,7 +72,7 @@ type deadLettersResponse struct {
 
 func (d *Dashboard) handleDeadLetters(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
-	limit, err := intParam(q, "limit", DefaultListLimit, 1, MaxListLimit)
+	limit, err := intParam(q, "limit", defaultListLimit, 1, maxListLimit)
 	if err == nil {
 		var offset int
 		offset, err = intParam(q, "offset", 0, 0, maxOffset)

@@ -27,25 +27,25 @@ var staticFS embed.FS
 
 // Defaults and bounds of the dashboard.
 const (
-	// DefaultSessionTTL is how long a dashboard session lives.
-	DefaultSessionTTL = 12 * time.Hour
-	// MaxSessions bounds the in-memory session table; the oldest session is
+	// defaultSessionTTL is how long a dashboard session lives.
+	defaultSessionTTL = 12 * time.Hour
+	// maxSessions bounds the in-memory session table; the oldest session is
 	// dropped when it is full.
-	MaxSessions = 10_000
-	// MaxStreams bounds concurrent /observability/stream connections.
-	MaxStreams = 64
-	// SessionCookie is the name of the session cookie.
-	SessionCookie = "beam_dashboard"
-	// CSRFHeader carries the session's CSRF token on mutating requests.
-	CSRFHeader = "X-CSRF-Token"
+	maxSessions = 10_000
+	// maxStreams bounds concurrent /observability/stream connections.
+	maxStreams = 64
+	// sessionCookie is the name of the session cookie.
+	sessionCookie = "beam_dashboard"
+	// csrfHeader carries the session's CSRF token on mutating requests.
+	csrfHeader = "X-CSRF-Token"
 )
 
 // Roles of a dashboard principal.
 const (
-	// RoleAdmin may read everything and run operator actions (requeue).
-	RoleAdmin = "admin"
-	// RoleViewer may read everything and change nothing.
-	RoleViewer = "viewer"
+	// roleAdmin may read everything and run operator actions (requeue).
+	roleAdmin = "admin"
+	// roleViewer may read everything and change nothing.
+	roleViewer = "viewer"
 )
 
 // Config configures a Dashboard. Log, Registry and Directory are required,
@@ -81,7 +81,7 @@ type Config struct {
 	Cluster func(ctx context.Context) (any, error)
 	// SecureCookies marks the session cookie Secure (serve over HTTPS).
 	SecureCookies bool
-	// SessionTTL overrides DefaultSessionTTL.
+	// SessionTTL overrides defaultSessionTTL.
 	SessionTTL time.Duration
 	// KeepAlive is the interval of SSE keepalive comments; default 15 s.
 	KeepAlive time.Duration
@@ -101,7 +101,7 @@ type Dashboard struct {
 	pages    *template.Template
 
 	jobsMu  sync.Mutex
-	jobsSrc Jobs // the Intent Protocol job bus, nil until SetJobs
+	jobsSrc jobsView // the Intent Protocol job bus, nil until SetJobs
 
 	streamMu     sync.Mutex
 	streams      int
@@ -132,7 +132,7 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.SessionTTL <= 0 {
-		cfg.SessionTTL = DefaultSessionTTL
+		cfg.SessionTTL = defaultSessionTTL
 	}
 	if cfg.KeepAlive <= 0 {
 		cfg.KeepAlive = 15 * time.Second
@@ -152,7 +152,7 @@ func New(cfg Config) (*Dashboard, error) {
 		dir:      cfg.Directory,
 		clock:    cfg.Clock,
 		lg:       cfg.Logger,
-		sessions: newSessionStore(cfg.SessionTTL, MaxSessions),
+		sessions: newSessionStore(cfg.SessionTTL, maxSessions),
 		limiter:  newLoginLimiter(cfg.Clock),
 		assets:   assets,
 		pages:    pages,
@@ -245,10 +245,10 @@ func (d *Dashboard) guard(kind routeKind, admin bool, h handlerFunc) http.Handle
 				return httpjson.New(http.StatusForbidden, "CROSS_ORIGIN", err.Error())
 			}
 			if !p.session.checkCSRF(csrfFrom(r)) {
-				return httpjson.New(http.StatusForbidden, "CSRF_TOKEN_INVALID", "missing or invalid "+CSRFHeader+" header")
+				return httpjson.New(http.StatusForbidden, "CSRF_TOKEN_INVALID", "missing or invalid "+csrfHeader+" header")
 			}
 		}
-		if admin && p.role != RoleAdmin {
+		if admin && p.role != roleAdmin {
 			return httpjson.New(http.StatusForbidden, "FORBIDDEN", "this action needs the admin role; viewers are read-only")
 		}
 		return h(w, r, p)
@@ -275,7 +275,7 @@ func (d *Dashboard) authenticate(r *http.Request) (principal, bool) {
 			return principal{role: role}, ok
 		}
 	}
-	c, err := r.Cookie(SessionCookie)
+	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" {
 		return principal{}, false
 	}
@@ -295,7 +295,7 @@ func isMutation(method string) bool {
 }
 
 func csrfFrom(r *http.Request) string {
-	if v := r.Header.Get(CSRFHeader); v != "" {
+	if v := r.Header.Get(csrfHeader); v != "" {
 		return v
 	}
 	// Plain HTML forms (logout without JavaScript) send it as a field.
@@ -335,7 +335,7 @@ type appPage struct {
 
 func (d *Dashboard) handleApp(w http.ResponseWriter, r *http.Request, p principal) error {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := d.pages.ExecuteTemplate(w, "index.html", appPage{Role: p.role, CSRF: p.session.csrf, CanMutate: p.role == RoleAdmin}); err != nil {
+	if err := d.pages.ExecuteTemplate(w, "index.html", appPage{Role: p.role, CSRF: p.session.csrf, CanMutate: p.role == roleAdmin}); err != nil {
 		d.lg.Warn("dashboard: render app", "err", err)
 	}
 	return nil

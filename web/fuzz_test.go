@@ -34,7 +34,7 @@ func FuzzIntentFilter(f *testing.F) {
 			}
 			return
 		}
-		if flt.limit < 1 || flt.limit > MaxListLimit || flt.offset < 0 || flt.offset > maxOffset {
+		if flt.limit < 1 || flt.limit > maxListLimit || flt.offset < 0 || flt.offset > maxOffset {
 			t.Fatalf("parse %q: limit %d offset %d out of bounds", raw, flt.limit, flt.offset)
 		}
 		n, err := b.log.CountIntents(context.Background(), flt.q)

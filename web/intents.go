@@ -78,7 +78,7 @@ func parseIntentFilter(q url.Values, now time.Time) (*intentFilter, error) {
 		return nil, err
 	}
 	if q.Get("hours") != "" {
-		h, err := hoursParam(q, DefaultWindowHours)
+		h, err := hoursParam(q, defaultWindowHours)
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +95,7 @@ func parseIntentFilter(q url.Values, now time.Time) (*intentFilter, error) {
 	} else if ok {
 		f.q.Until = until
 	}
-	if f.limit, err = intParam(q, "limit", DefaultListLimit, 1, MaxListLimit); err != nil {
+	if f.limit, err = intParam(q, "limit", defaultListLimit, 1, maxListLimit); err != nil {
 		return nil, err
 	}
 	if f.offset, err = intParam(q, "offset", 0, 0, maxOffset); err != nil {

@@ -13,9 +13,9 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// Jobs is what the dashboard reads and does on the Intent Protocol job bus
+// jobsView is what the dashboard reads and does on the Intent Protocol job bus
 // (implemented by bus/jobs.Service).
-type Jobs interface {
+type jobsView interface {
 	// Counts returns jobs by namespace and status.
 	Counts() map[string]map[string]int
 	// Recent returns up to n jobs, newest first (only dead ones if
@@ -28,13 +28,13 @@ type Jobs interface {
 
 // SetJobs makes the job bus's queues visible on the dashboard (it starts
 // after the dashboard is built).
-func (d *Dashboard) SetJobs(j Jobs) {
+func (d *Dashboard) SetJobs(j jobsView) {
 	d.jobsMu.Lock()
 	d.jobsSrc = j
 	d.jobsMu.Unlock()
 }
 
-func (d *Dashboard) jobs() Jobs {
+func (d *Dashboard) jobs() jobsView {
 	d.jobsMu.Lock()
 	defer d.jobsMu.Unlock()
 	return d.jobsSrc
@@ -99,7 +99,7 @@ func (d *Dashboard) handleJobs(w http.ResponseWriter, r *http.Request, p princip
 		return out
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"enabled": true, "queues": append([]jobQueue{}, qs...),
-		"recent": conv(j.Recent(50, false)), "dead": conv(j.Recent(100, true)), "canAct": p.role == RoleAdmin})
+		"recent": conv(j.Recent(50, false)), "dead": conv(j.Recent(100, true)), "canAct": p.role == roleAdmin})
 	return nil
 }
 

@@ -38,7 +38,7 @@ type meshHop struct {
 
 func (d *Dashboard) handleMeshList(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
-	limit, err := intParam(q, "limit", DefaultListLimit, 1, MaxListLimit)
+	limit, err := intParam(q, "limit", defaultListLimit, 1, maxListLimit)
 	if err != nil {
 		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}
@@ -58,7 +58,7 @@ func (d *Dashboard) handleMeshList(w http.ResponseWriter, r *http.Request, p pri
 		rows = []tracing.MeshRow{}
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"envelopes": rows, "total": total,
-		"requeue": map[string]any{"allowed": p.role == RoleAdmin && d.cfg.MeshRequeue != nil}})
+		"requeue": map[string]any{"allowed": p.role == roleAdmin && d.cfg.MeshRequeue != nil}})
 	return nil
 }
 
@@ -72,7 +72,7 @@ func (d *Dashboard) handleMeshEnvelope(w http.ResponseWriter, r *http.Request, p
 	if !ok {
 		return httpjson.New(http.StatusNotFound, "NOT_FOUND", "no envelope "+r.PathValue("id"))
 	}
-	children, _, err := d.log.MeshEnvelopes(ctx, tracing.MeshQuery{ParentID: row.ID, Limit: MaxListLimit})
+	children, _, err := d.log.MeshEnvelopes(ctx, tracing.MeshQuery{ParentID: row.ID, Limit: maxListLimit})
 	if err != nil {
 		return httpjson.Internal("read fan-out children failed", err)
 	}
@@ -80,7 +80,7 @@ func (d *Dashboard) handleMeshEnvelope(w http.ResponseWriter, r *http.Request, p
 		children = []tracing.MeshRow{}
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"envelope": row, "hops": meshHops(trace), "children": children,
-		"requeue": map[string]any{"allowed": p.role == RoleAdmin && d.cfg.MeshRequeue != nil && row.Sump}})
+		"requeue": map[string]any{"allowed": p.role == roleAdmin && d.cfg.MeshRequeue != nil && row.Sump}})
 	return nil
 }
 

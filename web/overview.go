@@ -115,7 +115,7 @@ func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request, _ pri
 		if hours, err = d.autoWindowHours(r.Context()); err != nil {
 			return httpjson.Internal("overview failed", err)
 		}
-	} else if hours, err = hoursParam(r.URL.Query(), DefaultWindowHours); err != nil {
+	} else if hours, err = hoursParam(r.URL.Query(), defaultWindowHours); err != nil {
 		return httpjson.New(http.StatusBadRequest, "INVALID_QUERY", err.Error())
 	}
 	resp, err := d.overview(r.Context(), hours)

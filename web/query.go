@@ -15,13 +15,13 @@ import (
 
 // Bounds of query parameters.
 const (
-	// DefaultWindowHours is the window of overview and errors without hours.
-	DefaultWindowHours = 24
-	// MaxWindowHours is the largest window (30 days).
-	MaxWindowHours = 720
-	// DefaultListLimit and MaxListLimit bound list endpoints.
-	DefaultListLimit = 50
-	MaxListLimit     = 500
+	// defaultWindowHours is the window of overview and errors without hours.
+	defaultWindowHours = 24
+	// maxWindowHours is the largest window (30 days).
+	maxWindowHours = 720
+	// defaultListLimit and maxListLimit bound list endpoints.
+	defaultListLimit = 50
+	maxListLimit     = 500
 	maxOffset        = 100_000
 	maxParamBytes    = 512
 	maxGroupKeys     = 10_000
@@ -66,8 +66,8 @@ func hoursParam(q url.Values, def float64) (float64, error) {
 		return def, err
 	}
 	h, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(h) || h < 1.0/60 || h > MaxWindowHours {
-		return 0, badQuery("query parameter hours must be a number between 0.0167 and %d", MaxWindowHours)
+	if err != nil || math.IsNaN(h) || h < 1.0/60 || h > maxWindowHours {
+		return 0, badQuery("query parameter hours must be a number between 0.0167 and %d", maxWindowHours)
 	}
 	return h, nil
 }

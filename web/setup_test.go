@@ -212,7 +212,7 @@ func (o *operator) get(path string) reply {
 // post sends a same-origin POST with the session's CSRF token.
 func (o *operator) post(path string, hdr ...string) reply {
 	o.b.t.Helper()
-	req := o.b.req(http.MethodPost, path, nil, append([]string{"Origin", o.b.srv.URL, CSRFHeader, o.csrf}, hdr...)...)
+	req := o.b.req(http.MethodPost, path, nil, append([]string{"Origin", o.b.srv.URL, csrfHeader, o.csrf}, hdr...)...)
 	return do(o.b.t, o.c, req)
 }
 

@@ -55,7 +55,7 @@ func liteDetails(d tracing.Details) tracing.Details {
 func (d *Dashboard) acquireStream() bool {
 	d.streamMu.Lock()
 	defer d.streamMu.Unlock()
-	if d.streams >= MaxStreams {
+	if d.streams >= maxStreams {
 		return false
 	}
 	d.streams++

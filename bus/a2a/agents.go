@@ -157,7 +157,7 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 		if c.op == "cancel" {
-			writeRPC(w, c.req.ID, nil, &Error{Code: -32002, Msg: "an intent already sent cannot be canceled"})
+			writeRPC(w, c.req.ID, nil, &a2aError{Code: -32002, Msg: "an intent already sent cannot be canceled"})
 			return nil
 		}
 		c.result(w, intentTask(c.v, row))
@@ -171,7 +171,7 @@ func (s *Server) handleAgentRPC(w http.ResponseWriter, r *http.Request) error {
 
 // intentOf is the intent type a message to a becomes: metadata.intent
 // when it is one of a's skills, else a's only skill.
-func intentOf(a registry.Agent, p *sendParams) (string, *Error) {
+func intentOf(a registry.Agent, p *sendParams) (string, *a2aError) {
 	skills := skillsOf(a)
 	var meta struct {
 		Intent string `json:"intent"`

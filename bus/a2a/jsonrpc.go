@@ -58,7 +58,7 @@ var methods = map[string]struct {
 	"agent/getAuthenticatedExtendedCard": {"extended", v03},
 }
 
-func writeRPC(w http.ResponseWriter, id json.RawMessage, result any, e *Error) {
+func writeRPC(w http.ResponseWriter, id json.RawMessage, result any, e *a2aError) {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
@@ -89,7 +89,7 @@ func (s *Server) readRPC(w http.ResponseWriter, r *http.Request) (c rpcCall, ok 
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
-		writeRPC(w, nil, nil, &Error{Code: -32700, Msg: "could not read the request body"})
+		writeRPC(w, nil, nil, &a2aError{Code: -32700, Msg: "could not read the request body"})
 		return c, false
 	}
 	if len(body) > maxBody {
@@ -98,20 +98,20 @@ func (s *Server) readRPC(w http.ResponseWriter, r *http.Request) (c rpcCall, ok 
 	}
 	var req rpcRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeRPC(w, nil, nil, &Error{Code: -32700, Msg: "parse error: the body is not a JSON-RPC request"})
+		writeRPC(w, nil, nil, &a2aError{Code: -32700, Msg: "parse error: the body is not a JSON-RPC request"})
 		return c, false
 	}
 	if req.JSONRPC != "2.0" || req.Method == "" {
-		writeRPC(w, req.ID, nil, &Error{Code: -32600, Msg: `invalid request: want {"jsonrpc":"2.0","id","method","params"}`})
+		writeRPC(w, req.ID, nil, &a2aError{Code: -32600, Msg: `invalid request: want {"jsonrpc":"2.0","id","method","params"}`})
 		return c, false
 	}
 	m, known := methods[req.Method]
 	if !known {
-		writeRPC(w, req.ID, nil, &Error{Code: -32601, Msg: "method not found: " + req.Method})
+		writeRPC(w, req.ID, nil, &a2aError{Code: -32601, Msg: "method not found: " + req.Method})
 		return c, false
 	}
 	if v := strings.TrimSpace(r.Header.Get("A2A-Version")); v != "" && !supportedVersion(v) {
-		writeRPC(w, req.ID, nil, &Error{Code: -32009, Msg: "A2A version " + v + " is not supported: this server speaks 1.0 and 0.3"})
+		writeRPC(w, req.ID, nil, &a2aError{Code: -32009, Msg: "A2A version " + v + " is not supported: this server speaks 1.0 and 0.3"})
 		return c, false
 	}
 	params := req.Params
@@ -221,7 +221,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) error {
 	case "push":
 		s.pushRPC(ctx, w, c, pipe)
 	default:
-		writeRPC(w, req.ID, nil, &Error{Code: -32007, Msg: "this agent has no extended card"})
+		writeRPC(w, req.ID, nil, &a2aError{Code: -32007, Msg: "this agent has no extended card"})
 	}
 	return nil
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// Error is an A2A error: its JSON-RPC code, the HTTP status and gRPC
+// a2aError is an A2A error: its JSON-RPC code, the HTTP status and gRPC
 // status name of the HTTP+JSON binding, and a message.
-type Error struct {
+type a2aError struct {
 	Code   int
 	HTTP   int
 	Status string
@@ -26,55 +26,55 @@ type Error struct {
 	Msg    string
 }
 
-func (e *Error) Error() string { return e.Msg }
+func (e *a2aError) Error() string { return e.Msg }
 
 // A2A errors (the specification's JSON-RPC codes).
-func errTaskNotFound(id string) *Error {
-	return &Error{Code: -32001, HTTP: http.StatusNotFound, Status: "NOT_FOUND", Reason: "TASK_NOT_FOUND", Msg: "task not found: " + id}
+func errTaskNotFound(id string) *a2aError {
+	return &a2aError{Code: -32001, HTTP: http.StatusNotFound, Status: "NOT_FOUND", Reason: "TASK_NOT_FOUND", Msg: "task not found: " + id}
 }
 
-func errNotCancelable(id string, st tracing.MeshStatus) *Error {
-	return &Error{Code: -32002, HTTP: http.StatusConflict, Status: "FAILED_PRECONDITION", Reason: "TASK_NOT_CANCELABLE",
+func errNotCancelable(id string, st tracing.MeshStatus) *a2aError {
+	return &a2aError{Code: -32002, HTTP: http.StatusConflict, Status: "FAILED_PRECONDITION", Reason: "TASK_NOT_CANCELABLE",
 		Msg: "task " + id + " is " + string(st) + " and cannot be canceled"}
 }
 
-func errPushUnsupported() *Error {
-	return &Error{Code: -32003, HTTP: http.StatusBadRequest, Status: "UNIMPLEMENTED", Reason: "PUSH_NOTIFICATION_NOT_SUPPORTED",
+func errPushUnsupported() *a2aError {
+	return &a2aError{Code: -32003, HTTP: http.StatusBadRequest, Status: "UNIMPLEMENTED", Reason: "PUSH_NOTIFICATION_NOT_SUPPORTED",
 		Msg: "push notifications are not supported: stream the task or subscribe to it"}
 }
 
-func errUnsupported(msg string) *Error {
-	return &Error{Code: -32004, HTTP: http.StatusBadRequest, Status: "UNIMPLEMENTED", Reason: "UNSUPPORTED_OPERATION", Msg: msg}
+func errUnsupported(msg string) *a2aError {
+	return &a2aError{Code: -32004, HTTP: http.StatusBadRequest, Status: "UNIMPLEMENTED", Reason: "UNSUPPORTED_OPERATION", Msg: msg}
 }
 
-func errContentType(msg string) *Error {
-	return &Error{Code: -32005, HTTP: http.StatusUnsupportedMediaType, Status: "INVALID_ARGUMENT", Reason: "CONTENT_TYPE_NOT_SUPPORTED", Msg: msg}
+func errContentType(msg string) *a2aError {
+	return &a2aError{Code: -32005, HTTP: http.StatusUnsupportedMediaType, Status: "INVALID_ARGUMENT", Reason: "CONTENT_TYPE_NOT_SUPPORTED", Msg: msg}
 }
 
-func errInvalidParams(msg string) *Error {
-	return &Error{Code: -32602, HTTP: http.StatusBadRequest, Status: "INVALID_ARGUMENT", Reason: "INVALID_PARAMS", Msg: msg}
+func errInvalidParams(msg string) *a2aError {
+	return &a2aError{Code: -32602, HTTP: http.StatusBadRequest, Status: "INVALID_ARGUMENT", Reason: "INVALID_PARAMS", Msg: msg}
 }
 
-func errRateLimited(caller string) *Error {
-	return &Error{Code: -32000, HTTP: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Reason: "RATE_LIMITED",
+func errRateLimited(caller string) *a2aError {
+	return &a2aError{Code: -32000, HTTP: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Reason: "RATE_LIMITED",
 		Msg: "too many tasks from " + caller + "; retry later"}
 }
 
-func errInternal() *Error {
-	return &Error{Code: -32603, HTTP: http.StatusInternalServerError, Status: "INTERNAL", Reason: "INTERNAL_ERROR", Msg: "internal error"}
+func errInternal() *a2aError {
+	return &a2aError{Code: -32603, HTTP: http.StatusInternalServerError, Status: "INTERNAL", Reason: "INTERNAL_ERROR", Msg: "internal error"}
 }
 
 // asError maps an engine error to an A2A error: client mistakes keep
 // their message, anything else is internal (and logged).
-func (s *Server) asError(err error) *Error {
-	var ae *Error
+func (s *Server) asError(err error) *a2aError {
+	var ae *a2aError
 	if errors.As(err, &ae) {
 		return ae
 	}
 	var ie *httpjson.Error
 	if errors.As(err, &ie) {
 		if ie.Status == http.StatusTooManyRequests {
-			return &Error{Code: -32000, HTTP: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Reason: ie.Code, Msg: ie.Message}
+			return &a2aError{Code: -32000, HTTP: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Reason: ie.Code, Msg: ie.Message}
 		}
 		e := errInvalidParams(ie.Message)
 		e.Reason = ie.Code

@@ -41,8 +41,8 @@ const (
 	pushAttempts     = 3
 	pushRetryDelay   = 250 * time.Millisecond
 	maxPushReplyRead = 4 << 10
-	// HeaderNotificationToken carries a config's token on each notification.
-	HeaderNotificationToken = "X-A2A-Notification-Token"
+	// headerNotificationToken carries a config's token on each notification.
+	headerNotificationToken = "X-A2A-Notification-Token"
 )
 
 const pushSchema = `
@@ -159,7 +159,7 @@ func (s *Server) Close() {
 // checkWebhook validates a webhook URL: an agent endpoint's rules, and a
 // host that is no loopback or private address unless private endpoints
 // are allowed (names are checked again on the address dialled).
-func (s *Server) checkWebhook(raw string) *Error {
+func (s *Server) checkWebhook(raw string) *a2aError {
 	allow := s.cfg.AllowPrivateWebhooks
 	if err := registry.ValidateEndpoint(raw, allow); err != nil {
 		return errInvalidParams("push notification url: must be an https URL (" + err.Error() + ")")
@@ -179,7 +179,7 @@ func (s *Server) checkWebhook(raw string) *Error {
 }
 
 // checkPushConfig validates c and gives it an id when it has none.
-func (s *Server) checkPushConfig(c *pushConfig) *Error {
+func (s *Server) checkPushConfig(c *pushConfig) *a2aError {
 	if c.URL == "" {
 		return errInvalidParams("push notification config: url is required")
 	}
@@ -383,7 +383,7 @@ func (s *Server) postPushOnce(ctx context.Context, c pushConfig, body []byte) er
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.Token != "" {
-		req.Header.Set(HeaderNotificationToken, c.Token)
+		req.Header.Set(headerNotificationToken, c.Token)
 	}
 	if a := c.authorization(); a != "" {
 		req.Header.Set("Authorization", a)
@@ -552,7 +552,7 @@ func (s *Server) pushOp(ctx context.Context, caller string, pipe *mesh.Pipeline,
 	}
 }
 
-func errConfigNotFound(taskID, cid string) *Error {
+func errConfigNotFound(taskID, cid string) *a2aError {
 	e := errTaskNotFound(taskID)
 	e.Msg = "no push notification config " + cid + " on task " + taskID
 	return e

@@ -16,7 +16,7 @@ import (
 // message:stream, GET {agent}/tasks and tasks/{id}, POST tasks/{id}:cancel
 // and tasks/{id}:subscribe. Errors are google.rpc.Status objects.
 
-func restError(w http.ResponseWriter, e *Error) {
+func restError(w http.ResponseWriter, e *a2aError) {
 	httpjson.Write(w, e.HTTP, map[string]any{"error": map[string]any{
 		"code": e.HTTP, "status": e.Status, "message": e.Msg,
 		"details": []map[string]any{{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": e.Reason, "domain": "a2a-protocol.org"}},
@@ -27,7 +27,7 @@ func restError(w http.ResponseWriter, e *Error) {
 // has answered when ok is false.
 func (s *Server) restCaller(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if _, ok := s.pipeline(r); !ok {
-		restError(w, &Error{HTTP: http.StatusNotFound, Status: "NOT_FOUND", Reason: "NOT_FOUND", Msg: "no pipeline " + r.PathValue("name")})
+		restError(w, &a2aError{HTTP: http.StatusNotFound, Status: "NOT_FOUND", Reason: "NOT_FOUND", Msg: "no pipeline " + r.PathValue("name")})
 		return "", false
 	}
 	caller, err := s.caller(r)
@@ -41,7 +41,7 @@ func (s *Server) restCaller(w http.ResponseWriter, r *http.Request) (string, boo
 func (s *Server) readSend(w http.ResponseWriter, r *http.Request) (*sendParams, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil || len(body) > maxBody {
-		restError(w, &Error{HTTP: http.StatusRequestEntityTooLarge, Status: "INVALID_ARGUMENT", Reason: "PAYLOAD_TOO_LARGE", Msg: "the request body is unreadable or too large"})
+		restError(w, &a2aError{HTTP: http.StatusRequestEntityTooLarge, Status: "INVALID_ARGUMENT", Reason: "PAYLOAD_TOO_LARGE", Msg: "the request body is unreadable or too large"})
 		return nil, false
 	}
 	var p sendParams
@@ -148,7 +148,7 @@ func (s *Server) handleRESTTask(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	default:
-		restError(w, &Error{HTTP: http.StatusNotFound, Status: "NOT_FOUND", Reason: "NOT_FOUND", Msg: "no such operation on a task: " + r.Method + " " + r.URL.Path})
+		restError(w, &a2aError{HTTP: http.StatusNotFound, Status: "NOT_FOUND", Reason: "NOT_FOUND", Msg: "no such operation on a task: " + r.Method + " " + r.URL.Path})
 		return
 	}
 	if err != nil {

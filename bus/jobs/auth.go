@@ -73,7 +73,7 @@ func (s *Service) verify(r *http.Request, p *principal, body []byte, sig string)
 		return sigErr("X-Timestamp must be an integer number of seconds.")
 	}
 	now := s.clock()
-	if d := now.Unix() - t; d > int64(SignatureWindow/time.Second) || d < -int64(SignatureWindow/time.Second) {
+	if d := now.Unix() - t; d > int64(signatureWindow/time.Second) || d < -int64(signatureWindow/time.Second) {
 		return sigErr("X-Timestamp is outside the accepted window of 300 seconds.")
 	}
 	want := Sign(p.key, CanonicalString(r.Method, r.URL.Path, r.URL.RawQuery, ts, nonce, body))
@@ -81,7 +81,7 @@ func (s *Service) verify(r *http.Request, p *principal, body []byte, sig string)
 	if !hmac.Equal([]byte(got), []byte(want)) {
 		return sigErr("Signature does not match.")
 	}
-	expires := now.Add(2 * SignatureWindow).Unix()
+	expires := now.Add(2 * signatureWindow).Unix()
 	if !s.nonces.Use(p.digest+"\x00"+nonce, now, time.Unix(expires, 0)) {
 		// The reference's words: clients match on them.
 		return sigErr("Replay detected")
@@ -110,7 +110,7 @@ func CanonicalString(method, path, rawQuery, ts, nonce string, body []byte) stri
 	b.WriteString(strings.ToUpper(method))
 	b.WriteByte('\n')
 	b.WriteString(path)
-	if q := CanonicalQuery(rawQuery); q != "" {
+	if q := canonicalQuery(rawQuery); q != "" {
 		b.WriteByte('?')
 		b.WriteString(q)
 	}
@@ -123,8 +123,8 @@ func CanonicalString(method, path, rawQuery, ts, nonce string, body []byte) stri
 	return b.String()
 }
 
-// CanonicalQuery re-encodes a raw query string for signing.
-func CanonicalQuery(rawQuery string) string {
+// canonicalQuery re-encodes a raw query string for signing.
+func canonicalQuery(rawQuery string) string {
 	if rawQuery == "" {
 		return ""
 	}

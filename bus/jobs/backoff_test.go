@@ -27,7 +27,7 @@ func TestBackoffIsBaseTimesTwoToTheAttemptsPlusUpToTwoSeconds(t *testing.T) {
 		{1, 1, 2 * time.Second},
 		{5, 3, 40 * time.Second},
 		{1.5, 2, 6 * time.Second},
-		{3600, 10, IntentTTL}, // capped before the spread
+		{3600, 10, intentTTL}, // capped before the spread
 	}
 	for _, c := range cases {
 		r := &tracing.JobRow{BackoffBase: c.base, ClaimAttempts: c.attempts}

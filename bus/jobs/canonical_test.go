@@ -72,10 +72,10 @@ func FuzzCanonicalQuery(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		q := CanonicalQuery(raw)
+		q := canonicalQuery(raw)
 		// Canonical output is a fixed point: only unreserved bytes,
 		// %XX escapes, "=" and "&".
-		require.Equal(t, q, CanonicalQuery(q))
+		require.Equal(t, q, canonicalQuery(q))
 		for i := 0; i < len(q); i++ {
 			c := q[i]
 			ok := 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' ||
@@ -113,7 +113,7 @@ func FuzzPublishDecoder(f *testing.F) {
 		require.GreaterOrEqual(t, p.maxAttempts, 1)
 		require.LessOrEqual(t, p.maxAttempts, 20)
 		require.GreaterOrEqual(t, p.backoffBase, 1.0)
-		require.LessOrEqual(t, len(p.payload), MaxPayload)
+		require.LessOrEqual(t, len(p.payload), maxPayload)
 		require.Contains(t, []string{"private", "public"}, p.visibility)
 		// The stored payload is compact JSON equal to what was sent.
 		var b bytes.Buffer

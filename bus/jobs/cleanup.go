@@ -9,8 +9,8 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// CleanupStats is the answer of POST /admin/cleanup (RFC §8.4).
-type CleanupStats struct {
+// cleanupStats is the answer of POST /admin/cleanup (RFC §8.4).
+type cleanupStats struct {
 	ExpiredOpenDeleted    int `json:"expired_open_deleted"`
 	ExpiredClaimsRequeued int `json:"expired_claims_requeued"`
 	ExpiredClaimsDead     int `json:"expired_claims_dead"`
@@ -26,14 +26,14 @@ type CleanupStats struct {
 // Cleanup runs the retention pass now: expired leases, expired open
 // intents (deleted, not dead), fulfilled and dead intents past retention,
 // expired KV entries, idempotency keys, rate windows and nonces.
-func (s *Service) Cleanup(ctx context.Context) (CleanupStats, error) {
+func (s *Service) Cleanup(ctx context.Context) (cleanupStats, error) {
 	s.cleanupMu.Lock()
 	defer s.cleanupMu.Unlock()
-	var st CleanupStats
+	var st cleanupStats
 	st.ExpiredClaimsRequeued, st.ExpiredClaimsDead = s.expire(ctx)
 	now := s.clock()
 	nowMs := now.UnixMilli()
-	keep := nowMs - Retention.Milliseconds()
+	keep := nowMs - retention.Milliseconds()
 	var err error
 	var n int
 	n, err = s.remove(ctx, "Expired before it was claimed", func(r *tracing.JobRow) bool {
@@ -61,7 +61,7 @@ func (s *Service) Cleanup(ctx context.Context) (CleanupStats, error) {
 	}
 	var idemGone []string
 	for k, e := range s.idem {
-		if !e.pending && e.created+IdempotencyTTL.Milliseconds() <= nowMs {
+		if !e.pending && e.created+idempotencyTTL.Milliseconds() <= nowMs {
 			idemGone = append(idemGone, k)
 		}
 	}
@@ -77,7 +77,7 @@ func (s *Service) Cleanup(ctx context.Context) (CleanupStats, error) {
 			if _, err := tx.Exec(`DELETE FROM intent_bus_kv WHERE expires_at <= ?`, msToSecs(nowMs)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(`DELETE FROM intent_bus_idempotency WHERE created_at <= ?`, msToSecs(nowMs-IdempotencyTTL.Milliseconds()))
+			_, err := tx.Exec(`DELETE FROM intent_bus_idempotency WHERE created_at <= ?`, msToSecs(nowMs-idempotencyTTL.Milliseconds()))
 			return err
 		}); err != nil {
 			return st, err

@@ -14,25 +14,25 @@ import (
 
 // Protocol limits (RFC §4.1, §15).
 const (
-	// MaxBody is the largest request body accepted (8 KB).
-	MaxBody = 8192
-	// MaxPayload is the largest payload, result or KV value (7 KB of
+	// maxBody is the largest request body accepted (8 KB).
+	maxBody = 8192
+	// maxPayload is the largest payload, result or KV value (7 KB of
 	// compact JSON).
-	MaxPayload = 7168
-	// DefaultClaimTimeout is the lease of a claim.
-	DefaultClaimTimeout = 60 * time.Second
-	// IntentTTL is how long an intent may stay unclaimed.
-	IntentTTL = 24 * time.Hour
-	// Retention is how long fulfilled and dead intents are kept.
-	Retention = 7 * 24 * time.Hour
-	// SignatureWindow is the accepted distance of X-Timestamp from now.
-	SignatureWindow = 300 * time.Second
-	// TesterRateLimit is the requests per minute of a tester key.
-	TesterRateLimit = 60
-	// TesterOpenCap is the open+claimed intents a tester key may have.
-	TesterOpenCap = 2000
-	// IdempotencyTTL is how long an Idempotency-Key is remembered.
-	IdempotencyTTL = time.Hour
+	maxPayload = 7168
+	// defaultClaimTimeout is the lease of a claim.
+	defaultClaimTimeout = 60 * time.Second
+	// intentTTL is how long an intent may stay unclaimed.
+	intentTTL = 24 * time.Hour
+	// retention is how long fulfilled and dead intents are kept.
+	retention = 7 * 24 * time.Hour
+	// signatureWindow is the accepted distance of X-Timestamp from now.
+	signatureWindow = 300 * time.Second
+	// testerRateLimit is the requests per minute of a tester key.
+	testerRateLimit = 60
+	// testerOpenCap is the open+claimed intents a tester key may have.
+	testerOpenCap = 2000
+	// idempotencyTTL is how long an Idempotency-Key is remembered.
+	idempotencyTTL = time.Hour
 )
 
 // Config configures the job bus. Log is required; the rest have defaults.
@@ -151,13 +151,13 @@ func (c *Config) defaults() error {
 		c.CleanupInterval = 6 * time.Hour
 	}
 	if c.ClaimTimeout == 0 {
-		c.ClaimTimeout = DefaultClaimTimeout
+		c.ClaimTimeout = defaultClaimTimeout
 	}
 	if c.RateLimit == 0 {
-		c.RateLimit = TesterRateLimit
+		c.RateLimit = testerRateLimit
 	}
 	if c.OpenCap == 0 {
-		c.OpenCap = TesterOpenCap
+		c.OpenCap = testerOpenCap
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = 250 * time.Millisecond

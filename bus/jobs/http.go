@@ -194,12 +194,12 @@ func (s *Service) dispatch(nw *nonceWriter, r *http.Request) *httpjson.Error {
 // request is answered within the Python SDK's 10 s request timeout.
 const writeWait = 4 * time.Second
 
-// readBody reads at most MaxBody bytes.
+// readBody reads at most maxBody bytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *httpjson.Error) {
-	if r.ContentLength > MaxBody {
+	if r.ContentLength > maxBody {
 		return nil, httpjson.New(http.StatusRequestEntityTooLarge, "body_too_large", "Request body exceeds the 8KB limit.")
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {

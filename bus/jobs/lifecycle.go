@@ -20,14 +20,14 @@ const (
 	OpPurge   Op = "purge"
 )
 
-// Lifecycle is the job lifecycle of RFC §3.2 as data: job statuses moved
+// lifecycle is the job lifecycle of RFC §3.2 as data: job statuses moved
 // by protocol operations. A fail or an expiry goes to open while attempts
 // remain and to dead when they are exhausted; an admin cancel reaches dead
 // from open or claimed (a fulfilled job keeps its result); only a dead job
 // may be retried; a purge may remove a job in any status. The log's writer
 // checks every job event against it (jobStep), the service before it
 // appends (allowed).
-var Lifecycle = tracing.Register(&tracing.Lifecycle{
+var lifecycle = tracing.Register(&tracing.Lifecycle{
 	Name:    "job",
 	Owner:   tracing.OwnerJobs,
 	Package: "bus/jobs",
@@ -75,7 +75,7 @@ func jobStep(cur tracing.State, ev *tracing.Event) (from, to, on string, ok bool
 
 // allowed reports whether op may move a job from status from to status to.
 func allowed(from, to string, op Op) bool {
-	return Lifecycle.Allows(from, to, string(op))
+	return lifecycle.Allows(from, to, string(op))
 }
 
 // canonical are the log states each operation appends, in order.

@@ -113,7 +113,7 @@ func insertNonce(tx *sqlx.Tx, n *signedNonce) error {
 // into the used nonces, while it is not expired. Caller is loading.
 func (s *Service) rememberNonce(key string, at time.Time, now int64) {
 	digest, nonce, ok := strings.Cut(key, ":")
-	exp := at.Add(2 * SignatureWindow).Unix()
+	exp := at.Add(2 * signatureWindow).Unix()
 	if !ok || exp <= now {
 		return
 	}

@@ -35,7 +35,7 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 	scope := c.digest + "\x00" + idemKey
 	s.mu.Lock()
 	if idemKey != "" {
-		if e := s.idem[scope]; e != nil && e.created+IdempotencyTTL.Milliseconds() > now.UnixMilli() {
+		if e := s.idem[scope]; e != nil && e.created+idempotencyTTL.Milliseconds() > now.UnixMilli() {
 			s.mu.Unlock()
 			switch {
 			case e.hash != bodyHash:
@@ -80,7 +80,7 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 		Op: string(OpPublish), ID: id, Namespace: p.namespace, Goal: p.goal, Payload: p.payload, Priority: &prio,
 		Visibility: p.visibility, TargetWorker: p.target, RequiredCapability: p.capability,
 		MaxAttempts: p.maxAttempts, BackoffBase: p.backoffBase, Publisher: c.digest,
-		ExpiresAt: now.Add(IntentTTL).UnixMilli(),
+		ExpiresAt: now.Add(intentTTL).UnixMilli(),
 		RunAt:     now.Add(time.Duration(p.delay * float64(time.Second))).UnixMilli(),
 	}
 	if !allowed("", tracing.JobOpen, OpPublish) {

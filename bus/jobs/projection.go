@@ -41,7 +41,7 @@ func (r *jobRow) Apply(ev tracing.Event) {
 		return
 	}
 	at := ev.At.UnixMilli()
-	keep := at - (2 * SignatureWindow).Milliseconds()
+	keep := at - (2 * signatureWindow).Milliseconds()
 	i := 0
 	for i < len(r.signed) && r.signed[i].At <= keep {
 		i++

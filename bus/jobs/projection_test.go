@@ -75,7 +75,7 @@ func TestJobRowKeepsRecentSignedNonces(t *testing.T) {
 	r.Apply(ev(t0, tracing.Received, OpPublish, "d:1"))
 	r.Apply(ev(t0.Add(time.Second), tracing.Dispatched, OpClaim, "d:2"))
 	require.Equal(t, []signedUse{{"d:1", t0.UnixMilli()}, {"d:2", t0.Add(time.Second).UnixMilli()}}, r.signed)
-	late := t0.Add(2*SignatureWindow + 500*time.Millisecond)
+	late := t0.Add(2*signatureWindow + 500*time.Millisecond)
 	r.Apply(ev(late, tracing.Delivered, OpExtend, "d:3"))
 	require.Equal(t, []signedUse{{"d:2", t0.Add(time.Second).UnixMilli()}, {"d:3", late.UnixMilli()}}, r.signed)
 	require.Equal(t, "x", r.row.ID)

@@ -244,10 +244,10 @@ func (s *Service) newID(n int) (string, error) {
 }
 
 // backoff is backoff_base·2^attempts + [0,2) s, the first term capped at
-// IntentTTL (RFC §3.3).
+// intentTTL (RFC §3.3).
 func (s *Service) backoff(r *tracing.JobRow) time.Duration {
 	b := attempt.Backoff{Growth: attempt.Exponential, Initial: time.Duration(r.BackoffBase * float64(time.Second)),
-		Max: IntentTTL, Spread: 2 * time.Second}
+		Max: intentTTL, Spread: 2 * time.Second}
 	return b.Delay(r.ClaimAttempts+1, s.draw())
 }
 

@@ -107,7 +107,7 @@ func compactValue(raw json.RawMessage, field, tooLarge string) ([]byte, *httpjso
 	if depth(b.Bytes()) > maxDepth {
 		return nil, httpjson.New(http.StatusBadRequest, "invalid_payload", fmt.Sprintf("%s is nested deeper than %d levels.", field, maxDepth))
 	}
-	if b.Len() > MaxPayload {
+	if b.Len() > maxPayload {
 		return nil, httpjson.New(http.StatusRequestEntityTooLarge, tooLarge,
 			fmt.Sprintf("The '%s' field's serialized content exceeds the 7KB limit.", field))
 	}
@@ -178,7 +178,7 @@ func parsePublish(f fields) (*publishReq, *httpjson.Error) {
 	if p.priority, e = f.integer("priority", 100, 0, 1000); e != nil {
 		return nil, e
 	}
-	if p.delay, e = f.number("delay", 0, 0, IntentTTL.Seconds()); e != nil {
+	if p.delay, e = f.number("delay", 0, 0, intentTTL.Seconds()); e != nil {
 		return nil, e
 	}
 	if p.maxAttempts, e = f.integer("max_attempts", 3, 1, 20); e != nil {

@@ -21,8 +21,8 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// KeepaliveInterval is how often an idle event stream gets a comment.
-var KeepaliveInterval = 15 * time.Second
+// keepaliveInterval is how often an idle event stream gets a comment.
+var keepaliveInterval = 15 * time.Second
 
 // Routes mounts the gateway under /api/v1/mesh.
 func (e *Engine) Routes(mux *http.ServeMux) {
@@ -72,20 +72,20 @@ func (e *Engine) authenticate(r *http.Request) (principal, error) {
 		if a, ok := e.reg.AuthenticateAPIKey(key); ok {
 			return principal{agent: a.BeamID}, nil
 		}
-		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "invalid API key")
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "invalid API key")
 	}
 	if _, ok := httpjson.Bearer(r); ok {
-		return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized, "invalid token")
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "invalid token")
 	}
 	if r.Header.Get(wire.HeaderSignature) != "" {
 		return e.authenticateSigned(r)
 	}
-	return principal{}, httpjson.Errorf(http.StatusUnauthorized, CodeUnauthorized,
+	return principal{}, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized,
 		"send the creating agent's API key (x-api-key), its signature (x-beam-id, x-beam-timestamp, x-beam-nonce, x-beam-signature) or the operator token")
 }
 
-// SignedAction is the action of the object a signed gateway request signs.
-const SignedAction = "mesh.request"
+// signedAction is the action of the object a signed gateway request signs.
+const signedAction = "mesh.request"
 
 // authenticateSigned checks a request signed by an agent: an Ed25519
 // signature by its current key over the canonical JSON of
@@ -100,16 +100,16 @@ func (e *Engine) authenticateSigned(r *http.Request) (principal, error) {
 	limit := int64(e.cfg.MaxPayloadBytes + 64<<10)
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return principal{}, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
+		return principal{}, httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "could not read the request body")
 	}
 	if int64(len(body)) > limit {
-		return principal{}, httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", limit)
+		return principal{}, httpjson.Errorf(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "request body exceeds %d bytes", limit)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	sum := sha256.Sum256(body)
 	a, err := e.reg.VerifySignedRequest(r.Context(), registry.SignedRequest{
 		BeamID: r.Header.Get(wire.HeaderBeamID),
-		Fields: map[string]any{"action": SignedAction, "method": r.Method, "path": r.URL.RequestURI(),
+		Fields: map[string]any{"action": signedAction, "method": r.Method, "path": r.URL.RequestURI(),
 			"bodySha256": hex.EncodeToString(sum[:])},
 		Timestamp: r.Header.Get(wire.HeaderTimestamp), Nonce: r.Header.Get(wire.HeaderNonce), Signature: r.Header.Get(wire.HeaderSignature),
 	})
@@ -141,7 +141,7 @@ func (e *Engine) visible(ctx context.Context, p principal, id string) (tracing.M
 		return row, err
 	}
 	if !ok || (!p.operator && row.Creator != p.agent) {
-		return tracing.MeshRow{}, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusNotFound, codeNotFound, "no envelope %s", id)
 	}
 	return row, nil
 }
@@ -174,15 +174,15 @@ func (e *Engine) readJSON(w http.ResponseWriter, r *http.Request, v any, limit i
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds %d bytes", limit)
+			return httpjson.Errorf(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "request body exceeds %d bytes", limit)
 		}
-		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "could not read the request body")
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "could not read the request body")
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object: %v", err)
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "request body must be a JSON object: %v", err)
 	}
 	return nil
 }
@@ -197,7 +197,7 @@ const openRetryAfter = 5 * time.Second
 func (e *Engine) CreateLimited(ctx context.Context, req CreateRequest) (tracing.MeshRow, error) {
 	if e.cfg.AllowCreate != nil {
 		if ok, wait := e.cfg.AllowCreate(req.Creator); !ok {
-			ie := httpjson.Errorf(http.StatusTooManyRequests, CodeRateLimited, "too many envelopes created by %s; retry later", req.Creator)
+			ie := httpjson.Errorf(http.StatusTooManyRequests, codeRateLimited, "too many envelopes created by %s; retry later", req.Creator)
 			ie.RetryAfter = wait
 			return tracing.MeshRow{}, ie
 		}
@@ -214,7 +214,7 @@ func (e *Engine) CreateLimited(ctx context.Context, req CreateRequest) (tracing.
 		return tracing.MeshRow{}, err
 	}
 	if n >= e.cfg.MaxOpenPerCreator {
-		ie := httpjson.Errorf(http.StatusTooManyRequests, CodeTooManyOpen,
+		ie := httpjson.Errorf(http.StatusTooManyRequests, codeTooManyOpen,
 			"%s has %d open envelopes, the most one creator may have; retry when some have finished", req.Creator, n)
 		ie.RetryAfter = openRetryAfter
 		return tracing.MeshRow{}, ie
@@ -229,7 +229,7 @@ func parseRoute(raw json.RawMessage, actor string) ([]string, error) {
 		if actor != "" {
 			return []string{actor}, nil
 		}
-		return nil, httpjson.Errorf(http.StatusBadRequest, CodeEmptyRoute, "route is required")
+		return nil, httpjson.Errorf(http.StatusBadRequest, codeEmptyRoute, "route is required")
 	}
 	var list []string
 	if err := json.Unmarshal(raw, &list); err == nil {
@@ -240,7 +240,7 @@ func parseRoute(raw json.RawMessage, actor string) ([]string, error) {
 		Next []string `json:"next"`
 	}
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "route must be a list of actors or {curr, next}")
+		return nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "route must be a list of actors or {curr, next}")
 	}
 	var out []string
 	if obj.Curr != "" {
@@ -259,13 +259,13 @@ func parseTimeout(raw json.RawMessage) (time.Duration, error) {
 	if json.Unmarshal(raw, &s) == nil {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
-			return 0, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "timeout %q: want a positive duration (\"30s\") or seconds", s)
+			return 0, httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "timeout %q: want a positive duration (\"30s\") or seconds", s)
 		}
 		return d, nil
 	}
 	var secs float64
 	if err := json.Unmarshal(raw, &secs); err != nil || secs <= 0 || secs > 1e7 {
-		return 0, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "timeout: want a positive number of seconds or a duration string")
+		return 0, httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "timeout: want a positive number of seconds or a duration string")
 	}
 	return time.Duration(secs * float64(time.Second)), nil
 }
@@ -290,11 +290,11 @@ func (e *Engine) handleCreate(w http.ResponseWriter, r *http.Request) error {
 	creator := p.agent
 	if p.operator {
 		if b.Creator == "" {
-			return httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "an operator creates an envelope on behalf of an agent: set creator")
+			return httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "an operator creates an envelope on behalf of an agent: set creator")
 		}
 		creator = b.Creator
 	} else if b.Creator != "" && b.Creator != p.agent {
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "an agent creates envelopes only as itself")
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "an agent creates envelopes only as itself")
 	}
 	req := CreateRequest{Creator: creator, Route: route, Payload: b.Payload, Headers: b.Headers, Timeout: timeout}
 	var row tracing.MeshRow
@@ -320,7 +320,7 @@ func (e *Engine) listQuery(r *http.Request, p principal) (tracing.MeshQuery, err
 		for _, part := range strings.Split(s, ",") {
 			st := tracing.MeshStatus(strings.TrimSpace(part))
 			if st.Order() < 0 {
-				return q, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "unknown status %q", part)
+				return q, httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "unknown status %q", part)
 			}
 			q.Statuses = append(q.Statuses, st)
 		}
@@ -333,7 +333,7 @@ func (e *Engine) listQuery(r *http.Request, p principal) (tracing.MeshQuery, err
 		if v := r.URL.Query().Get(f.name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > f.max {
-				return q, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "%s must be an integer from 0 to %d", f.name, f.max)
+				return q, httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "%s must be an integer from 0 to %d", f.name, f.max)
 			}
 			*f.dst = n
 		}
@@ -436,7 +436,7 @@ func (e *Engine) handleRequeue(w http.ResponseWriter, r *http.Request) error {
 		if _, err := e.visible(r.Context(), p, r.PathValue("id")); err != nil {
 			return err
 		}
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "requeue needs the operator token")
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "requeue needs the operator token")
 	}
 	row, err := e.Requeue(r.Context(), r.PathValue("id"))
 	if err != nil {
@@ -459,7 +459,7 @@ func (e *Engine) handleFly(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if !ok || !(p.operator || p.agent == row.Creator || p.agent == row.Actor) {
-		return httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", r.PathValue("id"))
+		return httpjson.Errorf(http.StatusNotFound, codeNotFound, "no envelope %s", r.PathValue("id"))
 	}
 	var b struct {
 		Data json.RawMessage `json:"data"`
@@ -468,10 +468,10 @@ func (e *Engine) handleFly(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(b.Data) == 0 {
-		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "data is required")
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "data is required")
 	}
 	if row.Status.Terminal() {
-		return httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s already %s", row.ID, row.Status)
+		return httpjson.Errorf(http.StatusConflict, codeConflict, "envelope %s already %s", row.ID, row.Status)
 	}
 	n := 0
 	if !statusOff(row) {
@@ -496,7 +496,7 @@ func (e *Engine) handleProcessing(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if p.operator {
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "only the hop's actor reports processing")
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "only the hop's actor reports processing")
 	}
 	row, err := e.Processing(r.Context(), r.PathValue("id"), p.agent, b.Attempt)
 	if err != nil {
@@ -512,13 +512,13 @@ func (e *Engine) handleProcessing(w http.ResponseWriter, r *http.Request) error 
 // notifications, MCP progress); GET still reads its state.
 func statusOff(row tracing.MeshRow) bool {
 	env, err := envelopes.decode(row.Envelope)
-	return err == nil && strings.EqualFold(env.Headers[HeaderMeshStatus], "off")
+	return err == nil && strings.EqualFold(env.Headers[headerMeshStatus], "off")
 }
 
 // handleEvents streams an envelope's events as SSE: the current state
 // first (or, with Last-Event-ID, every status change after that event,
 // replayed from the log), then live status, progress and fly events; a
-// keepalive comment every KeepaliveInterval; closed on a terminal status.
+// keepalive comment every keepaliveInterval; closed on a terminal status.
 // Event ids are log sequence numbers; FLY events carry none.
 func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	p, err := e.authenticate(r)
@@ -533,7 +533,7 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return httpjson.New(http.StatusBadRequest, CodeInvalidField, "Last-Event-ID must be a non-negative integer")
+			return httpjson.New(http.StatusBadRequest, codeInvalidField, "Last-Event-ID must be a non-negative integer")
 		}
 		after = n
 	}
@@ -576,7 +576,7 @@ func (e *Engine) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	if row.Status.Terminal() || s.Err() != nil {
 		return nil
 	}
-	keep := time.NewTicker(KeepaliveInterval)
+	keep := time.NewTicker(keepaliveInterval)
 	defer keep.Stop()
 	for {
 		select {

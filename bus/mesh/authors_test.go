@@ -29,11 +29,11 @@ func TestHopFrameAuthors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			env := Envelope{ID: "e", Route: Route{Prev: c.prev, Curr: "carol@acme.beam.directory"}, Creator: creator,
+			env := envelope{ID: "e", Route: meshRoute{Prev: c.prev, Curr: "carol@acme.beam.directory"}, Creator: creator,
 				PrevActor: c.prevActor, Payload: json.RawMessage(`{}`)}
 			f, _ := hopFrame(env, env.Route.Curr, "n", time.Now())
 			require.Equal(t, c.from, f.From)
-			got, err := DecodeEnvelope(f.Payload)
+			got, err := decodeEnvelope(f.Payload)
 			require.NoError(t, err)
 			require.Equal(t, c.prevSeen, got.PrevActor)
 		})

@@ -10,18 +10,18 @@ import (
 	"github.com/beamdir/beam/internal/httpjson"
 )
 
-// ErrUnauthenticated is wrapped by every Caller error.
-var ErrUnauthenticated = errors.New("send an agent's API key as Authorization: Bearer (or the operator token with X-Beam-Id naming the agent)")
+// errUnauthenticated is wrapped by every Caller error.
+var errUnauthenticated = errors.New("send an agent's API key as Authorization: Bearer (or the operator token with X-Beam-Id naming the agent)")
 
 // Caller authenticates a request of an agent protocol (A2A, MCP) and
 // returns the agent it acts as: an agent's API key (Authorization: Bearer
 // or X-Api-Key), or the operator token with X-Beam-Id (wire.HeaderBeamID)
-// naming a registered agent. Errors wrap ErrUnauthenticated.
+// naming a registered agent. Errors wrap errUnauthenticated.
 func (e *Engine) Caller(r *http.Request) (string, error) {
 	if e.cfg.OperatorAuth != nil && e.cfg.OperatorAuth(r) {
 		id := strings.TrimSpace(r.Header.Get(wire.HeaderBeamID))
 		if _, ok := e.reg.Get(id); !ok {
-			return "", fmt.Errorf("%w: the operator token acts for the agent named in %s, and %q is not registered", ErrUnauthenticated, wire.HeaderBeamID, id)
+			return "", fmt.Errorf("%w: the operator token acts for the agent named in %s, and %q is not registered", errUnauthenticated, wire.HeaderBeamID, id)
 		}
 		return id, nil
 	}
@@ -30,11 +30,11 @@ func (e *Engine) Caller(r *http.Request) (string, error) {
 		key, _ = httpjson.Bearer(r)
 	}
 	if key == "" {
-		return "", ErrUnauthenticated
+		return "", errUnauthenticated
 	}
 	a, ok := e.reg.AuthenticateAPIKey(key)
 	if !ok {
-		return "", fmt.Errorf("%w: the key is not valid", ErrUnauthenticated)
+		return "", fmt.Errorf("%w: the key is not valid", errUnauthenticated)
 	}
 	return a.BeamID, nil
 }
@@ -43,7 +43,7 @@ func (e *Engine) Caller(r *http.Request) (string, error) {
 // cards and metadata name.
 func Unauthorized(w http.ResponseWriter, err error) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="beam", error="invalid_token"`)
-	httpjson.WriteError(w, http.StatusUnauthorized, CodeUnauthorized, err.Error())
+	httpjson.WriteError(w, http.StatusUnauthorized, codeUnauthorized, err.Error())
 }
 
 // MayStart checks that creator may send the first hop of route, by the
@@ -58,12 +58,12 @@ func (e *Engine) MayStart(creator string, route []string) error {
 	if _, local := e.reg.Get(route[0]); !local {
 		return nil
 	}
-	if ok, reason := e.reg.Allowed(creator, route[0], IntentEnvelope); !ok {
-		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", IntentEnvelope, creator, route[0])
+	if ok, reason := e.reg.Allowed(creator, route[0], intentEnvelope); !ok {
+		msg := fmt.Sprintf("ACL denied intent %s from %s to %s", intentEnvelope, creator, route[0])
 		if reason != "" {
 			msg += " (" + reason + ")"
 		}
-		return httpjson.Errorf(http.StatusForbidden, CodeForbidden, "%s", msg)
+		return httpjson.Errorf(http.StatusForbidden, codeForbidden, "%s", msg)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ func FuzzDecodeReply(f *testing.F) {
 	f.Add([]byte(`{"mesh":{"outputs":[]}}`))
 	f.Add([]byte(`{"mesh":7}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeReply(b, 1024)
+		r, err := decodeReply(b, 1024)
 		if err != nil {
 			return
 		}
@@ -29,7 +29,7 @@ func FuzzDecodeReply(f *testing.F) {
 		// A reply re-encoded in the mesh member decodes to the same outputs.
 		enc, err := json.Marshal(map[string]any{"mesh": r})
 		require.NoError(t, err)
-		r2, err := DecodeReply(enc, 1<<20)
+		r2, err := decodeReply(enc, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, r2.Outputs, len(r.Outputs))
 		for i := range r.Outputs {
@@ -52,7 +52,7 @@ func FuzzParseRoute(f *testing.F) {
 			require.Equal(t, 400, ie.Status)
 			return
 		}
-		r, err := wire.NewMeshRoute(actors, DefaultMaxHops)
+		r, err := wire.NewMeshRoute(actors, defaultMaxHops)
 		if err != nil {
 			return
 		}

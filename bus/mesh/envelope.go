@@ -14,46 +14,46 @@ import (
 // The system actors every terminal envelope reaches (wire.MeshSink and
 // wire.MeshSump).
 const (
-	Sink = wire.MeshSink
-	Sump = wire.MeshSump
+	sink = wire.MeshSink
+	sump = wire.MeshSump
 )
 
 // Headers the gateway manages and keeps across hops and retries.
 const (
-	HeaderTraceparent  = "traceparent"
-	HeaderTracestate   = "tracestate"
-	HeaderFirstAttempt = "x-asya-first-attempt"
-	// HeaderMeshStatus "off" suppresses live status reporting (SSE) for the
+	headerTraceparent  = "traceparent"
+	headerTracestate   = "tracestate"
+	headerFirstAttempt = "x-asya-first-attempt"
+	// headerMeshStatus "off" suppresses live status reporting (SSE) for the
 	// envelope; its events are still recorded in the log.
-	HeaderMeshStatus = "x-asya-mesh-status"
+	headerMeshStatus = "x-asya-mesh-status"
 )
 
-// DefaultMaxHops bounds the hops of one envelope (a guard against routes
+// defaultMaxHops bounds the hops of one envelope (a guard against routes
 // that an actor keeps extending).
-const DefaultMaxHops = 100
+const defaultMaxHops = 100
 
-// Envelope, Route and Status are the pipeline envelope's wire types, which
+// envelope, meshRoute and status are the pipeline envelope's wire types, which
 // the Go SDK shares (agents/wire).
 type (
-	Envelope = wire.MeshEnvelope
-	Route    = wire.MeshRoute
-	Status   = wire.MeshStatus
+	envelope  = wire.MeshEnvelope
+	meshRoute = wire.MeshRoute
+	status    = wire.MeshStatus
 )
 
 // Errors of the route rules (agents/wire).
 var (
-	ErrEmptyRoute    = wire.ErrEmptyRoute
-	ErrReservedActor = wire.ErrReservedActor
-	ErrNotCurrent    = wire.ErrNotCurrent
-	ErrHopLimit      = wire.ErrHopLimit
-	ErrBadActor      = wire.ErrBadActor
+	errEmptyRoute    = wire.ErrEmptyRoute
+	errReservedActor = wire.ErrReservedActor
+	errNotCurrent    = wire.ErrNotCurrent
+	errHopLimit      = wire.ErrHopLimit
+	errBadActor      = wire.ErrBadActor
 )
 
-// Progress is the route progress in percent once the current actor of r
+// progress is the route progress in percent once the current actor of r
 // has completed: (len(prev)+1) / (len(prev)+1+len(next)) * 100. It is
 // clamped to never fall below prev, since a rewritten next may lengthen the
 // route.
-func Progress(prev float64, r Route) float64 {
+func progress(prev float64, r meshRoute) float64 {
 	done := float64(len(r.Prev) + 1)
 	p := done / (done + float64(len(r.Next))) * 100
 	return max(prev, min(p, 100))
@@ -61,7 +61,7 @@ func Progress(prev float64, r Route) float64 {
 
 // routeAuthor is the agent that chose the envelope's current route: the
 // actor that last rewrote next, or the creator.
-func routeAuthor(e Envelope) string {
+func routeAuthor(e envelope) string {
 	if e.Author != "" {
 		return e.Author
 	}
@@ -73,7 +73,7 @@ func routeAuthor(e Envelope) string {
 // it: a reroute carries on what it was given); the last actor of
 // route.prev for an envelope recorded without it; or the creator before
 // the first hop.
-func contentAuthor(e Envelope) string {
+func contentAuthor(e envelope) string {
 	if e.PrevActor != "" {
 		return e.PrevActor
 	}
@@ -83,16 +83,16 @@ func contentAuthor(e Envelope) string {
 	return e.Creator
 }
 
-// MaxEnvelopeBytes bounds an encoded envelope.
-const MaxEnvelopeBytes = wire.MaxMeshEnvelopeBytes
+// maxEnvelopeBytes bounds an encoded envelope.
+const maxEnvelopeBytes = wire.MaxMeshEnvelopeBytes
 
-// DecodeEnvelope decodes and validates an envelope (wire.DecodeMeshEnvelope).
-func DecodeEnvelope(b []byte) (Envelope, error) { return wire.DecodeMeshEnvelope(b) }
+// decodeEnvelope decodes and validates an envelope (wire.DecodeMeshEnvelope).
+func decodeEnvelope(b []byte) (envelope, error) { return wire.DecodeMeshEnvelope(b) }
 
 // encodeEnvelope returns the envelope as JSON as encoding/json writes it
 // with HTML escaping off (the payload compacted). The payload must be valid
 // JSON.
-func encodeEnvelope(e Envelope) json.RawMessage {
+func encodeEnvelope(e envelope) json.RawMessage {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -105,9 +105,9 @@ func encodeEnvelope(e Envelope) json.RawMessage {
 
 // cloneEnvelope returns a deep copy of e (the payload bytes are shared; they are
 // never modified).
-func cloneEnvelope(e Envelope) Envelope {
+func cloneEnvelope(e envelope) envelope {
 	c := e
-	c.Route = Route{Prev: append([]string{}, e.Route.Prev...), Curr: e.Route.Curr, Next: append([]string{}, e.Route.Next...)}
+	c.Route = meshRoute{Prev: append([]string{}, e.Route.Prev...), Curr: e.Route.Curr, Next: append([]string{}, e.Route.Next...)}
 	c.Headers = make(map[string]string, len(e.Headers))
 	for k, v := range e.Headers {
 		c.Headers[k] = v
@@ -124,7 +124,7 @@ func mergeHeaders(cur, changes map[string]string) map[string]string {
 	}
 	for k, v := range changes {
 		switch strings.ToLower(k) {
-		case HeaderTraceparent, HeaderTracestate, HeaderFirstAttempt:
+		case headerTraceparent, headerTracestate, headerFirstAttempt:
 			continue
 		}
 		if v == "" {
@@ -136,36 +136,36 @@ func mergeHeaders(cur, changes map[string]string) map[string]string {
 	return out
 }
 
-// Duration is a time.Duration written as a Go duration string ("250ms").
-type Duration time.Duration
+// duration is a time.Duration written as a Go duration string ("250ms").
+type duration time.Duration
 
 // MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+func (d duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
 // UnmarshalJSON reads a duration string or a number of milliseconds.
-func (d *Duration) UnmarshalJSON(b []byte) error {
+func (d *duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err == nil {
 		v, err := time.ParseDuration(s)
 		if err != nil || v < 0 {
 			return fmt.Errorf("duration %q: want a non-negative Go duration", s)
 		}
-		*d = Duration(v)
+		*d = duration(v)
 		return nil
 	}
 	var ms float64
 	if err := json.Unmarshal(b, &ms); err != nil || ms < 0 {
 		return fmt.Errorf("duration %s: want a string or non-negative milliseconds", b)
 	}
-	*d = Duration(time.Duration(ms * float64(time.Millisecond)))
+	*d = duration(time.Duration(ms * float64(time.Millisecond)))
 	return nil
 }
 
 // Backoff kinds of a Policy.
 const (
-	BackoffConstant    = "constant"
-	BackoffLinear      = "linear"
-	BackoffExponential = "exponential"
+	backoffConstant    = "constant"
+	backoffLinear      = "linear"
+	backoffExponential = "exponential"
 )
 
 // Policy is an actor's retry policy.
@@ -175,12 +175,12 @@ type Policy struct {
 	// Backoff is constant, linear or exponential (default exponential).
 	Backoff string `json:"backoff,omitempty"`
 	// InitialDelay is the delay before the second attempt.
-	InitialDelay Duration `json:"initialDelay,omitempty"`
+	InitialDelay duration `json:"initialDelay,omitempty"`
 	// MaxInterval caps one delay (0: no cap).
-	MaxInterval Duration `json:"maxInterval,omitempty"`
+	MaxInterval duration `json:"maxInterval,omitempty"`
 	// MaxDuration bounds the time since the hop's first attempt
 	// (x-asya-first-attempt) within which retries are made (0: no bound).
-	MaxDuration Duration `json:"maxDuration,omitempty"`
+	MaxDuration duration `json:"maxDuration,omitempty"`
 	// Jitter spreads each delay by ±50%.
 	Jitter bool `json:"jitter,omitempty"`
 	// OnExhausted, when set, replaces next with these actors once the
@@ -188,13 +188,13 @@ type Policy struct {
 	OnExhausted []string `json:"onExhausted,omitempty"`
 }
 
-// DefaultPolicy is the policy of actors without one: a single attempt.
-var DefaultPolicy = Policy{MaxAttempts: 1, Backoff: BackoffExponential, InitialDelay: Duration(100 * time.Millisecond)}
+// defaultPolicy is the policy of actors without one: a single attempt.
+var defaultPolicy = Policy{MaxAttempts: 1, Backoff: backoffExponential, InitialDelay: duration(100 * time.Millisecond)}
 
 // Validate checks p.
 func (p Policy) Validate() error {
 	switch p.Backoff {
-	case "", BackoffConstant, BackoffLinear, BackoffExponential:
+	case "", backoffConstant, backoffLinear, backoffExponential:
 	default:
 		return fmt.Errorf("policy backoff %q: want constant, linear or exponential", p.Backoff)
 	}
@@ -214,9 +214,9 @@ func (p Policy) Validate() error {
 func (p Policy) backoff() attempt.Backoff {
 	b := attempt.Backoff{Growth: attempt.Exponential, Initial: time.Duration(p.InitialDelay), Max: time.Duration(p.MaxInterval)}
 	switch p.Backoff {
-	case BackoffConstant:
+	case backoffConstant:
 		b.Growth = attempt.Constant
-	case BackoffLinear:
+	case backoffLinear:
 		b.Growth = attempt.Linear
 	}
 	if p.Jitter {
@@ -233,21 +233,21 @@ func (p Policy) Delay(n int, u float64) time.Duration {
 
 // Exhaustion reasons.
 const (
-	ReasonMaxRetries   = "MaxRetriesExhausted"
-	ReasonMaxDuration  = "MaxDurationExhausted"
-	ReasonNonRetryable = "NonRetryableFailure"
-	ReasonTimeout      = "Timeout"
-	ReasonHopLimit     = "HopLimit"
-	ReasonPolicyRouted = "PolicyRouted"
-	ReasonCanceled     = "Canceled"
-	ReasonBadReply     = "ParseError"
+	reasonMaxRetries   = "MaxRetriesExhausted"
+	reasonMaxDuration  = "MaxDurationExhausted"
+	reasonNonRetryable = "NonRetryableFailure"
+	reasonTimeout      = "Timeout"
+	reasonHopLimit     = "HopLimit"
+	reasonPolicyRouted = "PolicyRouted"
+	reasonCanceled     = "Canceled"
+	reasonBadReply     = "ParseError"
 )
 
 // reasons are the wire's reasons of the attempt engine's.
 var reasons = map[attempt.Reason]string{
-	attempt.Exhausted:    ReasonMaxRetries,
-	attempt.OutOfTime:    ReasonMaxDuration,
-	attempt.NotRetryable: ReasonNonRetryable,
+	attempt.Exhausted:    reasonMaxRetries,
+	attempt.OutOfTime:    reasonMaxDuration,
+	attempt.NotRetryable: reasonNonRetryable,
 }
 
 // Retry decides what follows failed attempt number n (1-based) of a hop

@@ -11,7 +11,7 @@ import (
 
 // referenceEncode is what Encode must equal: encoding/json with HTML
 // escaping off.
-func referenceEncode(t testing.TB, e Envelope) string {
+func referenceEncode(t testing.TB, e envelope) string {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -50,8 +50,8 @@ func TestEncodeMatchesEncodingJSON(t *testing.T) {
 	}
 	payloads := []string{`{}`, `{"a":1}`, "{ \"a\" : [1, 2, {\"b\": \"<&>\"}] }\n", `null`, `"s"`, `1.5e3`, `[]`, `{"t":"\u2028 é 😀"}`, ``}
 	for i := range 2000 {
-		e := Envelope{ID: str(), ParentID: str(), Route: Route{Prev: list(), Curr: str(), Next: list()},
-			Status: Status{Phase: str(), Actor: str(), Attempt: rng.IntN(3) - 1, MaxAttempts: rng.IntN(5), Reason: str(),
+		e := envelope{ID: str(), ParentID: str(), Route: meshRoute{Prev: list(), Curr: str(), Next: list()},
+			Status: status{Phase: str(), Actor: str(), Attempt: rng.IntN(3) - 1, MaxAttempts: rng.IntN(5), Reason: str(),
 				CreatedAt: str(), UpdatedAt: str(), DeadlineAt: str()},
 			Payload: json.RawMessage(payloads[rng.IntN(len(payloads))]), Hop: rng.IntN(200), FanoutIndex: rng.IntN(3), Creator: str(), Author: str(), PrevActor: str()}
 		if len(e.Payload) == 0 {
@@ -78,26 +78,26 @@ func FuzzEnvelopeEncode(f *testing.F) {
 		if !json.Valid([]byte(payload)) {
 			return
 		}
-		e := Envelope{ID: id, Route: Route{Prev: []string{actor}, Curr: actor}, Headers: map[string]string{key: value},
-			Status: Status{Phase: value, Actor: actor}, Payload: json.RawMessage(payload), Creator: key}
+		e := envelope{ID: id, Route: meshRoute{Prev: []string{actor}, Curr: actor}, Headers: map[string]string{key: value},
+			Status: status{Phase: value, Actor: actor}, Payload: json.RawMessage(payload), Creator: key}
 		require.Equal(t, referenceEncode(t, e), string(encodeEnvelope(e)))
 	})
 }
 
 // benchEnvelope is an envelope as the bench's three-hop route carries it
 // at its second hop.
-func benchEnvelope() Envelope {
-	return Envelope{ID: "0b7f5f0e-8a43-4c1e-9a55-3f0f1b1e2d3c", Creator: "client@acme.beam.directory",
-		Route:   Route{Prev: []string{"one@acme.beam.directory"}, Curr: "two@acme.beam.directory", Next: []string{"three@acme.beam.directory"}},
-		Headers: map[string]string{HeaderFirstAttempt: "2026-11-26T01:50:50.123Z", "trace": "abc"},
-		Status: Status{Phase: "processing", Actor: "two@acme.beam.directory", Attempt: 1, MaxAttempts: 1,
+func benchEnvelope() envelope {
+	return envelope{ID: "0b7f5f0e-8a43-4c1e-9a55-3f0f1b1e2d3c", Creator: "client@acme.beam.directory",
+		Route:   meshRoute{Prev: []string{"one@acme.beam.directory"}, Curr: "two@acme.beam.directory", Next: []string{"three@acme.beam.directory"}},
+		Headers: map[string]string{headerFirstAttempt: "2026-11-26T01:50:50.123Z", "trace": "abc"},
+		Status: status{Phase: "processing", Actor: "two@acme.beam.directory", Attempt: 1, MaxAttempts: 1,
 			CreatedAt: "2026-11-26T01:50:50.120Z", UpdatedAt: "2026-11-26T01:50:50.123Z", DeadlineAt: "2026-11-26T01:55:50.120Z"},
 		Payload: json.RawMessage(`{"i":17,"filler":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","one":true}`), Hop: 1}
 }
 
 // BenchmarkEnvelopeEncode compares Encode with encoding/json, and a
 // stored envelope's decode from the memo (primed by encodeStored) with
-// DecodeEnvelope.
+// decodeEnvelope.
 func BenchmarkEnvelopeEncode(b *testing.B) {
 	e := benchEnvelope()
 	b.Run("Encode", func(b *testing.B) {
@@ -122,7 +122,7 @@ func BenchmarkEnvelopeEncode(b *testing.B) {
 	b.Run("DecodeEnvelope", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = DecodeEnvelope(raw)
+			_, _ = decodeEnvelope(raw)
 		}
 	})
 }

@@ -14,15 +14,15 @@ func TestRouteShift(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name string
-		in   Route
-		want Route
+		in   meshRoute
+		want meshRoute
 	}{
-		{"first hop", Route{Prev: []string{}, Curr: "a", Next: []string{"b", "c"}},
-			Route{Prev: []string{"a"}, Curr: "b", Next: []string{"c"}}},
-		{"last hop", Route{Prev: []string{"a", "b"}, Curr: "c", Next: []string{}},
-			Route{Prev: []string{"a", "b", "c"}, Curr: "", Next: []string{}}},
-		{"nil slices", Route{Curr: "a"}, Route{Prev: []string{"a"}, Next: []string{}}},
-		{"already done", Route{Prev: []string{"a"}}, Route{Prev: []string{"a"}, Next: []string{}}},
+		{"first hop", meshRoute{Prev: []string{}, Curr: "a", Next: []string{"b", "c"}},
+			meshRoute{Prev: []string{"a"}, Curr: "b", Next: []string{"c"}}},
+		{"last hop", meshRoute{Prev: []string{"a", "b"}, Curr: "c", Next: []string{}},
+			meshRoute{Prev: []string{"a", "b", "c"}, Curr: "", Next: []string{}}},
+		{"nil slices", meshRoute{Curr: "a"}, meshRoute{Prev: []string{"a"}, Next: []string{}}},
+		{"already done", meshRoute{Prev: []string{"a"}}, meshRoute{Prev: []string{"a"}, Next: []string{}}},
 	}
 	for _, c := range cases {
 		got := c.in.Shift()
@@ -30,7 +30,7 @@ func TestRouteShift(t *testing.T) {
 		require.Equal(t, c.want.Curr == "", got.Done(), c.name)
 	}
 	// Shift never aliases the input.
-	in := Route{Prev: make([]string, 1, 8), Curr: "b", Next: []string{"c", "d"}}
+	in := meshRoute{Prev: make([]string, 1, 8), Curr: "b", Next: []string{"c", "d"}}
 	in.Prev[0] = "a"
 	out := in.Shift()
 	out.Next[0] = "zz"
@@ -48,12 +48,12 @@ func TestNewRoute(t *testing.T) {
 		err    error
 	}{
 		{"ok", []string{"a@x", "b@x"}, 10, nil},
-		{"empty", nil, 10, ErrEmptyRoute},
-		{"sink", []string{"a@x", Sink}, 10, ErrReservedActor},
-		{"sump", []string{Sump}, 10, ErrReservedActor},
-		{"blank", []string{"a@x", ""}, 10, ErrBadActor},
-		{"spaces", []string{"a x"}, 10, ErrBadActor},
-		{"too long", []string{"a", "b", "c"}, 2, ErrHopLimit},
+		{"empty", nil, 10, errEmptyRoute},
+		{"sink", []string{"a@x", sink}, 10, errReservedActor},
+		{"sump", []string{sump}, 10, errReservedActor},
+		{"blank", []string{"a@x", ""}, 10, errBadActor},
+		{"spaces", []string{"a x"}, 10, errBadActor},
+		{"too long", []string{"a", "b", "c"}, 2, errHopLimit},
 	}
 	for _, c := range cases {
 		r, err := wire.NewMeshRoute(c.actors, c.max)
@@ -70,7 +70,7 @@ func TestNewRoute(t *testing.T) {
 
 func TestRewriteNext(t *testing.T) {
 	t.Parallel()
-	r := Route{Prev: []string{"a"}, Curr: "b", Next: []string{"c"}}
+	r := meshRoute{Prev: []string{"a"}, Curr: "b", Next: []string{"c"}}
 	cases := []struct {
 		name  string
 		actor string
@@ -81,11 +81,11 @@ func TestRewriteNext(t *testing.T) {
 	}{
 		{"current actor prepends", "b", []string{"review", "c"}, 1, nil, []string{"review", "c"}},
 		{"current actor clears", "b", []string{}, 1, nil, []string{}},
-		{"other actor", "c", []string{"x"}, 1, ErrNotCurrent, nil},
-		{"previous actor", "a", []string{"x"}, 1, ErrNotCurrent, nil},
-		{"nobody", "", []string{"x"}, 1, ErrNotCurrent, nil},
-		{"reserved", "b", []string{Sink}, 1, ErrReservedActor, nil},
-		{"loop past the hop limit", "b", []string{"b", "b", "b"}, 7, ErrHopLimit, nil},
+		{"other actor", "c", []string{"x"}, 1, errNotCurrent, nil},
+		{"previous actor", "a", []string{"x"}, 1, errNotCurrent, nil},
+		{"nobody", "", []string{"x"}, 1, errNotCurrent, nil},
+		{"reserved", "b", []string{sink}, 1, errReservedActor, nil},
+		{"loop past the hop limit", "b", []string{"b", "b", "b"}, 7, errHopLimit, nil},
 	}
 	for _, c := range cases {
 		got, err := r.RewriteNext(c.actor, c.next, c.hop, 10)
@@ -108,17 +108,17 @@ func TestProgressFormula(t *testing.T) {
 	var p float64
 	var got []float64
 	for !r.Done() {
-		p = Progress(p, r)
+		p = progress(p, r)
 		got = append(got, p)
 		r = r.Shift()
 	}
 	require.InDeltaSlice(t, []float64{100.0 / 3, 200.0 / 3, 100}, got, 1e-9)
 	// A rewrite that lengthens the route never lowers progress.
-	r2 := Route{Prev: []string{"a"}, Curr: "b", Next: []string{}}
-	p = Progress(0, r2) // 100
+	r2 := meshRoute{Prev: []string{"a"}, Curr: "b", Next: []string{}}
+	p = progress(0, r2) // 100
 	r3, err := r2.RewriteNext("b", []string{"c", "d", "e"}, 2, 10)
 	require.NoError(t, err)
-	require.Equal(t, 100.0, Progress(p, r3))
+	require.Equal(t, 100.0, progress(p, r3))
 }
 
 // TestProgressProperty: random shifts and rewrites never move progress down
@@ -132,20 +132,20 @@ func TestProgressProperty(t *testing.T) {
 		for i := range actors {
 			actors[i] = "a" + string(rune('a'+i))
 		}
-		r, err := wire.NewMeshRoute(actors, DefaultMaxHops)
+		r, err := wire.NewMeshRoute(actors, defaultMaxHops)
 		require.NoError(t, err)
 		p, hop := 0.0, 0
-		for !r.Done() && hop < DefaultMaxHops {
+		for !r.Done() && hop < defaultMaxHops {
 			if rng.IntN(3) == 0 {
 				next := make([]string, rng.IntN(4))
 				for i := range next {
 					next[i] = "r" + string(rune('a'+i))
 				}
-				if r2, err := r.RewriteNext(r.Curr, next, hop, DefaultMaxHops); err == nil {
+				if r2, err := r.RewriteNext(r.Curr, next, hop, defaultMaxHops); err == nil {
 					r = r2
 				}
 			}
-			np := Progress(p, r)
+			np := progress(p, r)
 			require.GreaterOrEqual(t, np, p)
 			require.LessOrEqual(t, np, 100.0)
 			p = np
@@ -158,7 +158,7 @@ func TestProgressProperty(t *testing.T) {
 func TestPolicyRetry(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	exp := Policy{MaxAttempts: 5, Backoff: BackoffExponential, InitialDelay: Duration(100 * time.Millisecond), MaxInterval: Duration(300 * time.Millisecond)}
+	exp := Policy{MaxAttempts: 5, Backoff: backoffExponential, InitialDelay: duration(100 * time.Millisecond), MaxInterval: duration(300 * time.Millisecond)}
 	cases := []struct {
 		name      string
 		p         Policy
@@ -171,13 +171,13 @@ func TestPolicyRetry(t *testing.T) {
 		{"exp 1", exp, 1, true, t0, 100 * time.Millisecond, ""},
 		{"exp 2", exp, 2, true, t0, 200 * time.Millisecond, ""},
 		{"exp capped", exp, 4, true, t0, 300 * time.Millisecond, ""},
-		{"exhausted", exp, 5, true, t0, 0, ReasonMaxRetries},
-		{"non-retryable", exp, 1, false, t0, 0, ReasonNonRetryable},
-		{"constant", Policy{MaxAttempts: 3, Backoff: BackoffConstant, InitialDelay: Duration(time.Second)}, 2, true, t0, time.Second, ""},
-		{"linear", Policy{MaxAttempts: 5, Backoff: BackoffLinear, InitialDelay: Duration(time.Second)}, 3, true, t0, 3 * time.Second, ""},
-		{"max duration", Policy{MaxAttempts: 9, Backoff: BackoffConstant, InitialDelay: Duration(time.Second), MaxDuration: Duration(2 * time.Second)},
-			2, true, t0.Add(1500 * time.Millisecond), 0, ReasonMaxDuration},
-		{"default policy does not retry", DefaultPolicy, 1, true, t0, 0, ReasonMaxRetries},
+		{"exhausted", exp, 5, true, t0, 0, reasonMaxRetries},
+		{"non-retryable", exp, 1, false, t0, 0, reasonNonRetryable},
+		{"constant", Policy{MaxAttempts: 3, Backoff: backoffConstant, InitialDelay: duration(time.Second)}, 2, true, t0, time.Second, ""},
+		{"linear", Policy{MaxAttempts: 5, Backoff: backoffLinear, InitialDelay: duration(time.Second)}, 3, true, t0, 3 * time.Second, ""},
+		{"max duration", Policy{MaxAttempts: 9, Backoff: backoffConstant, InitialDelay: duration(time.Second), MaxDuration: duration(2 * time.Second)},
+			2, true, t0.Add(1500 * time.Millisecond), 0, reasonMaxDuration},
+		{"default policy does not retry", defaultPolicy, 1, true, t0, 0, reasonMaxRetries},
 	}
 	for _, c := range cases {
 		d, reason := c.p.Retry(c.attempt, c.retryable, t0, c.now, 0.5)
@@ -190,14 +190,14 @@ func TestPolicyRetry(t *testing.T) {
 	require.Equal(t, 149*time.Millisecond, j.Delay(1, 0.99).Truncate(time.Millisecond))
 	require.Error(t, Policy{MaxAttempts: 0}.Validate())
 	require.Error(t, Policy{MaxAttempts: 1, Backoff: "fibonacci"}.Validate())
-	require.Error(t, Policy{MaxAttempts: 1, OnExhausted: []string{Sump}}.Validate())
+	require.Error(t, Policy{MaxAttempts: 1, OnExhausted: []string{sump}}.Validate())
 }
 
 func TestMergeHeadersKeepsManaged(t *testing.T) {
 	t.Parallel()
-	cur := map[string]string{HeaderTraceparent: "00-a-b-01", HeaderFirstAttempt: "2026-01-01T00:00:00Z", "priority": "high"}
-	got := mergeHeaders(cur, map[string]string{HeaderTraceparent: "evil", HeaderFirstAttempt: "x", "priority": "", "k": "v"})
-	require.Equal(t, map[string]string{HeaderTraceparent: "00-a-b-01", HeaderFirstAttempt: "2026-01-01T00:00:00Z", "k": "v"}, got)
+	cur := map[string]string{headerTraceparent: "00-a-b-01", headerFirstAttempt: "2026-01-01T00:00:00Z", "priority": "high"}
+	got := mergeHeaders(cur, map[string]string{headerTraceparent: "evil", headerFirstAttempt: "x", "priority": "", "k": "v"})
+	require.Equal(t, map[string]string{headerTraceparent: "00-a-b-01", headerFirstAttempt: "2026-01-01T00:00:00Z", "k": "v"}, got)
 }
 
 func FuzzDecodeEnvelope(f *testing.F) {
@@ -207,19 +207,19 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add([]byte(`{"id":"c","route":{"curr":"x-sink"},"payload":1}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		e, err := DecodeEnvelope(b)
+		e, err := decodeEnvelope(b)
 		if err != nil {
 			return
 		}
 		// Round trip: what decodes encodes to something that decodes to
 		// the same envelope.
-		e2, err := DecodeEnvelope(encodeEnvelope(e))
+		e2, err := decodeEnvelope(encodeEnvelope(e))
 		require.NoError(t, err)
 		require.Equal(t, e.ID, e2.ID)
 		require.Equal(t, e.Route, e2.Route)
 		require.Equal(t, e.Headers, e2.Headers)
 		require.JSONEq(t, string(e.Payload), string(e2.Payload))
-		require.NotContains(t, append(e2.Route.Prev, e2.Route.Next...), Sink)
+		require.NotContains(t, append(e2.Route.Prev, e2.Route.Next...), sink)
 		var generic map[string]any
 		require.NoError(t, json.Unmarshal(encodeEnvelope(e), &generic))
 	})

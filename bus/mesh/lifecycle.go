@@ -2,7 +2,7 @@ package mesh
 
 import "github.com/beamdir/beam/tracing"
 
-// Lifecycle is the status lifecycle of a pipeline envelope, as data. A
+// lifecycle is the status lifecycle of a pipeline envelope, as data. A
 // status never moves back (pending, then running, retrying or unknown,
 // then paused, then a terminal one); a terminal status is final; paused
 // moves back to running only by a resume; a step may repeat a non-terminal
@@ -10,7 +10,7 @@ import "github.com/beamdir/beam/tracing"
 // drops, and counts as stale, a step whose status change the table lacks:
 // a hop's report may arrive after the envelope moved on. The engine checks
 // the table before it appends a pause or a resume (annotate).
-var Lifecycle = tracing.Register(&tracing.Lifecycle{
+var lifecycle = tracing.Register(&tracing.Lifecycle{
 	Name:    "pipeline envelope",
 	Owner:   tracing.OwnerMesh,
 	Package: "bus/mesh",

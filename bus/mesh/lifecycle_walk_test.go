@@ -23,7 +23,7 @@ func TestEnvelopeLifecycleIsTheFoldsRule(t *testing.T) {
 					kind = tracing.MeshKindResume
 				}
 				_, ok := tracing.AdvanceMeshStatus(cur, next, resume)
-				require.Equal(t, ok, Lifecycle.Allows(string(cur), string(next), stepOn(kind)), "%s -> %s by %s", cur, next, kind)
+				require.Equal(t, ok, lifecycle.Allows(string(cur), string(next), stepOn(kind)), "%s -> %s by %s", cur, next, kind)
 			}
 		}
 	}
@@ -78,7 +78,7 @@ func TestEnvelopeLifecycleWalk(t *testing.T) {
 			}
 			st, err := tracing.DecodeMeshStep(ev.Details.Mesh)
 			require.NoError(t, err)
-			require.True(t, Lifecycle.Allows(string(prev), string(m.Status), stepOn(st.Kind)) ||
+			require.True(t, lifecycle.Allows(string(prev), string(m.Status), stepOn(st.Kind)) ||
 				(prev == "" && st.Kind == tracing.MeshKindCreated), "%s: %s -> %s by %s", nonce, prev, m.Status, st.Kind)
 			moved++
 		}

@@ -11,10 +11,10 @@ import (
 // emptied when it is full.
 const memoMax = 4096
 
-// envelopeMemo remembers DecodeEnvelope's results by the envelope's bytes.
+// envelopeMemo remembers decodeEnvelope's results by the envelope's bytes.
 // A stored envelope changes only when a hop moves it, while every step,
 // status read and SSE event of an envelope decodes it again, so most
-// decodes are of bytes seen before. DecodeEnvelope is a pure function of
+// decodes are of bytes seen before. decodeEnvelope is a pure function of
 // the bytes, and a hit compares them in full, so the memo never changes a
 // result.
 type envelopeMemo struct {
@@ -25,7 +25,7 @@ type envelopeMemo struct {
 
 type memoEntry struct {
 	raw []byte
-	env Envelope
+	env envelope
 }
 
 var envelopes = &envelopeMemo{seed: maphash.MakeSeed(), m: map[uint64]memoEntry{}}
@@ -33,17 +33,17 @@ var envelopes = &envelopeMemo{seed: maphash.MakeSeed(), m: map[uint64]memoEntry{
 // encodeStored returns encodeEnvelope(env) for a step of the log, remembering the
 // envelope for those bytes: the stored envelope is decoded next by the
 // step's SSE status event or the next hop, and needs no JSON decode then.
-func encodeStored(env Envelope) json.RawMessage {
+func encodeStored(env envelope) json.RawMessage {
 	b := encodeEnvelope(env)
 	envelopes.remember(b, env)
 	return b
 }
 
-// remember records env as DecodeEnvelope(b) for b = encodeEnvelope(env). It
-// applies DecodeEnvelope's checks and normalisation itself (Encode writes
+// remember records env as decodeEnvelope(b) for b = encodeEnvelope(env). It
+// applies decodeEnvelope's checks and normalisation itself (Encode writes
 // the payload compacted) and records nothing when they fail.
-func (c *envelopeMemo) remember(b []byte, env Envelope) {
-	if len(b) > MaxEnvelopeBytes {
+func (c *envelopeMemo) remember(b []byte, env envelope) {
+	if len(b) > maxEnvelopeBytes {
 		return
 	}
 	e := cloneEnvelope(env)
@@ -58,7 +58,7 @@ func (c *envelopeMemo) remember(b []byte, env Envelope) {
 }
 
 // put records env, which the memo then owns, for the bytes b of hash h.
-func (c *envelopeMemo) put(h uint64, b []byte, env Envelope) {
+func (c *envelopeMemo) put(h uint64, b []byte, env envelope) {
 	c.mu.Lock()
 	if len(c.m) >= memoMax {
 		clear(c.m)
@@ -67,8 +67,8 @@ func (c *envelopeMemo) put(h uint64, b []byte, env Envelope) {
 	c.mu.Unlock()
 }
 
-// decode returns DecodeEnvelope(b), as a copy the caller may change.
-func (c *envelopeMemo) decode(b []byte) (Envelope, error) {
+// decode returns decodeEnvelope(b), as a copy the caller may change.
+func (c *envelopeMemo) decode(b []byte) (envelope, error) {
 	h := maphash.Bytes(c.seed, b)
 	c.mu.Lock()
 	got, ok := c.m[h]
@@ -76,7 +76,7 @@ func (c *envelopeMemo) decode(b []byte) (Envelope, error) {
 	if ok && bytes.Equal(got.raw, b) {
 		return cloneEnvelope(got.env), nil
 	}
-	env, err := DecodeEnvelope(b)
+	env, err := decodeEnvelope(b)
 	if err != nil {
 		return env, err
 	}

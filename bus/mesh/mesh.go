@@ -22,17 +22,17 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// IntentEnvelope is the intent type of a hop delivered to an actor; the
+// intentEnvelope is the intent type of a hop delivered to an actor; the
 // frame's payload is the whole envelope.
-const IntentEnvelope = wire.MeshIntent
+const intentEnvelope = wire.MeshIntent
 
 // Defaults of Config.
 const (
 	DefaultMaxPayloadBytes = 48 << 10
-	DefaultTimeout         = 5 * time.Minute
-	DefaultMaxTimeout      = 24 * time.Hour
-	DefaultHopTimeout      = 30 * time.Second
-	DefaultTickInterval    = 100 * time.Millisecond
+	defaultTimeout         = 5 * time.Minute
+	defaultMaxTimeout      = 24 * time.Hour
+	defaultHopTimeout      = 30 * time.Second
+	defaultTickInterval    = 100 * time.Millisecond
 	// offlineWait is how long a hop whose hand-off to an actor that just
 	// left failed waits before the next look (no attempt is counted). A
 	// hop whose actor is offline waits for it to connect instead
@@ -54,15 +54,15 @@ type Config struct {
 	// OperatorAuth recognises operator requests; may be nil.
 	OperatorAuth func(*http.Request) bool
 	// Policies are the per-actor retry policies; Default applies to the
-	// others (DefaultPolicy when zero).
+	// others (defaultPolicy when zero).
 	Policies map[string]Policy
 	Default  Policy
-	// MaxHops bounds the hops of an envelope (DefaultMaxHops).
+	// MaxHops bounds the hops of an envelope (defaultMaxHops).
 	MaxHops int
 	// MaxPayloadBytes bounds a payload (DefaultMaxPayloadBytes), so that
 	// an envelope fits one WebSocket message either way.
 	MaxPayloadBytes int
-	// DefaultTimeout is the deadline of an envelope created without one;
+	// defaultTimeout is the deadline of an envelope created without one;
 	// MaxTimeout the longest accepted.
 	DefaultTimeout, MaxTimeout time.Duration
 	// HopTimeout is how long one hop attempt waits for the actor.
@@ -121,7 +121,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Default.MaxAttempts == 0 {
-		cfg.Default = DefaultPolicy
+		cfg.Default = defaultPolicy
 	}
 	if err := cfg.Default.Validate(); err != nil {
 		return nil, fmt.Errorf("mesh: default policy: %w", err)
@@ -136,12 +136,12 @@ func New(cfg Config) (*Engine, error) {
 			*d = v
 		}
 	}
-	def(&cfg.DefaultTimeout, DefaultTimeout)
-	def(&cfg.MaxTimeout, DefaultMaxTimeout)
-	def(&cfg.HopTimeout, DefaultHopTimeout)
-	def(&cfg.TickInterval, DefaultTickInterval)
+	def(&cfg.DefaultTimeout, defaultTimeout)
+	def(&cfg.MaxTimeout, defaultMaxTimeout)
+	def(&cfg.HopTimeout, defaultHopTimeout)
+	def(&cfg.TickInterval, defaultTickInterval)
 	if cfg.MaxHops <= 0 {
-		cfg.MaxHops = DefaultMaxHops
+		cfg.MaxHops = defaultMaxHops
 	}
 	if cfg.MaxPayloadBytes <= 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes

@@ -45,8 +45,8 @@ func (p *Pipeline) CheckInput(payload json.RawMessage) error {
 	return nil
 }
 
-// MaxPipelines bounds the pipelines of one file.
-const MaxPipelines = 1000
+// maxPipelines bounds the pipelines of one file.
+const maxPipelines = 1000
 
 // pipelineName is what a pipeline name may be: usable in a URL path
 // segment and as an MCP tool name.
@@ -57,7 +57,7 @@ var pipelineName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 //	{"pipelines":[{"name":"enrich","description":"…","inputSchema":{…},"route":["prep@acme.beam.directory",…]}]}
 //
 // and checks every pipeline: a name of letters, digits, '.', '_' and '-'
-// (at most 64, unique), a route of 1 to DefaultMaxHops Beam IDs (x-sink and
+// (at most 64, unique), a route of 1 to defaultMaxHops Beam IDs (x-sink and
 // x-sump are reserved), an input schema (draft 2020-12 or draft-07, no
 // remote references) of type "object". Unknown fields are errors.
 func ParsePipelines(b []byte) ([]Pipeline, error) {
@@ -72,8 +72,8 @@ func ParsePipelines(b []byte) ([]Pipeline, error) {
 	if dec.More() {
 		return nil, errors.New("pipelines file: trailing data after the JSON object")
 	}
-	if len(f.Pipelines) > MaxPipelines {
-		return nil, fmt.Errorf("pipelines file: %d pipelines, at most %d", len(f.Pipelines), MaxPipelines)
+	if len(f.Pipelines) > maxPipelines {
+		return nil, fmt.Errorf("pipelines file: %d pipelines, at most %d", len(f.Pipelines), maxPipelines)
 	}
 	seen := map[string]bool{}
 	for i, p := range f.Pipelines {
@@ -84,7 +84,7 @@ func ParsePipelines(b []byte) ([]Pipeline, error) {
 			return nil, fmt.Errorf("pipeline %q: declared twice", p.Name)
 		}
 		seen[p.Name] = true
-		if _, err := wire.NewMeshRoute(p.Route, DefaultMaxHops); err != nil {
+		if _, err := wire.NewMeshRoute(p.Route, defaultMaxHops); err != nil {
 			return nil, fmt.Errorf("pipeline %q: route: %w", p.Name, err)
 		}
 		for _, a := range p.Route {

@@ -18,32 +18,32 @@ import (
 
 // Error codes of the gateway and of failed envelopes.
 const (
-	CodeInvalidJSON     = "INVALID_JSON"
-	CodeEmptyRoute      = "EMPTY_ROUTE"
-	CodeReservedActor   = "RESERVED_ACTOR"
-	CodeUnknownActor    = "UNKNOWN_ACTOR"
-	CodeHopLimit        = "HOP_LIMIT"
-	CodePayloadTooLarge = "PAYLOAD_TOO_LARGE"
-	CodeInvalidField    = "INVALID_FIELD"
-	CodeUnauthorized    = "UNAUTHORIZED"
-	CodeForbidden       = "FORBIDDEN"
-	CodeNotFound        = "NOT_FOUND"
-	CodeConflict        = "CONFLICT"
-	CodeCanceled        = "CANCELED"
-	CodeTimeout         = "TIMEOUT"
-	// CodeRateLimited: the creating agent created envelopes faster than
+	codeInvalidJSON     = "INVALID_JSON"
+	codeEmptyRoute      = "EMPTY_ROUTE"
+	codeReservedActor   = "RESERVED_ACTOR"
+	codeUnknownActor    = "UNKNOWN_ACTOR"
+	codeHopLimit        = "HOP_LIMIT"
+	codePayloadTooLarge = "PAYLOAD_TOO_LARGE"
+	codeInvalidField    = "INVALID_FIELD"
+	codeUnauthorized    = "UNAUTHORIZED"
+	codeForbidden       = "FORBIDDEN"
+	codeNotFound        = "NOT_FOUND"
+	codeConflict        = "CONFLICT"
+	codeCanceled        = "CANCELED"
+	codeTimeout         = "TIMEOUT"
+	// codeRateLimited: the creating agent created envelopes faster than
 	// the gateway's rate (429, Retry-After).
-	CodeRateLimited = "RATE_LIMITED"
-	// CodeTooManyOpen: the creating agent has as many open envelopes as
+	codeRateLimited = "RATE_LIMITED"
+	// codeTooManyOpen: the creating agent has as many open envelopes as
 	// the gateway allows one creator (429, Retry-After).
-	CodeTooManyOpen = "TOO_MANY_OPEN_ENVELOPES"
-	// CodePermanent is the error code an actor answers with for a failure
+	codeTooManyOpen = "TOO_MANY_OPEN_ENVELOPES"
+	// codePermanent is the error code an actor answers with for a failure
 	// no retry can fix; every other failure is retried by the policy.
-	CodePermanent = "MESH_PERMANENT"
+	codePermanent = "MESH_PERMANENT"
 )
 
 // nonRetryable are actor error codes that are never retried.
-var nonRetryable = map[string]bool{CodePermanent: true, "UNSUPPORTED_INTENT": true, "INVALID_INTENT": true}
+var nonRetryable = map[string]bool{codePermanent: true, "UNSUPPORTED_INTENT": true, "INVALID_INTENT": true}
 
 // CreateRequest is a validated request for a new envelope.
 type CreateRequest struct {
@@ -67,14 +67,14 @@ type CreateRequest struct {
 // routeErr maps a route rule error to a client mistake.
 func routeErr(err error) *httpjson.Error {
 	switch {
-	case errors.Is(err, ErrEmptyRoute):
-		return httpjson.Errorf(http.StatusBadRequest, CodeEmptyRoute, "%v", err)
-	case errors.Is(err, ErrReservedActor):
-		return httpjson.Errorf(http.StatusBadRequest, CodeReservedActor, "%v", err)
-	case errors.Is(err, ErrHopLimit):
-		return httpjson.Errorf(http.StatusBadRequest, CodeHopLimit, "%v", err)
+	case errors.Is(err, errEmptyRoute):
+		return httpjson.Errorf(http.StatusBadRequest, codeEmptyRoute, "%v", err)
+	case errors.Is(err, errReservedActor):
+		return httpjson.Errorf(http.StatusBadRequest, codeReservedActor, "%v", err)
+	case errors.Is(err, errHopLimit):
+		return httpjson.Errorf(http.StatusBadRequest, codeHopLimit, "%v", err)
 	default:
-		return httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "route: %v", err)
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "route: %v", err)
 	}
 }
 
@@ -87,27 +87,27 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 	}
 	for _, a := range req.Route {
 		if !e.known(a) {
-			return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeUnknownActor,
+			return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, codeUnknownActor,
 				"actor %q is neither a registered agent nor served by a pinned peer directory", a)
 		}
 	}
 	if _, ok := e.reg.Get(req.Creator); !ok {
-		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeUnknownActor, "creator %q is not a registered agent", req.Creator)
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, codeUnknownActor, "creator %q is not a registered agent", req.Creator)
 	}
 	payload := bytes.TrimSpace(req.Payload)
 	if len(payload) == 0 {
 		payload = []byte("{}")
 	}
 	if !json.Valid(payload) {
-		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeInvalidJSON, "payload is not valid JSON")
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "payload is not valid JSON")
 	}
 	if len(payload) > e.cfg.MaxPayloadBytes {
-		return tracing.MeshRow{}, httpjson.Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusRequestEntityTooLarge, codePayloadTooLarge,
 			"payload is %d bytes, at most %d", len(payload), e.cfg.MaxPayloadBytes)
 	}
 	if req.Prev != nil {
 		if len(req.Prev)+len(req.Route) > e.cfg.MaxHops {
-			return tracing.MeshRow{}, routeErr(fmt.Errorf("%w: %d actors, at most %d hops", ErrHopLimit, len(req.Prev)+len(req.Route), e.cfg.MaxHops))
+			return tracing.MeshRow{}, routeErr(fmt.Errorf("%w: %d actors, at most %d hops", errHopLimit, len(req.Prev)+len(req.Route), e.cfg.MaxHops))
 		}
 		route.Prev = append([]string{}, req.Prev...)
 	}
@@ -118,26 +118,26 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 		timeout = e.cfg.DefaultTimeout
 	}
 	if timeout < 0 || timeout > e.cfg.MaxTimeout {
-		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "timeout must be between 0 and %s", e.cfg.MaxTimeout)
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "timeout must be between 0 and %s", e.cfg.MaxTimeout)
 	}
 	headers := map[string]string{}
 	for k, v := range req.Headers {
-		if k == HeaderFirstAttempt {
+		if k == headerFirstAttempt {
 			continue
 		}
 		if len(k) > 256 || len(v) > 4096 || len(headers) >= 64 {
-			return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, CodeInvalidField, "headers: at most 64, names up to 256 and values up to 4096 bytes")
+			return tracing.MeshRow{}, httpjson.Errorf(http.StatusBadRequest, codeInvalidField, "headers: at most 64, names up to 256 and values up to 4096 bytes")
 		}
 		headers[k] = v
 	}
-	if !validTraceparent(headers[HeaderTraceparent]) {
-		headers[HeaderTraceparent] = newTraceparent()
+	if !validTraceparent(headers[headerTraceparent]) {
+		headers[headerTraceparent] = newTraceparent()
 	}
 	now := e.cfg.Clock().UTC()
 	deadline := now.Add(timeout)
-	env := Envelope{
+	env := envelope{
 		ID: uuid.NewString(), ParentID: req.ParentID, Route: route, Headers: headers, Payload: payload, Creator: req.Creator,
-		Author: req.Author, Status: Status{Phase: string(tracing.MeshPending), Actor: route.Curr, CreatedAt: rfc3339(now), UpdatedAt: rfc3339(now)},
+		Author: req.Author, Status: status{Phase: string(tracing.MeshPending), Actor: route.Curr, CreatedAt: rfc3339(now), UpdatedAt: rfc3339(now)},
 	}
 	if req.Timeout > 0 {
 		env.Status.DeadlineAt = rfc3339(deadline)
@@ -149,7 +149,7 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 	}
 	row := tracing.MeshRow{ID: env.ID, Nonce: nonceOf(env.ID)}
 	created := tracing.Event{Nonce: row.Nonce, State: tracing.Received, From: req.Creator, To: route.Curr,
-		IntentType: IntentEnvelope, Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh,
+		IntentType: intentEnvelope, Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh,
 			Mesh: tracing.MeshStep{Kind: tracing.MeshKindCreated, ID: env.ID, ParentID: req.ParentID, Creator: req.Creator,
 				DeadlineAt: deadline.UnixMilli(), Status: tracing.MeshPending, Envelope: encodeStored(env), Actor: route.Curr}.Encode()}}
 	queued := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait})
@@ -168,10 +168,10 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // envelopeOf decodes row's envelope and refreshes its status member.
-func envelopeOf(row tracing.MeshRow) (Envelope, error) {
+func envelopeOf(row tracing.MeshRow) (envelope, error) {
 	env, err := envelopes.decode(row.Envelope)
 	if err != nil {
-		return Envelope{}, err
+		return envelope{}, err
 	}
 	env.Status.Phase = string(row.Status)
 	env.Status.Attempt = row.Attempt
@@ -196,12 +196,12 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 	}
 	env, err := envelopeOf(row)
 	if err != nil {
-		err = e.fail(ctx, row, Envelope{ID: id, Payload: json.RawMessage("{}")}, nil, ReasonBadReply, "stored envelope: "+err.Error(), CodePermanent)
+		err = e.fail(ctx, row, envelope{ID: id, Payload: json.RawMessage("{}")}, nil, reasonBadReply, "stored envelope: "+err.Error(), codePermanent)
 		unlock()
 		return err
 	}
 	if row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt {
-		err := e.fail(ctx, row, env, nil, ReasonTimeout, "the envelope's deadline passed before the hop", CodeTimeout)
+		err := e.fail(ctx, row, env, nil, reasonTimeout, "the envelope's deadline passed before the hop", codeTimeout)
 		unlock()
 		return err
 	}
@@ -210,12 +210,12 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 	creator, okC := e.reg.Get(env.Creator)
 	peer, remote := e.dir.PeerFor(actor)
 	if (!okA && !remote) || !okC {
-		err := e.fail(ctx, row, env, nil, ReasonNonRetryable, fmt.Sprintf("actor %q or creator %q is no longer registered", actor, env.Creator), CodeUnknownActor)
+		err := e.fail(ctx, row, env, nil, reasonNonRetryable, fmt.Sprintf("actor %q or creator %q is no longer registered", actor, env.Creator), codeUnknownActor)
 		unlock()
 		return err
 	}
 	if code, msg := e.admit(env, actor, remote); code != "" {
-		err := e.fail(ctx, row, env, nil, ReasonNonRetryable, msg, code)
+		err := e.fail(ctx, row, env, nil, reasonNonRetryable, msg, code)
 		unlock()
 		return err
 	}
@@ -248,8 +248,8 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 		first = now.UnixMilli()
 	}
 	pol := e.policy(actor)
-	env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(first))
-	env.Status = Status{Phase: "processing", Actor: actor, Attempt: n, MaxAttempts: pol.MaxAttempts,
+	env.Headers[headerFirstAttempt] = rfc3339(time.UnixMilli(first))
+	env.Status = status{Phase: "processing", Actor: actor, Attempt: n, MaxAttempts: pol.MaxAttempts,
 		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: env.Status.DeadlineAt}
 	disp := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
 		Actor: actor, Attempt: n, FirstAttemptAt: first, Reason: carriedReason(row.Reason)})
@@ -324,17 +324,17 @@ func (e *Engine) hopTimeout(row tracing.MeshRow, now time.Time) time.Duration {
 // the author of its content; that author must then be an agent of this
 // directory, since federation does not forward through intermediate
 // directories. It returns "" or FORBIDDEN and the reason.
-func (e *Engine) admit(env Envelope, actor string, remote bool) (code, msg string) {
+func (e *Engine) admit(env envelope, actor string, remote bool) (code, msg string) {
 	if remote {
 		from := contentAuthor(env)
 		if _, ok := e.reg.Get(from); ok && e.reg.Serves(from) {
 			return "", ""
 		}
-		return CodeForbidden, fmt.Sprintf("the hop to %s carries the output of %s, an agent of another directory: "+
+		return codeForbidden, fmt.Sprintf("the hop to %s carries the output of %s, an agent of another directory: "+
 			"federation does not forward through intermediate directories", actor, from)
 	}
-	if code, msg := e.dir.CheckPipelineHop(routeAuthor(env), actor, IntentEnvelope); code != "" {
-		return CodeForbidden, msg
+	if code, msg := e.dir.CheckPipelineHop(routeAuthor(env), actor, intentEnvelope); code != "" {
+		return codeForbidden, msg
 	}
 	return "", ""
 }
@@ -346,13 +346,13 @@ func (e *Engine) admit(env Envelope, actor string, remote bool) (code, msg strin
 // (prev_actor) apart. No agent signed it, so the directory's delivery
 // (directory.Deliver) attests it with auth "api_key", as it does
 // for the bus's API-key sends (docs/SECURITY.md, "Attestation").
-func hopFrame(env Envelope, actor, nonce string, now time.Time) (*wire.IntentFrame, string) {
+func hopFrame(env envelope, actor, nonce string, now time.Time) (*wire.IntentFrame, string) {
 	from := contentAuthor(env)
 	env.PrevActor = ""
 	if len(env.Route.Prev) > 0 || from != env.Creator {
 		env.PrevActor = from
 	}
-	f := wire.NewIntentFrame(from, actor, IntentEnvelope, encodeEnvelope(env), now)
+	f := wire.NewIntentFrame(from, actor, intentEnvelope, encodeEnvelope(env), now)
 	f.Nonce = nonce
 	return f, directory.BusAuthAPIKey
 }
@@ -374,7 +374,7 @@ type hopTarget struct {
 
 // deliver hands attempt n of the hop to the actor through the directory's
 // one door (directory.Deliver) and arranges for its outcome.
-func (e *Engine) deliver(id string, n int, env Envelope, to hopTarget, now time.Time) {
+func (e *Engine) deliver(id string, n int, env envelope, to hopTarget, now time.Time) {
 	frame, auth := hopFrame(env, to.actor, nonceOf(id), now)
 	timeout := e.hopTimeout(tracing.MeshRow{DeadlineAt: to.deadline}, now)
 	e.m.hops.Inc()
@@ -468,10 +468,10 @@ func (e *Engine) interrupted(id string, n int, cause error) {
 	}
 }
 
-// Reply is what an actor answers a hop with, in the result payload's
+// reply is what an actor answers a hop with, in the result payload's
 // "mesh" member. A result payload without it is one output: the payload
 // itself. No payload at all, or no outputs, ends the route (x-sink).
-type Reply struct {
+type reply struct {
 	// Outputs are the payloads to route on: index 0 keeps the envelope's
 	// id, the others become fan-out children.
 	Outputs []json.RawMessage `json:"outputs"`
@@ -485,29 +485,29 @@ type Reply struct {
 // maxOutputs bounds a fan-out.
 const maxOutputs = 256
 
-// DecodeReply reads a result payload as a Reply.
-func DecodeReply(payload json.RawMessage, maxPayload int) (Reply, error) {
+// decodeReply reads a result payload as a Reply.
+func decodeReply(payload json.RawMessage, maxPayload int) (reply, error) {
 	p := bytes.TrimSpace(payload)
 	if len(p) == 0 || string(p) == "null" {
-		return Reply{}, nil
+		return reply{}, nil
 	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(p, &probe); err != nil || probe == nil {
 		if !json.Valid(p) {
-			return Reply{}, errors.New("reply payload is not JSON")
+			return reply{}, errors.New("reply payload is not JSON")
 		}
-		return Reply{Outputs: []json.RawMessage{p}}, checkOutputs([]json.RawMessage{p}, maxPayload)
+		return reply{Outputs: []json.RawMessage{p}}, checkOutputs([]json.RawMessage{p}, maxPayload)
 	}
 	inner, ok := probe["mesh"]
 	if !ok {
-		return Reply{Outputs: []json.RawMessage{p}}, checkOutputs([]json.RawMessage{p}, maxPayload)
+		return reply{Outputs: []json.RawMessage{p}}, checkOutputs([]json.RawMessage{p}, maxPayload)
 	}
-	var r Reply
+	var r reply
 	if err := json.Unmarshal(inner, &r); err != nil {
-		return Reply{}, fmt.Errorf("reply mesh member: %w", err)
+		return reply{}, fmt.Errorf("reply mesh member: %w", err)
 	}
 	if len(r.Outputs) > maxOutputs {
-		return Reply{}, fmt.Errorf("reply has %d outputs, at most %d", len(r.Outputs), maxOutputs)
+		return reply{}, fmt.Errorf("reply has %d outputs, at most %d", len(r.Outputs), maxOutputs)
 	}
 	return r, checkOutputs(r.Outputs, maxPayload)
 }
@@ -542,11 +542,11 @@ func (e *Engine) outcome(id string, n int, transport string, rf *wire.ResultFram
 	}
 	env, err := envelopeOf(row)
 	if err != nil {
-		e.record(e.fail(ctx, row, Envelope{ID: id, Payload: json.RawMessage("{}")}, nil, ReasonBadReply, err.Error(), CodePermanent), id)
+		e.record(e.fail(ctx, row, envelope{ID: id, Payload: json.RawMessage("{}")}, nil, reasonBadReply, err.Error(), codePermanent), id)
 		return
 	}
 	if row.FirstAttemptAt > 0 {
-		env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(row.FirstAttemptAt))
+		env.Headers[headerFirstAttempt] = rfc3339(time.UnixMilli(row.FirstAttemptAt))
 	}
 	var pre []tracing.Event
 	if row.State == tracing.Dispatched {
@@ -566,9 +566,9 @@ func (e *Engine) outcome(id string, n int, transport string, rf *wire.ResultFram
 		}
 		e.record(e.failedAttempt(ctx, row, env, n, pre, c, m, !nonRetryable[c]), id)
 	default:
-		reply, err := DecodeReply(rf.Payload, e.cfg.MaxPayloadBytes)
+		reply, err := decodeReply(rf.Payload, e.cfg.MaxPayloadBytes)
 		if err != nil {
-			e.record(e.fail(ctx, row, env, pre, ReasonBadReply, err.Error(), CodePermanent), id)
+			e.record(e.fail(ctx, row, env, pre, reasonBadReply, err.Error(), codePermanent), id)
 			return
 		}
 		e.record(e.advance(ctx, row, env, reply, pre, ""), id)
@@ -583,7 +583,7 @@ func (e *Engine) record(err error, id string) {
 
 // failedAttempt applies the actor's policy to failed attempt n: retry
 // later, reroute to onExhausted, or fail the envelope.
-func (e *Engine) failedAttempt(ctx context.Context, row tracing.MeshRow, env Envelope, n int, pre []tracing.Event, code, msg string, retryable bool) error {
+func (e *Engine) failedAttempt(ctx context.Context, row tracing.MeshRow, env envelope, n int, pre []tracing.Event, code, msg string, retryable bool) error {
 	now := e.cfg.Clock()
 	actor := env.Route.Curr
 	pol := e.policy(actor)
@@ -593,7 +593,7 @@ func (e *Engine) failedAttempt(ctx context.Context, row tracing.MeshRow, env Env
 	}
 	msg = code + ": " + msg
 	if row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt {
-		return e.fail(ctx, row, env, pre, ReasonTimeout, "the envelope's deadline passed: "+msg, CodeTimeout)
+		return e.fail(ctx, row, env, pre, reasonTimeout, "the envelope's deadline passed: "+msg, codeTimeout)
 	}
 	delay, reason := pol.Retry(n, retryable, first, now, e.draw(row.ID, n))
 	if reason == "" {
@@ -604,15 +604,15 @@ func (e *Engine) failedAttempt(ctx context.Context, row tracing.MeshRow, env Env
 		return e.append(ctx, []string{row.ID}, append(pre, ev)...)
 	}
 	if len(pol.OnExhausted) > 0 {
-		env.Route = Route{Prev: env.Route.Prev, Curr: env.Route.Curr, Next: append([]string{}, pol.OnExhausted...)}
-		env.Status.Reason = ReasonPolicyRouted
-		return e.advance(ctx, row, env, Reply{Outputs: []json.RawMessage{env.Payload}}, pre, ReasonPolicyRouted)
+		env.Route = meshRoute{Prev: env.Route.Prev, Curr: env.Route.Curr, Next: append([]string{}, pol.OnExhausted...)}
+		env.Status.Reason = reasonPolicyRouted
+		return e.advance(ctx, row, env, reply{Outputs: []json.RawMessage{env.Payload}}, pre, reasonPolicyRouted)
 	}
 	return e.fail(ctx, row, env, pre, reason, msg, code)
 }
 
 // fail ends the envelope as failed: recorded in x-sink and x-sump.
-func (e *Engine) fail(ctx context.Context, row tracing.MeshRow, env Envelope, pre []tracing.Event, reason, msg, code string) error {
+func (e *Engine) fail(ctx context.Context, row tracing.MeshRow, env envelope, pre []tracing.Event, reason, msg, code string) error {
 	env.Status.Phase = string(tracing.MeshFailed)
 	env.Status.Reason = reason
 	ev := e.event(row, tracing.DeadLetter, tracing.MeshStep{Kind: tracing.MeshKindFailed, Status: tracing.MeshFailed,
@@ -629,14 +629,14 @@ func (e *Engine) fail(ctx context.Context, row tracing.MeshRow, env Envelope, pr
 // advance routes the outputs of a successful hop on: index 0 keeps the
 // envelope, the others become children; an exhausted route or no outputs
 // ends in x-sink.
-func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope, reply Reply, pre []tracing.Event, reason string) error {
+func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env envelope, reply reply, pre []tracing.Event, reason string) error {
 	actor := env.Route.Curr
 	route := env.Route
 	author := env.Author
 	// The outputs are the actor's, except in an onExhausted reroute, which
 	// carries on what the failed actor was given.
 	content := actor
-	if reason == ReasonPolicyRouted {
+	if reason == reasonPolicyRouted {
 		content = contentAuthor(env)
 	}
 	if reply.Next != nil {
@@ -645,11 +645,11 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		author = actor
 		r, err := route.RewriteNext(actor, *reply.Next, env.Hop, e.cfg.MaxHops)
 		if err != nil {
-			return e.fail(ctx, row, env, pre, ReasonBadReply, err.Error(), CodePermanent)
+			return e.fail(ctx, row, env, pre, reasonBadReply, err.Error(), codePermanent)
 		}
 		for _, a := range r.Next {
 			if !e.known(a) {
-				return e.fail(ctx, row, env, pre, ReasonBadReply, fmt.Sprintf("rewritten next names unknown actor %q", a), CodeUnknownActor)
+				return e.fail(ctx, row, env, pre, reasonBadReply, fmt.Sprintf("rewritten next names unknown actor %q", a), codeUnknownActor)
 			}
 		}
 		route = r
@@ -660,10 +660,10 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		return err
 	}
 	if code != "" {
-		return e.fail(ctx, row, env, pre, ReasonNonRetryable, msg, code)
+		return e.fail(ctx, row, env, pre, reasonNonRetryable, msg, code)
 	}
 	headers := mergeHeaders(env.Headers, reply.Headers)
-	progress := Progress(row.Progress, route)
+	progress := progress(row.Progress, route)
 	shifted := route.Shift()
 	hop := env.Hop + 1
 	events := pre
@@ -682,7 +682,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 	}
 	for i, out := range reply.Outputs {
 		ce := cloneEnvelope(env)
-		ce.Route = Route{Prev: append([]string{}, shifted.Prev...), Curr: shifted.Curr, Next: append([]string{}, shifted.Next...)}
+		ce.Route = meshRoute{Prev: append([]string{}, shifted.Prev...), Curr: shifted.Curr, Next: append([]string{}, shifted.Next...)}
 		ce.Headers = mergeHeaders(headers, nil)
 		ce.Payload = out
 		ce.Hop = hop
@@ -707,9 +707,9 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		child := tracing.MeshRow{ID: ce.ID, Nonce: nonceOf(ce.ID), DeadlineAt: row.DeadlineAt, Creator: row.Creator}
 		to := ce.Route.Curr
 		if to == "" {
-			to = Sink
+			to = sink
 		}
-		created := tracing.Event{Nonce: child.Nonce, State: tracing.Received, From: env.Creator, To: to, IntentType: IntentEnvelope,
+		created := tracing.Event{Nonce: child.Nonce, State: tracing.Received, From: env.Creator, To: to, IntentType: intentEnvelope,
 			Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh, Mesh: tracing.MeshStep{Kind: tracing.MeshKindCreated,
 				ID: ce.ID, ParentID: env.ID, Creator: env.Creator, DeadlineAt: row.DeadlineAt, Status: tracing.MeshPending,
 				Envelope: encodeStored(ce), Hop: hop, Actor: ce.Route.Curr, Progress: progress}.Encode()}}
@@ -717,7 +717,7 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env Envelope,
 		if ce.Route.Done() {
 			// Straight to x-sink: a delivery to the system actor.
 			events = append(events,
-				e.event(child, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning, Actor: Sink}),
+				e.event(child, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning, Actor: sink}),
 				tracing.Event{Nonce: child.Nonce, State: tracing.Delivered, Transport: "mesh"})
 		}
 		events = append(events, e.nextEvents(child, ce, progress, reason)...)
@@ -760,7 +760,7 @@ func (e *Engine) checkFanout(ctx context.Context, creator string, children int) 
 		return unlock, "", "", err
 	}
 	if open+children > limit {
-		return unlock, CodeTooManyOpen, fmt.Sprintf("the fan-out of %d children would take %s past %d open envelopes, "+
+		return unlock, codeTooManyOpen, fmt.Sprintf("the fan-out of %d children would take %s past %d open envelopes, "+
 			"the most one creator may have (it has %d)", children, creator, limit, open), nil
 	}
 	return unlock, "", "", nil
@@ -780,7 +780,7 @@ func (e *Engine) known(actor string) bool {
 // hop's outcome, delivered once that append is committed.
 type pendingHop struct {
 	ev         tracing.Event
-	env        Envelope
+	env        envelope
 	actor, key string
 	now        time.Time
 }
@@ -789,7 +789,7 @@ type pendingHop struct {
 // (tracing folds a dispatch's reason in, "" included): a wait's or a
 // retry's ends with it, a reroute says how the envelope got here.
 func carriedReason(reason string) string {
-	if reason == ReasonPolicyRouted {
+	if reason == reasonPolicyRouted {
 		return reason
 	}
 	return ""
@@ -799,7 +799,7 @@ func carriedReason(reason string) string {
 // at once (not paused, before the deadline, actor online), saving the
 // scheduler's separate append; otherwise the scheduler starts it. reason
 // is the hop's (nextEvents').
-func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope, reason string) (pendingHop, bool) {
+func (e *Engine) eagerDispatch(row tracing.MeshRow, env envelope, reason string) (pendingHop, bool) {
 	now := e.cfg.Clock()
 	if row.Status != tracing.MeshRunning || (row.DeadlineAt > 0 && now.UnixMilli() >= row.DeadlineAt) {
 		return pendingHop{}, false
@@ -821,8 +821,8 @@ func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope, reason string)
 	}
 	first := now.UnixMilli()
 	env = cloneEnvelope(env)
-	env.Headers[HeaderFirstAttempt] = rfc3339(time.UnixMilli(first))
-	env.Status = Status{Phase: "processing", Actor: actor, Attempt: 1, MaxAttempts: e.policy(actor).MaxAttempts,
+	env.Headers[headerFirstAttempt] = rfc3339(time.UnixMilli(first))
+	env.Status = status{Phase: "processing", Actor: actor, Attempt: 1, MaxAttempts: e.policy(actor).MaxAttempts,
 		CreatedAt: rfc3339(time.UnixMicro(row.CreatedAt)), UpdatedAt: rfc3339(now), DeadlineAt: env.Status.DeadlineAt}
 	ev := e.event(row, tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindDispatch, Status: tracing.MeshRunning,
 		Actor: actor, Attempt: 1, FirstAttemptAt: first, Reason: carriedReason(reason)})
@@ -834,18 +834,18 @@ func (e *Engine) eagerDispatch(row tracing.MeshRow, env Envelope, reason string)
 // nextEvents are the events that move envelope env (its row is row) after
 // a completed hop: x-sink at the end of the route, x-sump past the hop
 // limit, otherwise queued for the next actor.
-func (e *Engine) nextEvents(row tracing.MeshRow, env Envelope, progress float64, reason string) []tracing.Event {
+func (e *Engine) nextEvents(row tracing.MeshRow, env envelope, progress float64, reason string) []tracing.Event {
 	if env.Route.Done() {
 		env.Status.Phase = string(tracing.MeshSucceeded)
 		return []tracing.Event{e.sinkEvent(row, env, reason)}
 	}
 	if env.Hop >= e.cfg.MaxHops {
 		env.Status.Phase = string(tracing.MeshFailed)
-		env.Status.Reason = ReasonHopLimit
+		env.Status.Reason = reasonHopLimit
 		msg := fmt.Sprintf("the envelope made %d hops, the limit", env.Hop)
 		ev := e.event(row, tracing.DeadLetter, tracing.MeshStep{Kind: tracing.MeshKindFailed, Status: tracing.MeshFailed,
-			Reason: ReasonHopLimit, Error: msg, Sink: true, Sump: true, Envelope: encodeStored(env), Hop: env.Hop, Progress: progress})
-		ev.Details.ErrorCode, ev.Details.Error = CodeHopLimit, msg
+			Reason: reasonHopLimit, Error: msg, Sink: true, Sump: true, Envelope: encodeStored(env), Hop: env.Hop, Progress: progress})
+		ev.Details.ErrorCode, ev.Details.Error = codeHopLimit, msg
 		e.m.finished.WithLabelValues(string(tracing.MeshFailed)).Inc()
 		return []tracing.Event{ev}
 	}
@@ -857,7 +857,7 @@ func (e *Engine) nextEvents(row tracing.MeshRow, env Envelope, progress float64,
 }
 
 // sinkEvent records env in x-sink as succeeded.
-func (e *Engine) sinkEvent(row tracing.MeshRow, env Envelope, reason string) tracing.Event {
+func (e *Engine) sinkEvent(row tracing.MeshRow, env envelope, reason string) tracing.Event {
 	e.m.finished.WithLabelValues(string(tracing.MeshSucceeded)).Inc()
 	return e.event(row, tracing.Acked, tracing.MeshStep{Kind: tracing.MeshKindSink, Status: tracing.MeshSucceeded,
 		Envelope: encodeStored(env), Hop: env.Hop, Progress: 100, Sink: true, Reason: reason})
@@ -874,9 +874,9 @@ func (e *Engine) expire(ctx context.Context, id string) error {
 	}
 	env, err := envelopeOf(row)
 	if err != nil {
-		env = Envelope{ID: id, Payload: json.RawMessage("{}")}
+		env = envelope{ID: id, Payload: json.RawMessage("{}")}
 	}
-	return e.fail(ctx, row, env, nil, ReasonTimeout, "the envelope's deadline passed", CodeTimeout)
+	return e.fail(ctx, row, env, nil, reasonTimeout, "the envelope's deadline passed", codeTimeout)
 }
 
 // Cancel ends envelope id as canceled (idempotent for a canceled one). A
@@ -889,22 +889,22 @@ func (e *Engine) Cancel(ctx context.Context, id string) (tracing.MeshRow, error)
 		return row, err
 	}
 	if !ok {
-		return row, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return row, httpjson.Errorf(http.StatusNotFound, codeNotFound, "no envelope %s", id)
 	}
 	if row.Status == tracing.MeshCanceled {
 		return row, nil
 	}
 	if row.Status.Terminal() {
-		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s already %s", id, row.Status)
+		return row, httpjson.Errorf(http.StatusConflict, codeConflict, "envelope %s already %s", id, row.Status)
 	}
 	env, err := envelopeOf(row)
 	if err != nil {
-		env = Envelope{ID: id, Payload: json.RawMessage("{}")}
+		env = envelope{ID: id, Payload: json.RawMessage("{}")}
 	}
 	env.Status.Phase = string(tracing.MeshCanceled)
 	ev := e.event(row, tracing.Failed, tracing.MeshStep{Kind: tracing.MeshKindCancel, Status: tracing.MeshCanceled,
-		Reason: ReasonCanceled, Sink: true, Envelope: encodeStored(env), Attempt: row.Attempt})
-	ev.Details.ErrorCode, ev.Details.Error = CodeCanceled, "canceled by the client"
+		Reason: reasonCanceled, Sink: true, Envelope: encodeStored(env), Attempt: row.Attempt})
+	ev.Details.ErrorCode, ev.Details.Error = codeCanceled, "canceled by the client"
 	if err := e.append(ctx, []string{id}, ev); err != nil {
 		return row, err
 	}
@@ -929,11 +929,11 @@ func (e *Engine) Processing(ctx context.Context, id, actor string, n int) (traci
 		return row, err
 	}
 	if !ok || (row.Actor != actor && row.Creator != actor) {
-		return tracing.MeshRow{}, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return tracing.MeshRow{}, httpjson.Errorf(http.StatusNotFound, codeNotFound, "no envelope %s", id)
 	}
 	if row.Actor != actor || row.Status.Terminal() || row.Attempt != n ||
 		(row.State != tracing.Dispatched && row.State != tracing.Delivered) {
-		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s has no attempt %d of %s in flight", id, n, actor)
+		return row, httpjson.Errorf(http.StatusConflict, codeConflict, "envelope %s has no attempt %d of %s in flight", id, n, actor)
 	}
 	p := tracing.MeshHopProgress(row.Envelope, tracing.MeshProcessingShare)
 	if p <= row.Progress {
@@ -969,10 +969,10 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 		return row, err
 	}
 	if !ok {
-		return row, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return row, httpjson.Errorf(http.StatusNotFound, codeNotFound, "no envelope %s", id)
 	}
-	if !Lifecycle.Allows(string(row.Status), string(to), stepOn(kind)) || row.Status == to {
-		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
+	if !lifecycle.Allows(string(row.Status), string(to), stepOn(kind)) || row.Status == to {
+		return row, httpjson.Errorf(http.StatusConflict, codeConflict, "envelope %s is %s", id, row.Status)
 	}
 	// The relay records delivered for a hop in flight without this lock,
 	// so the state read may be one step behind: read again and retry.
@@ -994,8 +994,8 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 		if row, _, err = e.log.MeshEnvelope(ctx, id); err != nil {
 			return row, err
 		}
-		if !Lifecycle.Allows(string(row.Status), string(to), stepOn(kind)) || row.Status == to {
-			return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s is %s", id, row.Status)
+		if !lifecycle.Allows(string(row.Status), string(to), stepOn(kind)) || row.Status == to {
+			return row, httpjson.Errorf(http.StatusConflict, codeConflict, "envelope %s is %s", id, row.Status)
 		}
 	}
 	out, _, err := e.log.MeshEnvelope(ctx, id)
@@ -1011,14 +1011,14 @@ func (e *Engine) Requeue(ctx context.Context, id string) (tracing.MeshRow, error
 		return row, err
 	}
 	if !ok {
-		return row, httpjson.Errorf(http.StatusNotFound, CodeNotFound, "no envelope %s", id)
+		return row, httpjson.Errorf(http.StatusNotFound, codeNotFound, "no envelope %s", id)
 	}
 	if !row.Sump {
-		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s is not a dead letter", id)
+		return row, httpjson.Errorf(http.StatusConflict, codeConflict, "envelope %s is not a dead letter", id)
 	}
 	env, err := envelopeOf(row)
 	if err != nil {
-		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s cannot be read: %v", id, err)
+		return row, httpjson.Errorf(http.StatusConflict, codeConflict, "envelope %s cannot be read: %v", id, err)
 	}
 	var actors []string
 	if env.Route.Curr != "" {
@@ -1026,7 +1026,7 @@ func (e *Engine) Requeue(ctx context.Context, id string) (tracing.MeshRow, error
 	}
 	actors = append(actors, env.Route.Next...)
 	if len(actors) == 0 {
-		return row, httpjson.Errorf(http.StatusConflict, CodeConflict, "envelope %s has no hop left to run", id)
+		return row, httpjson.Errorf(http.StatusConflict, codeConflict, "envelope %s has no hop left to run", id)
 	}
 	return e.Create(ctx, CreateRequest{Creator: row.Creator, Route: actors, Payload: env.Payload, Headers: env.Headers, ParentID: id,
 		Prev: append([]string{}, env.Route.Prev...), Author: env.Author, ContentAuthor: contentAuthor(env)})

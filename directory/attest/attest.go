@@ -28,9 +28,9 @@ type Attester struct {
 	doc    []byte
 }
 
-// New returns an Attester for priv; by names the directory in every
+// newAttester returns an Attester for priv; by names the directory in every
 // attestation (its domain).
-func New(priv ed25519.PrivateKey, by string) (*Attester, error) {
+func newAttester(priv ed25519.PrivateKey, by string) (*Attester, error) {
 	if len(priv) != ed25519.PrivateKeySize {
 		return nil, fmt.Errorf("attester: private key is %d bytes", len(priv))
 	}
@@ -53,7 +53,7 @@ func Ephemeral(by string) (*Attester, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attester: generate key: %w", err)
 	}
-	return New(priv, by)
+	return newAttester(priv, by)
 }
 
 // LoadOrCreate returns the Attester of the key in dataDir/KeyFile,
@@ -63,7 +63,7 @@ func LoadOrCreate(dataDir, by string) (*Attester, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attestation key: %w", err)
 	}
-	return New(priv, by)
+	return newAttester(priv, by)
 }
 
 // PublicKey returns the attestation key in the Beam wire form, as it is

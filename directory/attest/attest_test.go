@@ -64,7 +64,7 @@ func TestAttestSignsACopyAndServesItsKey(t *testing.T) {
 
 func TestNewRefusesABadKey(t *testing.T) {
 	t.Parallel()
-	_, err := New(ed25519.PrivateKey([]byte{1, 2, 3}), "x")
+	_, err := newAttester(ed25519.PrivateKey([]byte{1, 2, 3}), "x")
 	require.Error(t, err)
 }
 

@@ -22,9 +22,9 @@ func (r *Registry) Allowed(from, to, intentType string) (bool, string) {
 	if r.cfg.DefaultPolicy == PolicySameOrg {
 		// Only approved members of an org have same-org rights.
 		switch {
-		case r.members[from] == MemberPending:
+		case r.members[from] == memberPending:
 			outside = from
-		case r.members[to] == MemberPending:
+		case r.members[to] == memberPending:
 			outside = to
 		}
 	}

@@ -277,7 +277,7 @@ func (r *Registry) check(o *op) error {
 				return err
 			}
 			switch o.Member {
-			case "", MemberOwner, MemberApproved, MemberPending:
+			case "", memberOwner, memberApproved, memberPending:
 			default:
 				return badOp("register %s: bad membership %q", o.Target, o.Member)
 			}
@@ -285,7 +285,7 @@ func (r *Registry) check(o *op) error {
 			orgExists := r.orgs[a.Org]
 			r.mu.RUnlock()
 			if (o.Member == "") != (a.Personal || a.Org == "personal") ||
-				o.Member != "" && (o.Member == MemberOwner) == orgExists {
+				o.Member != "" && (o.Member == memberOwner) == orgExists {
 				return badOp("register %s: membership does not match its org", o.Target)
 			}
 			return nil
@@ -354,14 +354,14 @@ func (r *Registry) check(o *op) error {
 			return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "ACL rule %d not found", o.RuleID)
 		}
 	case o.Kind == opOrgApprove, o.Kind == opOrgRevoke:
-		want := MemberPending
+		want := memberPending
 		if o.Kind == opOrgApprove {
-			want = MemberApproved
+			want = memberApproved
 		}
 		if !exists || cur.Personal || cur.Org != o.Org || o.Member != want {
 			return badOp("%s: %s is not in org %q", o.Kind, o.Target, o.Org)
 		}
-		if r.MemberStatus(o.Target) == MemberOwner {
+		if r.MemberStatus(o.Target) == memberOwner {
 			return httpjson.Errorf(http.StatusConflict, "ORG_OWNER", "%s owns org %s; an operator transfers ownership", o.Target, o.Org)
 		}
 	case o.Kind == opOrgOwner:

@@ -21,14 +21,14 @@ import (
 
 // Org membership states (org_members.status).
 const (
-	// MemberOwner controls the org: it approves members. The first
+	// memberOwner controls the org: it approves members. The first
 	// registrant of an org becomes its owner; an operator may transfer it.
-	MemberOwner = "owner"
-	// MemberApproved is an approved member: same-org rights.
-	MemberApproved = "member"
-	// MemberPending registered into an existing org but is not approved:
+	memberOwner = "owner"
+	// memberApproved is an approved member: same-org rights.
+	memberApproved = "member"
+	// memberPending registered into an existing org but is not approved:
 	// the same-org policy treats it as outside the org.
-	MemberPending = "pending"
+	memberPending = "pending"
 )
 
 var orgSchema = []string{
@@ -123,8 +123,8 @@ func (r *Registry) loadOrgs(ctx context.Context) error {
 	return nil
 }
 
-// MemberStatus returns the org membership state of beamID: MemberOwner,
-// MemberApproved, MemberPending, or "" for personal agents and unknown IDs.
+// MemberStatus returns the org membership state of beamID: memberOwner,
+// memberApproved, memberPending, or "" for personal agents and unknown IDs.
 func (r *Registry) MemberStatus(beamID string) string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -180,17 +180,17 @@ func (r *Registry) membershipOf(a *Agent) string {
 	r.mu.RUnlock()
 	switch {
 	case !exists:
-		return MemberOwner
+		return memberOwner
 	case r.cfg.OpenOrgs:
-		return MemberApproved
+		return memberApproved
 	}
-	return MemberPending
+	return memberPending
 }
 
 // joinOrgTx records a new agent's org membership status in tx, creating
 // the org for its owner.
 func joinOrgTx(ctx context.Context, tx dbtx, a *Agent, status string, now time.Time) error {
-	if status == MemberOwner {
+	if status == memberOwner {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orgs (org, created_at, created_by) VALUES (?, ?, ?)`,
 			a.Org, micros(now), a.BeamID); err != nil {
 			return fmt.Errorf("create org %s: %w", a.Org, err)
@@ -227,7 +227,7 @@ func (r *Registry) orgOwner(org string) string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for id, s := range r.members {
-		if s == MemberOwner {
+		if s == memberOwner {
 			if a, ok := r.agents[id]; ok && a.agent.Org == org {
 				return id
 			}
@@ -315,9 +315,9 @@ func (r *Registry) handleOrgMembers(w http.ResponseWriter, req *http.Request) er
 // and approved. A signed request carries {"timestamp","nonce","signature"}
 // by the owner's key over {"action":"orgs.approve"|"orgs.revoke","org","beamId"}.
 func (r *Registry) handleOrgMemberStatus(approve bool) apiHandler {
-	action, status := "orgs.revoke", MemberPending
+	action, status := "orgs.revoke", memberPending
 	if approve {
-		action, status = "orgs.approve", MemberApproved
+		action, status = "orgs.approve", memberApproved
 	}
 	return func(w http.ResponseWriter, req *http.Request) error {
 		org, err := orgFromPath(req)
@@ -349,7 +349,7 @@ func (r *Registry) handleOrgMemberStatus(approve bool) apiHandler {
 		if !ok || a.Org != org || a.Personal {
 			return httpjson.Errorf(http.StatusNotFound, "NOT_FOUND", "%s is not registered in org %s", id.String(), org)
 		}
-		if r.MemberStatus(a.BeamID) == MemberOwner {
+		if r.MemberStatus(a.BeamID) == memberOwner {
 			return httpjson.Errorf(http.StatusConflict, "ORG_OWNER", "%s owns org %s; an operator transfers ownership", a.BeamID, org)
 		}
 		az := authorization{actor: actor, nonce: nonce}
@@ -406,10 +406,10 @@ func (r *Registry) handleOrgOwner(w http.ResponseWriter, req *http.Request) erro
 		return err
 	}
 	if prev != "" && prev != a.BeamID {
-		r.setMember(org, prev, MemberApproved)
+		r.setMember(org, prev, memberApproved)
 	}
-	r.setMember(org, a.BeamID, MemberOwner)
-	httpjson.Write(w, http.StatusOK, memberView{BeamID: a.BeamID, Status: MemberOwner})
+	r.setMember(org, a.BeamID, memberOwner)
+	httpjson.Write(w, http.StatusOK, memberView{BeamID: a.BeamID, Status: memberOwner})
 	return nil
 }
 
@@ -454,11 +454,11 @@ func ownerTx(ctx context.Context, tx dbtx, o *op, now time.Time) error {
 		return fmt.Errorf("create org %s: %w", o.Org, err)
 	}
 	if o.Prev != "" && o.Prev != o.Target {
-		if err := putMember(ctx, tx, o.Prev, o.Org, MemberApproved, now, o.Actor); err != nil {
+		if err := putMember(ctx, tx, o.Prev, o.Org, memberApproved, now, o.Actor); err != nil {
 			return err
 		}
 	}
-	return putMember(ctx, tx, o.Target, o.Org, MemberOwner, now, o.Actor)
+	return putMember(ctx, tx, o.Target, o.Org, memberOwner, now, o.Actor)
 }
 
 // buryTx records the tombstone of a deleted agent in tx and removes what

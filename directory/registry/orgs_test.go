@@ -18,10 +18,10 @@ func TestOrgMembershipNeedsApproval(t *testing.T) {
 	id := newIdentity(t)
 	r := b.call("POST", "/agents/register", map[string]any{"beamId": "intruder@bigcorp.beam.directory", "displayName": "I", "publicKey": id.pubB64})
 	require.Equal(t, http.StatusCreated, r.status, string(r.raw))
-	require.Equal(t, MemberPending, r.str("orgMembership"), "the registrant is told it is pending")
+	require.Equal(t, memberPending, r.str("orgMembership"), "the registrant is told it is pending")
 	intruder := agent{identity: id, beamID: "intruder@bigcorp.beam.directory", apiKey: r.str("apiKey")}
-	require.Equal(t, MemberOwner, b.reg.MemberStatus(ceo.beamID))
-	require.Equal(t, MemberPending, b.reg.MemberStatus(intruder.beamID))
+	require.Equal(t, memberOwner, b.reg.MemberStatus(ceo.beamID))
+	require.Equal(t, memberPending, b.reg.MemberStatus(intruder.beamID))
 
 	ok, reason := b.reg.Allowed(intruder.beamID, ceo.beamID, "task.run")
 	require.False(t, ok, reason)
@@ -51,7 +51,7 @@ func TestOrgMembershipNeedsApproval(t *testing.T) {
 	body := b.sign(ceo.priv, map[string]any{"action": "orgs.revoke", "org": "bigcorp", "beamId": intruder.beamID}, "rv-1", map[string]any{})
 	r = b.call("POST", revoke, body)
 	require.Equal(t, http.StatusOK, r.status, string(r.raw))
-	require.Equal(t, MemberPending, b.reg.MemberStatus(intruder.beamID))
+	require.Equal(t, memberPending, b.reg.MemberStatus(intruder.beamID))
 	require.NotEqual(t, http.StatusOK, b.call("POST", revoke, body).status)
 
 	// An operator approves and transfers ownership; state survives a restart.
@@ -61,9 +61,9 @@ func TestOrgMembershipNeedsApproval(t *testing.T) {
 	r = b.call("PUT", "/orgs/bigcorp/owner", map[string]any{"beamId": newOwner.beamID}, "Authorization", "Bearer "+operatorToken)
 	require.Equal(t, http.StatusOK, r.status, string(r.raw))
 	b.reopen()
-	require.Equal(t, MemberOwner, b.reg.MemberStatus(newOwner.beamID))
-	require.Equal(t, MemberApproved, b.reg.MemberStatus(ceo.beamID))
-	require.Equal(t, MemberPending, b.reg.MemberStatus(intruder.beamID))
+	require.Equal(t, memberOwner, b.reg.MemberStatus(newOwner.beamID))
+	require.Equal(t, memberApproved, b.reg.MemberStatus(ceo.beamID))
+	require.Equal(t, memberPending, b.reg.MemberStatus(intruder.beamID))
 	requireErr(t, b.call("POST", approve, nil, "x-api-key", ceo.apiKey), http.StatusForbidden, "FORBIDDEN")
 }
 
@@ -74,8 +74,8 @@ func TestOpenOrgs(t *testing.T) {
 	b := setup(t, func(c *Config) { c.OpenOrgs = true })
 	a := b.register("a@open.beam.directory")
 	c := b.register("c@open.beam.directory")
-	require.Equal(t, MemberOwner, b.reg.MemberStatus(a.beamID))
-	require.Equal(t, MemberApproved, b.reg.MemberStatus(c.beamID))
+	require.Equal(t, memberOwner, b.reg.MemberStatus(a.beamID))
+	require.Equal(t, memberApproved, b.reg.MemberStatus(c.beamID))
 	ok, reason := b.reg.Allowed(c.beamID, a.beamID, "x")
 	require.True(t, ok, reason)
 }

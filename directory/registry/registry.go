@@ -35,10 +35,10 @@ const (
 
 // Visibility values of an agent.
 const (
-	// VisibilityPublic agents appear in search results.
-	VisibilityPublic = "public"
-	// VisibilityUnlisted agents resolve by exact Beam ID only.
-	VisibilityUnlisted = "unlisted"
+	// visibilityPublic agents appear in search results.
+	visibilityPublic = "public"
+	// visibilityUnlisted agents resolve by exact Beam ID only.
+	visibilityUnlisted = "unlisted"
 )
 
 // EchoBeamID is the reserved Beam ID of the directory's built-in echo agent.
@@ -269,8 +269,8 @@ func Open(ctx context.Context, log *tracing.Log, cfg Config) (*Registry, error) 
 	}
 	switch cfg.DefaultVisibility {
 	case "":
-		cfg.DefaultVisibility = VisibilityPublic
-	case VisibilityPublic, VisibilityUnlisted:
+		cfg.DefaultVisibility = visibilityPublic
+	case visibilityPublic, visibilityUnlisted:
 	default:
 		return nil, fmt.Errorf("registry: open: unknown default visibility %q", cfg.DefaultVisibility)
 	}

@@ -31,7 +31,7 @@ func TestApplyRefusesEntriesThatAreNotValidOperations(t *testing.T) {
 	bad := []any{
 		map[string]any{"stmts": []map[string]any{{"q": "UPDATE agents SET api_key_hash = ?", "a": []map[string]any{{"s": stolenHash}}}}},
 		op{Kind: "sql", At: micros(now), Actor: "x", Target: alice.beamID},
-		op{Kind: opRegister, At: micros(now), Actor: "anonymous", Target: alice.beamID, Agent: stateOf(&taken, now), Member: MemberOwner},
+		op{Kind: opRegister, At: micros(now), Actor: "anonymous", Target: alice.beamID, Agent: stateOf(&taken, now), Member: memberOwner},
 		op{Kind: opRotate, At: micros(now), Actor: "agent:" + alice.beamID, Target: alice.beamID, Agent: stateOf(&noCurrent, now), Keys: true},
 	}
 	for i, e := range bad {
@@ -48,12 +48,12 @@ func TestApplyRefusesEntriesThatAreNotValidOperations(t *testing.T) {
 
 	// A valid operation after them applies.
 	vis := cur
-	vis.Visibility = VisibilityUnlisted
+	vis.Visibility = visibilityUnlisted
 	data, err := json.Marshal(op{Kind: opVisibility, At: micros(now), Actor: "operator:admin", Target: alice.beamID, Agent: stateOf(&vis, now)})
 	require.NoError(t, err)
 	require.NoError(t, b.reg.Apply(ctx, uint64(len(bad)+1), data))
 	got, _ = b.reg.Get(alice.beamID)
-	require.Equal(t, VisibilityUnlisted, got.Visibility)
+	require.Equal(t, visibilityUnlisted, got.Visibility)
 	require.EqualValues(t, len(bad), b.reg.Rejected())
 }
 

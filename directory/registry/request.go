@@ -198,7 +198,7 @@ func validateWebURL(s, code, name string) error {
 }
 
 func validateVisibility(s string) error {
-	if s != VisibilityPublic && s != VisibilityUnlisted {
+	if s != visibilityPublic && s != visibilityUnlisted {
 		return httpjson.Errorf(http.StatusBadRequest, "INVALID_VISIBILITY", "visibility must be public or unlisted")
 	}
 	return nil

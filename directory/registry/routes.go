@@ -116,7 +116,7 @@ func (r *Registry) handleSearch(w http.ResponseWriter, req *http.Request) error 
 	for _, e := range r.agents {
 		snap := e.snapshot()
 		a := &snap
-		if a.Visibility == VisibilityUnlisted {
+		if a.Visibility == visibilityUnlisted {
 			continue
 		}
 		if org != "" && a.Org != org {

@@ -35,9 +35,9 @@ const NodeIDFile = "cluster.node"
 
 var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
-// ValidNodeID checks that id can name a node in NATS subjects and server
+// validNodeID checks that id can name a node in NATS subjects and server
 // names: 1–32 of a-z, 0-9 and '-', not starting with '-'.
-func ValidNodeID(id string) error {
+func validNodeID(id string) error {
 	if !nodeIDPattern.MatchString(id) {
 		return fmt.Errorf("node id %q: want 1-32 of a-z, 0-9 and '-'", id)
 	}
@@ -51,7 +51,7 @@ func LoadOrCreateNodeID(dataDir string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		id := strings.TrimSpace(string(b))
-		if err := ValidNodeID(id); err != nil {
+		if err := validNodeID(id); err != nil {
 			return "", fmt.Errorf("%s: %w", path, err)
 		}
 		return id, nil
@@ -156,7 +156,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Domain == "" {
 		return nil, errors.New("cluster: a domain is required")
 	}
-	if err := ValidNodeID(cfg.NodeID); err != nil {
+	if err := validNodeID(cfg.NodeID); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if cfg.Registry == nil {
@@ -197,7 +197,7 @@ func New(cfg Config) (*Node, error) {
 		n.routes = append(n.routes, u)
 	}
 	if cfg.Listen != "" && cfg.Trust == nil {
-		return nil, fmt.Errorf("cluster listen %s: %w", cfg.Listen, ErrNoTrust)
+		return nil, fmt.Errorf("cluster listen %s: %w", cfg.Listen, errNoTrust)
 	}
 	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("cluster replicas %d: want 1-5", cfg.Replicas)

@@ -20,9 +20,9 @@ import (
 // public key.
 const identityKey = "directory-key"
 
-// ErrDirectoryKeyMismatch is returned by Start when this node's directory
+// errDirectoryKeyMismatch is returned by Start when this node's directory
 // key is not the one the cluster announces.
-var ErrDirectoryKeyMismatch = errors.New("cluster: this node's directory key differs from the cluster's")
+var errDirectoryKeyMismatch = errors.New("cluster: this node's directory key differs from the cluster's")
 
 // CheckIdentity runs the directory key check (checkIdentity) through nc
 // before Start, so that a refused node never subscribes to federation
@@ -40,7 +40,7 @@ func (n *Node) CheckIdentity(ctx context.Context, nc *nats.Conn) error {
 }
 
 // checkIdentity announces cfg.DirectoryKey as the cluster's directory key
-// when none is announced yet, and fails with ErrDirectoryKeyMismatch when
+// when none is announced yet, and fails with errDirectoryKeyMismatch when
 // another is.
 func (n *Node) checkIdentity(ctx context.Context, js jetstream.JetStream) error {
 	if n.cfg.DirectoryKey == "" {
@@ -68,7 +68,7 @@ func (n *Node) checkIdentity(ctx context.Context, js jetstream.JetStream) error 
 			return nil
 		case err == nil:
 			return fmt.Errorf("%w: this node has %s, the cluster %s; copy directory.key from another node's data directory",
-				ErrDirectoryKeyMismatch, n.cfg.DirectoryKey, announced)
+				errDirectoryKeyMismatch, n.cfg.DirectoryKey, announced)
 		}
 		select {
 		case <-ctx.Done():

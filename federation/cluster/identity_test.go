@@ -47,7 +47,7 @@ func TestCheckIdentityRefusesAnotherDirectoryKey(t *testing.T) {
 	require.NoError(t, node(first).checkIdentity(ctx, js), "the first node announces its key")
 	require.NoError(t, node(first).checkIdentity(ctx, js), "a node with the same key joins")
 	err := node("BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB").checkIdentity(ctx, js)
-	require.ErrorIs(t, err, ErrDirectoryKeyMismatch)
+	require.ErrorIs(t, err, errDirectoryKeyMismatch)
 	require.Contains(t, err.Error(), first)
 	require.NoError(t, node("").checkIdentity(ctx, js), "no key: no check")
 }

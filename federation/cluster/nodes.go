@@ -274,8 +274,8 @@ func (n *Node) settleNode(ctx context.Context, info NodeInfo, seq uint64) error 
 	}
 }
 
-// Status is what the dashboard shows of the cluster.
-type Status struct {
+// status is what the dashboard shows of the cluster.
+type status struct {
 	// Node is this node's ID.
 	Node string `json:"node"`
 	// Domain is the domain the cluster serves.
@@ -287,11 +287,11 @@ type Status struct {
 	// Nodes are the live nodes.
 	Nodes []NodeInfo `json:"nodes"`
 	// Sessions say which node holds each connected agent's session.
-	Sessions []SessionInfo `json:"sessions"`
+	Sessions []sessionInfo `json:"sessions"`
 }
 
-// SessionInfo is one agent's session and the node holding it.
-type SessionInfo struct {
+// sessionInfo is one agent's session and the node holding it.
+type sessionInfo struct {
 	BeamID string `json:"beamId"`
 	Node   string `json:"node"`
 }
@@ -302,10 +302,10 @@ func (n *Node) Status(ctx context.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := Status{Node: n.cfg.NodeID, Domain: n.cfg.Domain, Replicas: n.Replicas(),
-		RegistrySeq: n.cfg.Registry.Applied(), Nodes: nodes, Sessions: []SessionInfo{}}
+	st := status{Node: n.cfg.NodeID, Domain: n.cfg.Domain, Replicas: n.Replicas(),
+		RegistrySeq: n.cfg.Registry.Applied(), Nodes: nodes, Sessions: []sessionInfo{}}
 	for id, node := range n.Sessions() {
-		st.Sessions = append(st.Sessions, SessionInfo{BeamID: id, Node: node})
+		st.Sessions = append(st.Sessions, sessionInfo{BeamID: id, Node: node})
 	}
 	sort.Slice(st.Sessions, func(i, j int) bool { return st.Sessions[i].BeamID < st.Sessions[j].BeamID })
 	return st, nil

@@ -70,7 +70,7 @@ func (n *Node) open(typ string, token []byte) (string, []byte, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: %w", errUnsealed, err)
 	}
-	if err := ValidNodeID(kid); err != nil {
+	if err := validNodeID(kid); err != nil {
 		return "", nil, fmt.Errorf("%w: %w", errUnsealed, err)
 	}
 	return kid, payload, nil

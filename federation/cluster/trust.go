@@ -28,11 +28,11 @@ import (
 
 // Files of a node's route credentials in its data directory.
 const (
-	// CAFile is the cluster CA's certificate (PEM).
-	CAFile = "cluster-ca.pem"
-	// CertFile is this node's certificate, signed by the cluster CA (PEM).
-	CertFile = "cluster-node.pem"
-	// CertKeyFile is the private key of CertFile (PEM, PKCS #8, 0600).
+	// caFile is the cluster CA's certificate (PEM).
+	caFile = "cluster-ca.pem"
+	// certFile is this node's certificate, signed by the cluster CA (PEM).
+	certFile = "cluster-node.pem"
+	// CertKeyFile is the private key of certFile (PEM, PKCS #8, 0600).
 	CertKeyFile = "cluster-node.key"
 	// SecretFile is the route password every node presents and requires
 	// (0600).
@@ -40,10 +40,10 @@ const (
 )
 
 // trustFiles are the files LoadTrust reads.
-var trustFiles = []string{CAFile, CertFile, CertKeyFile, SecretFile}
+var trustFiles = []string{caFile, certFile, CertKeyFile, SecretFile}
 
-// ErrNoTrust is returned when a data directory lacks the route credentials.
-var ErrNoTrust = errors.New("cluster: no route credentials")
+// errNoTrust is returned when a data directory lacks the route credentials.
+var errNoTrust = errors.New("cluster: no route credentials")
 
 // certValidity is how long the CA and node certificates are valid.
 const certValidity = 20 * 365 * 24 * time.Hour
@@ -57,7 +57,7 @@ type Trust struct {
 }
 
 // LoadTrust reads the route credentials from dataDir. Without them it
-// returns an error wrapping ErrNoTrust that says how to make them.
+// returns an error wrapping errNoTrust that says how to make them.
 func LoadTrust(dataDir string) (*Trust, error) {
 	var missing []string
 	for _, f := range trustFiles {
@@ -68,17 +68,17 @@ func LoadTrust(dataDir string) (*Trust, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w in %s (missing %s): create every node's data directory with "+
 			"`beam cluster init --nodes N --domain D --out DIR` and start each node with --data-dir DIR/nodeI",
-			ErrNoTrust, dataDir, strings.Join(missing, ", "))
+			errNoTrust, dataDir, strings.Join(missing, ", "))
 	}
-	caPEM, err := os.ReadFile(filepath.Join(dataDir, CAFile))
+	caPEM, err := os.ReadFile(filepath.Join(dataDir, caFile))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read CA: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("cluster: %s holds no certificate", filepath.Join(dataDir, CAFile))
+		return nil, fmt.Errorf("cluster: %s holds no certificate", filepath.Join(dataDir, caFile))
 	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(dataDir, CertFile), filepath.Join(dataDir, CertKeyFile))
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dataDir, certFile), filepath.Join(dataDir, CertKeyFile))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: node certificate: %w", err)
 	}
@@ -191,8 +191,8 @@ func WriteNodeDirs(domain string, dirs []string) error {
 			mode os.FileMode
 		}{
 			{NodeIDFile, []byte(id + "\n"), 0o600},
-			{CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644},
-			{CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644},
+			{caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644},
+			{certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644},
 			{CertKeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600},
 			{SecretFile, []byte(secret + "\n"), 0o600},
 		}

@@ -72,6 +72,6 @@ func TestWriteNodeDirs(t *testing.T) {
 	require.Equal(t, oldKey, otherKey)
 
 	_, err = LoadTrust(t.TempDir())
-	require.ErrorIs(t, err, ErrNoTrust)
+	require.ErrorIs(t, err, errNoTrust)
 	require.ErrorContains(t, err, "beam cluster init --nodes N --domain D --out DIR")
 }

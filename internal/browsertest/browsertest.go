@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ChromiumPath finds a Chromium or Chrome binary: $BEAM_CHROMIUM, then the
+// chromiumPath finds a Chromium or Chrome binary: $BEAM_CHROMIUM, then the
 // usual names on PATH. It returns "" when there is none.
-func ChromiumPath() string {
+func chromiumPath() string {
 	if p := os.Getenv("BEAM_CHROMIUM"); p != "" {
 		return p
 	}
@@ -31,7 +31,7 @@ func ChromiumPath() string {
 // before starting anything the test would otherwise leave behind.
 func SkipWithoutChromium(t testing.TB) {
 	t.Helper()
-	if ChromiumPath() == "" {
+	if chromiumPath() == "" {
 		t.Skip("no chromium binary found (install chromium or set BEAM_CHROMIUM); browser tests skipped")
 	}
 }
@@ -43,7 +43,7 @@ func Start(t testing.TB) context.Context {
 	t.Helper()
 	SkipWithoutChromium(t)
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(ChromiumPath()),
+		chromedp.ExecPath(chromiumPath()),
 		chromedp.Headless,
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,

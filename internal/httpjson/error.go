@@ -110,8 +110,8 @@ func (e *Error) SetRetryAfter(h http.Header) {
 	}
 }
 
-// Shape writes an Error in a protocol's error shape.
-type Shape func(w http.ResponseWriter, e *Error)
+// shape writes an Error in a protocol's error shape.
+type shape func(w http.ResponseWriter, e *Error)
 
 // Beam writes e in the Beam error shape {"error", "errorCode", ...}.
 func Beam(w http.ResponseWriter, e *Error) {
@@ -129,7 +129,7 @@ type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 // slog.Default.
 type Adapter struct {
 	// Shape writes errors; nil is Beam.
-	Shape Shape
+	Shape shape
 	// Log receives server faults; nil is slog.Default().
 	Log *slog.Logger
 	// Fault is the answer to an error that is not an *Error; nil is

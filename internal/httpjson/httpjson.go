@@ -12,11 +12,11 @@ import (
 // uncacheable. A value that cannot be encoded is a server fault: the client
 // gets 500 INTERNAL_ERROR instead of a truncated body.
 func Write(w http.ResponseWriter, status int, v any) {
-	WriteType(w, status, "application/json", v)
+	writeType(w, status, "application/json", v)
 }
 
-// WriteType is Write with another JSON media type (e.g. application/did+json).
-func WriteType(w http.ResponseWriter, status int, contentType string, v any) {
+// writeType is Write with another JSON media type (e.g. application/did+json).
+func writeType(w http.ResponseWriter, status int, contentType string, v any) {
 	b, err := encode(v)
 	if err != nil {
 		status, contentType = http.StatusInternalServerError, "application/json"
@@ -59,16 +59,16 @@ func Bearer(r *http.Request) (token string, ok bool) {
 	return token, token != ""
 }
 
-// APIKeyPrefix starts every agent API key.
-const APIKeyPrefix = "bk_"
+// apiKeyPrefix starts every agent API key.
+const apiKeyPrefix = "bk_"
 
 // APIKey returns an agent API key carried by r: the x-api-key header, or a
-// bearer token that starts with APIKeyPrefix.
+// bearer token that starts with apiKeyPrefix.
 func APIKey(r *http.Request) (key string, ok bool) {
 	if k := strings.TrimSpace(r.Header.Get("X-Api-Key")); k != "" {
 		return k, true
 	}
-	if tok, ok := Bearer(r); ok && strings.HasPrefix(tok, APIKeyPrefix) {
+	if tok, ok := Bearer(r); ok && strings.HasPrefix(tok, apiKeyPrefix) {
 		return tok, true
 	}
 	return "", false

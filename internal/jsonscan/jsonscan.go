@@ -4,13 +4,8 @@ import "unicode/utf8"
 
 const hexDigits = "0123456789abcdef"
 
-// Text is JSON text held as bytes or as a string.
-type Text interface{ ~string | ~[]byte }
-
-// IsHex reports whether c is a hexadecimal digit.
-func IsHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-}
+// text is JSON text held as bytes or as a string.
+type text interface{ ~string | ~[]byte }
 
 // HexVal is the value of the hexadecimal digit c; false when c is not one.
 func HexVal(c byte) (rune, bool) {
@@ -27,7 +22,7 @@ func HexVal(c byte) (rune, bool) {
 
 // Hex4 decodes the four hexadecimal digits at the start of d (the XXXX of
 // a \uXXXX escape); false when d is shorter or holds another byte.
-func Hex4[T Text](d T) (rune, bool) {
+func Hex4[T text](d T) (rune, bool) {
 	if len(d) < 4 {
 		return 0, false
 	}
@@ -44,7 +39,7 @@ func Hex4[T Text](d T) (rune, bool) {
 
 // SkipSpace returns the index of the first byte at or after i that is not
 // JSON whitespace.
-func SkipSpace[T Text](d T, i int) int {
+func SkipSpace[T text](d T, i int) int {
 	for i < len(d) {
 		switch d[i] {
 		case ' ', '\t', '\n', '\r':
@@ -71,7 +66,7 @@ var special = func() (t [256]bool) {
 // after the closing quote, whether the token holds an escape and whether
 // it holds a non-ASCII byte; ok is false for an invalid or unterminated
 // token.
-func ScanString[T Text](d T, i int) (end int, escaped, nonASCII, ok bool) {
+func ScanString[T text](d T, i int) (end int, escaped, nonASCII, ok bool) {
 	for i++; i < len(d); {
 		c := d[i]
 		if !special[c] {
@@ -157,10 +152,10 @@ func AppendUnicodeEscape(b []byte, r rune) []byte {
 	return append(b, '\\', 'u', hexDigits[r>>12&0xF], hexDigits[r>>8&0xF], hexDigits[r>>4&0xF], hexDigits[r&0xF])
 }
 
-// AppendString appends s as a JSON string: raw UTF-8, with only the bytes
+// appendString appends s as a JSON string: raw UTF-8, with only the bytes
 // NeedsEscape names escaped (no HTML escaping). It returns false, with b
 // as far as it got, when s is not valid UTF-8.
-func AppendString(b []byte, s string) ([]byte, bool) {
+func appendString(b []byte, s string) ([]byte, bool) {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

@@ -50,16 +50,16 @@ func decode(tok []byte) (string, bool) {
 func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", "plain", "quote\" back\\slash /", "\b\f\n\r\t\x00\x1f\x7f", "<&> é ☃ 😀"} {
-		got, ok := AppendString(nil, s)
+		got, ok := appendString(nil, s)
 		require.True(t, ok)
 		require.Equal(t, string(encodingJSON(t, s)), string(got))
 	}
-	_, ok := AppendString(nil, "bad \xff")
+	_, ok := appendString(nil, "bad \xff")
 	require.False(t, ok)
 }
 
 // FuzzString checks the primitives against encoding/json both ways: what
-// AppendString writes, encoding/json writes too and reads back as s, and
+// appendString writes, encoding/json writes too and reads back as s, and
 // ScanString and the escape decoders read it back as s; a token ScanString
 // accepts, encoding/json accepts, and a string token encoding/json accepts,
 // ScanString accepts to its end.
@@ -69,7 +69,7 @@ func FuzzString(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		// Writing.
-		got, ok := AppendString(nil, s)
+		got, ok := appendString(nil, s)
 		require.Equal(t, utf8.ValidString(s), ok)
 		if ok {
 			if !strings.ContainsAny(s, "\u2028\u2029") { // encoding/json escapes these two; JSON does not require it

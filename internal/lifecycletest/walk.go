@@ -46,11 +46,11 @@ func Seed(t *testing.T) uint64 {
 	return seed
 }
 
-// Gen makes the event of one random operation on nonce, whose canonical
+// gen makes the event of one random operation on nonce, whose canonical
 // state is cur ("" for a nonce without events: the event must then carry
 // from, to, intentType and the owner). It may make events the lifecycle
 // forbids: the walk checks that the log refuses exactly those.
-type Gen func(rng *rand.Rand, nonce string, cur tracing.State) tracing.Event
+type gen func(rng *rand.Rand, nonce string, cur tracing.State) tracing.Event
 
 // Walk appends steps random events made by gen for a pool of nonces of
 // owner (named prefix plus a number), one call each, and requires that the log accepts an event exactly
@@ -59,7 +59,7 @@ type Gen func(rng *rand.Rand, nonce string, cur tracing.State) tracing.Event
 // that a full rebuild and a reopen (reopen, when not nil: it closes and
 // opens the log again and returns it) leave the projections as the
 // appender wrote them.
-func Walk(t *testing.T, log *tracing.Log, owner tracing.Owner, prefix string, seed uint64, steps, nonces int, gen Gen,
+func Walk(t *testing.T, log *tracing.Log, owner tracing.Owner, prefix string, seed uint64, steps, nonces int, gen gen,
 	reopen func() *tracing.Log) (*tracing.Log, []string) {
 	t.Helper()
 	ctx := context.Background()
@@ -74,7 +74,7 @@ func Walk(t *testing.T, log *tracing.Log, owner tracing.Owner, prefix string, se
 		nonce := pool[rng.IntN(len(pool))]
 		cur := state[nonce]
 		ev := gen(rng, nonce, cur)
-		want := Allowed(owner, cur, &ev)
+		want := allowed(owner, cur, &ev)
 		_, err := log.Append(ctx, ev)
 		if want {
 			require.NoError(t, err, "%s: %s -> %s must be accepted", nonce, cur, ev.State)
@@ -98,7 +98,7 @@ func Walk(t *testing.T, log *tracing.Log, owner tracing.Owner, prefix string, se
 		require.NoError(t, err)
 		var cur tracing.State
 		for _, ev := range evs {
-			require.True(t, Allowed(owner, cur, &ev), "%s: %s -> %s in the log", nonce, cur, ev.State)
+			require.True(t, allowed(owner, cur, &ev), "%s: %s -> %s in the log", nonce, cur, ev.State)
 			cur = ev.State
 		}
 		require.Equal(t, state[nonce], cur)
@@ -130,9 +130,9 @@ func RequireRebuildEqual(t *testing.T, log *tracing.Log) map[string]map[string]s
 	return before
 }
 
-// Allowed reports whether the log may take ev on a nonce of owner in
+// allowed reports whether the log may take ev on a nonce of owner in
 // canonical state cur: the canonical table, then the owner's.
-func Allowed(owner tracing.Owner, cur tracing.State, ev *tracing.Event) bool {
+func allowed(owner tracing.Owner, cur tracing.State, ev *tracing.Event) bool {
 	if !tracing.CanTransition(cur, ev.State) {
 		return false
 	}

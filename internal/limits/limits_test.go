@@ -58,8 +58,8 @@ func TestKeyedBucketsRefillPerKey(t *testing.T) {
 	ok, _ = none.Allow("x")
 	require.True(t, ok, "no limit allows everything")
 	require.Nil(t, NewKeyed(Rate{}, nil))
-	require.Equal(t, 1, RetryAfterSeconds(10*time.Millisecond))
-	require.Equal(t, 3, RetryAfterSeconds(2001*time.Millisecond))
+	require.Equal(t, 1, retryAfterSeconds(10*time.Millisecond))
+	require.Equal(t, 3, retryAfterSeconds(2001*time.Millisecond))
 }
 
 // TestKeyedSharedFloodCannotResetALimitedKey: with the table full of
@@ -212,6 +212,6 @@ func TestAddrKeyGroupsIPv6By64(t *testing.T) {
 	}
 	a := &net.TCPAddr{IP: net.ParseIP("2001:db8:1:2::1"), Port: 1}
 	b := &net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:dead:beef::2"), Port: 2}
-	require.Equal(t, AddrKey(a), AddrKey(b))
-	require.Equal(t, "192.0.2.7", AddrKey(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")}))
+	require.Equal(t, addrKey(a), addrKey(b))
+	require.Equal(t, "192.0.2.7", addrKey(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")}))
 }

@@ -11,10 +11,10 @@ import (
 // Listener caps the connections a net.Listener has open: at most total at
 // once (Accept waits for one to close), and at most perAddr from one client
 // address (further ones are closed as soon as they are accepted). Zero
-// disables a cap. Addresses are grouped as AddrKey groups them.
+// disables a cap. Addresses are grouped as addrKey groups them.
 //
 // The total cap is shared fairly: the last quarter of it is a reserve that
-// only addresses holding fewer than ReserveShare(total) connections may
+// only addresses holding fewer than reserveShare(total) connections may
 // use. Once fewer than total/4 slots are free, a connection from an
 // address above that share is closed at once, so a few addresses at their
 // per-address cap cannot take every slot and leave newcomers waiting.
@@ -37,9 +37,9 @@ func NewListener(ln net.Listener, total, perAddr int) *Listener {
 	return l
 }
 
-// ReserveShare is how many connections an address may hold and still be
+// reserveShare is how many connections an address may hold and still be
 // let into the reserved last quarter of a total cap: total/256, at least 1.
-func ReserveShare(total int) int {
+func reserveShare(total int) int {
 	return max(1, total/256)
 }
 
@@ -55,7 +55,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.releaseSlot()
 			return nil, err
 		}
-		host := AddrKey(c.RemoteAddr())
+		host := addrKey(c.RemoteAddr())
 		if !l.take(host) {
 			_ = c.Close()
 			l.releaseSlot()
@@ -83,7 +83,7 @@ func (l *Listener) take(host string) bool {
 	if l.perAddr > 0 && n >= l.perAddr {
 		return false
 	}
-	if l.total > 0 && l.total-l.open <= l.total/4 && n >= ReserveShare(l.total) {
+	if l.total > 0 && l.total-l.open <= l.total/4 && n >= reserveShare(l.total) {
 		return false
 	}
 	l.count[host]++
@@ -103,12 +103,12 @@ func (l *Listener) put(host string) {
 	l.releaseSlot()
 }
 
-// AddrKey is the key under which per-address limits count a client: its IP
+// addrKey is the key under which per-address limits count a client: its IP
 // address, except that IPv6 addresses are grouped by their /64 prefix (one
 // host or site usually holds a whole /64, so counting each address alone
 // would give it billions of separate allowances). IPv4-mapped IPv6
 // addresses count as IPv4. An address that does not parse is its own key.
-func AddrKey(a net.Addr) string {
+func addrKey(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
 			return ipKey(ip)
@@ -117,7 +117,7 @@ func AddrKey(a net.Addr) string {
 	return HostKey(a.String())
 }
 
-// HostKey is AddrKey for an address in "host:port" or plain host form, as
+// HostKey is addrKey for an address in "host:port" or plain host form, as
 // http.Request.RemoteAddr carries it.
 func HostKey(hostport string) string {
 	host := hostport

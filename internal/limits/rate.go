@@ -180,8 +180,8 @@ func meanTime(buckets map[string]*bucket) time.Time {
 	return time.Unix(0, int64(sum/float64(len(buckets))))
 }
 
-// RetryAfterSeconds is d rounded up to whole seconds, at least 1, as the
+// retryAfterSeconds is d rounded up to whole seconds, at least 1, as the
 // Retry-After header carries it.
-func RetryAfterSeconds(d time.Duration) int {
+func retryAfterSeconds(d time.Duration) int {
 	return max(1, int(math.Ceil(d.Seconds())))
 }

@@ -18,11 +18,11 @@ func Open(w http.ResponseWriter, cacheControl string) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// AppendEvent appends one event to b and returns the extended slice: an
+// appendEvent appends one event to b and returns the extended slice: an
 // "event" line when name is not empty, an "id" line when id is not empty,
 // one "data" line per line of data, then the blank line that ends the
 // event.
-func AppendEvent(b []byte, name, id string, data []byte) []byte {
+func appendEvent(b []byte, name, id string, data []byte) []byte {
 	if name != "" {
 		b = append(append(append(b, "event: "...), name...), '\n')
 	}
@@ -52,10 +52,10 @@ type Writer struct {
 // NewWriter returns a Writer on w.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
-// Event writes one event (see AppendEvent).
+// Event writes one event (see appendEvent).
 func (s *Writer) Event(name, id string, data []byte) {
 	if s.err == nil {
-		s.write(AppendEvent(s.buf[:0], name, id, data))
+		s.write(appendEvent(s.buf[:0], name, id, data))
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 )
 
 func TestAppendEventFraming(t *testing.T) {
-	require.Equal(t, "event: status\nid: 7\ndata: {}\n\n", string(AppendEvent(nil, "status", "7", []byte("{}"))))
-	require.Equal(t, "data: {\"a\":1}\n\n", string(AppendEvent(nil, "", "", []byte(`{"a":1}`))))
-	require.Equal(t, "event: x\ndata: a\ndata: b\ndata: \n\n", string(AppendEvent(nil, "x", "", []byte("a\nb\n"))))
+	require.Equal(t, "event: status\nid: 7\ndata: {}\n\n", string(appendEvent(nil, "status", "7", []byte("{}"))))
+	require.Equal(t, "data: {\"a\":1}\n\n", string(appendEvent(nil, "", "", []byte(`{"a":1}`))))
+	require.Equal(t, "event: x\ndata: a\ndata: b\ndata: \n\n", string(appendEvent(nil, "x", "", []byte("a\nb\n"))))
 }
 
 func TestWriterStream(t *testing.T) {

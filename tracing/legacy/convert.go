@@ -15,7 +15,7 @@ import (
 
 // Names of the legacy tables, as they appear in RowError.Table.
 const (
-	TableIntentLog   = "intent_log"
+	tableIntentLog   = "intent_log"
 	TableTraceEvents = "intent_trace_events"
 	TableMessages    = "beam_messages"
 )
@@ -30,15 +30,15 @@ const (
 	// ExtraTraceEventID is the id of the legacy intent_trace_events row an
 	// event was made from.
 	ExtraTraceEventID = "legacyTraceEventId"
-	// ExtraIntentLogStatus keeps an intent_log status that the imported trace
+	// extraIntentLogStatus keeps an intent_log status that the imported trace
 	// did not end in because the trace had already moved past it.
-	ExtraIntentLogStatus = "legacyIntentLogStatus"
-	// ExtraErrorCode keeps an intent_log error_code when the final event is
+	extraIntentLogStatus = "legacyIntentLogStatus"
+	// extraErrorCode keeps an intent_log error_code when the final event is
 	// not a failure.
-	ExtraErrorCode = "legacyErrorCode"
-	// ExtraResult keeps an intent_log result_json when the final event is
+	extraErrorCode = "legacyErrorCode"
+	// extraResult keeps an intent_log result_json when the final event is
 	// not terminal.
-	ExtraResult = "legacyResult"
+	extraResult = "legacyResult"
 	// extraRenamedPrefix prefixes legacy details keys that collide with
 	// Details fields but could not be read into them.
 	extraRenamedPrefix = "legacy."
@@ -86,7 +86,7 @@ func (c *converter) convertTrace(r *traceRow) (le legacyEvent, drop bool, rerr *
 			return fail("%s label is not valid UTF-8 of at most %d bytes", l.what, maxIDBytes)
 		}
 	}
-	st, drop, err := NormalizeStage(stage, status)
+	st, drop, err := normalizeStage(stage, status)
 	if err != nil {
 		return fail("%w", err)
 	}
@@ -214,7 +214,7 @@ func jsonInt(v any) (int64, bool) {
 func (c *converter) buildIntent(row *intentRow, nonce string, traces []traceRow) ([]tracing.Event, *RowError) {
 	table, rowID := TableTraceEvents, ""
 	if row != nil {
-		table, rowID = TableIntentLog, strconv.FormatInt(row.ID, 10)
+		table, rowID = tableIntentLog, strconv.FormatInt(row.ID, 10)
 	}
 	fail := func(format string, args ...any) ([]tracing.Event, *RowError) {
 		return nil, rowError(table, rowID, nonce, format, args...)
@@ -242,7 +242,7 @@ func (c *converter) buildIntent(row *intentRow, nonce string, traces []traceRow)
 			logStatus = string(tracing.Received)
 		}
 		var err error
-		if logState, err = NormalizeStatus(logStatus); err != nil {
+		if logState, err = normalizeStatus(logStatus); err != nil {
 			return fail("status: %w", err)
 		}
 		var present bool
@@ -357,7 +357,7 @@ func (c *converter) buildIntent(row *intentRow, nonce string, traces []traceRow)
 			if last.Details.Extra == nil {
 				last.Details.Extra = map[string]any{}
 			}
-			last.Details.Extra[ExtraIntentLogStatus] = logStatus
+			last.Details.Extra[extraIntentLogStatus] = logStatus
 		default:
 			return fail("status %s (%s) cannot follow the trace's final state %s", quoteLabel(logStatus), logState, prev)
 		}
@@ -395,7 +395,7 @@ func finish(last *tracing.Event, result json.RawMessage, errorCode string, laten
 		if last.State.Terminal() {
 			last.Details.Result = result
 		} else {
-			extra(ExtraResult, result)
+			extra(extraResult, result)
 		}
 	}
 	if errorCode != "" && last.Details.ErrorCode != errorCode {
@@ -404,10 +404,10 @@ func finish(last *tracing.Event, result json.RawMessage, errorCode string, laten
 			if last.Details.ErrorCode == "" {
 				last.Details.ErrorCode = errorCode
 			} else {
-				extra(ExtraErrorCode, errorCode)
+				extra(extraErrorCode, errorCode)
 			}
 		default:
-			extra(ExtraErrorCode, errorCode)
+			extra(extraErrorCode, errorCode)
 		}
 	}
 	if latency != nil && last.Details.LatencyMs == nil && last.State.Terminal() {
@@ -429,7 +429,7 @@ func (c *converter) buildMessage(r *busRow) ([]tracing.Event, *RowError) {
 	if !r.Status.Valid {
 		status = string(tracing.Received)
 	}
-	st, err := NormalizeBusStatus(status)
+	st, err := normalizeBusStatus(status)
 	if err != nil {
 		return fail("status: %w", err)
 	}

@@ -4,7 +4,7 @@
 // trace stages into the canonical lifecycle states of package tracing, and
 // appends them to our log, one atomic append per nonce.
 //
-// Normalization is pure (NormalizeStatus, NormalizeBusStatus, NormalizeStage)
+// Normalization is pure (normalizeStatus, normalizeBusStatus, normalizeStage)
 // and keeps the original labels in Details.LegacyStage and
 // Details.LegacyStatus. Import only ever writes sequences that start with
 // received and obey tracing.CanTransition; a nonce whose legacy rows cannot

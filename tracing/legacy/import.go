@@ -12,9 +12,9 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// Appender is what Import needs of the destination log. *tracing.Log
+// appender is what Import needs of the destination log. *tracing.Log
 // implements it.
-type Appender interface {
+type appender interface {
 	// Append writes the events of one nonce atomically, or nothing of them.
 	Append(ctx context.Context, events ...tracing.Event) ([]tracing.Event, error)
 	// State reports a nonce's current state and whether it exists.
@@ -23,10 +23,10 @@ type Appender interface {
 
 // Default bounds of Options.
 const (
-	DefaultMaxEventsPerIntent = 1000
-	DefaultMaxJSONBytes       = 1 << 20
-	DefaultMaxErrors          = 1000
-	DefaultWorkers            = 4
+	defaultMaxEventsPerIntent = 1000
+	defaultMaxJSONBytes       = 1 << 20
+	defaultMaxErrors          = 1000
+	defaultWorkers            = 4
 )
 
 // Options tune Import. The zero value is ready to use.
@@ -38,24 +38,24 @@ type Options struct {
 	// The report counts what would have been written.
 	DryRun bool
 	// MaxEventsPerIntent bounds the trace events of one nonce; a nonce with
-	// more is rejected. Zero means DefaultMaxEventsPerIntent.
+	// more is rejected. Zero means defaultMaxEventsPerIntent.
 	MaxEventsPerIntent int
 	// MaxJSONBytes bounds each JSON column (details, result_json, payload,
-	// response, metadata). Zero means DefaultMaxJSONBytes.
+	// response, metadata). Zero means defaultMaxJSONBytes.
 	MaxJSONBytes int
 	// Workers is how many appends run at once (each nonce is still one
 	// atomic Append; concurrent appends let the log commit them together).
-	// Zero means DefaultWorkers.
+	// Zero means defaultWorkers.
 	Workers int
 	// MaxErrors bounds Report.Errors; further errors are only counted in
-	// Report.ErrorsOmitted. Zero means DefaultMaxErrors.
+	// Report.ErrorsOmitted. Zero means defaultMaxErrors.
 	MaxErrors int
 }
 
 // RowError says why one legacy intent or bus message was not imported.
 // Nothing of its nonce was written.
 type RowError struct {
-	// Table is the legacy table of the offending row: TableIntentLog,
+	// Table is the legacy table of the offending row: tableIntentLog,
 	// TableTraceEvents or TableMessages.
 	Table string
 	// RowID is the id of that row (empty for a trace without intent_log row
@@ -144,16 +144,16 @@ func (r Report) String() string {
 // The error is non-nil when the database is absent, unreadable, malformed or
 // has no legacy tables, when dst cannot be queried, or when ctx ends; the
 // report then counts what was done so far.
-func Import(ctx context.Context, path string, dst Appender, opts Options) (Report, error) {
+func Import(ctx context.Context, path string, dst appender, opts Options) (Report, error) {
 	im := &importer{
 		dst:  dst,
 		opts: opts,
 		log:  opts.Logger,
 		conv: converter{lim: limits{
-			maxEvents: positiveOr(opts.MaxEventsPerIntent, DefaultMaxEventsPerIntent),
-			maxBytes:  positiveOr(opts.MaxJSONBytes, DefaultMaxJSONBytes),
+			maxEvents: positiveOr(opts.MaxEventsPerIntent, defaultMaxEventsPerIntent),
+			maxBytes:  positiveOr(opts.MaxJSONBytes, defaultMaxJSONBytes),
 		}},
-		maxErrors: positiveOr(opts.MaxErrors, DefaultMaxErrors),
+		maxErrors: positiveOr(opts.MaxErrors, defaultMaxErrors),
 	}
 	if im.log == nil {
 		im.log = slog.New(slog.DiscardHandler)
@@ -186,7 +186,7 @@ func positiveOr(v, def int) int {
 // them; each nonce is still one atomic Append.
 type importer struct {
 	src       *source
-	dst       Appender
+	dst       appender
 	opts      Options
 	log       *slog.Logger
 	conv      converter
@@ -209,7 +209,7 @@ func (im *importer) run(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	im.cancel = cancel
-	workers := positiveOr(im.opts.Workers, DefaultWorkers)
+	workers := positiveOr(im.opts.Workers, defaultWorkers)
 	im.jobs = make(chan job, 2*workers)
 	var wg sync.WaitGroup
 	for range workers {
@@ -232,7 +232,7 @@ func (im *importer) run(parent context.Context) error {
 
 // read walks the legacy tables and enqueues their nonces.
 func (im *importer) read(ctx context.Context) error {
-	if im.src.has(TableIntentLog) {
+	if im.src.has(tableIntentLog) {
 		for after := int64(-1 << 63); ; {
 			page, err := im.src.intentPage(ctx, after)
 			if err != nil {
@@ -303,7 +303,7 @@ func (im *importer) intent(ctx context.Context, row *intentRow, nonce string) er
 	}
 	j := job{table: TableTraceEvents, nonce: nonce, events: events}
 	if row != nil {
-		j.table, j.rowID = TableIntentLog, strconv.FormatInt(row.ID, 10)
+		j.table, j.rowID = tableIntentLog, strconv.FormatInt(row.ID, 10)
 	}
 	return im.enqueue(ctx, j)
 }

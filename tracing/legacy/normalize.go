@@ -32,12 +32,12 @@ func quoteLabel(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// NormalizeStatus maps a status of the directory tables (intent_log.status,
+// normalizeStatus maps a status of the directory tables (intent_log.status,
 // intent_trace_events.status) to its canonical state. Canonical states pass
 // through; the legacy labels map as pending→received, success→acked,
 // error→failed, expired→dead_letter. Labels are compared without case and
 // surrounding blanks. Anything else is an error naming the label.
-func NormalizeStatus(s string) (tracing.State, error) {
+func normalizeStatus(s string) (tracing.State, error) {
 	c := cleanLabel(s)
 	if st, ok := legacyStatuses[c]; ok {
 		return st, nil
@@ -48,18 +48,18 @@ func NormalizeStatus(s string) (tracing.State, error) {
 	return "", fmt.Errorf("unknown legacy status %s", quoteLabel(s))
 }
 
-// NormalizeBusStatus maps a status of the bus table (beam_messages.status)
-// to its canonical state. It differs from NormalizeStatus only in that a
+// normalizeBusStatus maps a status of the bus table (beam_messages.status)
+// to its canonical state. It differs from normalizeStatus only in that a
 // legacy bus message that is pending waits for delivery, so pending maps to
 // queued (as the bus migration does); expired maps to dead_letter.
-func NormalizeBusStatus(s string) (tracing.State, error) {
+func normalizeBusStatus(s string) (tracing.State, error) {
 	if cleanLabel(s) == "pending" {
 		return tracing.Queued, nil
 	}
-	return NormalizeStatus(s)
+	return normalizeStatus(s)
 }
 
-// NormalizeStage maps a legacy trace event (its stage and status labels) to
+// normalizeStage maps a legacy trace event (its stage and status labels) to
 // a canonical state, following the reference migration:
 //
 //	sender_lookup                 received
@@ -71,11 +71,11 @@ func NormalizeBusStatus(s string) (tracing.State, error) {
 //	completed                     success → acked, else failed
 //	dedupe                        dropped (drop is true, st is empty)
 //	a canonical state name        itself
-//	anything else                 mapped by its status (NormalizeStatus)
+//	anything else                 mapped by its status (normalizeStatus)
 //
 // Labels are compared without case and surrounding blanks. A stage that is
 // neither known nor mappable by its status is an error.
-func NormalizeStage(stage, status string) (st tracing.State, drop bool, err error) {
+func normalizeStage(stage, status string) (st tracing.State, drop bool, err error) {
 	sg, ss := cleanLabel(stage), cleanLabel(status)
 	switch sg {
 	case "sender_lookup":
@@ -111,7 +111,7 @@ func NormalizeStage(stage, status string) (st tracing.State, drop bool, err erro
 	if s := tracing.State(sg); s.Valid() {
 		return s, false, nil
 	}
-	s, err := NormalizeStatus(status)
+	s, err := normalizeStatus(status)
 	if err != nil {
 		return "", false, fmt.Errorf("unknown legacy stage %s with status %s", quoteLabel(stage), quoteLabel(status))
 	}

@@ -31,12 +31,12 @@ func TestNormalizeStatus(t *testing.T) {
 		}{string(s), s})
 	}
 	for _, tc := range tests {
-		got, err := NormalizeStatus(tc.in)
+		got, err := normalizeStatus(tc.in)
 		require.NoError(t, err, tc.in)
 		require.Equal(t, tc.want, got, tc.in)
 	}
 	for _, bad := range []string{"", "bogus", "succeeded", "dead-letter", "acked!", strings.Repeat("x", 500)} {
-		got, err := NormalizeStatus(bad)
+		got, err := normalizeStatus(bad)
 		require.Error(t, err, bad)
 		require.Empty(t, got)
 		require.Contains(t, err.Error(), "unknown legacy status")
@@ -58,11 +58,11 @@ func TestNormalizeBusStatus(t *testing.T) {
 		"dead_letter": tracing.DeadLetter,
 	}
 	for in, want := range tests {
-		got, err := NormalizeBusStatus(in)
+		got, err := normalizeBusStatus(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
 	}
-	_, err := NormalizeBusStatus("zombie")
+	_, err := normalizeBusStatus("zombie")
 	require.ErrorContains(t, err, `unknown legacy status "zombie"`)
 }
 
@@ -124,13 +124,13 @@ func TestNormalizeStage(t *testing.T) {
 		{" Delivery ", "SUCCESS", tracing.Delivered, false},
 	}
 	for _, tc := range tests {
-		got, drop, err := NormalizeStage(tc.stage, tc.status)
+		got, drop, err := normalizeStage(tc.stage, tc.status)
 		require.NoError(t, err, "%s/%s", tc.stage, tc.status)
 		require.Equal(t, tc.want, got, "%s/%s", tc.stage, tc.status)
 		require.Equal(t, tc.drop, drop, "%s/%s", tc.stage, tc.status)
 	}
 	for _, bad := range [][2]string{{"teleport", "maybe"}, {"", ""}, {"relay", "bogus"}} {
-		got, drop, err := NormalizeStage(bad[0], bad[1])
+		got, drop, err := normalizeStage(bad[0], bad[1])
 		require.Error(t, err, "%v", bad)
 		require.Contains(t, err.Error(), "unknown legacy stage")
 		require.Empty(t, got)
@@ -260,7 +260,7 @@ func FuzzNormalizeStage(f *testing.F) {
 		f.Add(seed[0], seed[1])
 	}
 	f.Fuzz(func(t *testing.T, stage, status string) {
-		st, drop, err := NormalizeStage(stage, status)
+		st, drop, err := normalizeStage(stage, status)
 		switch {
 		case err != nil:
 			require.Empty(t, st)
@@ -271,7 +271,7 @@ func FuzzNormalizeStage(f *testing.F) {
 		default:
 			require.True(t, st.Valid(), "state %q", st)
 		}
-		for _, norm := range []func(string) (tracing.State, error){NormalizeStatus, NormalizeBusStatus} {
+		for _, norm := range []func(string) (tracing.State, error){normalizeStatus, normalizeBusStatus} {
 			s, err := norm(status)
 			if err != nil {
 				require.Empty(t, s)

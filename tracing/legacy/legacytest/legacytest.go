@@ -56,10 +56,10 @@ func Script(parts ...Part) string {
 			b.WriteString(SchemaDirectory)
 			b.WriteString(rowsDirectory)
 		case DirectoryWithoutNonce:
-			b.WriteString(SchemaDirectoryWithoutNonce)
+			b.WriteString(schemaDirectoryWithoutNonce)
 			b.WriteString(rowsDirectoryWithoutNonce)
 		case Bus:
-			b.WriteString(SchemaBus)
+			b.WriteString(schemaBus)
 			b.WriteString(rowsBus)
 		}
 	}
@@ -170,9 +170,9 @@ CREATE INDEX idx_intent_trace_events_timestamp ON intent_trace_events(timestamp 
 CREATE INDEX idx_intent_trace_events_nonce ON intent_trace_events(nonce, timestamp ASC, id ASC);
 `
 
-// SchemaDirectoryWithoutNonce creates an old intent_log that predates the
+// schemaDirectoryWithoutNonce creates an old intent_log that predates the
 // nonce and result_json columns.
-const SchemaDirectoryWithoutNonce = `CREATE TABLE intent_log (
+const schemaDirectoryWithoutNonce = `CREATE TABLE intent_log (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   from_beam_id TEXT NOT NULL,
   to_beam_id TEXT NOT NULL,
@@ -185,8 +185,8 @@ const SchemaDirectoryWithoutNonce = `CREATE TABLE intent_log (
 );
 `
 
-// SchemaBus creates the bus table beam_messages and its indexes.
-const SchemaBus = `CREATE TABLE beam_messages (
+// schemaBus creates the bus table beam_messages and its indexes.
+const schemaBus = `CREATE TABLE beam_messages (
   id TEXT PRIMARY KEY,
   nonce TEXT,
   sender TEXT NOT NULL,

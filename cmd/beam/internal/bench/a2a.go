@@ -11,38 +11,38 @@ import (
 // ModeA2A sends A2A 1.0 messages (JSON-RPC SendMessage, blocking) to a
 // declared pipeline routed through Config.Hops recipients, and counts one
 // "intent" per task that completes. The directory must declare the
-// pipeline A2APipeline over the run's recipients (A2APipelinesFile); beam
+// pipeline a2APipeline over the run's recipients (A2APipelinesFile); beam
 // bench does when it starts the directory.
 const ModeA2A Mode = "a2a"
 
-// A2APipeline is the name of the pipeline a ModeA2A run sends to.
-const A2APipeline = "bench"
+// a2APipeline is the name of the pipeline a ModeA2A run sends to.
+const a2APipeline = "bench"
 
-// A2APipelinesFile is the --pipelines file declaring A2APipeline over the
+// A2APipelinesFile is the --pipelines file declaring a2APipeline over the
 // first hops recipients of a run in org.
 func A2APipelinesFile(org string, hops, recipients int) ([]byte, error) {
 	if hops <= 0 {
-		hops = DefaultHops
+		hops = defaultHops
 	}
 	route := make([]string, hops)
 	for i := range route {
 		route[i] = fmt.Sprintf("r-%d@%s.beam.directory", i%max(1, recipients), org)
 	}
 	return json.Marshal(map[string]any{"pipelines": []map[string]any{{
-		"name": A2APipeline, "description": "beam bench: the payload through the run's recipients", "route": route,
+		"name": a2APipeline, "description": "beam bench: the payload through the run's recipients", "route": route,
 	}}})
 }
 
 // a2aDriver sends A2A messages for ModeA2A.
-type a2aDriver struct{ env *Env }
+type a2aDriver struct{ env *env }
 
-func newA2ADriver(_ context.Context, env *Env) (Driver, error) { return &a2aDriver{env: env}, nil }
+func newA2ADriver(_ context.Context, env *env) (driver, error) { return &a2aDriver{env: env}, nil }
 
 func (d *a2aDriver) Close() error { return nil }
 
 // Send sends one message as from and waits for the completed task; to is
 // not used (the pipeline's route is fixed).
-func (d *a2aDriver) Send(ctx context.Context, from, _ *Agent) error {
+func (d *a2aDriver) Send(ctx context.Context, from, _ *agent) error {
 	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": map[string]any{
 		"message": map[string]any{"messageId": "bench", "role": "ROLE_USER",
 			"parts": []map[string]any{{"data": json.RawMessage(d.env.Config.payload())}}},
@@ -51,7 +51,7 @@ func (d *a2aDriver) Send(ctx context.Context, from, _ *Agent) error {
 		return err
 	}
 	hdr := http.Header{"Authorization": {"Bearer " + from.APIKey}, "Content-Type": {"application/json"}}
-	_, b, err := call(ctx, d.env.HTTP, http.MethodPost, d.env.URL+"/a2a/pipelines/"+A2APipeline, body, hdr, http.StatusOK)
+	_, b, err := call(ctx, d.env.HTTP, http.MethodPost, d.env.URL+"/a2a/pipelines/"+a2APipeline, body, hdr, http.StatusOK)
 	if err != nil {
 		return err
 	}

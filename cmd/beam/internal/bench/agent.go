@@ -24,8 +24,8 @@ import (
 // maxResponse bounds an HTTP response body bench reads.
 const maxResponse = 1 << 20
 
-// Agent is one registered agent with its own key.
-type Agent struct {
+// agent is one registered agent with its own key.
+type agent struct {
 	// BeamID is the agent's Beam ID.
 	BeamID string
 	// Public and Private are its Ed25519 keys.
@@ -76,7 +76,7 @@ func call(ctx context.Context, hc *http.Client, method, addr string, body []byte
 
 // register creates a key pair for beamID and registers it with the
 // directory at base.
-func register(ctx context.Context, hc *http.Client, base, beamID, org string) (*Agent, error) {
+func register(ctx context.Context, hc *http.Client, base, beamID, org string) (*agent, error) {
 	pub, priv, err := wire.GenerateKey()
 	if err != nil {
 		return nil, fmt.Errorf("register %s: %w", beamID, err)
@@ -101,17 +101,17 @@ func register(ctx context.Context, hc *http.Client, base, beamID, org string) (*
 	if err := json.Unmarshal(b, &v); err != nil || v.APIKey == "" {
 		return nil, fmt.Errorf("register %s: response carries no apiKey: %.200s", beamID, b)
 	}
-	return &Agent{BeamID: beamID, Public: pub, Private: priv, APIKey: v.APIKey, Base: base}, nil
+	return &agent{BeamID: beamID, Public: pub, Private: priv, APIKey: v.APIKey, Base: base}, nil
 }
 
 // registerMany registers n agents named prefix-<i>@org with at most
 // parallel registrations in flight; agent i registers with
 // bases[i%len(bases)], so a cluster's agents spread over its nodes.
-func registerMany(ctx context.Context, hc *http.Client, bases []string, org, prefix string, n, parallel int) ([]*Agent, error) {
+func registerMany(ctx context.Context, hc *http.Client, bases []string, org, prefix string, n, parallel int) ([]*agent, error) {
 	if len(bases) == 0 {
 		return nil, errors.New("register agents: no directory URL")
 	}
-	out := make([]*Agent, n)
+	out := make([]*agent, n)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -167,7 +167,7 @@ type wsEnvelope struct {
 }
 
 // wsURL turns the directory's base URL into its WebSocket URL for a.
-func wsURL(base string, a *Agent) (string, error) {
+func wsURL(base string, a *agent) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return "", fmt.Errorf("directory url %q: %w", base, err)
@@ -187,7 +187,7 @@ func wsURL(base string, a *Agent) (string, error) {
 
 // dial opens a's WebSocket session with its API key and waits for the
 // directory's "connected" message.
-func dial(ctx context.Context, hc *http.Client, base string, a *Agent) (*websocket.Conn, error) {
+func dial(ctx context.Context, hc *http.Client, base string, a *agent) (*websocket.Conn, error) {
 	u, err := wsURL(base, a)
 	if err != nil {
 		return nil, err
@@ -223,13 +223,13 @@ func writeEnvelope(ctx context.Context, conn *websocket.Conn, typ string, frame 
 	return conn.Write(ctx, websocket.MessageText, b)
 }
 
-// Fleet is the set of agents of one run: senders, recipients (which answer
+// fleet is the set of agents of one run: senders, recipients (which answer
 // every intent) and idle agents.
-type Fleet struct {
+type fleet struct {
 	// Org is the organization every agent of the run belongs to.
 	Org string
 	// Senders send the intents; Recipients answer them.
-	Senders, Recipients []*Agent
+	Senders, Recipients []*agent
 
 	base string
 	hc   *http.Client
@@ -248,20 +248,20 @@ type Fleet struct {
 }
 
 // Key returns the public key of an agent of the fleet.
-func (f *Fleet) Key(beamID string) (ed25519.PublicKey, bool) {
+func (f *fleet) Key(beamID string) (ed25519.PublicKey, bool) {
 	k, ok := f.keys[beamID]
 	return k, ok
 }
 
 // track remembers conn so Close closes it.
-func (f *Fleet) track(conn *websocket.Conn) {
+func (f *fleet) track(conn *websocket.Conn) {
 	f.mu.Lock()
 	f.conns = append(f.conns, conn)
 	f.mu.Unlock()
 }
 
 // Close closes every connection of the fleet and waits for its readers.
-func (f *Fleet) Close() {
+func (f *fleet) Close() {
 	f.stop()
 	f.mu.Lock()
 	conns := f.conns
@@ -274,7 +274,7 @@ func (f *Fleet) Close() {
 }
 
 // IdleConnected returns how many idle agents are connected.
-func (f *Fleet) IdleConnected() int {
+func (f *fleet) IdleConnected() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.idle
@@ -282,7 +282,7 @@ func (f *Fleet) IdleConnected() int {
 
 // RecipientErrors returns how many delivered intents a recipient could not
 // verify or answer.
-func (f *Fleet) RecipientErrors() int64 {
+func (f *fleet) RecipientErrors() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.rxErr
@@ -291,7 +291,7 @@ func (f *Fleet) RecipientErrors() int64 {
 // serveRecipient reads a's session and answers every intent with a signed
 // success result after verifying the intent's signature against the key
 // the fleet registered for its sender.
-func (f *Fleet) serveRecipient(conn *websocket.Conn, a *Agent, clock func() time.Time) {
+func (f *fleet) serveRecipient(conn *websocket.Conn, a *agent, clock func() time.Time) {
 	defer f.wg.Done()
 	for {
 		_, data, err := conn.Read(f.ctx)
@@ -313,7 +313,7 @@ func (f *Fleet) serveRecipient(conn *websocket.Conn, a *Agent, clock func() time
 // resultPayload is what a recipient answers with.
 var resultPayload = json.RawMessage(`{"ok":true}`)
 
-func (f *Fleet) answer(ctx context.Context, conn *websocket.Conn, a *Agent, env wsEnvelope, clock func() time.Time) error {
+func (f *fleet) answer(ctx context.Context, conn *websocket.Conn, a *agent, env wsEnvelope, clock func() time.Time) error {
 	fr, err := wire.DecodeIntentFrame(env.Frame)
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@ const busPollInterval = 500 * time.Millisecond
 // busOutcomeWait is polled with GET /v1/beam/messages/{id} under the
 // sender's API key.
 type busDriver struct {
-	env *Env
+	env *env
 	senderSessions
 
 	accepted atomic.Int64 // sends the bus answered 201 or 200
@@ -51,7 +51,7 @@ type busReceipt struct {
 	ErrorCode string `json:"error_code"`
 }
 
-func newBusDriver(ctx context.Context, env *Env) (Driver, error) {
+func newBusDriver(ctx context.Context, env *env) (driver, error) {
 	d := &busDriver{env: env}
 	if err := d.open(ctx, env, d.dispatch); err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func (d *busDriver) Accepted() int64 { return d.accepted.Load() }
 // Polled returns how many outcomes were learned by polling.
 func (d *busDriver) Polled() int64 { return d.polled.Load() }
 
-func (d *busDriver) Send(ctx context.Context, from, to *Agent) error {
+func (d *busDriver) Send(ctx context.Context, from, to *agent) error {
 	// The outcome may arrive before the send's answer: expect it first.
 	p, frame, err := d.begin(d.env, from, to)
 	if err != nil {
@@ -118,7 +118,7 @@ func (d *busDriver) Send(ctx context.Context, from, to *Agent) error {
 }
 
 // post sends one signed frame to the bus and returns its receipt.
-func (d *busDriver) post(ctx context.Context, from *Agent, frame []byte) (*busReceipt, error) {
+func (d *busDriver) post(ctx context.Context, from *agent, frame []byte) (*busReceipt, error) {
 	body := make([]byte, 0, len(frame)+12)
 	body = append(body, `{"frame":`...)
 	body = append(body, frame...)
@@ -136,7 +136,7 @@ func (d *busDriver) post(ctx context.Context, from *Agent, frame []byte) (*busRe
 }
 
 // status reads a message with the sender's API key.
-func (d *busDriver) status(ctx context.Context, from *Agent, id string) (*busReceipt, error) {
+func (d *busDriver) status(ctx context.Context, from *agent, id string) (*busReceipt, error) {
 	_, b, err := call(ctx, d.env.HTTP, http.MethodGet, d.env.URL+"/v1/beam/messages/"+url.PathEscape(id), nil,
 		http.Header{"X-Api-Key": {from.APIKey}}, http.StatusOK)
 	if err != nil {

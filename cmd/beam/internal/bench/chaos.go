@@ -27,9 +27,9 @@ import (
 
 // Bounds of a chaos run.
 const (
-	MaxChaosKills   = 1000
-	MaxChaosAgents  = 100
-	MaxChaosWorkers = 1000
+	maxChaosKills   = 1000
+	maxChaosAgents  = 100
+	maxChaosWorkers = 1000
 )
 
 // chaosIntent is the intent type of every chaos message.
@@ -90,8 +90,8 @@ func (c ChaosConfig) withDefaults() (ChaosConfig, error) {
 	if c.Duration <= 0 {
 		c.Duration = 5 * time.Minute
 	}
-	if c.Kills < 0 || c.Kills > MaxChaosKills {
-		return c, fmt.Errorf("chaos: kills %d out of range 0..%d", c.Kills, MaxChaosKills)
+	if c.Kills < 0 || c.Kills > maxChaosKills {
+		return c, fmt.Errorf("chaos: kills %d out of range 0..%d", c.Kills, maxChaosKills)
 	}
 	if c.Kills == 0 {
 		c.Kills = 3
@@ -108,8 +108,8 @@ func (c ChaosConfig) withDefaults() (ChaosConfig, error) {
 	if c.Workers <= 0 {
 		c.Workers = 16
 	}
-	if c.Workers > MaxChaosWorkers {
-		return c, fmt.Errorf("chaos: workers %d exceed %d", c.Workers, MaxChaosWorkers)
+	if c.Workers > maxChaosWorkers {
+		return c, fmt.Errorf("chaos: workers %d exceed %d", c.Workers, maxChaosWorkers)
 	}
 	def := func(v *int, d int) {
 		if *v <= 0 {
@@ -119,8 +119,8 @@ func (c ChaosConfig) withDefaults() (ChaosConfig, error) {
 	def(&c.Senders, 4)
 	def(&c.Online, 3)
 	def(&c.Late, 2)
-	if c.Senders+c.Online+c.Late+1 > MaxChaosAgents {
-		return c, fmt.Errorf("chaos: at most %d agents", MaxChaosAgents)
+	if c.Senders+c.Online+c.Late+1 > maxChaosAgents {
+		return c, fmt.Errorf("chaos: at most %d agents", maxChaosAgents)
 	}
 	if c.FlakyPercent < 0 || c.FlakyPercent > 100 {
 		return c, fmt.Errorf("chaos: flaky percent %d out of range 0..100", c.FlakyPercent)

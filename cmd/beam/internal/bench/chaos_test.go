@@ -130,7 +130,7 @@ func TestChaosConfigBounds(t *testing.T) {
 	t.Parallel()
 	_, err := ChaosConfig{}.withDefaults()
 	require.Error(t, err)
-	_, err = ChaosConfig{Binary: "b", DataDir: "d", Kills: MaxChaosKills + 1}.withDefaults()
+	_, err = ChaosConfig{Binary: "b", DataDir: "d", Kills: maxChaosKills + 1}.withDefaults()
 	require.Error(t, err)
 	_, err = ChaosConfig{Binary: "b", DataDir: "d", FlakyPercent: 101}.withDefaults()
 	require.Error(t, err)
@@ -153,7 +153,7 @@ func TestFederationConfig(t *testing.T) {
 	require.NoError(t, err)
 	pl := c.placement()
 	require.Equal(t, placement{[]string{"http://a"}, "alpha", "sbench1", []string{"http://b"}, "beta", "rbench1"}, pl)
-	c, err = Config{URL: "http://a", Mode: ModeBus, Org: "bench1"}.withDefaults()
+	c, err = Config{URL: "http://a", Mode: modeBus, Org: "bench1"}.withDefaults()
 	require.NoError(t, err)
 	require.Equal(t, placement{[]string{"http://a"}, "bench1", "s", []string{"http://a"}, "bench1", "r"}, c.placement())
 }

@@ -125,8 +125,8 @@ func StopAll(ps []*ServerProcess) error {
 	return errors.Join(errs...)
 }
 
-// NodeFigures are one cluster node's figures of a run.
-type NodeFigures struct {
+// nodeFigures are one cluster node's figures of a run.
+type nodeFigures struct {
 	URL string `json:"url"`
 	PID int    `json:"pid"`
 	// Senders and Recipients are how many of the run's agents connect to
@@ -141,10 +141,10 @@ type NodeFigures struct {
 
 // sampleNodes reads every node's process; a node that cannot be read has a
 // zero sample and a note.
-func sampleNodes(pids []int, sum *Summary) []ProcSample {
-	out := make([]ProcSample, len(pids))
+func sampleNodes(pids []int, sum *Summary) []procSample {
+	out := make([]procSample, len(pids))
 	for i, pid := range pids {
-		s, err := ReadProc(pid)
+		s, err := readProc(pid)
 		if err != nil {
 			sum.Notes = append(sum.Notes, fmt.Sprintf("cluster node %d: %v", i, err))
 			continue
@@ -156,13 +156,13 @@ func sampleNodes(pids []int, sum *Summary) []ProcSample {
 
 // setCluster sets the per-node figures and the server figures summed over
 // the nodes from samples taken before and after the measured phase.
-func (s *Summary) setCluster(cfg Config, f *Fleet, before, after []ProcSample, intents int64) {
-	s.ClusterNodes = make([]NodeFigures, len(cfg.NodeURLs))
+func (s *Summary) setCluster(cfg Config, f *fleet, before, after []procSample, intents int64) {
+	s.ClusterNodes = make([]nodeFigures, len(cfg.NodeURLs))
 	var cpu time.Duration
 	var hwm int64
 	measured := len(cfg.NodePIDs) > 0
 	for i, u := range cfg.NodeURLs {
-		nf := NodeFigures{URL: u}
+		nf := nodeFigures{URL: u}
 		for _, a := range f.Senders {
 			if a.Base == u {
 				nf.Senders++
@@ -211,7 +211,7 @@ func (s *Summary) setCluster(cfg Config, f *Fleet, before, after []ProcSample, i
 // token): a node learns of sessions other nodes hold through a replicated
 // bucket, and an intent sent before it did would be answered OFFLINE.
 // Without tokens (a cluster the bench did not start) it does not wait.
-func awaitClusterSessions(ctx context.Context, hc *http.Client, cfg Config, recipients []*Agent) error {
+func awaitClusterSessions(ctx context.Context, hc *http.Client, cfg Config, recipients []*agent) error {
 	if len(cfg.NodeTokens) != len(cfg.NodeURLs) {
 		return nil
 	}
@@ -266,7 +266,7 @@ func clusterSessions(ctx context.Context, hc *http.Client, base, token string) (
 }
 
 // holdsAll reports whether held lists every agent of as.
-func holdsAll(held map[string]bool, as []*Agent) bool {
+func holdsAll(held map[string]bool, as []*agent) bool {
 	for _, a := range as {
 		if !held[a.BeamID] {
 			return false

@@ -13,7 +13,7 @@ func TestClusterConfig(t *testing.T) {
 	require.Equal(t, DefaultClusterDomain, c.Domain)
 	require.Equal(t, placement{[]string{"http://a", "http://b"}, "cluster", "sbench1", []string{"http://a", "http://b"}, "cluster", "rbench1"}, c.placement())
 
-	_, err = Config{NodeURLs: []string{"http://a", "http://b"}, Mode: ModeBus}.withDefaults()
+	_, err = Config{NodeURLs: []string{"http://a", "http://b"}, Mode: modeBus}.withDefaults()
 	require.ErrorContains(t, err, "ws and http")
 	_, err = Config{NodeURLs: []string{"http://a", "http://b"}, NodePIDs: []int{1}}.withDefaults()
 	require.ErrorContains(t, err, "node processes")

@@ -5,7 +5,7 @@
 // percentiles, errors and, when it can read the server's process, the
 // server's CPU per intent and peak RSS.
 //
-// A mode is a Driver registered under a name (RegisterMode):
+// A mode is a Driver registered under a name (registerMode):
 //
 //   - ws: intents over the senders' WebSocket sessions;
 //   - http: POST /intents/send;
@@ -27,7 +27,7 @@
 // The package also starts `beam serve` as a child process (StartServer),
 // two federated ones (StartFederation), the nodes of a cluster
 // (StartCluster), seeds an event log with many events
-// (SeedLog), times a restart on it (MeasureRestart) and runs the chaos
+// (seedLog), times a restart on it (MeasureRestart) and runs the chaos
 // scenario (RunChaos): a mixed durable load through the Go SDK while the
 // server is SIGKILLed and restarted at seeded random points, followed by
 // invariant checks on the stopped server's log.
@@ -36,7 +36,7 @@
 // routes (directly or through the Go SDK, package agents) and reads /proc;
 // it must not import the server's packages, so that what it measures is
 // what an outside agent sees. The exceptions are package tracing, used by
-// SeedLog to write a log before any server runs on it and by RunChaos to
+// seedLog to write a log before any server runs on it and by RunChaos to
 // check a stopped server's log, and package federation/cluster, whose
 // WriteNodeDirs makes the data directories of a cluster's nodes (the
 // directory key they share and their route credentials) before any of

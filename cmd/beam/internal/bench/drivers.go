@@ -19,7 +19,7 @@ const benchIntent = "bench.echo"
 
 // signedFrame builds and signs an intent from → to with the configured
 // payload and returns its nonce and wire JSON.
-func signedFrame(env *Env, from, to *Agent) (string, []byte, error) {
+func signedFrame(env *env, from, to *agent) (string, []byte, error) {
 	f := wire.NewIntentFrame(from.BeamID, to.BeamID, benchIntent, env.Config.payload(), env.Clock())
 	if err := wire.SignIntent(f, from.Private); err != nil {
 		return "", nil, fmt.Errorf("sign intent: %w", err)
@@ -56,14 +56,14 @@ func checkResult(raw []byte, nonce string, recipient ed25519.PublicKey) error {
 
 // httpDriver sends with POST /intents/send.
 type httpDriver struct {
-	env *Env
+	env *env
 }
 
-func newHTTPDriver(_ context.Context, env *Env) (Driver, error) {
+func newHTTPDriver(_ context.Context, env *env) (driver, error) {
 	return &httpDriver{env: env}, nil
 }
 
-func (d *httpDriver) Send(ctx context.Context, from, to *Agent) error {
+func (d *httpDriver) Send(ctx context.Context, from, to *agent) error {
 	nonce, frame, err := signedFrame(d.env, from, to)
 	if err != nil {
 		return err
@@ -80,7 +80,7 @@ func (d *httpDriver) Close() error { return nil }
 // wsDriver sends over each sender's own WebSocket session and matches the
 // results by nonce.
 type wsDriver struct {
-	env *Env
+	env *env
 	senderSessions
 }
 
@@ -113,7 +113,7 @@ type senderSessions struct {
 // own goroutine, passing every message to handle; when a session's read
 // fails, its pending intents fail with CONNECTION_LOST. When a sender cannot
 // connect, the sessions already open are closed and the error is returned.
-func (ss *senderSessions) open(ctx context.Context, env *Env, handle func(s *wsSession, data []byte)) error {
+func (ss *senderSessions) open(ctx context.Context, env *env, handle func(s *wsSession, data []byte)) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	ss.cancel = cancel
 	ss.sessions = make(map[string]*wsSession, len(env.Fleet.Senders))
@@ -144,7 +144,7 @@ func (ss *senderSessions) open(ctx context.Context, env *Env, handle func(s *wsS
 // begin signs an intent from → to and registers it on from's session as
 // awaiting its outcome, before the caller sends frame, so an outcome that
 // comes early is not missed.
-func (ss *senderSessions) begin(env *Env, from, to *Agent) (*wsPending, []byte, error) {
+func (ss *senderSessions) begin(env *env, from, to *agent) (*wsPending, []byte, error) {
 	s, ok := ss.sessions[from.BeamID]
 	if !ok {
 		return nil, nil, fmt.Errorf("%s has no session", from.BeamID)
@@ -170,7 +170,7 @@ func (ss *senderSessions) Close() error {
 	return nil
 }
 
-func newWSDriver(ctx context.Context, env *Env) (Driver, error) {
+func newWSDriver(ctx context.Context, env *env) (driver, error) {
 	d := &wsDriver{env: env}
 	if err := d.open(ctx, env, d.dispatch); err != nil {
 		return nil, err
@@ -178,7 +178,7 @@ func newWSDriver(ctx context.Context, env *Env) (Driver, error) {
 	return d, nil
 }
 
-func (d *wsDriver) Send(ctx context.Context, from, to *Agent) error {
+func (d *wsDriver) Send(ctx context.Context, from, to *agent) error {
 	p, frame, err := d.begin(d.env, from, to)
 	if err != nil {
 		return err

@@ -10,21 +10,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// floorBatches and floorBatch shape the measurement of VerifyFloor: the
+// floorBatches and floorBatch shape the measurement of verifyFloor: the
 // median of floorBatches timings of floorBatch verifications each.
 const (
 	floorBatches = 15
 	floorBatch   = 200
 )
 
-// VerifyFloor measures the median cost of one Ed25519 verification of a
+// verifyFloor measures the median cost of one Ed25519 verification of a
 // message the size of a typical signed frame, on this machine and at this
 // moment, in CPU time of the measuring thread: on a machine that the
 // server and the load share, wall time would count the waits for a core
 // too. It is the floor under any directory that verifies every
 // signature: every run states its own, so its server CPU per operation can
 // be read as a multiple of it whatever the machine's speed that hour.
-func VerifyFloor() time.Duration {
+func verifyFloor() time.Duration {
 	seed := make([]byte, ed25519.SeedSize)
 	for i := range seed {
 		seed[i] = byte(i + 1)

@@ -30,10 +30,10 @@ const fdHeadroom = 256
 // source and destination pair.
 const agentsPerSourceAddr = 16_000
 
-// IdleFigures break down what the server holds per idle agent, read from
+// idleFigures break down what the server holds per idle agent, read from
 // its /metrics after a forced garbage collection before the idle agents
 // registered and once they were all connected.
-type IdleFigures struct {
+type idleFigures struct {
 	// HeapBytes is live Go heap (go_memstats_heap_inuse_bytes) per agent:
 	// its registry entry and its session.
 	HeapBytes float64 `json:"heap_bytes"`
@@ -55,7 +55,7 @@ type IdleFigures struct {
 // server's RSS before and after, and fills in the summary's idle figures:
 // the RSS with them, the bytes per agent, and, when fewer than asked could
 // connect, the RSS extrapolated to the number asked for.
-func runIdle(ctx context.Context, f *Fleet, cfg Config, sum *Summary) error {
+func runIdle(ctx context.Context, f *fleet, cfg Config, sum *Summary) error {
 	lg := cfg.Logger
 	n := cfg.IdleAgents
 	if capacity, limit, err := idleCapacity(cfg.ServerPID); err != nil {
@@ -70,11 +70,11 @@ func runIdle(ctx context.Context, f *Fleet, cfg Config, sum *Summary) error {
 	if n == 0 {
 		return nil
 	}
-	var before, beforeGC ProcSample
+	var before, beforeGC procSample
 	var beforeM map[string]float64
 	if cfg.ServerPID > 0 {
 		beforeM, beforeGC = serverMemory(ctx, cfg, sum)
-		if s, err := ReadProc(cfg.ServerPID); err == nil {
+		if s, err := readProc(cfg.ServerPID); err == nil {
 			before = s
 			v := mb(s.RSS)
 			sum.ServerRSSBeforeIdleMB = &v
@@ -100,7 +100,7 @@ func runIdle(ctx context.Context, f *Fleet, cfg Config, sum *Summary) error {
 	sum.ServerRSSIdleMB, sum.ServerRSSKBPerIdleAgent, sum.ServerRSSIdleExtrapolatedMB = idleRSS(before, after, n, cfg.IdleAgents)
 	if afterM, afterGC := serverMemory(ctx, cfg, sum); beforeM != nil && afterM != nil {
 		per := func(k string) float64 { return math.Round((afterM[k]-beforeM[k])/float64(n)*100) / 100 }
-		fig := &IdleFigures{
+		fig := &idleFigures{
 			HeapBytes: per("go_memstats_heap_inuse_bytes"), StackBytes: per("go_memstats_stack_inuse_bytes"),
 			Goroutines: per("go_goroutines"),
 		}
@@ -122,7 +122,7 @@ func runIdle(ctx context.Context, f *Fleet, cfg Config, sum *Summary) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		settled, err := ReadProc(cfg.ServerPID)
+		settled, err := readProc(cfg.ServerPID)
 		if err != nil {
 			sum.Notes = append(sum.Notes, "settled idle RSS: "+err.Error())
 			return nil
@@ -137,7 +137,7 @@ func runIdle(ctx context.Context, f *Fleet, cfg Config, sum *Summary) error {
 // with them connected into the summary's figures: the RSS with them, the
 // KB per agent and, when fewer than asked (want) connected, the RSS
 // extrapolated to want.
-func idleRSS(before, with ProcSample, n, want int) (rssMB, kbPerAgent, extrapolatedMB *float64) {
+func idleRSS(before, with procSample, n, want int) (rssMB, kbPerAgent, extrapolatedMB *float64) {
 	v := mb(with.RSS)
 	rssMB = &v
 	if before.RSS <= 0 {
@@ -186,7 +186,7 @@ func fdUse(pid string) (soft, open int, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("read limits of %s: %w", pid, err)
 	}
-	if soft, err = ParseOpenFilesLimit(raw); err != nil {
+	if soft, err = parseOpenFilesLimit(raw); err != nil {
 		return 0, 0, fmt.Errorf("limits of %s: %w", pid, err)
 	}
 	fds, err := os.ReadDir("/proc/" + pid + "/fd")
@@ -196,9 +196,9 @@ func fdUse(pid string) (soft, open int, err error) {
 	return soft, len(fds), nil
 }
 
-// ParseOpenFilesLimit returns the soft "Max open files" of a
+// parseOpenFilesLimit returns the soft "Max open files" of a
 // /proc/<pid>/limits file; unlimited is math.MaxInt32.
-func ParseOpenFilesLimit(limits []byte) (int, error) {
+func parseOpenFilesLimit(limits []byte) (int, error) {
 	sc := bufio.NewScanner(bytes.NewReader(limits))
 	for sc.Scan() {
 		rest, ok := strings.CutPrefix(sc.Text(), "Max open files")
@@ -224,12 +224,12 @@ func ParseOpenFilesLimit(limits []byte) (int, error) {
 // serverMemory forces a garbage collection in the server (its operator
 // heap profile endpoint) and reads its Go memory figures from /metrics,
 // then its RSS. Without an operator token it returns nil and notes why.
-func serverMemory(ctx context.Context, cfg Config, sum *Summary) (map[string]float64, ProcSample) {
+func serverMemory(ctx context.Context, cfg Config, sum *Summary) (map[string]float64, procSample) {
 	if cfg.OperatorToken == "" {
 		if !strings.Contains(strings.Join(sum.Notes, "\n"), "operator token") {
 			sum.Notes = append(sum.Notes, "no per-agent heap and stack figures: they are read from the server's /metrics, which needs its operator token (beam bench passes it to the server it starts)")
 		}
-		return nil, ProcSample{}
+		return nil, procSample{}
 	}
 	get := func(path string) ([]byte, error) {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -255,20 +255,20 @@ func serverMemory(ctx context.Context, cfg Config, sum *Summary) (map[string]flo
 	}
 	if _, err := get("/debug/pprof/heap?gc=1"); err != nil {
 		sum.Notes = append(sum.Notes, "server heap figures: "+err.Error())
-		return nil, ProcSample{}
+		return nil, procSample{}
 	}
 	raw, err := get("/metrics")
 	if err != nil {
 		sum.Notes = append(sum.Notes, "server heap figures: "+err.Error())
-		return nil, ProcSample{}
+		return nil, procSample{}
 	}
-	s, _ := ReadProc(cfg.ServerPID)
-	return ParseMetrics(raw), s
+	s, _ := readProc(cfg.ServerPID)
+	return parseMetrics(raw), s
 }
 
-// ParseMetrics reads the unlabelled samples of a Prometheus text
+// parseMetrics reads the unlabelled samples of a Prometheus text
 // exposition (name value per line).
-func ParseMetrics(raw []byte) map[string]float64 {
+func parseMetrics(raw []byte) map[string]float64 {
 	out := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -323,14 +323,14 @@ func idleClient(base string, n int) (*http.Client, int) {
 // connectIdle registers and connects n idle agents that only keep their
 // sessions open (answering pings); it returns how many source addresses
 // they connect from.
-func connectIdle(ctx context.Context, f *Fleet, cfg Config, n int) (int, error) {
+func connectIdle(ctx context.Context, f *fleet, cfg Config, n int) (int, error) {
 	idle, err := registerMany(ctx, f.hc, []string{cfg.URL}, cfg.Org, "idle", n, cfg.RegisterParallel)
 	if err != nil {
 		return 0, err
 	}
 	hc, addrs := idleClient(cfg.URL, n)
 	defer hc.CloseIdleConnections()
-	next := make(chan *Agent)
+	next := make(chan *agent)
 	errc := make(chan error, 1)
 	var wg sync.WaitGroup
 	for range max(1, min(cfg.RegisterParallel*4, len(idle))) {
@@ -386,8 +386,8 @@ feed:
 
 // settledRSS samples the server until its RSS stops growing (the last
 // sessions' buffers and goroutines settle) or two seconds pass.
-func settledRSS(ctx context.Context, pid int) (ProcSample, error) {
-	prev, err := ReadProc(pid)
+func settledRSS(ctx context.Context, pid int) (procSample, error) {
+	prev, err := readProc(pid)
 	if err != nil {
 		return prev, err
 	}
@@ -400,7 +400,7 @@ func settledRSS(ctx context.Context, pid int) (ProcSample, error) {
 			return prev, ctx.Err()
 		case <-t.C:
 		}
-		s, err := ReadProc(pid)
+		s, err := readProc(pid)
 		if err != nil {
 			return prev, err
 		}

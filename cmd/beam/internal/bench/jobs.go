@@ -162,11 +162,11 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 	sum := &JobsSummary{Mode: ModeJobs, Count: cfg.Count, Publishers: cfg.Publishers, Workers: cfg.Workers, Signed: cfg.Sign}
 	filler := string(bytes.Repeat([]byte("x"), max(cfg.PayloadBytes, 0)))
 
-	sample := func() (ProcSample, bool) {
+	sample := func() (procSample, bool) {
 		if cfg.ServerPID <= 0 {
-			return ProcSample{}, false
+			return procSample{}, false
 		}
-		s, err := ReadProc(cfg.ServerPID)
+		s, err := readProc(cfg.ServerPID)
 		return s, err == nil
 	}
 
@@ -207,7 +207,7 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 	sum.PublishElapsedS = round3(pubElapsed.Seconds())
 	sum.PublishPerSecond = math.Round(float64(sum.Published) / pubElapsed.Seconds())
 	slices.Sort(pubLat)
-	sum.PublishP50ms, sum.PublishP99ms = ms(Percentile(pubLat, 0.5)), ms(Percentile(pubLat, 0.99))
+	sum.PublishP50ms, sum.PublishP99ms = ms(percentile(pubLat, 0.5)), ms(percentile(pubLat, 0.99))
 	cfg.Logger.Info("published", "jobs", sum.Published, "perSecond", sum.PublishPerSecond)
 
 	// Phase 2: claim and fulfill until the queue is empty.
@@ -279,8 +279,8 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 	sum.JobsPerSecond = math.Round(float64(sum.Fulfilled) / drain.Seconds())
 	slices.Sort(claimLat)
 	slices.Sort(fulLat)
-	sum.ClaimP50ms, sum.ClaimP99ms = ms(Percentile(claimLat, 0.5)), ms(Percentile(claimLat, 0.99))
-	sum.FulfillP50ms, sum.FulfillP99ms = ms(Percentile(fulLat, 0.5)), ms(Percentile(fulLat, 0.99))
+	sum.ClaimP50ms, sum.ClaimP99ms = ms(percentile(claimLat, 0.5)), ms(percentile(claimLat, 0.99))
+	sum.FulfillP50ms, sum.FulfillP99ms = ms(percentile(fulLat, 0.5)), ms(percentile(fulLat, 0.99))
 	for _, n := range claims {
 		if n > 1 {
 			sum.DuplicateJobs += int64(n - 1)
@@ -303,7 +303,7 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 		rss := mb(p2.HWM)
 		sum.ServerRSSMB = &rss
 	}
-	sum.Ed25519VerifyMs, sum.ServerCPUVerifies = floorFields(VerifyFloor(), sum.ServerCPUmsPerJob)
+	sum.Ed25519VerifyMs, sum.ServerCPUVerifies = floorFields(verifyFloor(), sum.ServerCPUmsPerJob)
 	if sum.Fulfilled != sum.Published {
 		return sum, fmt.Errorf("jobs bench: %d published but %d fulfilled", sum.Published, sum.Fulfilled)
 	}

@@ -11,24 +11,24 @@ import (
 	"strings"
 )
 
-// ModeMesh creates pipeline envelopes (POST /api/v1/mesh) routed through
+// modeMesh creates pipeline envelopes (POST /api/v1/mesh) routed through
 // Config.Hops recipients and waits on each envelope's SSE stream until it
 // succeeds. One "intent" of the summary is one envelope.
-const ModeMesh Mode = "mesh"
+const modeMesh Mode = "mesh"
 
-// DefaultHops is the route length of a mesh run.
-const DefaultHops = 3
+// defaultHops is the route length of a mesh run.
+const defaultHops = 3
 
-// meshDriver sends envelopes for ModeMesh.
+// meshDriver sends envelopes for modeMesh.
 type meshDriver struct {
-	env  *Env
+	env  *env
 	hops int
 }
 
-func newMeshDriver(ctx context.Context, env *Env) (Driver, error) {
+func newMeshDriver(ctx context.Context, env *env) (driver, error) {
 	hops := env.Config.Hops
 	if hops <= 0 {
-		hops = DefaultHops
+		hops = defaultHops
 	}
 	if len(env.Fleet.Recipients) == 0 {
 		return nil, fmt.Errorf("mesh: no recipients")
@@ -40,7 +40,7 @@ func (d *meshDriver) Close() error { return nil }
 
 // Send creates one envelope whose route starts at to and continues through
 // the following recipients, and waits until it ends.
-func (d *meshDriver) Send(ctx context.Context, from, to *Agent) error {
+func (d *meshDriver) Send(ctx context.Context, from, to *agent) error {
 	rs := d.env.Fleet.Recipients
 	first := 0
 	for i, r := range rs {
@@ -69,7 +69,7 @@ func (d *meshDriver) Send(ctx context.Context, from, to *Agent) error {
 }
 
 // await reads the envelope's event stream until a terminal status.
-func (d *meshDriver) await(ctx context.Context, from *Agent, id string) error {
+func (d *meshDriver) await(ctx context.Context, from *agent, id string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.env.URL+"/api/v1/mesh/"+url.PathEscape(id)+"/events", nil)
 	if err != nil {
 		return err

@@ -22,26 +22,26 @@ const (
 	ModeWS Mode = "ws"
 	// ModeHTTP sends intents with POST /intents/send.
 	ModeHTTP Mode = "http"
-	// ModeBus sends durable bus messages and acks them.
-	ModeBus Mode = "bus"
+	// modeBus sends durable bus messages and acks them.
+	modeBus Mode = "bus"
 	// ModeFederation sends across two federated directories.
 	ModeFederation Mode = "federation"
 )
 
-// Modes lists every mode name beam bench accepts, available or not.
-var Modes = []Mode{ModeWS, ModeHTTP, ModeBus, ModeFederation, ModeMesh, ModeA2A}
+// modes lists every mode name beam bench accepts, available or not.
+var modes = []Mode{ModeWS, ModeHTTP, modeBus, ModeFederation, modeMesh, ModeA2A}
 
 // ErrModeUnavailable is wrapped by Run for a mode that is accepted but not
 // implemented yet.
 var ErrModeUnavailable = errors.New("mode is not available yet")
 
-// Env is what a Driver works with: the directory, the registered agents
+// env is what a Driver works with: the directory, the registered agents
 // (recipients already connected and answering) and a shared HTTP client.
-type Env struct {
+type env struct {
 	// URL is the directory's base URL.
 	URL string
 	// Fleet holds the agents of the run.
-	Fleet *Fleet
+	Fleet *fleet
 	// HTTP is the client to use for requests and WebSocket dials.
 	HTTP *http.Client
 	// Config is the run's configuration.
@@ -50,55 +50,55 @@ type Env struct {
 	Clock func() time.Time
 }
 
-// Driver sends intents in one mode.
-type Driver interface {
+// driver sends intents in one mode.
+type driver interface {
 	// Send sends one signed intent from one agent to another and returns
 	// once its result is back: nil when the recipient answered with a
-	// verified success, else an error (CodeOf names its failure code).
-	Send(ctx context.Context, from, to *Agent) error
+	// verified success, else an error (codeOf names its failure code).
+	Send(ctx context.Context, from, to *agent) error
 	// Close releases the driver's connections.
 	Close() error
 }
 
-// DriverFactory builds a mode's driver once the fleet is registered and
+// driverFactory builds a mode's driver once the fleet is registered and
 // its recipients connected.
-type DriverFactory func(ctx context.Context, env *Env) (Driver, error)
+type driverFactory func(ctx context.Context, env *env) (driver, error)
 
 var (
 	modesMu sync.RWMutex
-	drivers = map[Mode]DriverFactory{}
+	drivers = map[Mode]driverFactory{}
 )
 
-// RegisterMode makes mode available with factory, replacing an earlier
+// registerMode makes mode available with factory, replacing an earlier
 // registration. The bus and federation modes register themselves here.
-func RegisterMode(mode Mode, factory DriverFactory) {
+func registerMode(mode Mode, factory driverFactory) {
 	modesMu.Lock()
 	defer modesMu.Unlock()
 	drivers[mode] = factory
 }
 
 // factoryFor returns the driver factory of mode.
-func factoryFor(mode Mode) (DriverFactory, error) {
+func factoryFor(mode Mode) (driverFactory, error) {
 	modesMu.RLock()
 	defer modesMu.RUnlock()
 	if f, ok := drivers[mode]; ok {
 		return f, nil
 	}
-	if slices.Contains(Modes, mode) {
+	if slices.Contains(modes, mode) {
 		return nil, fmt.Errorf("mode %s: %w", mode, ErrModeUnavailable)
 	}
-	return nil, fmt.Errorf("unknown mode %q: want one of %v", mode, Modes)
+	return nil, fmt.Errorf("unknown mode %q: want one of %v", mode, modes)
 }
 
 func init() {
-	RegisterMode(ModeWS, newWSDriver)
-	RegisterMode(ModeHTTP, newHTTPDriver)
-	RegisterMode(ModeBus, newBusDriver)
-	RegisterMode(ModeMesh, newMeshDriver)
-	RegisterMode(ModeA2A, newA2ADriver)
+	registerMode(ModeWS, newWSDriver)
+	registerMode(ModeHTTP, newHTTPDriver)
+	registerMode(modeBus, newBusDriver)
+	registerMode(modeMesh, newMeshDriver)
+	registerMode(ModeA2A, newA2ADriver)
 	// Federation sends over the senders' sessions on the first directory
 	// to recipients connected to the second; Run places the agents.
-	RegisterMode(ModeFederation, newWSDriver)
+	registerMode(ModeFederation, newWSDriver)
 }
 
 // codeError is a failed intent with its failure code.
@@ -114,10 +114,10 @@ func failure(code, format string, args ...any) error {
 	return &codeError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-// CodeOf returns the failure code of an error a Driver returned: the
+// codeOf returns the failure code of an error a Driver returned: the
 // directory's or recipient's errorCode, TIMEOUT for an expired context, or
 // CLIENT_ERROR for anything else.
-func CodeOf(err error) string {
+func codeOf(err error) string {
 	var ce *codeError
 	if errors.As(err, &ce) {
 		return ce.code

@@ -12,15 +12,15 @@ import (
 	"time"
 )
 
-// ClockTicks is the unit of utime and stime in /proc/<pid>/stat (USER_HZ).
+// clockTicks is the unit of utime and stime in /proc/<pid>/stat (USER_HZ).
 // Linux fixes it at 100 on every architecture Go supports.
-const ClockTicks = 100
+const clockTicks = 100
 
 // maxProcFile bounds what is read from one /proc file.
 const maxProcFile = 64 << 10
 
-// ProcSample is one reading of a process's CPU time and memory.
-type ProcSample struct {
+// procSample is one reading of a process's CPU time and memory.
+type procSample struct {
 	// At is when the sample was taken.
 	At time.Time
 	// CPU is user plus system time the process has used since it started.
@@ -32,27 +32,27 @@ type ProcSample struct {
 	Threads int
 }
 
-// ReadProc reads /proc/<pid>/stat and /proc/<pid>/status.
-func ReadProc(pid int) (ProcSample, error) {
+// readProc reads /proc/<pid>/stat and /proc/<pid>/status.
+func readProc(pid int) (procSample, error) {
 	if pid <= 0 {
-		return ProcSample{}, fmt.Errorf("read process %d: invalid pid", pid)
+		return procSample{}, fmt.Errorf("read process %d: invalid pid", pid)
 	}
 	at := time.Now()
 	stat, err := readBounded(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return ProcSample{}, fmt.Errorf("read process %d: %w", pid, err)
+		return procSample{}, fmt.Errorf("read process %d: %w", pid, err)
 	}
-	cpu, err := ParseStatCPU(stat)
+	cpu, err := parseStatCPU(stat)
 	if err != nil {
-		return ProcSample{}, fmt.Errorf("read process %d: %w", pid, err)
+		return procSample{}, fmt.Errorf("read process %d: %w", pid, err)
 	}
 	status, err := readBounded(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return ProcSample{}, fmt.Errorf("read process %d: %w", pid, err)
+		return procSample{}, fmt.Errorf("read process %d: %w", pid, err)
 	}
-	s, err := ParseStatus(status)
+	s, err := parseStatus(status)
 	if err != nil {
-		return ProcSample{}, fmt.Errorf("read process %d: %w", pid, err)
+		return procSample{}, fmt.Errorf("read process %d: %w", pid, err)
 	}
 	s.At, s.CPU = at, cpu
 	return s, nil
@@ -67,10 +67,10 @@ func readBounded(path string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, maxProcFile))
 }
 
-// ParseStatCPU returns utime+stime from the contents of /proc/<pid>/stat.
+// parseStatCPU returns utime+stime from the contents of /proc/<pid>/stat.
 // The command name (field 2) is in parentheses and may itself contain
 // spaces and parentheses, so fields are counted after its last ')'.
-func ParseStatCPU(stat []byte) (time.Duration, error) {
+func parseStatCPU(stat []byte) (time.Duration, error) {
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
 		return 0, errors.New("stat: no command name")
@@ -90,16 +90,16 @@ func ParseStatCPU(stat []byte) (time.Duration, error) {
 		return 0, fmt.Errorf("stat: stime %q: %w", fields[stimeIdx], err)
 	}
 	ticks := ut + st
-	if ticks > uint64(1<<62)/uint64(time.Second/ClockTicks) {
+	if ticks > uint64(1<<62)/uint64(time.Second/clockTicks) {
 		return 0, fmt.Errorf("stat: cpu time %d ticks out of range", ticks)
 	}
-	return time.Duration(ticks) * (time.Second / ClockTicks), nil
+	return time.Duration(ticks) * (time.Second / clockTicks), nil
 }
 
-// ParseStatus reads VmRSS, VmHWM and Threads from the contents of
+// parseStatus reads VmRSS, VmHWM and Threads from the contents of
 // /proc/<pid>/status. VmRSS and VmHWM are required.
-func ParseStatus(status []byte) (ProcSample, error) {
-	var s ProcSample
+func parseStatus(status []byte) (procSample, error) {
+	var s procSample
 	var haveRSS, haveHWM bool
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
@@ -112,7 +112,7 @@ func ParseStatus(status []byte) (ProcSample, error) {
 		case "VmRSS", "VmHWM":
 			n, err := parseKB(val)
 			if err != nil {
-				return ProcSample{}, fmt.Errorf("status: %s: %w", key, err)
+				return procSample{}, fmt.Errorf("status: %s: %w", key, err)
 			}
 			if key == "VmRSS" {
 				s.RSS, haveRSS = n, true
@@ -122,16 +122,16 @@ func ParseStatus(status []byte) (ProcSample, error) {
 		case "Threads":
 			n, err := strconv.Atoi(val)
 			if err != nil {
-				return ProcSample{}, fmt.Errorf("status: Threads %q: %w", val, err)
+				return procSample{}, fmt.Errorf("status: Threads %q: %w", val, err)
 			}
 			s.Threads = n
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return ProcSample{}, fmt.Errorf("status: %w", err)
+		return procSample{}, fmt.Errorf("status: %w", err)
 	}
 	if !haveRSS || !haveHWM {
-		return ProcSample{}, errors.New("status: VmRSS or VmHWM missing (process exited or is a kernel thread?)")
+		return procSample{}, errors.New("status: VmRSS or VmHWM missing (process exited or is a kernel thread?)")
 	}
 	return s, nil
 }

@@ -24,7 +24,7 @@ voluntary_ctxt_switches:	150
 
 func TestParseStatCPU(t *testing.T) {
 	t.Parallel()
-	cpu, err := ParseStatCPU([]byte(statLine))
+	cpu, err := parseStatCPU([]byte(statLine))
 	require.NoError(t, err)
 	require.Equal(t, (1234+567)*10*time.Millisecond, cpu)
 
@@ -36,26 +36,26 @@ func TestParseStatCPU(t *testing.T) {
 		"4242 (beam) S 1 4242 4242 0 -1 4194560 2817 0 0 0 12 -5 0",
 		"4242 (beam) S 1 4242 4242 0 -1 4194560 2817 0 0 0 9223372036854775807 1 0",
 	} {
-		_, err := ParseStatCPU([]byte(bad))
+		_, err := parseStatCPU([]byte(bad))
 		require.Error(t, err, "%q", bad)
 	}
 }
 
 func TestParseStatus(t *testing.T) {
 	t.Parallel()
-	s, err := ParseStatus([]byte(statusText))
+	s, err := parseStatus([]byte(statusText))
 	require.NoError(t, err)
 	require.EqualValues(t, 100000*1024, s.RSS)
 	require.EqualValues(t, 123456*1024, s.HWM)
 	require.Equal(t, 9, s.Threads)
 
-	_, err = ParseStatus([]byte("Name:\tkthreadd\nThreads:\t1\n"))
+	_, err = parseStatus([]byte("Name:\tkthreadd\nThreads:\t1\n"))
 	require.Error(t, err)
-	_, err = ParseStatus([]byte("VmRSS:\t12 MB\nVmHWM:\t1 kB\n"))
+	_, err = parseStatus([]byte("VmRSS:\t12 MB\nVmHWM:\t1 kB\n"))
 	require.Error(t, err)
-	_, err = ParseStatus([]byte("VmRSS:\tlots kB\nVmHWM:\t1 kB\n"))
+	_, err = parseStatus([]byte("VmRSS:\tlots kB\nVmHWM:\t1 kB\n"))
 	require.Error(t, err)
-	_, err = ParseStatus([]byte("VmRSS:\t1 kB\nVmHWM:\t1 kB\nThreads:\tmany\n"))
+	_, err = parseStatus([]byte("VmRSS:\t1 kB\nVmHWM:\t1 kB\nThreads:\tmany\n"))
 	require.Error(t, err)
 }
 
@@ -64,16 +64,16 @@ func TestReadProcSelf(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc on this system")
 	}
-	s, err := ReadProc(os.Getpid())
+	s, err := readProc(os.Getpid())
 	require.NoError(t, err)
 	require.Positive(t, s.RSS)
 	require.GreaterOrEqual(t, s.HWM, s.RSS)
 	require.Positive(t, s.Threads)
 	require.False(t, s.At.IsZero())
 
-	_, err = ReadProc(0)
+	_, err = readProc(0)
 	require.Error(t, err)
-	_, err = ReadProc(1 << 30)
+	_, err = readProc(1 << 30)
 	require.Error(t, err)
 }
 
@@ -82,10 +82,10 @@ func FuzzParseProc(f *testing.F) {
 	f.Add([]byte(statusText))
 	f.Add([]byte("1 ()) ) R"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if cpu, err := ParseStatCPU(b); err == nil {
+		if cpu, err := parseStatCPU(b); err == nil {
 			require.GreaterOrEqual(t, cpu, time.Duration(0))
 		}
-		if s, err := ParseStatus(b); err == nil {
+		if s, err := parseStatus(b); err == nil {
 			require.GreaterOrEqual(t, s.RSS, int64(0))
 			require.GreaterOrEqual(t, s.HWM, int64(0))
 		}

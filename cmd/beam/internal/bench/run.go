@@ -30,11 +30,11 @@ type acceptCounter interface {
 
 // Bounds of a run's configuration.
 const (
-	MaxCount        = 100_000_000
-	MaxConcurrency  = 10_000
-	MaxAgents       = 1_000
-	MaxIdleAgents   = 100_000
-	MaxPayloadBytes = 32 << 10
+	maxCount        = 100_000_000
+	maxConcurrency  = 10_000
+	maxAgents       = 1_000
+	maxIdleAgents   = 100_000
+	maxPayloadBytes = 32 << 10
 )
 
 // Config describes one run.
@@ -82,7 +82,7 @@ type Config struct {
 	// agents run then reads the server's /metrics to break its memory per
 	// agent down.
 	OperatorToken string
-	// Hops is the route length of a mesh run (DefaultHops).
+	// Hops is the route length of a mesh run (defaultHops).
 	Hops int
 	// PeerURL is the second directory of a federation run: senders
 	// register with URL, recipients with PeerURL.
@@ -131,11 +131,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 1
 	}
-	if c.Concurrency > MaxConcurrency {
-		return c, fmt.Errorf("bench: concurrency %d exceeds %d", c.Concurrency, MaxConcurrency)
+	if c.Concurrency > maxConcurrency {
+		return c, fmt.Errorf("bench: concurrency %d exceeds %d", c.Concurrency, maxConcurrency)
 	}
-	if c.Count < 0 || c.Count > MaxCount {
-		return c, fmt.Errorf("bench: count %d out of range 0..%d", c.Count, MaxCount)
+	if c.Count < 0 || c.Count > maxCount {
+		return c, fmt.Errorf("bench: count %d out of range 0..%d", c.Count, maxCount)
 	}
 	if c.Rate < 0 {
 		return c, fmt.Errorf("bench: negative rate %v", c.Rate)
@@ -145,8 +145,8 @@ func (c Config) withDefaults() (Config, error) {
 			return c, errors.New("bench: a steady-rate run needs a duration")
 		}
 		n := c.Rate * c.Duration.Seconds()
-		if n > MaxCount {
-			return c, fmt.Errorf("bench: rate × duration = %.0f intents exceeds %d", n, MaxCount)
+		if n > maxCount {
+			return c, fmt.Errorf("bench: rate × duration = %.0f intents exceeds %d", n, maxCount)
 		}
 		c.Count = int(n)
 	}
@@ -156,16 +156,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Recipients <= 0 {
 		c.Recipients = min(c.Concurrency, 8)
 	}
-	if c.Senders > MaxAgents || c.Recipients > MaxAgents {
-		return c, fmt.Errorf("bench: at most %d senders and %d recipients", MaxAgents, MaxAgents)
+	if c.Senders > maxAgents || c.Recipients > maxAgents {
+		return c, fmt.Errorf("bench: at most %d senders and %d recipients", maxAgents, maxAgents)
 	}
 	if c.IdleSettle < 0 {
 		return c, fmt.Errorf("bench: negative idle settle time %v", c.IdleSettle)
 	}
-	if c.IdleAgents < 0 || c.IdleAgents > MaxIdleAgents {
-		return c, fmt.Errorf("bench: idle agents %d out of range 0..%d", c.IdleAgents, MaxIdleAgents)
+	if c.IdleAgents < 0 || c.IdleAgents > maxIdleAgents {
+		return c, fmt.Errorf("bench: idle agents %d out of range 0..%d", c.IdleAgents, maxIdleAgents)
 	}
-	if c.Warmup < 0 || c.Warmup > MaxCount {
+	if c.Warmup < 0 || c.Warmup > maxCount {
 		return c, fmt.Errorf("bench: warmup %d out of range", c.Warmup)
 	}
 	if c.RegisterParallel <= 0 {
@@ -174,8 +174,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PayloadBytes == 0 {
 		c.PayloadBytes = 64
 	}
-	if c.PayloadBytes < 0 || c.PayloadBytes > MaxPayloadBytes {
-		return c, fmt.Errorf("bench: payload bytes %d out of range 0..%d", c.PayloadBytes, MaxPayloadBytes)
+	if c.PayloadBytes < 0 || c.PayloadBytes > maxPayloadBytes {
+		return c, fmt.Errorf("bench: payload bytes %d out of range 0..%d", c.PayloadBytes, maxPayloadBytes)
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 35 * time.Second
@@ -312,7 +312,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	began := time.Now()
 	fctx, stop := context.WithCancel(context.Background())
-	fleet := &Fleet{Org: cfg.Org, base: cfg.URL, hc: hc, keys: map[string]ed25519.PublicKey{}, ctx: fctx, stop: stop}
+	fleet := &fleet{Org: cfg.Org, base: cfg.URL, hc: hc, keys: map[string]ed25519.PublicKey{}, ctx: fctx, stop: stop}
 	defer fleet.Close()
 	lg.Info("registering agents", "senders", cfg.Senders, "recipients", cfg.Recipients, "org", cfg.Org)
 	pl := cfg.placement()
@@ -322,7 +322,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if fleet.Recipients, err = registerMany(ctx, hc, pl.recvURLs, pl.recvOrg, pl.recvPrefix, cfg.Recipients, cfg.RegisterParallel); err != nil {
 		return nil, err
 	}
-	for _, a := range append(append([]*Agent(nil), fleet.Senders...), fleet.Recipients...) {
+	for _, a := range append(append([]*agent(nil), fleet.Senders...), fleet.Recipients...) {
 		fleet.keys[a.BeamID] = a.Public
 	}
 	if fleet.attestKeys, err = attestationKeys(ctx, hc, pl.recvURLs[0]); err != nil {
@@ -369,7 +369,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 
-	driver, err := factory(ctx, &Env{URL: cfg.URL, Fleet: fleet, HTTP: hc, Config: cfg, Clock: cfg.Clock})
+	driver, err := factory(ctx, &env{URL: cfg.URL, Fleet: fleet, HTTP: hc, Config: cfg, Clock: cfg.Clock})
 	if err != nil {
 		return nil, fmt.Errorf("mode %s: %w", cfg.Mode, err)
 	}
@@ -378,17 +378,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	if cfg.Warmup > 0 && cfg.Count > 0 {
 		lg.Info("warming up", "intents", cfg.Warmup)
-		burnDown(ctx, driver, fleet, cfg, cfg.Warmup, NewRecorder())
+		burnDown(ctx, driver, fleet, cfg, cfg.Warmup, newRecorder())
 	}
 
-	var before, peerBefore ProcSample
+	var before, peerBefore procSample
 	if cfg.ServerPID > 0 {
-		if before, err = ReadProc(cfg.ServerPID); err != nil {
+		if before, err = readProc(cfg.ServerPID); err != nil {
 			sum.Notes = append(sum.Notes, "server process: "+err.Error())
 		}
 	}
 	if cfg.PeerServerPID > 0 {
-		if peerBefore, err = ReadProc(cfg.PeerServerPID); err != nil {
+		if peerBefore, err = readProc(cfg.PeerServerPID); err != nil {
 			sum.Notes = append(sum.Notes, "peer server process: "+err.Error())
 		}
 	}
@@ -398,8 +398,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if counter != nil {
 		acceptedBefore, polledBefore = counter.Accepted(), counter.Polled()
 	}
-	self, selfErr := ReadProc(os.Getpid())
-	rec := NewRecorder()
+	self, selfErr := readProc(os.Getpid())
+	rec := newRecorder()
 	t0 := time.Now()
 	if cfg.Count > 0 {
 		lg.Info("running", "mode", cfg.Mode, "count", cfg.Count, "concurrency", cfg.Concurrency, "rate", cfg.Rate)
@@ -424,18 +424,18 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 	if cfg.PeerServerPID > 0 && !peerBefore.At.IsZero() {
-		if after, err := ReadProc(cfg.PeerServerPID); err != nil {
+		if after, err := readProc(cfg.PeerServerPID); err != nil {
 			sum.Notes = append(sum.Notes, "peer server process: "+err.Error())
 		} else {
 			sum.setPeerServer(peerBefore, after, lat.OK+lat.Errors)
 		}
 	}
-	if selfAfter, err := ReadProc(os.Getpid()); err == nil && selfErr == nil && lat.OK+lat.Errors > 0 {
+	if selfAfter, err := readProc(os.Getpid()); err == nil && selfErr == nil && lat.OK+lat.Errors > 0 {
 		v := round3(float64(selfAfter.CPU-self.CPU) / float64(time.Millisecond) / float64(lat.OK+lat.Errors))
 		sum.ClientCPUmsPerIntent = &v
 	}
 	if cfg.ServerPID > 0 && !before.At.IsZero() {
-		after, err := ReadProc(cfg.ServerPID)
+		after, err := readProc(cfg.ServerPID)
 		if err != nil {
 			sum.Notes = append(sum.Notes, "server process: "+err.Error())
 		} else {
@@ -446,17 +446,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	} else if cfg.ServerPID <= 0 {
 		sum.Notes = append(sum.Notes, "server CPU and RSS not measured: the server's process is unknown (run without --url, or pass --server-pid)")
 	}
-	sum.Ed25519VerifyMs, sum.ServerCPUVerifies = floorFields(VerifyFloor(), sum.ServerCPUmsPerIntent)
+	sum.Ed25519VerifyMs, sum.ServerCPUVerifies = floorFields(verifyFloor(), sum.ServerCPUmsPerIntent)
 	if n := fleet.RecipientErrors(); n > 0 {
 		sum.RecipientErrors = n
 	}
 	if err := ctx.Err(); err != nil {
 		return sum, fmt.Errorf("bench interrupted: %w", err)
 	}
-	if cfg.Mode == ModeMesh || cfg.Mode == ModeA2A {
+	if cfg.Mode == modeMesh || cfg.Mode == ModeA2A {
 		sum.Hops = cfg.Hops
 		if sum.Hops <= 0 {
-			sum.Hops = DefaultHops
+			sum.Hops = defaultHops
 		}
 		v := math.Round(sum.IntentsPerSecond*float64(sum.Hops)*10) / 10
 		sum.HopsPerSecond = &v
@@ -470,14 +470,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 // pair picks the sender and recipient of the i-th intent so that every
 // sender talks to every recipient.
-func pair(f *Fleet, i int) (*Agent, *Agent) {
+func pair(f *fleet, i int) (*agent, *agent) {
 	s := len(f.Senders)
 	return f.Senders[i%s], f.Recipients[(i/s)%len(f.Recipients)]
 }
 
 // sendOne sends one intent and records its outcome, with latency measured
 // from start.
-func sendOne(ctx context.Context, d Driver, f *Fleet, cfg Config, i int, start time.Time, rec *Recorder) {
+func sendOne(ctx context.Context, d driver, f *fleet, cfg Config, i int, start time.Time, rec *recorder) {
 	from, to := pair(f, i)
 	ictx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	err := d.Send(ictx, from, to)
@@ -486,7 +486,7 @@ func sendOne(ctx context.Context, d Driver, f *Fleet, cfg Config, i int, start t
 		if ctx.Err() != nil {
 			return // interrupted, not a failure of the directory
 		}
-		rec.Failure(CodeOf(err))
+		rec.Failure(codeOf(err))
 		cfg.Logger.Debug("intent failed", "err", err)
 		return
 	}
@@ -494,7 +494,7 @@ func sendOne(ctx context.Context, d Driver, f *Fleet, cfg Config, i int, start t
 }
 
 // burnDown sends n intents with cfg.Concurrency in flight.
-func burnDown(ctx context.Context, d Driver, f *Fleet, cfg Config, n int, rec *Recorder) {
+func burnDown(ctx context.Context, d driver, f *fleet, cfg Config, n int, rec *recorder) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(cfg.Concurrency, n) {
@@ -516,7 +516,7 @@ func burnDown(ctx context.Context, d Driver, f *Fleet, cfg Config, n int, rec *R
 // steadyRate starts cfg.Count intents on a fixed schedule of cfg.Rate per
 // second with at most cfg.Concurrency in flight; latency counts from each
 // intent's scheduled time.
-func steadyRate(ctx context.Context, d Driver, f *Fleet, cfg Config, rec *Recorder) {
+func steadyRate(ctx context.Context, d driver, f *fleet, cfg Config, rec *recorder) {
 	slots := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / cfg.Rate)

@@ -134,19 +134,19 @@ func TestDirectoryErrorCodeKept(t *testing.T) {
 	require.NoError(t, err)
 	// An intent to an agent that was never registered fails in the
 	// directory; the driver reports the directory's code, not its own.
-	ghost := &Agent{BeamID: "ghost@beta.beam.directory", Public: a.Public}
-	d, err := newHTTPDriver(context.Background(), &Env{URL: cfg.URL, HTTP: hc, Config: cfg, Clock: time.Now})
+	ghost := &agent{BeamID: "ghost@beta.beam.directory", Public: a.Public}
+	d, err := newHTTPDriver(context.Background(), &env{URL: cfg.URL, HTTP: hc, Config: cfg, Clock: time.Now})
 	require.NoError(t, err)
 	err = d.Send(context.Background(), a, ghost)
 	require.Error(t, err)
-	require.NotEqual(t, "CLIENT_ERROR", CodeOf(err), "%v", err)
+	require.NotEqual(t, "CLIENT_ERROR", codeOf(err), "%v", err)
 	t.Logf("directory answered %v", err)
 }
 
 func TestModes(t *testing.T) {
 	t.Parallel()
 	// Every mode is available; without a directory the run cannot start.
-	_, err := Run(context.Background(), Config{URL: "http://127.0.0.1:1", Mode: ModeBus, Count: 1})
+	_, err := Run(context.Background(), Config{URL: "http://127.0.0.1:1", Mode: modeBus, Count: 1})
 	require.ErrorContains(t, err, "connection refused")
 	require.False(t, errors.Is(err, ErrModeUnavailable))
 	_, err = Run(context.Background(), Config{URL: "http://127.0.0.1:1", Mode: ModeFederation, Count: 1})
@@ -156,12 +156,12 @@ func TestModes(t *testing.T) {
 	require.False(t, errors.Is(err, ErrModeUnavailable))
 	require.NoError(t, CheckMode(ModeWS))
 	require.NoError(t, CheckMode(ModeHTTP))
-	require.NoError(t, CheckMode(ModeBus))
+	require.NoError(t, CheckMode(modeBus))
 	require.NoError(t, CheckMode(ModeFederation))
 	require.Error(t, CheckMode("smoke-signals"))
-	require.Equal(t, "TIMEOUT", CodeOf(context.DeadlineExceeded))
-	require.Equal(t, "X", CodeOf(failure("X", "y")))
-	require.Equal(t, "CLIENT_ERROR", CodeOf(errors.New("boom")))
+	require.Equal(t, "TIMEOUT", codeOf(context.DeadlineExceeded))
+	require.Equal(t, "X", codeOf(failure("X", "y")))
+	require.Equal(t, "CLIENT_ERROR", codeOf(errors.New("boom")))
 }
 
 func TestConfigBounds(t *testing.T) {
@@ -169,14 +169,14 @@ func TestConfigBounds(t *testing.T) {
 	for _, c := range []Config{
 		{},
 		{URL: "http://x", Count: -1},
-		{URL: "http://x", Concurrency: MaxConcurrency + 1},
+		{URL: "http://x", Concurrency: maxConcurrency + 1},
 		{URL: "http://x", Rate: 10},
 		{URL: "http://x", Rate: -1, Duration: time.Second},
 		{URL: "http://x", Rate: 1e9, Duration: time.Hour},
-		{URL: "http://x", IdleAgents: MaxIdleAgents + 1},
+		{URL: "http://x", IdleAgents: maxIdleAgents + 1},
 		{URL: "http://x", IdleAgents: 1, IdleSettle: -time.Second},
-		{URL: "http://x", PayloadBytes: MaxPayloadBytes + 1},
-		{URL: "http://x", Senders: MaxAgents + 1},
+		{URL: "http://x", PayloadBytes: maxPayloadBytes + 1},
+		{URL: "http://x", Senders: maxAgents + 1},
 	} {
 		_, err := c.withDefaults()
 		require.Error(t, err, "%+v", c)
@@ -218,9 +218,9 @@ func TestMeasureRestart(t *testing.T) {
 
 func TestSeedLogBounds(t *testing.T) {
 	t.Parallel()
-	_, err := SeedLog(context.Background(), t.TempDir(), SeedOptions{})
+	_, err := seedLog(context.Background(), t.TempDir(), SeedOptions{})
 	require.Error(t, err)
-	_, err = SeedLog(context.Background(), t.TempDir(), SeedOptions{Events: 10, InFlightEvery: -1})
+	_, err = seedLog(context.Background(), t.TempDir(), SeedOptions{Events: 10, InFlightEvery: -1})
 	require.Error(t, err)
 }
 

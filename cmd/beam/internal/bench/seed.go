@@ -11,10 +11,10 @@ import (
 	"github.com/beamdir/beam/tracing"
 )
 
-// MaxSeedEvents bounds SeedLog.
-const MaxSeedEvents = 50_000_000
+// maxSeedEvents bounds seedLog.
+const maxSeedEvents = 50_000_000
 
-// SeedOptions configure SeedLog.
+// SeedOptions configure seedLog.
 type SeedOptions struct {
 	// Events is how many events to append.
 	Events int
@@ -26,8 +26,8 @@ type SeedOptions struct {
 	Clock func() time.Time
 }
 
-// SeedStats tells what SeedLog wrote.
-type SeedStats struct {
+// seedStats tells what seedLog wrote.
+type seedStats struct {
 	// Events and Intents are how many were written; InFlight is how many
 	// intents were left non-terminal.
 	Events, Intents, InFlight int
@@ -65,16 +65,16 @@ func seedEvent(nonce string, step int, at time.Time) tracing.Event {
 	}
 }
 
-// SeedLog appends opts.Events events of relayed intents (five events each:
+// seedLog appends opts.Events events of relayed intents (five events each:
 // received … acked) to the log in dataDir/beam.db, the file beam serve
 // opens, with synchronous=OFF for speed. It must run while no server uses
 // the directory.
-func SeedLog(ctx context.Context, dataDir string, opts SeedOptions) (SeedStats, error) {
-	if opts.Events <= 0 || opts.Events > MaxSeedEvents {
-		return SeedStats{}, fmt.Errorf("seed log: events %d out of range 1..%d", opts.Events, MaxSeedEvents)
+func seedLog(ctx context.Context, dataDir string, opts SeedOptions) (seedStats, error) {
+	if opts.Events <= 0 || opts.Events > maxSeedEvents {
+		return seedStats{}, fmt.Errorf("seed log: events %d out of range 1..%d", opts.Events, maxSeedEvents)
 	}
 	if opts.InFlightEvery < 0 {
-		return SeedStats{}, errors.New("seed log: negative in-flight interval")
+		return seedStats{}, errors.New("seed log: negative in-flight interval")
 	}
 	clock := opts.Clock
 	if clock == nil {
@@ -83,9 +83,9 @@ func SeedLog(ctx context.Context, dataDir string, opts SeedOptions) (SeedStats, 
 	began := time.Now()
 	lg, err := tracing.Open(ctx, tracing.Config{Path: filepath.Join(dataDir, "beam.db"), Synchronous: "OFF", Clock: clock})
 	if err != nil {
-		return SeedStats{}, fmt.Errorf("seed log: %w", err)
+		return seedStats{}, fmt.Errorf("seed log: %w", err)
 	}
-	st := SeedStats{}
+	st := seedStats{}
 	const batchSize = 2000
 	batch := make([]tracing.Event, 0, batchSize+5)
 	for st.Events < opts.Events {
@@ -141,7 +141,7 @@ type RestartSummary struct {
 // starts the server on it, stops it, starts it again, and reports how long
 // each start took until /health answered 200.
 func MeasureRestart(ctx context.Context, opts ServerOptions, seed SeedOptions) (*RestartSummary, error) {
-	st, err := SeedLog(ctx, opts.DataDir, seed)
+	st, err := seedLog(ctx, opts.DataDir, seed)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func MeasureRestart(ctx context.Context, opts ServerOptions, seed SeedOptions) (
 			sum.FirstStartS = round3(p.Ready.Seconds())
 		} else {
 			sum.RestartS = round3(p.Ready.Seconds())
-			if s, err := ReadProc(p.PID); err == nil {
+			if s, err := readProc(p.PID); err == nil {
 				v := mb(s.HWM)
 				sum.RestartRSSMB = &v
 			}

@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// MaxSamples bounds the latencies a Recorder keeps; past it every later
+// maxSamples bounds the latencies a Recorder keeps; past it every later
 // sample is still counted but only every k-th one is kept (k doubling), so
 // memory stays bounded on very long steady-rate runs.
-const MaxSamples = 4 << 20
+const maxSamples = 4 << 20
 
-// Recorder collects the outcome of each intent. It is safe for concurrent
+// recorder collects the outcome of each intent. It is safe for concurrent
 // use.
-type Recorder struct {
+type recorder struct {
 	mu       sync.Mutex
 	samples  []time.Duration
 	stride   int64
@@ -26,13 +26,13 @@ type Recorder struct {
 	capLimit int
 }
 
-// NewRecorder returns an empty recorder.
-func NewRecorder() *Recorder {
-	return &Recorder{stride: 1, byCode: map[string]int64{}, capLimit: MaxSamples}
+// newRecorder returns an empty recorder.
+func newRecorder() *recorder {
+	return &recorder{stride: 1, byCode: map[string]int64{}, capLimit: maxSamples}
 }
 
 // Success records an intent whose result came back successfully after d.
-func (r *Recorder) Success(d time.Duration) {
+func (r *recorder) Success(d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ok++
@@ -55,7 +55,7 @@ func (r *Recorder) Success(d time.Duration) {
 
 // Failure records an intent that failed with code (an error code from the
 // directory or the recipient, or a local one such as TIMEOUT).
-func (r *Recorder) Failure(code string) {
+func (r *recorder) Failure(code string) {
 	if code == "" {
 		code = "UNKNOWN"
 	}
@@ -69,8 +69,8 @@ func (r *Recorder) Failure(code string) {
 	}
 }
 
-// Latencies is a snapshot of the recorded outcomes.
-type Latencies struct {
+// latencies is a snapshot of the recorded outcomes.
+type latencies struct {
 	// OK and Errors count the intents that succeeded and failed.
 	OK, Errors int64
 	// ErrorCodes counts the failures by code.
@@ -83,24 +83,24 @@ type Latencies struct {
 }
 
 // Snapshot returns the outcomes recorded so far, samples sorted.
-func (r *Recorder) Snapshot() Latencies {
+func (r *recorder) Snapshot() latencies {
 	r.mu.Lock()
 	s := slices.Clone(r.samples)
 	codes := make(map[string]int64, len(r.byCode))
 	for k, v := range r.byCode {
 		codes[k] = v
 	}
-	l := Latencies{OK: r.ok, Errors: r.errors, ErrorCodes: codes, Max: r.maxLat}
+	l := latencies{OK: r.ok, Errors: r.errors, ErrorCodes: codes, Max: r.maxLat}
 	r.mu.Unlock()
 	slices.Sort(s)
 	l.Sorted = s
 	return l
 }
 
-// Percentile returns the q-quantile (0 ≤ q ≤ 1) of sorted by the
+// percentile returns the q-quantile (0 ≤ q ≤ 1) of sorted by the
 // nearest-rank method: the smallest sample such that at least q of all
 // samples are less than or equal to it. It returns 0 for no samples.
-func Percentile(sorted []time.Duration, q float64) time.Duration {
+func percentile(sorted []time.Duration, q float64) time.Duration {
 	n := len(sorted)
 	if n == 0 {
 		return 0
@@ -118,8 +118,8 @@ func Percentile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[rank-1]
 }
 
-// Mean returns the arithmetic mean of samples, 0 for none.
-func Mean(samples []time.Duration) time.Duration {
+// mean returns the arithmetic mean of samples, 0 for none.
+func mean(samples []time.Duration) time.Duration {
 	if len(samples) == 0 {
 		return 0
 	}

@@ -15,34 +15,34 @@ func TestPercentileNearestRank(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		s = append(s, time.Duration(i)*time.Millisecond)
 	}
-	require.Equal(t, 50*time.Millisecond, Percentile(s, 0.50))
-	require.Equal(t, 90*time.Millisecond, Percentile(s, 0.90))
-	require.Equal(t, 99*time.Millisecond, Percentile(s, 0.99))
-	require.Equal(t, 100*time.Millisecond, Percentile(s, 1))
-	require.Equal(t, 1*time.Millisecond, Percentile(s, 0))
-	require.Equal(t, 1*time.Millisecond, Percentile(s, 0.001))
-	require.Equal(t, time.Duration(0), Percentile(nil, 0.5))
+	require.Equal(t, 50*time.Millisecond, percentile(s, 0.50))
+	require.Equal(t, 90*time.Millisecond, percentile(s, 0.90))
+	require.Equal(t, 99*time.Millisecond, percentile(s, 0.99))
+	require.Equal(t, 100*time.Millisecond, percentile(s, 1))
+	require.Equal(t, 1*time.Millisecond, percentile(s, 0))
+	require.Equal(t, 1*time.Millisecond, percentile(s, 0.001))
+	require.Equal(t, time.Duration(0), percentile(nil, 0.5))
 
 	one := []time.Duration{7 * time.Millisecond}
-	require.Equal(t, 7*time.Millisecond, Percentile(one, 0.5))
-	require.Equal(t, 7*time.Millisecond, Percentile(one, 0.99))
+	require.Equal(t, 7*time.Millisecond, percentile(one, 0.5))
+	require.Equal(t, 7*time.Millisecond, percentile(one, 0.99))
 
 	// Ten samples: p90 is the 9th, p99 the 10th.
 	ten := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	require.Equal(t, time.Duration(9), Percentile(ten, 0.9))
-	require.Equal(t, time.Duration(10), Percentile(ten, 0.99))
-	require.Equal(t, time.Duration(5), Percentile(ten, 0.5))
+	require.Equal(t, time.Duration(9), percentile(ten, 0.9))
+	require.Equal(t, time.Duration(10), percentile(ten, 0.99))
+	require.Equal(t, time.Duration(5), percentile(ten, 0.5))
 }
 
 func TestMean(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, time.Duration(0), Mean(nil))
-	require.Equal(t, 2*time.Millisecond, Mean([]time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}))
+	require.Equal(t, time.Duration(0), mean(nil))
+	require.Equal(t, 2*time.Millisecond, mean([]time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}))
 }
 
 func TestRecorderCountsAndSorts(t *testing.T) {
 	t.Parallel()
-	r := NewRecorder()
+	r := newRecorder()
 	perm := rand.Perm(1000)
 	for _, v := range perm {
 		r.Success(time.Duration(v+1) * time.Microsecond)
@@ -57,12 +57,12 @@ func TestRecorderCountsAndSorts(t *testing.T) {
 	require.Len(t, l.Sorted, 1000)
 	require.IsNonDecreasing(t, l.Sorted)
 	require.Equal(t, 1000*time.Microsecond, l.Max)
-	require.Equal(t, 500*time.Microsecond, Percentile(l.Sorted, 0.5))
+	require.Equal(t, 500*time.Microsecond, percentile(l.Sorted, 0.5))
 }
 
 func TestRecorderThinsBeyondCap(t *testing.T) {
 	t.Parallel()
-	r := NewRecorder()
+	r := newRecorder()
 	r.capLimit = 100
 	for i := 1; i <= 1000; i++ {
 		r.Success(time.Duration(i))
@@ -73,12 +73,12 @@ func TestRecorderThinsBeyondCap(t *testing.T) {
 	require.GreaterOrEqual(t, len(l.Sorted), 50)
 	require.Equal(t, time.Duration(1000), l.Max, "max stays exact")
 	// Thinning keeps an even spread: the median stays near the middle.
-	require.InDelta(t, 500, float64(Percentile(l.Sorted, 0.5)), 30)
+	require.InDelta(t, 500, float64(percentile(l.Sorted, 0.5)), 30)
 }
 
 func TestRecorderBoundsErrorCodes(t *testing.T) {
 	t.Parallel()
-	r := NewRecorder()
+	r := newRecorder()
 	for i := range 200 {
 		r.Failure(string(rune('A'+i%26)) + string(rune('a'+i/26)))
 	}
@@ -90,7 +90,7 @@ func TestRecorderBoundsErrorCodes(t *testing.T) {
 
 func TestSummaryFill(t *testing.T) {
 	t.Parallel()
-	r := NewRecorder()
+	r := newRecorder()
 	for i := 1; i <= 100; i++ {
 		r.Success(time.Duration(i) * time.Millisecond)
 	}
@@ -106,8 +106,8 @@ func TestSummaryFill(t *testing.T) {
 	require.InDelta(t, 100.0, s.Maxms, 1e-9)
 	require.InDelta(t, 50.5, s.Meanms, 1e-9)
 
-	before := ProcSample{At: time.Unix(100, 0), CPU: 1 * time.Second}
-	after := ProcSample{At: time.Unix(102, 0), CPU: 1500 * time.Millisecond, RSS: 50 << 20, HWM: 80 << 20, Threads: 9}
+	before := procSample{At: time.Unix(100, 0), CPU: 1 * time.Second}
+	after := procSample{At: time.Unix(102, 0), CPU: 1500 * time.Millisecond, RSS: 50 << 20, HWM: 80 << 20, Threads: 9}
 	s.setServer(before, after, 1000)
 	require.InDelta(t, 0.5, *s.ServerCPUmsPerIntent, 1e-9)
 	require.InDelta(t, 0.25, *s.ServerCPUUtil, 1e-9)
@@ -118,7 +118,7 @@ func TestSummaryFill(t *testing.T) {
 // TestVerifyFloor: the floor is a positive duration and the ratio the
 // summary states is the server's cost divided by it.
 func TestVerifyFloor(t *testing.T) {
-	d := VerifyFloor()
+	d := verifyFloor()
 	require.Greater(t, d, time.Duration(0))
 	perOp := 0.5
 	ms, ratio := floorFields(d, &perOp)
@@ -134,21 +134,21 @@ func TestParseOpenFilesLimit(t *testing.T) {
 	limits := []byte("Limit                     Soft Limit           Hard Limit           Units     \n" +
 		"Max cpu time              unlimited            unlimited            seconds   \n" +
 		"Max open files            20000                20000                files     \n")
-	n, err := ParseOpenFilesLimit(limits)
+	n, err := parseOpenFilesLimit(limits)
 	require.NoError(t, err)
 	require.Equal(t, 20000, n)
-	n, err = ParseOpenFilesLimit([]byte("Max open files            unlimited            unlimited            files\n"))
+	n, err = parseOpenFilesLimit([]byte("Max open files            unlimited            unlimited            files\n"))
 	require.NoError(t, err)
 	require.Equal(t, math.MaxInt32, n)
-	_, err = ParseOpenFilesLimit([]byte("Max cpu time unlimited unlimited seconds\n"))
+	_, err = parseOpenFilesLimit([]byte("Max cpu time unlimited unlimited seconds\n"))
 	require.Error(t, err)
-	_, err = ParseOpenFilesLimit([]byte("Max open files            lots            lots            files\n"))
+	_, err = parseOpenFilesLimit([]byte("Max open files            lots            lots            files\n"))
 	require.Error(t, err)
 }
 
 func TestParseMetrics(t *testing.T) {
 	t.Parallel()
-	m := ParseMetrics([]byte("# HELP go_goroutines Number of goroutines.\n# TYPE go_goroutines gauge\ngo_goroutines 5036\n" +
+	m := parseMetrics([]byte("# HELP go_goroutines Number of goroutines.\n# TYPE go_goroutines gauge\ngo_goroutines 5036\n" +
 		"go_memstats_stack_inuse_bytes 2.162688e+07\nbeam_relay_seconds{quantile=\"0.5\"} 0.1\nbroken\n"))
 	require.Equal(t, map[string]float64{"go_goroutines": 5036, "go_memstats_stack_inuse_bytes": 2.162688e+07}, m)
 }

@@ -45,7 +45,7 @@ type Summary struct {
 	ServerThreads        *int     `json:"server_threads,omitempty"`
 
 	// Ed25519VerifyMs is the median cost of one Ed25519 verification
-	// measured by the bench in the same run (VerifyFloor); ServerCPUVerifies
+	// measured by the bench in the same run (verifyFloor); ServerCPUVerifies
 	// is server_cpu_ms_per_intent as a multiple of it.
 	Ed25519VerifyMs   *float64 `json:"ed25519_verify_ms"`
 	ServerCPUVerifies *float64 `json:"server_cpu_verifies_per_intent,omitempty"`
@@ -69,7 +69,7 @@ type Summary struct {
 	// ClusterNodes (a cluster run) has one entry per node; the server
 	// fields above are then summed over the nodes (server_rss_mb is the sum
 	// of their peaks).
-	ClusterNodes []NodeFigures `json:"cluster_nodes,omitempty"`
+	ClusterNodes []nodeFigures `json:"cluster_nodes,omitempty"`
 
 	// IdleAgents is how many idle agents were asked for; IdleConnected how
 	// many connected (fewer when the descriptor limits allow fewer; a note
@@ -97,7 +97,7 @@ type Summary struct {
 	ServerRSSKBPerIdleAgentSettled     *float64 `json:"server_rss_kb_per_idle_agent_settled,omitempty"`
 	ServerRSSIdleSettledExtrapolatedMB *float64 `json:"server_rss_idle_settled_extrapolated_mb,omitempty"`
 	// ServerPerIdleAgent breaks the growth down (needs the operator token).
-	ServerPerIdleAgent *IdleFigures `json:"server_per_idle_agent,omitempty"`
+	ServerPerIdleAgent *idleFigures `json:"server_per_idle_agent,omitempty"`
 
 	// ClientCPUmsPerIntent is the load generator's own CPU per intent.
 	ClientCPUmsPerIntent *float64 `json:"client_cpu_ms_per_intent,omitempty"`
@@ -107,7 +107,7 @@ type Summary struct {
 }
 
 // fill sets the client-side figures from the recorded latencies.
-func (s *Summary) fill(l Latencies, elapsed time.Duration) {
+func (s *Summary) fill(l latencies, elapsed time.Duration) {
 	s.OK, s.Errors = l.OK, l.Errors
 	for k, v := range l.ErrorCodes {
 		s.ErrorCodes[k] = v
@@ -116,16 +116,16 @@ func (s *Summary) fill(l Latencies, elapsed time.Duration) {
 	if elapsed > 0 {
 		s.IntentsPerSecond = math.Round(float64(l.OK)/elapsed.Seconds()*10) / 10
 	}
-	s.P50ms = ms(Percentile(l.Sorted, 0.50))
-	s.P90ms = ms(Percentile(l.Sorted, 0.90))
-	s.P99ms = ms(Percentile(l.Sorted, 0.99))
+	s.P50ms = ms(percentile(l.Sorted, 0.50))
+	s.P90ms = ms(percentile(l.Sorted, 0.90))
+	s.P99ms = ms(percentile(l.Sorted, 0.99))
 	s.Maxms = ms(l.Max)
-	s.Meanms = ms(Mean(l.Sorted))
+	s.Meanms = ms(mean(l.Sorted))
 }
 
 // setServer sets the server figures from samples taken before and after
 // the measured phase; intents is how many intents the phase sent.
-func (s *Summary) setServer(before, after ProcSample, intents int64) {
+func (s *Summary) setServer(before, after procSample, intents int64) {
 	cpu := after.CPU - before.CPU
 	if intents > 0 {
 		v := round3(float64(cpu) / float64(time.Millisecond) / float64(intents))
@@ -142,7 +142,7 @@ func (s *Summary) setServer(before, after ProcSample, intents int64) {
 }
 
 // setPeerServer sets the second directory's figures of a federation run.
-func (s *Summary) setPeerServer(before, after ProcSample, intents int64) {
+func (s *Summary) setPeerServer(before, after procSample, intents int64) {
 	if intents > 0 {
 		v := round3(float64(after.CPU-before.CPU) / float64(time.Millisecond) / float64(intents))
 		s.PeerServerCPUmsPerIntent = &v

@@ -20,11 +20,11 @@ import (
 // The demo agents. They share the org "demo", so the default same-org policy
 // lets them talk to each other.
 const (
-	Procurement = "procurement@demo.beam.directory"
-	PartnerDesk = "partner-desk@demo.beam.directory"
-	Finance     = "finance@demo.beam.directory"
-	Warehouse   = "warehouse@demo.beam.directory"
-	Archive     = "archive@demo.beam.directory" // never connects
+	procurement = "procurement@demo.beam.directory"
+	partnerDesk = "partner-desk@demo.beam.directory"
+	finance     = "finance@demo.beam.directory"
+	warehouse   = "warehouse@demo.beam.directory"
+	archive     = "archive@demo.beam.directory" // never connects
 )
 
 // Config configures Run.
@@ -64,8 +64,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	for _, a := range []struct{ id, name string }{
-		{Procurement, "Procurement"}, {PartnerDesk, "Partner desk"}, {Finance, "Finance"},
-		{Warehouse, "Warehouse"}, {Archive, "Archive (offline)"},
+		{procurement, "Procurement"}, {partnerDesk, "Partner desk"}, {finance, "Finance"},
+		{warehouse, "Warehouse"}, {archive, "Archive (offline)"},
 	} {
 		c, err := register(ctx, cfg, a.id, a.name)
 		if err != nil {
@@ -75,25 +75,25 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Procurement registered first and owns the org: it approves the
 	// others, so the default same-org policy lets them talk.
-	owner := clients[Procurement].APIKey()
-	for _, id := range []string{PartnerDesk, Finance, Warehouse, Archive} {
+	owner := clients[procurement].APIKey()
+	for _, id := range []string{partnerDesk, finance, warehouse, archive} {
 		if err := approve(ctx, cfg.DirectoryURL, owner, id); err != nil {
 			lg.Warn("demo agent not approved; same-org intents to and from it are refused", "err", err)
 		}
 	}
 	handlers(clients)
 	meshHandlers(clients)
-	for _, id := range []string{Procurement, PartnerDesk, Finance, Warehouse} {
+	for _, id := range []string{procurement, partnerDesk, finance, warehouse} {
 		if err := clients[id].Connect(ctx); err != nil {
 			return fmt.Errorf("demo agent %s: connect: %w", id, err)
 		}
 	}
-	lg.Info("demo agents connected", "agents", len(clients)-1, "offline", Archive)
+	lg.Info("demo agents connected", "agents", len(clients)-1, "offline", archive)
 	var bus *jobBus
 	if cfg.JobBusURL != "" && cfg.JobBusKey != "" {
 		bus = &jobBus{base: strings.TrimRight(cfg.JobBusURL, "/"), key: cfg.JobBusKey, http: &http.Client{Timeout: 15 * time.Second}}
 	}
-	startWork(ctx, lg, cfg, bus, clients[Procurement])
+	startWork(ctx, lg, cfg, bus, clients[procurement])
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	tick := time.NewTimer(cfg.Interval)
@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config) error {
 			order := map[string]any{"order": fmt.Sprintf("PO-%d", 4000+rng.IntN(6000)), "sku": "INV-240", "quantity": 1 + rng.IntN(60)}
 			order["amountEur"] = 184 * order["quantity"].(int)
 			go func() {
-				if _, err := createOrder(ctx, cfg.DirectoryURL, clients[Procurement], order); err != nil && ctx.Err() == nil {
+				if _, err := createOrder(ctx, cfg.DirectoryURL, clients[procurement], order); err != nil && ctx.Err() == nil {
 					lg.Debug("demo pipeline ended with an error", "err", err)
 				}
 			}()
@@ -161,7 +161,7 @@ func register(ctx context.Context, cfg Config, id, name string) (*agents.Client,
 
 // handlers gives each connected agent its behaviour.
 func handlers(c map[string]*agents.Client) {
-	c[PartnerDesk].Handle("quote.request", func(_ context.Context, in *agents.Intent) agents.Reply {
+	c[partnerDesk].Handle("quote.request", func(_ context.Context, in *agents.Intent) agents.Reply {
 		var req struct {
 			SKU      string `json:"sku"`
 			Quantity int    `json:"quantity"`
@@ -171,7 +171,7 @@ func handlers(c map[string]*agents.Client) {
 		}
 		return agents.Success(map[string]any{"sku": req.SKU, "unitPriceEur": 184, "totalPriceEur": 184 * req.Quantity})
 	})
-	c[Warehouse].Handle("inventory.check", func(_ context.Context, in *agents.Intent) agents.Reply {
+	c[warehouse].Handle("inventory.check", func(_ context.Context, in *agents.Intent) agents.Reply {
 		var req struct {
 			SKU string `json:"sku"`
 		}
@@ -181,10 +181,10 @@ func handlers(c map[string]*agents.Client) {
 		}
 		return agents.Success(map[string]any{"sku": req.SKU, "available": true, "shipWindow": "Thu 08:00-12:00 CET"})
 	})
-	c[Finance].Handle("purchase.preflight", func(_ context.Context, _ *agents.Intent) agents.Reply {
+	c[finance].Handle("purchase.preflight", func(_ context.Context, _ *agents.Intent) agents.Reply {
 		return agents.Accept() // reviewed later: delivered, not yet acked
 	})
-	c[Finance].Handle("conversation.message", func(_ context.Context, in *agents.Intent) agents.Reply {
+	c[finance].Handle("conversation.message", func(_ context.Context, in *agents.Intent) agents.Reply {
 		var m struct {
 			Message string `json:"message"`
 		}
@@ -200,22 +200,22 @@ func scenario(ctx context.Context, lg *slog.Logger, c map[string]*agents.Client,
 	var err error
 	switch {
 	case n < 3:
-		_, err = c[Procurement].Send(ctx, PartnerDesk, "quote.request", map[string]any{"sku": "INV-240", "quantity": 1 + n*40})
+		_, err = c[procurement].Send(ctx, partnerDesk, "quote.request", map[string]any{"sku": "INV-240", "quantity": 1 + n*40})
 	case n < 5:
 		sku := "INV-240"
 		if n == 4 {
 			sku = "INV-404" // fails: out of stock
 		}
-		_, err = c[Procurement].Send(ctx, Warehouse, "inventory.check", map[string]any{"sku": sku})
+		_, err = c[procurement].Send(ctx, warehouse, "inventory.check", map[string]any{"sku": sku})
 	case n < 7:
-		_, err = c[Procurement].Send(ctx, Finance, "purchase.preflight", map[string]any{"amountEur": 44160, "supplier": PartnerDesk})
+		_, err = c[procurement].Send(ctx, finance, "purchase.preflight", map[string]any{"amountEur": 44160, "supplier": partnerDesk})
 	case n < 8:
-		_, err = c[Warehouse].Send(ctx, Finance, "conversation.message", map[string]any{"message": "pallets shipped"})
+		_, err = c[warehouse].Send(ctx, finance, "conversation.message", map[string]any{"message": "pallets shipped"})
 	case n < 9:
-		_, err = c[PartnerDesk].Send(ctx, "echo@beam.directory", "conversation.message", map[string]any{"message": "ping"})
+		_, err = c[partnerDesk].Send(ctx, "echo@beam.directory", "conversation.message", map[string]any{"message": "ping"})
 	default:
 		// The archive never connects: the bus keeps the message in its inbox.
-		_, err = c[Procurement].SendDurable(ctx, Archive, "conversation.message", map[string]any{"message": "file the Q3 quotes"}, nil)
+		_, err = c[procurement].SendDurable(ctx, archive, "conversation.message", map[string]any{"message": "file the Q3 quotes"}, nil)
 	}
 	if err != nil && ctx.Err() == nil {
 		lg.Debug("demo intent ended with an error", "err", err)

@@ -70,7 +70,7 @@ func TestBrowserDemoFillsJobsAndPipelines(t *testing.T) {
 	// The demo's jobs and orders reach every status they are meant to.
 	bus := d.srv.JobBus()
 	require.Eventually(t, func() bool {
-		c := bus.Counts()[JobNamespace]
+		c := bus.Counts()[jobNamespace]
 		return c[tracing.JobOpen]+c[tracing.JobClaimed] > 0 && c[tracing.JobFulfilled] >= 3 && c[tracing.JobDead] >= 1
 	}, 60*time.Second, 50*time.Millisecond, "demo jobs of every status")
 	var ok, failed tracing.MeshRow
@@ -85,7 +85,7 @@ func TestBrowserDemoFillsJobsAndPipelines(t *testing.T) {
 		ok, failed = done[0], bad[0]
 		return true
 	}, 60*time.Second, 50*time.Millisecond, "demo pipelines that succeeded and failed")
-	require.Equal(t, Procurement, ok.Creator)
+	require.Equal(t, procurement, ok.Creator)
 
 	bctx := browsertest.Start(t)
 	shots := browsertest.NewShooter(t, "demo")
@@ -132,9 +132,9 @@ func TestBrowserDemoFillsJobsAndPipelines(t *testing.T) {
 					require.Regexp(t, `^started \d\d:\d\d:\d\d\.\d{3} · took `, s)
 				}
 				actors := browsertest.Eval[[]string](t, bctx, `[...new Set([...document.querySelectorAll("#mesh-waterfall .wf-stage")].map((r) => r.dataset.actor))]`)
-				require.Subset(t, actors, []string{Procurement, Warehouse, Finance, PartnerDesk})
+				require.Subset(t, actors, []string{procurement, warehouse, finance, partnerDesk})
 				require.Equal(t, "finance", browsertest.Eval[string](t, bctx,
-					`document.querySelector('#mesh-waterfall .wf-stage[data-state="dispatched"][data-actor="`+Finance+`"] .wf-actor').textContent`))
+					`document.querySelector('#mesh-waterfall .wf-stage[data-state="dispatched"][data-actor="`+finance+`"] .wf-actor').textContent`))
 			case p.name == "jobs" && w == 390:
 				// The header is hidden on a phone: every number says what it counts.
 				labels := browsertest.Eval[[]string](t, bctx, `[...document.querySelectorAll('#jobs-queues tr[data-ns="shop"] td.num')].map((td) => getComputedStyle(td, "::before").content)`)

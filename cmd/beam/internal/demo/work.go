@@ -26,8 +26,8 @@ import (
 // that a worker claims and fulfills (or fails), and procurement runs
 // orders through a pipeline of the demo agents.
 
-// JobNamespace is the job bus namespace the demo publishes in.
-const JobNamespace = "shop"
+// jobNamespace is the job bus namespace the demo publishes in.
+const jobNamespace = "shop"
 
 // approvalLimitEur is the largest order Finance approves in a pipeline;
 // larger ones fail their hop for good.
@@ -92,7 +92,7 @@ type claimed struct {
 }
 
 func (b *jobBus) publish(ctx context.Context, goal string, payload any, maxAttempts int) (string, error) {
-	body := map[string]any{"goal": goal, "payload": payload, "namespace": JobNamespace}
+	body := map[string]any{"goal": goal, "payload": payload, "namespace": jobNamespace}
 	if maxAttempts > 0 {
 		body["max_attempts"] = maxAttempts
 	}
@@ -105,7 +105,7 @@ func (b *jobBus) publish(ctx context.Context, goal string, payload any, maxAttem
 
 // claim claims the next job of goal ("" any); nil when none is open.
 func (b *jobBus) claim(ctx context.Context, goal string) (*claimed, error) {
-	q := "namespace=" + JobNamespace
+	q := "namespace=" + jobNamespace
 	if goal != "" {
 		q += "&goal=" + goal
 	}
@@ -186,7 +186,7 @@ func meshHandlers(c map[string]*agents.Client) {
 			if err := h.Bind(&order); err != nil {
 				return nil, agents.MeshPermanent(err)
 			}
-			if secs, _ := order["reviewSeconds"].(float64); secs > 0 && actor == Finance {
+			if secs, _ := order["reviewSeconds"].(float64); secs > 0 && actor == finance {
 				// A slow review: the envelope stays running for a while.
 				select {
 				case <-time.After(time.Duration(min(secs, 20) * float64(time.Second))):
@@ -203,18 +203,18 @@ func meshHandlers(c map[string]*agents.Client) {
 			return order, nil
 		}
 	}
-	c[Warehouse].HandleMesh(step(Warehouse, "reserved", "aisle 7, pallet 3", nil))
-	c[Finance].HandleMesh(step(Finance, "approved", true, func(o map[string]any) error {
+	c[warehouse].HandleMesh(step(warehouse, "reserved", "aisle 7, pallet 3", nil))
+	c[finance].HandleMesh(step(finance, "approved", true, func(o map[string]any) error {
 		if amt, _ := o["amountEur"].(float64); amt > approvalLimitEur {
 			return fmt.Errorf("%.0f EUR is over the approval limit of %d EUR", amt, approvalLimitEur)
 		}
 		return nil
 	}))
-	c[PartnerDesk].HandleMesh(step(PartnerDesk, "confirmation", "PD-7731", nil))
+	c[partnerDesk].HandleMesh(step(partnerDesk, "confirmation", "PD-7731", nil))
 }
 
 // orderRoute is the route of a demo order.
-var orderRoute = []string{Warehouse, Finance, PartnerDesk}
+var orderRoute = []string{warehouse, finance, partnerDesk}
 
 // createOrder starts an order pipeline as procurement.
 func createOrder(ctx context.Context, base string, c *agents.Client, order map[string]any) (string, error) {
