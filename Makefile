@@ -24,9 +24,11 @@ test:
 test-short:
 	$(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-## lint: go vet, gofmt, staticcheck (pinned in go.mod as a tool) and a tidy go.mod
+## lint: go vet, gofmt, staticcheck (pinned in go.mod as a tool), a tidy go.mod, and the surface and layout
+## rules (no exported name unused outside its package unless the package is a public API; leaves stay leaves)
 lint:
 	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -run '^(TestNoUnusedExports|TestLayoutReadsOneWay)$$' .
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) mod tidy -diff
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
