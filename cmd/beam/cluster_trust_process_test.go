@@ -98,20 +98,17 @@ func streamNames(t *testing.T, ctx context.Context, ns *server.Server) []string 
 	return names
 }
 
-// TestClusterRouteStrangerRefusedProcesses: a nats-server of the test's
+// clusterRouteStrangerRefused: a nats-server of the test's
 // own, configured with the cluster's name, dials a node's route listener,
 // once in plaintext without credentials and once over TLS with a
 // certificate of its own and a guessed route password. The node refuses
 // both handshakes; the stranger never becomes a route and reaches none of
 // the cluster's streams. A node whose data directory lacks the route
 // credentials does not start, and says how to make them.
-func TestClusterRouteStrangerRefusedProcesses(t *testing.T) {
-	t.Parallel()
+func clusterRouteStrangerRefused(t *testing.T, nodes []*beamtest.Process) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	opts := clusterOptions(t, 2)
-	nodes := beamtest.StartAll(t, opts...)
-	routeAddr := argValue(t, opts[0].Args, "--cluster-listen")
+	routeAddr := argValue(t, nodes[0].Args, "--cluster-listen")
 
 	for name, routeTLS := range map[string]*tls.Config{"plaintext": nil, "own certificate": selfSignedRouteTLS(t)} {
 		before := strings.Count(nodes[0].Output(), "route handshake error")
