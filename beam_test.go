@@ -22,6 +22,7 @@ import (
 	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/federation"
+	"github.com/beamdir/beam/internal/beamtest"
 )
 
 // running is a beam.Server serving on a loopback port.
@@ -36,7 +37,7 @@ func serve(t *testing.T, cfg beam.Config) *running {
 		cfg.DataDir = t.TempDir()
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = beamtest.Logger(t)
 	}
 	srv, err := beam.New(context.Background(), cfg)
 	require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -22,6 +21,7 @@ import (
 	"github.com/beamdir/beam"
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/internal/beamtest"
 )
 
 // testBundle is a real in-process directory on a loopback listener.
@@ -32,19 +32,10 @@ type testBundle struct {
 	restart func(t *testing.T)
 }
 
-// testLogger logs warnings and errors to the test log only when -v.
+// testLogger logs warnings and errors to the test's output (shown with -v
+// and when the test fails), and nothing once the test's cleanups began.
 func testLogger(t *testing.T) *slog.Logger {
-	if !testing.Verbose() {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	return slog.New(slog.NewTextHandler(beamtest.LogWriter(t, ""), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // startDirectory starts a directory in t.TempDir() and fails the test when

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -27,6 +26,7 @@ import (
 	"github.com/beamdir/beam/agents/wire"
 	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -65,7 +65,7 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *bundle {
 		fn(o)
 	}
 	ctx := context.Background()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := beamtest.Logger(t)
 	lg, err := tracing.Open(ctx, tracing.Config{Path: filepath.Join(t.TempDir(), "beam.db"), Clock: o.clock, Synchronous: o.logSync, Logger: quiet})
 	require.NoError(t, err)
 	reg, err := registry.Open(ctx, lg, registry.Config{Clock: o.clock, Logger: quiet, AllowInsecureEndpoints: true, OpenOrgs: true})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -46,7 +45,7 @@ func sdkClient(t *testing.T, baseURL string, id *agents.Identity) *agents.Client
 	t.Helper()
 	c, err := agents.NewClient(agents.ClientConfig{
 		DirectoryURL: baseURL, Identity: id, APIKey: id.APIKey,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:       beamtest.Logger(t),
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 	})
 	require.NoError(t, err)

@@ -43,9 +43,10 @@ func TestClusterFederationProcesses(t *testing.T) {
 	opts[0].Args = append(opts[0].Args, "--nats-listen", node0NATS) // a later flag wins
 	clusterLine := showSelf(t, opts[0].DataDir, clusterDomain, node0NATS)
 
-	nodes := beamtest.StartAll(t, opts...)
-	peer := beamtest.Start(t, beamtest.Options{DataDir: peerDir, Args: []string{"--domain", peerDomain,
-		"--nats-listen", peerNATS, "--peer", clusterLine, "--default-policy", "allow", "--http-timeout", "30s"}})
+	// The peer starts with the nodes rather than after them.
+	all := beamtest.StartAll(t, append(opts, beamtest.Options{DataDir: peerDir, Name: "peer", Args: []string{"--domain", peerDomain,
+		"--nats-listen", peerNATS, "--peer", clusterLine, "--default-policy", "allow", "--http-timeout", "30s"}})...)
+	nodes, peer := all[:2], all[2]
 
 	reply := func(_ context.Context, in *agents.Intent) agents.Reply {
 		return agents.Success(map[string]any{"from": in.From})

@@ -72,7 +72,7 @@ func forgedJWS(t *testing.T, typ string, payload []byte) []byte {
 	return []byte(tok)
 }
 
-// TestClusterForgeryProcesses: a NATS client with publish rights on a
+// clusterForgery: a NATS client with publish rights on a
 // cluster's subjects and buckets, but without the directory key, forges
 // what the nodes trust from each other.
 //
@@ -98,17 +98,15 @@ func forgedJWS(t *testing.T, typ string, payload []byte) []byte {
 // nodes — never the fake one — and no request ever carries the client's
 // API key; a request claiming to come from a node without its signature is
 // refused.
-func TestClusterForgeryProcesses(t *testing.T) {
-	t.Parallel()
+func clusterForgery(t *testing.T, nodes []*beamtest.Process) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	nodes := beamtest.StartAll(t, clusterOptions(t, 3)...)
 	token := cluster.Token(clusterDomain)
 	nc := memberClient(t, nodes[0])
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 
-	aliceID, _ := sdkAgent(t, ctx, nodes[0].URL(), "alice@"+clusterDomain)
+	aliceID, _ := sdkAgent(t, ctx, nodes[0].URL(), "forge-alice@"+clusterDomain)
 
 	t.Run("registry", func(t *testing.T) {
 		stolen := "bk_" + base64.RawURLEncoding.EncodeToString([]byte(aliceID.BeamID)) + ".attacker-chosen-secret"
@@ -142,7 +140,7 @@ func TestClusterForgeryProcesses(t *testing.T) {
 
 		// A change published after the forged entries is applied by every
 		// node (the origin answers once all did).
-		carolID, _ := sdkAgent(t, ctx, nodes[1].URL(), "carol@"+clusterDomain)
+		carolID, _ := sdkAgent(t, ctx, nodes[1].URL(), "forge-carol@"+clusterDomain)
 		for _, n := range nodes {
 			require.Equal(t, http.StatusOK, agentStatus(t, ctx, n.URL(), carolID.BeamID), "node %s", n.URL())
 			// GET /acl/{beamId} answers the agent's own API key only.
@@ -182,8 +180,8 @@ func TestClusterForgeryProcesses(t *testing.T) {
 		}
 
 		// A message owned by node 0, for an agent without a session.
-		_, sender := sdkAgent(t, ctx, nodes[0].URL(), "sender@"+clusterDomain)
-		pollerID, _ := sdkAgent(t, ctx, nodes[0].URL(), "poller@"+clusterDomain)
+		_, sender := sdkAgent(t, ctx, nodes[0].URL(), "forge-sender@"+clusterDomain)
+		pollerID, _ := sdkAgent(t, ctx, nodes[0].URL(), "forge-poller@"+clusterDomain)
 		rec, err := sender.SendDurable(ctx, pollerID.BeamID, "task.poll", map[string]any{"n": 1}, nil)
 		require.NoError(t, err)
 
@@ -222,12 +220,12 @@ func TestClusterForgeryProcesses(t *testing.T) {
 			return agents.Success(map[string]any{"who": "alice"})
 		})
 		require.NoError(t, alice.Connect(ctx))
-		bobID, bob := sdkAgent(t, ctx, nodes[1].URL(), "bobcopy@"+clusterDomain)
+		bobID, bob := sdkAgent(t, ctx, nodes[1].URL(), "forge-bobcopy@"+clusterDomain)
 		bob.Handle("*", func(context.Context, *agents.Intent) agents.Reply {
 			return agents.Success(map[string]any{"who": "bob"})
 		})
 		require.NoError(t, bob.Connect(ctx))
-		_, carol := sdkAgent(t, ctx, nodes[2].URL(), "carolcopy@"+clusterDomain)
+		_, carol := sdkAgent(t, ctx, nodes[2].URL(), "forge-carolcopy@"+clusterDomain)
 		sessions, err := js.KeyValue(ctx, "BEAM_SESSIONS_"+token)
 		require.NoError(t, err)
 		key := func(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
@@ -253,8 +251,8 @@ func TestClusterForgeryProcesses(t *testing.T) {
 
 	t.Run("call replay", func(t *testing.T) {
 		const queued = 5
-		_, sender := sdkAgent(t, ctx, nodes[1].URL(), "replaysender@"+clusterDomain)
-		pollerID, _ := sdkAgent(t, ctx, nodes[1].URL(), "replaypoller@"+clusterDomain)
+		_, sender := sdkAgent(t, ctx, nodes[1].URL(), "forge-replaysender@"+clusterDomain)
+		pollerID, _ := sdkAgent(t, ctx, nodes[1].URL(), "forge-replaypoller@"+clusterDomain)
 		for i := range queued {
 			_, err := sender.SendDurable(ctx, pollerID.BeamID, "task.poll", map[string]any{"n": i}, nil)
 			require.NoError(t, err)
@@ -273,7 +271,8 @@ func TestClusterForgeryProcesses(t *testing.T) {
 			for {
 				select {
 				case m := <-captured:
-					if strings.Contains(m.Header.Get("Beam-Cluster-Seal"), ".") && len(msgs) == 1 {
+					// The call of this poll (the cluster's other tests poll too).
+					if sealNames(m.Header.Get("Beam-Cluster-Seal"), pollerID.BeamID) && len(msgs) == 1 {
 						call = m
 					}
 				default:
@@ -305,7 +304,7 @@ func TestClusterForgeryProcesses(t *testing.T) {
 
 	t.Run("handover", func(t *testing.T) {
 		// Bob is connected to node 1; his handler keeps what it receives.
-		bobID, _ := sdkAgent(t, ctx, nodes[1].URL(), "bob@"+clusterDomain)
+		bobID, _ := sdkAgent(t, ctx, nodes[1].URL(), "forge-bob@"+clusterDomain)
 		var (
 			mu       sync.Mutex
 			received []string
@@ -379,6 +378,17 @@ func TestClusterForgeryProcesses(t *testing.T) {
 		}, 30*time.Second, 100*time.Millisecond)
 		require.False(t, forgedSeen(), "bob received the forged frame")
 	})
+}
+
+// sealNames reports whether tok is a compact JWS whose payload names
+// beamID.
+func sealNames(tok, beamID string) bool {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	return err == nil && strings.Contains(string(payload), `"`+beamID+`"`)
 }
 
 // neverWithin checks, on the test's goroutine, that cond stays false each

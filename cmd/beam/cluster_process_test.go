@@ -94,17 +94,16 @@ func signedSendCode(t *testing.T, ctx context.Context, base string, id *agents.I
 	return err.Error()
 }
 
-// TestClusterRegistryProcesses: three nodes over a three-server embedded
-// NATS cluster. An agent registered on one node is known to and can
+// clusterRegistry: three nodes over a three-server embedded NATS cluster
+// (the shared one: it runs once the others are done, as it kills and
+// restarts node 2). An agent registered on one node is known to and can
 // authenticate on the others; once a key rotation (which revokes the old
 // key) is acknowledged by one node, every node refuses the old key; a node
 // that was down while an agent registered knows it as soon as it serves
 // again.
-func TestClusterRegistryProcesses(t *testing.T) {
-	t.Parallel()
+func clusterRegistry(t *testing.T, nodes []*beamtest.Process) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	nodes := beamtest.StartAll(t, clusterOptions(t, 3)...)
 
 	aliceID, _ := sdkAgent(t, ctx, nodes[0].URL(), "alice@"+clusterDomain)
 	bobID, _ := sdkAgent(t, ctx, nodes[1].URL(), "bob@"+clusterDomain)
@@ -156,24 +155,22 @@ func traceTransports(t *testing.T, dataDir, nonce string) []string {
 	return out
 }
 
-// TestClusterRoutingProcesses: an intent for an agent connected to
+// clusterRouting: an intent for an agent connected to
 // another node — over WebSocket and over HTTP — is handed to that node and
 // its result comes back, with a trace of the nonce on each node; a nonce
 // used on one node is refused on another.
-func TestClusterRoutingProcesses(t *testing.T) {
-	t.Parallel()
+func clusterRouting(t *testing.T, nodes []*beamtest.Process) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	nodes := beamtest.StartAll(t, clusterOptions(t, 3)...)
 
-	aliceID, alice := sdkAgent(t, ctx, nodes[0].URL(), "alice@"+clusterDomain)
+	aliceID, alice := sdkAgent(t, ctx, nodes[0].URL(), "rt-alice@"+clusterDomain)
 	alice.Handle("*", func(_ context.Context, in *agents.Intent) agents.Reply {
 		return agents.Success(map[string]any{"from": in.From})
 	})
 	require.NoError(t, alice.Connect(ctx))
-	bobID, bob := sdkAgent(t, ctx, nodes[1].URL(), "bob@"+clusterDomain)
+	bobID, bob := sdkAgent(t, ctx, nodes[1].URL(), "rt-bob@"+clusterDomain)
 	require.NoError(t, bob.Connect(ctx))
-	carolID, _ := sdkAgent(t, ctx, nodes[2].URL(), "carol@"+clusterDomain)
+	carolID, _ := sdkAgent(t, ctx, nodes[2].URL(), "rt-carol@"+clusterDomain)
 
 	// Every node learns that node 0 holds alice's session.
 	var wsNonce string
@@ -458,18 +455,16 @@ func waitClusterAcked(t *testing.T, nodes []*beamtest.Process, msgs []durableSen
 	}
 }
 
-// TestClusterBusPollProcesses: a message accepted by one node for an agent
+// clusterBusPoll: a message accepted by one node for an agent
 // without a session is refused when resent through another node, claimed
 // by the agent polling another node and acked on a third; the owner's log
 // records it acked, and a second poll finds nothing left.
-func TestClusterBusPollProcesses(t *testing.T) {
-	t.Parallel()
+func clusterBusPoll(t *testing.T, nodes []*beamtest.Process) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	nodes := beamtest.StartAll(t, clusterOptions(t, 3)...)
 
-	senderID, sender := sdkAgent(t, ctx, nodes[0].URL(), "sender@"+clusterDomain)
-	pollerID, _ := sdkAgent(t, ctx, nodes[1].URL(), "poller@"+clusterDomain)
+	senderID, sender := sdkAgent(t, ctx, nodes[0].URL(), "poll-sender@"+clusterDomain)
+	pollerID, _ := sdkAgent(t, ctx, nodes[1].URL(), "poll-poller@"+clusterDomain)
 	rec, err := sender.SendDurable(ctx, pollerID.BeamID, "task.poll", map[string]any{"n": 1}, nil)
 	require.NoError(t, err)
 	// The same message sent again through another node is refused, not

@@ -98,20 +98,17 @@ func streamNames(t *testing.T, ctx context.Context, ns *server.Server) []string 
 	return names
 }
 
-// TestClusterRouteStrangerRefusedProcesses: a nats-server of the test's
+// clusterRouteStrangerRefused: a nats-server of the test's
 // own, configured with the cluster's name, dials a node's route listener,
 // once in plaintext without credentials and once over TLS with a
 // certificate of its own and a guessed route password. The node refuses
 // both handshakes; the stranger never becomes a route and reaches none of
 // the cluster's streams. A node whose data directory lacks the route
 // credentials does not start, and says how to make them.
-func TestClusterRouteStrangerRefusedProcesses(t *testing.T) {
-	t.Parallel()
+func clusterRouteStrangerRefused(t *testing.T, nodes []*beamtest.Process) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	opts := clusterOptions(t, 2)
-	nodes := beamtest.StartAll(t, opts...)
-	routeAddr := argValue(t, opts[0].Args, "--cluster-listen")
+	routeAddr := argValue(t, nodes[0].Args, "--cluster-listen")
 
 	for name, routeTLS := range map[string]*tls.Config{"plaintext": nil, "own certificate": selfSignedRouteTLS(t)} {
 		before := strings.Count(nodes[0].Output(), "route handshake error")
@@ -181,30 +178,27 @@ func nkeyConn(t *testing.T, natsAddr string, priv ed25519.PrivateKey, tc *tls.Co
 	return nc
 }
 
-// TestClusterPinnedPeerReplySubjectProcesses: a pinned peer, connected to
-// a cluster node's NATS server with its own nkey, sends signed requests
-// whose reply subjects name the cluster's JetStream: the directory-key
-// entry of the cluster bucket, the registry stream's subject and the
-// JetStream API. It also publishes to those subjects directly. Nothing is
-// written: the announced directory key is unchanged, the registry stream
-// holds no message of the peer, and the node restarts. A request with a
-// reply in the peer's own inbox is answered.
-func TestClusterPinnedPeerReplySubjectProcesses(t *testing.T) {
-	t.Parallel()
+// clusterPinnedPeerReplySubject: a pinned peer (its data directory
+// peerDir), connected to a cluster node's NATS server with its own nkey,
+// sends signed requests whose reply subjects name the cluster's JetStream:
+// the directory-key entry of the cluster bucket, the registry stream's
+// subject and the JetStream API. It also publishes to those subjects
+// directly. Nothing is written: the announced directory key is unchanged
+// and the registry stream holds no message of the peer (clusterRestarts
+// shows the node restarts). A request with a reply in the peer's own inbox
+// is answered.
+func clusterPinnedPeerReplySubject(t *testing.T, nodes []*beamtest.Process, peerDir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const peerDomain = "beta.beam.directory"
-	peerDir := t.TempDir()
-	peerLine := showSelf(t, peerDir, peerDomain, freeAddr(t))
 	peerKey, _, err := federation.LoadOrCreateKey(peerDir)
 	require.NoError(t, err)
-	opts := clusterOptions(t, 2, "--peer", peerLine)
-	natsAddr := freeAddr(t)
-	opts[0].Args = append(opts[0].Args, "--nats-listen", natsAddr)
-	nodes := beamtest.StartAll(t, opts...)
+	node0, err := federation.ParsePeerLine(nodes[0].FederationLine())
+	require.NoError(t, err)
+	natsAddr := strings.TrimPrefix(node0.URL, "nats://")
+	const peerDomain = clusterPeerDomain
 
 	tok := federation.Token(clusterDomain)
-	self := directoryConn(t, natsAddr, opts[0].DataDir)
+	self := directoryConn(t, natsAddr, nodes[0].DataDir)
 	js, err := jetstream.New(self)
 	require.NoError(t, err)
 	kv, err := js.KeyValue(ctx, "BEAM_CLUSTER_"+tok)
@@ -217,7 +211,7 @@ func TestClusterPinnedPeerReplySubjectProcesses(t *testing.T) {
 	require.NoError(t, err)
 	registrySeq := info.State.LastSeq
 
-	clusterKey, _, err := federation.LoadOrCreateKey(opts[0].DataDir)
+	clusterKey, _, err := federation.LoadOrCreateKey(nodes[0].DataDir)
 	require.NoError(t, err)
 	rogue := nkeyConn(t, natsAddr, peerKey, federation.PeerTLS(clusterKey.Public().(ed25519.PublicKey)), federation.InboxPrefix(peerDomain))
 	subject := federation.Subject(clusterDomain, peerDomain, federation.KindResolve)
@@ -235,9 +229,13 @@ func TestClusterPinnedPeerReplySubjectProcesses(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Data)
 	// Every hostile request was handled (refused or, on a server that
-	// lets a peer choose where answers go, answered).
+	// lets a peer choose where answers go, answered), by whichever node
+	// took it.
 	require.Eventually(t, func() bool {
-		out := nodes[0].Output() + nodes[1].Output()
+		var out string
+		for _, n := range nodes {
+			out += n.Output()
+		}
 		return strings.Count(out, "reply subject") >= len(targets) || func() bool {
 			e, err := kv.Get(ctx, "directory-key")
 			return err == nil && e.Revision() != announced.Revision()
@@ -259,8 +257,14 @@ func TestClusterPinnedPeerReplySubjectProcesses(t *testing.T) {
 		}
 	})
 	require.Contains(t, names, "BEAM_REGISTRY_"+tok)
+}
 
-	// The node restarts: its directory key is still the cluster's.
+// clusterRestarts: node 0 restarts after the pinned peer's requests
+// (clusterPinnedPeerReplySubject) and every other test: its directory key
+// is still the cluster's.
+func clusterRestarts(t *testing.T, nodes []*beamtest.Process) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	nodes[0].Restart()
 	require.Equal(t, http.StatusNotFound, agentStatus(t, ctx, nodes[0].URL(), "nobody@"+clusterDomain))
 }

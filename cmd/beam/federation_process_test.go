@@ -223,7 +223,7 @@ func outboxCounts(t *testing.T, dataDir string) map[federation.OutboxState]int64
 // withOutbox opens the outbox of a data directory for fn.
 func withOutbox(t *testing.T, dataDir string, fn func(ob *federation.Outbox)) {
 	t.Helper()
-	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db"), Logger: beamtest.Logger(t)})
 	require.NoError(t, err)
 	defer lg.Close()
 	ob, err := federation.OpenOutbox(context.Background(), lg, nil)

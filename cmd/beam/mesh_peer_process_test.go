@@ -15,6 +15,7 @@ import (
 
 	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -309,7 +310,7 @@ func (m *meshPeers) crashOriginMidHop(t *testing.T, hold string, answered bool) 
 	m.actor.waitReached(t, envID)
 	m.fp.alpha.Kill()
 	if answered {
-		lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(m.fp.alpha.DataDir, "beam.db")})
+		lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(m.fp.alpha.DataDir, "beam.db"), Logger: beamtest.Logger(t)})
 		require.NoError(t, err)
 		evs, err := lg.Trace(context.Background(), "mesh:"+envID)
 		require.NoError(t, err)

@@ -296,7 +296,7 @@ func openLog(t *testing.T, dataDir string) *tracing.Log {
 	lock, err := dirlock.Acquire(dataDir)
 	require.NoError(t, err, "the log of a running server is read with readEvents")
 	require.NoError(t, lock.Release())
-	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db")})
+	lg, err := tracing.Open(context.Background(), tracing.Config{Path: filepath.Join(dataDir, "beam.db"), Logger: beamtest.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lg.Close() })
 	return lg

@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/internal/beamtest"
 )
 
 // jetStream starts an embedded NATS server with JetStream on a random
@@ -41,7 +43,7 @@ func TestCheckIdentityRefusesAnotherDirectoryKey(t *testing.T) {
 	defer cancel()
 	js := jetStream(t)
 	node := func(key string) *Node {
-		return &Node{cfg: Config{Domain: "acme.beam.directory", NodeID: "n", Replicas: 1, DirectoryKey: key}}
+		return &Node{cfg: Config{Domain: "acme.beam.directory", NodeID: "n", Replicas: 1, DirectoryKey: key}, lg: beamtest.Logger(t)}
 	}
 	first := "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 	require.NoError(t, node(first).checkIdentity(ctx, js), "the first node announces its key")

@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/directory"
+	"github.com/beamdir/beam/internal/beamtest"
 )
 
 // testClusterKey is the directory key of the tests' clusters.
@@ -24,7 +23,7 @@ func sealNode(t *testing.T, id string, key ed25519.PrivateKey) *Node {
 	t.Helper()
 	rej, err := newRejected(nil, func() uint64 { return 0 })
 	require.NoError(t, err)
-	return &Node{cfg: Config{NodeID: id, Key: key}, lg: slog.New(slog.NewTextHandler(io.Discard, nil)), rejected: rej,
+	return &Node{cfg: Config{NodeID: id, Key: key}, lg: beamtest.Logger(t), rejected: rej,
 		started: time.Now().Add(-time.Minute)}
 }
 

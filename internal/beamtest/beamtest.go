@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -105,8 +106,11 @@ type Process struct {
 	// line, with the port the NATS server bound ("" when federation is off).
 	fedLine string
 	output  *lockedBuffer
-	done    chan struct{}
-	err     error
+	// log is the test's output, where every line the process prints goes
+	// too, prefixed with its name.
+	log  io.Writer
+	done chan struct{}
+	err  error
 }
 
 // Options configure Start.
@@ -118,23 +122,37 @@ type Options struct {
 	Args []string
 	// Env holds extra KEY=VALUE environment entries.
 	Env []string
+	// Name prefixes the process's lines in the test's output; default the
+	// --node-id in Args, or "serve".
+	Name string
+}
+
+// newProcess is the process of opts, not started yet: its output goes to
+// the test's output until the test's cleanups stop it, the process first.
+func newProcess(t testing.TB, o Options) *Process {
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
+	name := o.Name
+	for i, a := range o.Args {
+		if a == "--node-id" && i+1 < len(o.Args) && name == "" {
+			name = o.Args[i+1]
+		}
+	}
+	if name == "" {
+		name = "serve"
+	}
+	p := &Process{t: t, DataDir: o.DataDir, Args: o.Args, Env: o.Env, output: &lockedBuffer{}, log: LogWriter(t, name+": ")}
+	t.Cleanup(p.Kill)
+	return p
 }
 
 // Start runs `beam serve` on a random loopback port and waits until it
 // serves. The process is stopped when the test ends.
 func Start(t testing.TB, opts Options) *Process {
 	t.Helper()
-	if opts.DataDir == "" {
-		opts.DataDir = t.TempDir()
-	}
-	p := &Process{t: t, DataDir: opts.DataDir, Args: opts.Args, Env: opts.Env, output: &lockedBuffer{}}
+	p := newProcess(t, opts)
 	p.start()
-	t.Cleanup(func() {
-		p.Kill()
-		if t.Failed() {
-			t.Logf("beam serve output:\n%s", p.output.String())
-		}
-	})
 	return p
 }
 
@@ -154,7 +172,7 @@ func (p *Process) run() error {
 	if err != nil {
 		return err
 	}
-	cmd.Stderr = p.output
+	cmd.Stderr = io.MultiWriter(p.output, p.log)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -165,6 +183,7 @@ func (p *Process) run() error {
 		for sc.Scan() {
 			line := sc.Text()
 			p.output.Write([]byte(line + "\n"))
+			_, _ = p.log.Write([]byte(line + "\n"))
 			if rest, ok := strings.CutPrefix(line, "intent bus serving on "); ok {
 				p.mu.Lock()
 				p.intentURL = strings.TrimSpace(rest)
@@ -236,17 +255,11 @@ func StartAll(t testing.TB, opts ...Options) []*Process {
 	errs := make([]error, len(opts))
 	var wg sync.WaitGroup
 	for i, o := range opts {
-		if o.DataDir == "" {
-			o.DataDir = t.TempDir()
+		if o.Name == "" && !slices.Contains(o.Args, "--node-id") {
+			o.Name = fmt.Sprintf("serve%d", i)
 		}
-		p := &Process{t: t, DataDir: o.DataDir, Args: o.Args, Env: o.Env, output: &lockedBuffer{}}
+		p := newProcess(t, o)
 		ps[i] = p
-		t.Cleanup(func() {
-			p.Kill()
-			if t.Failed() {
-				t.Logf("beam serve %d output:\n%s", i, p.output.String())
-			}
-		})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
