@@ -1,10 +1,8 @@
 package beam_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"testing"
 
@@ -22,21 +20,9 @@ func TestDashboardAttackMeshRequeueMistakesAre4xx(t *testing.T) {
 	t.Parallel()
 	r := serve(t, beam.Config{})
 	admin, _ := r.srv.AdminToken()
-	post := func(path, auth string, body []byte) (int, []byte) {
+	post := func(path, token string, body []byte) (int, []byte) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, r.url+path, bytes.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json")
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		out, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, out
+		return r.call(t, http.MethodPost, path, token, body)
 	}
 	code := func(body []byte) string {
 		var e struct {
