@@ -1,6 +1,7 @@
 package beam_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -58,20 +59,31 @@ func serve(t *testing.T, cfg beam.Config) *running {
 // decodes the body into out (when not nil).
 func (r *running) getJSON(t *testing.T, path, token string, want int, out any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, r.url+path, nil)
+	status, body := r.call(t, http.MethodGet, path, token, nil)
+	require.Equal(t, want, status, "%s: %s", path, body)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(body, out), string(body))
+	}
+}
+
+// call sends method path with an optional bearer token and JSON body and
+// returns the status and the body.
+func (r *running) call(t *testing.T, method, path, token string, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, r.url+path, bytes.NewReader(body))
 	require.NoError(t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	out, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	require.Equal(t, want, resp.StatusCode, "%s: %s", path, body)
-	if out != nil {
-		require.NoError(t, json.Unmarshal(body, out), string(body))
-	}
+	return resp.StatusCode, out
 }
 
 // registerFlood posts n registrations with an empty body from one address

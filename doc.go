@@ -10,11 +10,20 @@
 // the assembly itself:
 //
 //	srv, err := beam.New(ctx, beam.Config{DataDir: "./beam-data", JobBus: beam.JobBus{Enabled: true}})
-//	ln, err := net.Listen("tcp", "127.0.0.1:3100")
-//	go srv.Serve(ln)
-//	jobLn, err := net.Listen("tcp", "127.0.0.1:3200")
-//	go srv.ServeJobBus(jobLn)
+//	if err != nil {
+//		return err
+//	}
 //	defer srv.Shutdown(ctx)
+//	jobLn, err := net.Listen("tcp", "127.0.0.1:3200")
+//	if err != nil {
+//		return err
+//	}
+//	go srv.ServeJobBus(jobLn)
+//	ln, err := net.Listen("tcp", "127.0.0.1:3100")
+//	if err != nil {
+//		return err
+//	}
+//	return srv.Serve(ln)
 //
 // Agents talk to it with the Go SDK in package agents (or the published
 // TypeScript SDK). The packages under the module root own the parts

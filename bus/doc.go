@@ -88,7 +88,7 @@
 // synchronous path). To an offline recipient it is queued with no
 // next_retry_at ("waiting for the recipient": no attempt is counted) and
 // delivered the moment the recipient attaches a session
-// (directory.SessionOwner.Connected), at most PerRecipient attempts in flight per
+// (Connected, through the directory's Config.Owners), at most PerRecipient attempts in flight per
 // recipient. A success result acks it (response = the result payload); an
 // async acceptance ("terminal": false) leaves it delivered until POST
 // /v1/beam/ack; a failure result, TIMEOUT (no result within
@@ -144,7 +144,7 @@
 // requeued at once with the same nonce (retry_count kept); queued ones
 // keep next_retry_at; delivered, acked, failed and dead_letter are
 // unchanged. A delivered message that still waited for a WebSocket result
-// may get it late (directory.SessionOwner.LateResult); if none comes within
+// may get it late (LateResult, through the directory's Config.Owners); if none comes within
 // DeliveryTimeout of its delivery, Tick retries it as TIMEOUT. Async
 // acceptances stay delivered until acked.
 //

@@ -135,10 +135,11 @@ func (d *Dashboard) handleMeshRequeue(w http.ResponseWriter, r *http.Request, p 
 	defer cancel()
 	id, err := d.cfg.MeshRequeue(ctx, r.PathValue("id"))
 	if err != nil {
-		var coded interface{ HTTPStatus() (int, string) }
-		if errors.As(err, &coded) {
-			status, code := coded.HTTPStatus()
-			return httpjson.New(status, code, err.Error())
+		// The pipeline's refusals (no such envelope, not a dead letter)
+		// are *httpjson.Error; the adapter answers them as they are.
+		var refused *httpjson.Error
+		if errors.As(err, &refused) {
+			return refused
 		}
 		return httpjson.Internal("requeue envelope failed", err)
 	}

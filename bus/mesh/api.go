@@ -182,9 +182,27 @@ func (e *Engine) readJSON(w http.ResponseWriter, r *http.Request, v any, limit i
 		body = []byte("{}")
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "request body must be a JSON object: %v", err)
+		ie := bodyJSONErr(err)
+		ie.Err = err
+		return ie
 	}
 	return nil
+}
+
+// bodyJSONErr describes a body json.Unmarshal refused in the client's
+// terms: where the syntax breaks or which member has the wrong kind of
+// value, never encoding/json's text, which names the server's Go types.
+func bodyJSONErr(err error) *httpjson.Error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "request body is not valid JSON (at byte %d)", syn.Offset)
+	case errors.As(err, &typ) && typ.Field != "":
+		return httpjson.Errorf(http.StatusBadRequest, codeInvalidJSON, "request body: %q holds a JSON %s where another kind of value belongs", typ.Field, typ.Value)
+	default:
+		return httpjson.New(http.StatusBadRequest, codeInvalidJSON, "request body must be a JSON object")
+	}
 }
 
 // openRetryAfter is the Retry-After of a creation refused for too many

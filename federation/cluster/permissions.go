@@ -14,7 +14,7 @@ import (
 // (federation.SharedPermissions) plus JetStream (its API, flow control and
 // acknowledgements, the KV buckets) and the cluster's subjects
 // beam.cluster.<token>.>. Every other user of the account must be denied
-// JetStream and the cluster subjects (federation.ReservedSubjects), as the
+// JetStream and the cluster subjects (federation's reservedSubjects), as the
 // entries of beam peer nats-user are.
 func NodePermissions(domain string) *server.Permissions {
 	p := federation.SharedPermissions(domain)
