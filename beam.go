@@ -74,7 +74,8 @@ type Config struct {
 	// Timeouts bound waits for intents' results.
 	Timeouts Timeouts
 	// Limits are the rate limits, connection caps and request timeouts;
-	// nil means DefaultLimits() (docs/SECURITY.md, "Limits").
+	// nil means DefaultLimits() (docs/SECURITY.md, "Limits"). A zero field
+	// of a non-nil Limits turns that limit off: start from DefaultLimits().
 	Limits *Limits
 	// NoLimits turns off the rate limits and connection caps, keeping
 	// Limits' ReadTimeout, IdleTimeout and ReadHeaderTimeout, e.g. for load
@@ -194,7 +195,12 @@ type Rate struct {
 func (r Rate) String() string { return limits.Rate(r).String() }
 
 // Limits are a directory's resource limits (docs/SECURITY.md, "Limits").
-// The zero value of a Rate, a cap or a timeout disables it.
+// The zero value of a Rate, a cap or a timeout disables it, so change the
+// defaults rather than starting from an empty Limits:
+//
+//	lim := beam.DefaultLimits()
+//	lim.Register = beam.Rate{N: 10, Per: time.Minute}
+//	cfg.Limits = &lim
 type Limits struct {
 	// Register bounds POST /agents/register per client address (30/1m).
 	Register Rate
