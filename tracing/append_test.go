@@ -572,9 +572,12 @@ func TestLoneAppendsCommitInTheCallersGoroutine(t *testing.T) {
 
 // TestBusyLogStillGathersBatches: callers that find the queue empty only
 // because the writer just took it must not commit alone, or every other
-// commit would carry one request and pay a whole fsync.
+// commit would carry one request and pay a whole fsync. A starved machine
+// legitimately makes a few lone commits (callers cannot come back before
+// the writer goes idle), so the bound is a quarter of the commits, well
+// below the half that failure would show; the test does not run in
+// parallel with the package's other tests, which starve it most.
 func TestBusyLogStillGathersBatches(t *testing.T) {
-	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	const callers, each = 32, 25
@@ -598,7 +601,7 @@ func TestBusyLogStillGathersBatches(t *testing.T) {
 	require.Equal(t, int64(callers*each), b.log.LastSeq())
 	commits := b.metric("beam_log_batch_events")
 	own := float64(b.log.ownCommits.Load())
-	require.Less(t, own, 1+commits/10, "%v of %v commits carried one caller's request alone", own, commits)
+	require.Less(t, own, 1+commits/4, "%v of %v commits carried one caller's request alone", own, commits)
 }
 
 // TestAppendsAcknowledgedAroundCloseAreKept: appenders that commit their
