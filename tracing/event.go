@@ -97,9 +97,6 @@ type Details struct {
 	// recoveryAction, fallbackReason, ...). They are stored and shown in
 	// traces but never read by the projections.
 	Extra map[string]any `json:"-"`
-	// mesh is the step SetMesh encoded into Mesh, as the fold reads it
-	// back from those bytes.
-	mesh *meshKept
 }
 
 // BusMessage is what the bus records about a message when it accepts it.

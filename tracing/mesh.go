@@ -216,7 +216,7 @@ type MeshRow struct {
 // appender and in Rebuild.
 func (m *MeshRow) Apply(ev Event) {
 	us := ev.At.UnixMicro()
-	st := ev.Details.meshStep()
+	st, _ := DecodeMeshStep(ev.Details.Mesh)
 	if m.Nonce == "" {
 		m.Nonce = ev.Nonce
 		m.ID = st.ID

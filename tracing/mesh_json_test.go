@@ -86,31 +86,3 @@ func BenchmarkMeshStepEncodeDecode(b *testing.B) {
 		}
 	}
 }
-
-// TestSetMeshFoldsAsDecoded: the step SetMesh keeps for the fold is exactly
-// what DecodeMeshStep reads back from details.mesh (bad UTF-8, HTML
-// characters and non-compact envelopes included), and bytes set after it
-// are decoded.
-func TestSetMeshFoldsAsDecoded(t *testing.T) {
-	t.Parallel()
-	r := rand.New(rand.NewPCG(3, 5))
-	for i := range 3000 {
-		s := randomStep(r)
-		if len(s.Envelope) > 0 && r.IntN(2) == 0 {
-			s.Envelope = append([]byte(" "), s.Envelope...) // not compact
-		}
-		var d Details
-		d.SetMesh(s)
-		require.Equal(t, string(s.Encode()), string(d.Mesh), "step %d", i)
-		decoded, err := DecodeMeshStep(d.Mesh)
-		require.NoError(t, err)
-		got := d.meshStep()
-		decoded.Children, got.Children = nil, nil // the fold does not read them
-		require.Equal(t, decoded, got, "step %d", i)
-	}
-	var d Details
-	d.SetMesh(MeshStep{Kind: MeshKindHop, Hop: 1})
-	require.NotNil(t, d.mesh)
-	d.Mesh = MeshStep{Kind: MeshKindSink, Hop: 2}.Encode()
-	require.Equal(t, MeshStep{Kind: MeshKindSink, Hop: 2}, d.meshStep())
-}

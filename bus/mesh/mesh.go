@@ -374,9 +374,8 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 
 // event builds an event of row's nonce carrying step.
 func (e *Engine) event(row tracing.MeshRow, state tracing.State, step tracing.MeshStep) tracing.Event {
-	ev := tracing.Event{Nonce: row.Nonce, State: state, Transport: "mesh", Attempt: step.Attempt}
-	ev.Details.SetMesh(step)
-	return ev
+	return tracing.Event{Nonce: row.Nonce, State: state, Transport: "mesh", Attempt: step.Attempt,
+		Details: tracing.Details{Mesh: step.Encode()}}
 }
 
 // append writes events atomically and notifies subscribers of ids.

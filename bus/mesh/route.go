@@ -149,9 +149,9 @@ func (e *Engine) Create(ctx context.Context, req CreateRequest) (tracing.MeshRow
 	}
 	row := tracing.MeshRow{ID: env.ID, Nonce: nonceOf(env.ID)}
 	created := tracing.Event{Nonce: row.Nonce, State: tracing.Received, From: req.Creator, To: route.Curr,
-		IntentType: intentEnvelope, Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh}}
-	created.Details.SetMesh(tracing.MeshStep{Kind: tracing.MeshKindCreated, ID: env.ID, ParentID: req.ParentID, Creator: req.Creator,
-		DeadlineAt: deadline.UnixMilli(), Status: tracing.MeshPending, Envelope: encodeStored(env), Actor: route.Curr})
+		IntentType: intentEnvelope, Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh,
+			Mesh: tracing.MeshStep{Kind: tracing.MeshKindCreated, ID: env.ID, ParentID: req.ParentID, Creator: req.Creator,
+				DeadlineAt: deadline.UnixMilli(), Status: tracing.MeshPending, Envelope: encodeStored(env), Actor: route.Curr}.Encode()}}
 	queued := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait})
 	if err := e.append(ctx, nil, created, queued); err != nil {
 		return tracing.MeshRow{}, fmt.Errorf("record envelope: %w", err)
@@ -710,10 +710,9 @@ func (e *Engine) advance(ctx context.Context, row tracing.MeshRow, env envelope,
 			to = sink
 		}
 		created := tracing.Event{Nonce: child.Nonce, State: tracing.Received, From: env.Creator, To: to, IntentType: intentEnvelope,
-			Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh}}
-		created.Details.SetMesh(tracing.MeshStep{Kind: tracing.MeshKindCreated,
-			ID: ce.ID, ParentID: env.ID, Creator: env.Creator, DeadlineAt: row.DeadlineAt, Status: tracing.MeshPending,
-			Envelope: encodeStored(ce), Hop: hop, Actor: ce.Route.Curr, Progress: progress})
+			Transport: "mesh", Details: tracing.Details{Owner: tracing.OwnerMesh, Mesh: tracing.MeshStep{Kind: tracing.MeshKindCreated,
+				ID: ce.ID, ParentID: env.ID, Creator: env.Creator, DeadlineAt: row.DeadlineAt, Status: tracing.MeshPending,
+				Envelope: encodeStored(ce), Hop: hop, Actor: ce.Route.Curr, Progress: progress}.Encode()}}
 		events = append(events, created)
 		if ce.Route.Done() {
 			// Straight to x-sink: a delivery to the system actor.
@@ -982,7 +981,7 @@ func (e *Engine) annotate(ctx context.Context, id, kind string, to tracing.MeshS
 		if row.State == tracing.Queued {
 			// A queued step resets nextAt; keep the scheduled time.
 			st := tracing.MeshStep{Kind: kind, Status: to, Attempt: row.Attempt, NextAt: row.NextAt}
-			ev.Details.SetMesh(st)
+			ev.Details.Mesh = st.Encode()
 		}
 		err := e.append(ctx, []string{id}, ev)
 		if err == nil {
