@@ -149,15 +149,18 @@ func (e *Engine) visible(ctx context.Context, p principal, id string) (tracing.M
 // envelopeView is the JSON of an envelope for clients.
 type envelopeView struct {
 	tracing.MeshRow
-	Envelope json.RawMessage `json:"envelope"`
+	// Envelope is the decoded envelope with the row's status, or the
+	// stored bytes when they do not decode. The struct itself is encoded
+	// (the same bytes as encodeEnvelope, compacted by the caller's
+	// encoder), so a view is not encoded and compacted twice.
+	Envelope any `json:"envelope"`
 }
 
 func view(row tracing.MeshRow) envelopeView {
-	env := json.RawMessage(row.Envelope)
 	if e, err := envelopeOf(row); err == nil {
-		env = encodeEnvelope(e)
+		return envelopeView{MeshRow: row, Envelope: e}
 	}
-	return envelopeView{MeshRow: row, Envelope: env}
+	return envelopeView{MeshRow: row, Envelope: json.RawMessage(row.Envelope)}
 }
 
 // createBody is the body of POST /api/v1/mesh.
