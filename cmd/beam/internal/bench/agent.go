@@ -36,6 +36,10 @@ type agent struct {
 	// Base is the base URL of the directory (or cluster node) the agent
 	// registered with; its sessions and HTTP sends go there.
 	Base string
+	// Pending says the directory made the agent a pending member of its
+	// org (a directory without --open-orgs, for every registrant but the
+	// org's first).
+	Pending bool
 }
 
 // call makes one request of the directory at addr and returns the answer's
@@ -96,12 +100,13 @@ func register(ctx context.Context, hc *http.Client, base, beamID, org string) (*
 		return nil, fmt.Errorf("register %s: %w", beamID, err)
 	}
 	var v struct {
-		APIKey string `json:"apiKey"`
+		APIKey        string `json:"apiKey"`
+		OrgMembership string `json:"orgMembership"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil || v.APIKey == "" {
 		return nil, fmt.Errorf("register %s: response carries no apiKey: %.200s", beamID, b)
 	}
-	return &agent{BeamID: beamID, Public: pub, Private: priv, APIKey: v.APIKey, Base: base}, nil
+	return &agent{BeamID: beamID, Public: pub, Private: priv, APIKey: v.APIKey, Base: base, Pending: v.OrgMembership == "pending"}, nil
 }
 
 // registerMany registers n agents named prefix-<i>@org with at most

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -32,6 +33,12 @@ func newMeshDriver(ctx context.Context, env *env) (driver, error) {
 	}
 	if len(env.Fleet.Recipients) == 0 {
 		return nil, fmt.Errorf("mesh: no recipients")
+	}
+	for _, a := range append(slices.Clip(env.Fleet.Senders), env.Fleet.Recipients...) {
+		if a.Pending {
+			return nil, fmt.Errorf("mesh: the directory made %s a pending member of org %s, and pipeline hops "+
+				"between unapproved members fail: start beam serve with --open-orgs, as beam bench's own server does", a.BeamID, env.Fleet.Org)
+		}
 	}
 	return &meshDriver{env: env, hops: hops}, nil
 }

@@ -31,12 +31,18 @@ type testBundle struct {
 // setup runs a directory in this process on a loopback port.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
+	return setupOrgs(t, true) // the bench fleet is one org, as with beam bench's own server
+}
+
+// setupOrgs is setup with OpenOrgs set to open.
+func setupOrgs(t *testing.T, open bool) *testBundle {
+	t.Helper()
 	srv, err := beam.New(context.Background(), beam.Config{
 		DataDir:     t.TempDir(),
 		Limits:      &beam.Limits{},
 		Synchronous: "NORMAL",
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OpenOrgs:    true, // the bench fleet is one org, as with beam bench's own server
+		OpenOrgs:    open,
 	})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -96,6 +102,23 @@ func TestBurnDown(t *testing.T) {
 			require.Contains(t, out.String(), string(mode))
 		})
 	}
+}
+
+// TestMeshAgainstADirectoryWithoutOpenOrgsSaysWhatToDo: pointed at a
+// `beam serve` without --open-orgs, the mesh mode's agents are pending
+// members and every hop would fail; the run stops before sending and says
+// why, instead of reporting every envelope FAILED.
+func TestMeshAgainstADirectoryWithoutOpenOrgsSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	tb := setupOrgs(t, false)
+	_, err := Run(context.Background(), Config{URL: tb.url, Mode: modeMesh, Count: 4, Concurrency: 2, Senders: 2, Recipients: 3})
+	require.ErrorContains(t, err, "--open-orgs")
+
+	tb = setup(t)
+	sum, err := Run(context.Background(), Config{URL: tb.url, Mode: modeMesh, Count: 4, Concurrency: 2, Senders: 2, Recipients: 3})
+	require.NoError(t, err)
+	require.Zero(t, sum.Errors, "error codes: %v", sum.ErrorCodes)
+	require.EqualValues(t, 4, sum.OK)
 }
 
 func TestSteadyRateAndIdleAgents(t *testing.T) {
