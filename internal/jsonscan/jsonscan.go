@@ -151,31 +151,3 @@ func AppendEscape(b []byte, c byte) []byte {
 func AppendUnicodeEscape(b []byte, r rune) []byte {
 	return append(b, '\\', 'u', hexDigits[r>>12&0xF], hexDigits[r>>8&0xF], hexDigits[r>>4&0xF], hexDigits[r&0xF])
 }
-
-// appendString appends s as a JSON string: raw UTF-8, with only the bytes
-// NeedsEscape names escaped (no HTML escaping). It returns false, with b
-// as far as it got, when s is not valid UTF-8.
-func appendString(b []byte, s string) ([]byte, bool) {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if !NeedsEscape(c) {
-				i++
-				continue
-			}
-			b = AppendEscape(append(b, s[start:i]...), c)
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			return b, false
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"'), true
-}

@@ -47,20 +47,9 @@ func decode(tok []byte) (string, bool) {
 	return string(out), true
 }
 
-func TestAppendStringMatchesEncodingJSON(t *testing.T) {
-	t.Parallel()
-	for _, s := range []string{"", "plain", "quote\" back\\slash /", "\b\f\n\r\t\x00\x1f\x7f", "<&> é ☃ 😀"} {
-		got, ok := appendString(nil, s)
-		require.True(t, ok)
-		require.Equal(t, string(encodingJSON(t, s)), string(got))
-	}
-	_, ok := appendString(nil, "bad \xff")
-	require.False(t, ok)
-}
-
-// FuzzString checks the primitives against encoding/json both ways: what
-// appendString writes, encoding/json writes too and reads back as s, and
-// ScanString and the escape decoders read it back as s; a token ScanString
+// FuzzString checks the primitives against encoding/json both ways: the
+// token encoding/json writes for a valid UTF-8 s, ScanString and the escape
+// decoders read back as s; a token ScanString
 // accepts, encoding/json accepts, and a string token encoding/json accepts,
 // ScanString accepts to its end.
 func FuzzString(f *testing.F) {
@@ -68,21 +57,16 @@ func FuzzString(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		// Writing.
-		got, ok := appendString(nil, s)
-		require.Equal(t, utf8.ValidString(s), ok)
-		if ok {
-			if !strings.ContainsAny(s, "\u2028\u2029") { // encoding/json escapes these two; JSON does not require it
-				require.Equal(t, string(encodingJSON(t, s)), string(got))
-			}
-			var back string
-			require.NoError(t, json.Unmarshal(got, &back))
-			require.Equal(t, s, back)
+		// Reading what encoding/json writes.
+		if utf8.ValidString(s) {
+			got := encodingJSON(t, s)
 			end, escaped, nonASCII, ok := ScanString(got, 0)
 			require.True(t, ok)
 			require.Equal(t, len(got), end)
-			require.Equal(t, strings.ContainsFunc(s, func(r rune) bool { return r < 0x80 && NeedsEscape(byte(r)) }), escaped)
-			require.Equal(t, strings.ContainsFunc(s, func(r rune) bool { return r >= 0x80 }), nonASCII)
+			if !strings.ContainsAny(s, "\u2028\u2029") { // encoding/json escapes these two; JSON does not require it
+				require.Equal(t, strings.ContainsFunc(s, func(r rune) bool { return r < 0x80 && NeedsEscape(byte(r)) }), escaped)
+				require.Equal(t, strings.ContainsFunc(s, func(r rune) bool { return r >= 0x80 }), nonASCII)
+			}
 			dec, ok := decode(got)
 			require.True(t, ok)
 			require.Equal(t, s, dec)
