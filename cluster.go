@@ -63,6 +63,7 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Trust: trust,
 		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Router: router, Sessions: dir.ConnectedAgents, Logger: s.logger,
 		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)), Key: key, Registerer: s.registry,
+		JobBus: s.cfg.JobBus.Enabled,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)

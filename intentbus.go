@@ -53,8 +53,13 @@ func (s *Server) openIntentBus(ctx context.Context) error {
 		s.dash.SetJobs(svc)
 	}
 	idle := cmp.Or(s.cfg.Limits.JobBusIdleTimeout, 2*time.Minute)
+	handler := svc.Handler()
+	if s.cluster != nil {
+		// One node, the home, serves the job bus; the others forward.
+		handler = s.cluster.JobsHandler(handler, jobs.WriteProblem)
+	}
 	s.intent = &intentBus{svc: svc, secret: secret, secretIsNew: isNew, srv: &http.Server{
-		Handler:           svc.Handler(),
+		Handler:           handler,
 		ReadHeaderTimeout: min(idle, defaultReadHeaderTimeout),
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       idle,

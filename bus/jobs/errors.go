@@ -18,6 +18,14 @@ func problem(w http.ResponseWriter, e *httpjson.Error) {
 	reply(w, e.Status, b)
 }
 
+// WriteProblem writes e as the job bus answers errors: RFC §11's shape,
+// Retry-After when e asks for one, and RFC §10's security headers. A
+// cluster node forwarding the bus's requests answers its own errors so.
+func WriteProblem(w http.ResponseWriter, e *httpjson.Error) {
+	securityHeaders(w.Header())
+	problem(w, e)
+}
+
 type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`

@@ -51,6 +51,12 @@ const headerCall = "X-Beam-Cluster-Call"
 // headerChunk numbers the chunks of a call's answer ("i/n", from 1).
 const headerChunk = "Beam-Chunk"
 
+// answerHeaders are the headers of an answer a call carries back: its
+// type, when to retry, and the job bus's own (allowed methods, the admin
+// realm, RFC §10's security headers).
+var answerHeaders = []string{"Content-Type", "Retry-After", "Allow", "WWW-Authenticate",
+	"X-Frame-Options", "X-Content-Type-Options", "Referrer-Policy", "Cache-Control", "X-Intent-Version"}
+
 // forwardTimeout bounds one forwarded bus request.
 const forwardTimeout = 5 * time.Second
 
@@ -230,8 +236,10 @@ func (n *Node) answer(m *nats.Msg, to, call string, status int, hdr http.Header,
 				return
 			}
 			msg.Header.Set(headerSeal, tok)
-			if v := hdr.Get("Content-Type"); v != "" {
-				msg.Header.Set("Content-Type", v)
+			for _, k := range answerHeaders {
+				if v := hdr.Get(k); v != "" {
+					msg.Header.Set(k, v)
+				}
 			}
 		}
 		if err := n.nc.PublishMsg(msg); err != nil {
@@ -307,52 +315,62 @@ func (n *Node) forward(ctx context.Context, r *http.Request, node NodeInfo, p di
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	inbox := n.nc.NewRespInbox()
-	sub, err := n.nc.SubscribeSync(inbox)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	msg := &nats.Msg{Subject: n.callSubject(node.NodeID), Reply: inbox, Data: body, Header: nats.Header{headerSeal: {tok}}}
+	msg := &nats.Msg{Subject: n.callSubject(node.NodeID), Data: body, Header: nats.Header{headerSeal: {tok}}}
 	if v := r.Header.Get("Content-Type"); v != "" {
 		msg.Header.Set("Content-Type", v)
 	}
-	if err := n.nc.PublishMsg(msg); err != nil {
-		return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
+	return n.call(ctx, msg, node.NodeID, c.ID, forwardTimeout)
+}
+
+// call sends msg to node and returns its answer: the chunks in order, the
+// last one sealed by node over the call ID, this node, the status and the
+// body's digest, within timeout.
+func (n *Node) call(ctx context.Context, msg *nats.Msg, node, callID string, timeout time.Duration) (int, http.Header, []byte, error) {
+	inbox := n.nc.NewRespInbox()
+	sub, err := n.nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("call to %s: %w", node, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	defer func() { _ = sub.Unsubscribe() }()
+	msg.Reply = inbox
+	if err := n.nc.PublishMsg(msg); err != nil {
+		return 0, nil, nil, fmt.Errorf("call to %s: %w", node, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var out []byte
 	for i := 1; ; i++ {
 		m, err := sub.NextMsgWithContext(cctx)
 		if err != nil {
-			return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
+			return 0, nil, nil, fmt.Errorf("call to %s: %w", node, err)
 		}
 		if m.Header.Get("Status") == "503" {
-			return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, nats.ErrNoResponders)
+			return 0, nil, nil, fmt.Errorf("call to %s: %w", node, nats.ErrNoResponders)
 		}
 		var at, of int
 		if _, err := fmt.Sscanf(m.Header.Get(headerChunk), "%d/%d", &at, &of); err != nil || at != i || of < i {
-			return 0, nil, nil, fmt.Errorf("call to %s: answer chunk %q out of place", node.NodeID, m.Header.Get(headerChunk))
+			return 0, nil, nil, fmt.Errorf("call to %s: answer chunk %q out of place", node, m.Header.Get(headerChunk))
 		}
 		if out = append(out, m.Data...); len(out) > maxCapturedBody {
-			return 0, nil, nil, fmt.Errorf("call to %s: answer too large", node.NodeID)
+			return 0, nil, nil, fmt.Errorf("call to %s: answer too large", node)
 		}
 		if at < of {
 			continue
 		}
 		var rep callReply
-		err = n.openAs(typCallReply, []byte(m.Header.Get(headerSeal)), &rep, func() string { return node.NodeID })
-		if err == nil && (rep.Call != c.ID || rep.To != n.cfg.NodeID || rep.Body != digest(out)) {
-			err = fmt.Errorf("%w: answer of %s is for another call", errUnsealed, node.NodeID)
+		err = n.openAs(typCallReply, []byte(m.Header.Get(headerSeal)), &rep, func() string { return node })
+		if err == nil && (rep.Call != callID || rep.To != n.cfg.NodeID || rep.Body != digest(out)) {
+			err = fmt.Errorf("%w: answer of %s is for another call", errUnsealed, node)
 		}
 		if err != nil {
 			n.refuse("answer", err)
-			return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
+			return 0, nil, nil, fmt.Errorf("call to %s: %w", node, err)
 		}
 		hdr := http.Header{}
-		if v := m.Header.Get("Content-Type"); v != "" {
-			hdr.Set("Content-Type", v)
+		for _, k := range answerHeaders {
+			if v := m.Header.Get(k); v != "" {
+				hdr.Set(k, v)
+			}
 		}
 		return rep.Status, hdr, out, nil
 	}

@@ -113,6 +113,12 @@ type Config struct {
 	// DirectoryKey): it signs what this node writes for the others and
 	// proves its membership to them (seal.go). Required.
 	Key ed25519.PrivateKey
+	// JobBus says this node serves the Intent Protocol job bus: the first
+	// such node to start becomes its home (homes.go).
+	JobBus bool
+	// LogID is this node's log ID, written into the homes it takes; may
+	// be empty.
+	LogID string
 	// Registerer receives the cluster's metrics; nil: not exported.
 	Registerer prometheus.Registerer
 	// Logger receives diagnostics; default slog.Default().
@@ -144,6 +150,13 @@ type Node struct {
 	callSub   *nats.Subscription
 	started   time.Time
 
+	// homes are the services' home nodes; jobs answers the job bus calls
+	// of other nodes (JobsHandler).
+	homes     homes
+	jobs      atomic.Pointer[jobsServer]
+	jobsSlots chan struct{}
+	jobsSub   *nats.Subscription
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	// identityChecked: CheckIdentity passed before Start.
@@ -174,7 +187,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, lg: cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
 		subj: "beam.cluster." + Token(cfg.Domain) + ".registry", rejected: rej,
-		callSlots: make(chan struct{}, maxCallsServed), started: time.Now()}
+		callSlots: make(chan struct{}, maxCallsServed), jobsSlots: make(chan struct{}, maxJobsServed), started: time.Now()}
 	if cfg.Listen != "" {
 		host, portStr, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
@@ -303,6 +316,12 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 	if err := n.startRouting(ctx, runCtx); err != nil {
 		return err
 	}
+	if err := n.startHomes(ctx, runCtx); err != nil {
+		return err
+	}
+	if n.jobsSub, err = nc.Subscribe(n.jobsSubject(n.cfg.NodeID), func(m *nats.Msg) { n.onJobsCall(runCtx, m) }); err != nil {
+		return fmt.Errorf("cluster: subscribe jobs calls: %w", err)
+	}
 	n.wg.Add(1)
 	go n.apply(runCtx)
 	if err := n.cfg.Registry.WaitApplied(ctx, last); err != nil {
@@ -428,6 +447,9 @@ func (n *Node) Close() error {
 	}
 	if n.callSub != nil {
 		_ = n.callSub.Unsubscribe()
+	}
+	if n.jobsSub != nil {
+		_ = n.jobsSub.Unsubscribe()
 	}
 	if n.members.sub != nil {
 		_ = n.members.sub.Unsubscribe()

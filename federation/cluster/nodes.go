@@ -288,6 +288,8 @@ type status struct {
 	Nodes []NodeInfo `json:"nodes"`
 	// Sessions say which node holds each connected agent's session.
 	Sessions []sessionInfo `json:"sessions"`
+	// Homes are the nodes serving the services that run on one node.
+	Homes []homeInfo `json:"homes"`
 }
 
 // sessionInfo is one agent's session and the node holding it.
@@ -303,7 +305,7 @@ func (n *Node) Status(ctx context.Context) (any, error) {
 		return nil, err
 	}
 	st := status{Node: n.cfg.NodeID, Domain: n.cfg.Domain, Replicas: n.Replicas(),
-		RegistrySeq: n.cfg.Registry.Applied(), Nodes: nodes, Sessions: []sessionInfo{}}
+		RegistrySeq: n.cfg.Registry.Applied(), Nodes: nodes, Sessions: []sessionInfo{}, Homes: n.homeList()}
 	for id, node := range n.Sessions() {
 		st.Sessions = append(st.Sessions, sessionInfo{BeamID: id, Node: node})
 	}
