@@ -23,7 +23,11 @@ func TestClusterProcesses(t *testing.T) {
 	t.Parallel()
 	peerDir := t.TempDir()
 	peerLine := showSelf(t, peerDir, clusterPeerDomain, freeAddr(t))
-	nodes := beamtest.StartAll(t, clusterOptions(t, 3, "--peer", peerLine)...)
+	opts := clusterOptions(t, 3, "--peer", peerLine)
+	for i := range opts {
+		opts[i].Env = append(opts[i].Env, clusterJobsEnv()...)
+	}
+	nodes := beamtest.StartAll(t, opts...)
 
 	// First, while the registry stream holds nothing but what the pinned
 	// peer could write.
@@ -36,6 +40,11 @@ func TestClusterProcesses(t *testing.T) {
 		{"BusPoll", clusterBusPoll},
 		{"Forgery", clusterForgery},
 		{"RouteStrangerRefused", clusterRouteStrangerRefused},
+		{"JobsAcrossNodes", clusterJobsAcrossNodes},
+		{"JobsLeases", clusterJobsLeases},
+		{"JobsKeys", clusterJobsKeys},
+		{"JobsExactlyOnce", clusterJobsExactlyOnce},
+		{"JobsForgery", clusterJobsForgery},
 		// Kills and restarts node 2.
 		{"Registry", clusterRegistry},
 		// Restarts node 0.

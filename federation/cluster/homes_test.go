@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/internal/httpjson"
 )
 
 // homesNode returns a node whose homes bucket lives on js.
@@ -114,4 +116,49 @@ func TestJobsCallIsBoundToItsNodeBodyAndHeaders(t *testing.T) {
 	m2.Header.Set(headerSeal, busTok)
 	_, _, _, err = home.verifyJobsCall(m2, time.Now())
 	require.Error(t, err, "a token of another typ")
+}
+
+// TestJobsHandlerWhileTheHomeIsDown: while the home's entry is gone from
+// the nodes bucket (or no node is home yet) a node answers the job bus's
+// requests 503 with Retry-After, in the shape it is given, and never
+// serves them itself; the home serves them itself; a request claiming to
+// be a node call is refused 401.
+func TestJobsHandlerWhileTheHomeIsDown(t *testing.T) {
+	t.Parallel()
+	n := sealNode(t, "node-a", testClusterKey)
+	n.homes.cur = map[string]homeView{}
+	served := 0
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { served++; w.WriteHeader(http.StatusNoContent) })
+	problem := func(w http.ResponseWriter, e *httpjson.Error) {
+		e.SetRetryAfter(w.Header())
+		httpjson.Write(w, e.Status, map[string]any{"error": map[string]any{"code": e.Code, "message": e.Message}})
+	}
+	h := n.JobsHandler(next, problem)
+	do := func(hdr ...string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/claim", strings.NewReader(`{}`))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+
+	rec := do()
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, "no home yet")
+	require.Equal(t, "5", rec.Header().Get("Retry-After"))
+	require.JSONEq(t, `{"error":{"code":"home_unavailable","message":"The node serving the job bus is unavailable; retry."}}`, rec.Body.String())
+
+	n.homes.cur[homeJobs] = homeView{homeEntry: homeEntry{Name: homeJobs, Node: "node-b"}}
+	n.route.live = map[string]bool{"node-a": true}
+	rec = do()
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, "the home's entry is gone")
+	require.Equal(t, "5", rec.Header().Get("Retry-After"))
+	require.Zero(t, served)
+
+	n.homes.cur[homeJobs] = homeView{homeEntry: homeEntry{Name: homeJobs, Node: "node-a"}}
+	require.Equal(t, http.StatusNoContent, do().Code)
+	require.Equal(t, 1, served)
+	require.Equal(t, http.StatusUnauthorized, do(headerCall, "x").Code)
+	require.Equal(t, 1, served)
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
@@ -207,6 +208,40 @@ func WriteNodeDirs(domain string, dirs []string) error {
 	}
 	if err := federation.ShareKey(dirs); err != nil {
 		return fmt.Errorf("cluster init: %w", err)
+	}
+	return shareJobSecret(dirs)
+}
+
+// jobSecretFile holds the job bus's BUS_SECRET in a data directory.
+const jobSecretFile = "intent.secret"
+
+// shareJobSecret gives every node the same job bus secret: the home
+// authenticates every node's job bus clients (forward.go). The first
+// secret one of dirs has is copied to the others that have none; without
+// one, a new one is written to all.
+func shareJobSecret(dirs []string) error {
+	var secret []byte
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, jobSecretFile)); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			secret = b
+			break
+		}
+	}
+	if secret == nil {
+		raw := make([]byte, 24)
+		if _, err := rand.Read(raw); err != nil {
+			return fmt.Errorf("cluster init: job bus secret: %w", err)
+		}
+		secret = []byte("ibs_" + hex.EncodeToString(raw) + "\n")
+	}
+	for _, d := range dirs {
+		path := filepath.Join(d, jobSecretFile)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := writeNew(path, secret, 0o600); err != nil {
+			return err
+		}
 	}
 	return nil
 }

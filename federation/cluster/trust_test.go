@@ -24,7 +24,7 @@ func TestWriteNodeDirs(t *testing.T) {
 
 	trusts := make([]*Trust, len(dirs))
 	for i, d := range dirs {
-		for _, f := range []string{CertKeyFile, SecretFile, federation.KeyFile, NodeIDFile} {
+		for _, f := range []string{CertKeyFile, SecretFile, federation.KeyFile, NodeIDFile, jobSecretFile} {
 			st, err := os.Stat(filepath.Join(d, f))
 			require.NoError(t, err)
 			require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), f)
@@ -42,6 +42,11 @@ func TestWriteNodeDirs(t *testing.T) {
 	k1, err := os.ReadFile(filepath.Join(dirs[1], federation.KeyFile))
 	require.NoError(t, err)
 	require.Equal(t, k0, k1)
+	s0, err := os.ReadFile(filepath.Join(dirs[0], jobSecretFile))
+	require.NoError(t, err)
+	s1, err := os.ReadFile(filepath.Join(dirs[1], jobSecretFile))
+	require.NoError(t, err)
+	require.Equal(t, s0, s1, "every node's job bus takes the same BUS_SECRET")
 
 	// Node 2's certificate passes node 1's route checks, both ways.
 	c1 := trusts[0].tlsConfig("acme.beam.directory")
