@@ -502,3 +502,62 @@ func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// TestClusterJobsHomeDownProcesses: while the job bus's home is down the
+// other nodes answer its clients 503 with Retry-After in the protocol's
+// error shape (nothing is accepted that the home would not hold); once the
+// home is back, the jobs it held are claimable through any node again.
+func TestClusterJobsHomeDownProcesses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	opts := clusterOptions(t, 3)
+	for i := range opts {
+		opts[i].Env = append(opts[i].Env, clusterJobsEnv()...)
+	}
+	nodes := beamtest.StartAll(t, opts...)
+	cj := newClusterJobs(t, ctx, nodes)
+	ns := uniqueNS(t, "down")
+	id := cj.publish(cj.node(1), ns, 1)
+
+	cj.node(0).Kill()
+	for _, i := range []int{1, 2} {
+		a := cj.do(cj.node(i), http.MethodPost, "/claim?namespace="+ns, map[string]any{})
+		require.Equal(t, http.StatusServiceUnavailable, a.status, "node %d while the home is down: %s", i, a.raw)
+		require.Equal(t, "5", a.header.Get("Retry-After"))
+		require.Equal(t, "home_unavailable", a.body["error"].(map[string]any)["code"], a.raw)
+	}
+	// Also once the home's entry expired from the nodes bucket.
+	require.Eventually(t, func() bool {
+		var card struct {
+			Status struct {
+				Homes []struct{ Live bool } `json:"homes"`
+			} `json:"status"`
+		}
+		token, err := os.ReadFile(filepath.Join(cj.node(1).DataDir, "admin.token"))
+		require.NoError(t, err)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cj.node(1).URL()+"/observability/cluster", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&card))
+		return len(card.Status.Homes) == 1 && !card.Status.Homes[0].Live
+	}, 30*time.Second, 250*time.Millisecond, "node 1 sees the home down")
+	a := cj.do(cj.node(2), http.MethodGet, "/status/"+id, nil)
+	require.Equal(t, http.StatusServiceUnavailable, a.status, a.raw)
+	require.Equal(t, "5", a.header.Get("Retry-After"))
+
+	cj.node(0).Restart()
+	var got string
+	require.Eventually(t, func() bool {
+		a := cj.do(cj.node(2), http.MethodPost, "/claim?namespace="+ns, map[string]any{})
+		if a.status == http.StatusOK {
+			got, _ = a.body["id"].(string)
+			return true
+		}
+		return false
+	}, time.Minute, 250*time.Millisecond, "the home is back")
+	require.Equal(t, id, got)
+}
