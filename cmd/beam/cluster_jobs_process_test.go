@@ -105,18 +105,20 @@ func newClusterJobs(t *testing.T, ctx context.Context, nodes []*beamtest.Process
 	return cj
 }
 
-// clusterHome is the job bus's home as node's /observability/cluster
-// shows it.
-func clusterHome(t *testing.T, ctx context.Context, node *beamtest.Process) string {
+// homeRow is one home as /observability/cluster shows it.
+type homeRow struct {
+	Name, Node string
+	Live       bool
+}
+
+// clusterHomes are the homes node's /observability/cluster shows.
+func clusterHomes(t *testing.T, ctx context.Context, node *beamtest.Process) []homeRow {
 	t.Helper()
 	token, err := os.ReadFile(filepath.Join(node.DataDir, "admin.token"))
 	require.NoError(t, err)
 	var card struct {
 		Status struct {
-			Homes []struct {
-				Name, Node string
-				Live       bool
-			} `json:"homes"`
+			Homes []homeRow `json:"homes"`
 		} `json:"status"`
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, node.URL()+"/observability/cluster", nil)
@@ -126,10 +128,18 @@ func clusterHome(t *testing.T, ctx context.Context, node *beamtest.Process) stri
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&card))
-	require.Len(t, card.Status.Homes, 1, "%+v", card)
-	require.Equal(t, "jobs", card.Status.Homes[0].Name)
-	require.True(t, card.Status.Homes[0].Live)
-	return card.Status.Homes[0].Node
+	return card.Status.Homes
+}
+
+// clusterHome is the job bus's home as node's /observability/cluster
+// shows it, live.
+func clusterHome(t *testing.T, ctx context.Context, node *beamtest.Process) string {
+	t.Helper()
+	homes := clusterHomes(t, ctx, node)
+	require.Len(t, homes, 1, "%+v", homes)
+	require.Equal(t, "jobs", homes[0].Name)
+	require.True(t, homes[0].Live)
+	return homes[0].Node
 }
 
 // node returns the i-th node counted from the home: 0 the home, 1 and 2
@@ -529,21 +539,8 @@ func TestClusterJobsHomeDownProcesses(t *testing.T) {
 	}
 	// Also once the home's entry expired from the nodes bucket.
 	require.Eventually(t, func() bool {
-		var card struct {
-			Status struct {
-				Homes []struct{ Live bool } `json:"homes"`
-			} `json:"status"`
-		}
-		token, err := os.ReadFile(filepath.Join(cj.node(1).DataDir, "admin.token"))
-		require.NoError(t, err)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cj.node(1).URL()+"/observability/cluster", nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&card))
-		return len(card.Status.Homes) == 1 && !card.Status.Homes[0].Live
+		homes := clusterHomes(t, ctx, cj.node(1))
+		return len(homes) == 1 && !homes[0].Live
 	}, 30*time.Second, 250*time.Millisecond, "node 1 sees the home down")
 	a := cj.do(cj.node(2), http.MethodGet, "/status/"+id, nil)
 	require.Equal(t, http.StatusServiceUnavailable, a.status, a.raw)
