@@ -156,9 +156,19 @@ func (n *Node) noteHome(e jetstream.KeyValueEntry) {
 		n.refuse("home", err, "key", e.Key())
 		return
 	}
+	n.setHome(h, e.Revision())
+}
+
+// setHome records h, of revision rev, unless a later revision is known
+// (moveHome records its own move before the watch delivers it).
+func (n *Node) setHome(h homeEntry, rev uint64) {
 	n.homes.mu.Lock()
-	prev := n.homes.cur[h.Name]
-	n.homes.cur[h.Name] = homeView{homeEntry: h, rev: e.Revision()}
+	prev, had := n.homes.cur[h.Name]
+	if had && prev.rev >= rev {
+		n.homes.mu.Unlock()
+		return
+	}
+	n.homes.cur[h.Name] = homeView{homeEntry: h, rev: rev}
 	n.homes.mu.Unlock()
 	if prev.Node != h.Node {
 		n.lg.Info("home", "name", h.Name, "node", h.Node, "log", h.Log)
@@ -210,7 +220,8 @@ func (n *Node) moveHome(ctx context.Context, name, fromNode, toNode string) erro
 	if h.Node != fromNode {
 		return fmt.Errorf("%w: home %s is %s, not %s", errHomeMoved, name, h.Node, fromNode)
 	}
-	tok, err := n.seal(typHomeEntry, n.homeFor(name, toNode))
+	moved := n.homeFor(name, toNode)
+	tok, err := n.seal(typHomeEntry, moved)
 	if err != nil {
 		return err
 	}
@@ -221,6 +232,7 @@ func (n *Node) moveHome(ctx context.Context, name, fromNode, toNode string) erro
 	if err != nil {
 		return fmt.Errorf("cluster: move home %s: %w", name, err)
 	}
+	n.setHome(moved, rev)
 	n.lg.Info("home moved", "name", name, "from", fromNode, "to", toNode, "revision", rev)
 	return nil
 }

@@ -39,6 +39,9 @@ func TestMoveHomeRefusesAStaleMove(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, b.moveHome(ctx, homeJobs, "node-a", "node-b"))
+	home, ok := b.home(homeJobs)
+	require.True(t, ok)
+	require.Equal(t, "node-b", home, "the taker knows its move before the watch says so")
 	err = c.moveHome(ctx, homeJobs, "node-a", "node-c")
 	require.ErrorIs(t, err, errHomeMoved, "a move from a node that is no longer the home")
 	e, err := c.homes.kv.Get(ctx, homeJobs)
