@@ -36,6 +36,7 @@ func TestClusterProcesses(t *testing.T) {
 		{"BusPoll", clusterBusPoll},
 		{"Forgery", clusterForgery},
 		{"RouteStrangerRefused", clusterRouteStrangerRefused},
+		{"Pipelines", clusterPipelines},
 		// Kills and restarts node 2.
 		{"Registry", clusterRegistry},
 		// Restarts node 0.

@@ -143,6 +143,10 @@ type Node struct {
 	callSlots chan struct{}
 	callSub   *nats.Subscription
 	started   time.Time
+	// meshAuth authenticates pipeline gateway requests (MeshAuth);
+	// streams serves and bounds forwarded event streams (stream.go).
+	meshAuth atomic.Pointer[func(*http.Request) (directory.BusPrincipal, bool)]
+	streams  streams
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -429,6 +433,7 @@ func (n *Node) Close() error {
 	if n.callSub != nil {
 		_ = n.callSub.Unsubscribe()
 	}
+	n.streams.close()
 	if n.members.sub != nil {
 		_ = n.members.sub.Unsubscribe()
 	}
