@@ -160,16 +160,15 @@ func (n *Node) pingCaller(ctx context.Context, stop context.CancelFunc, inbox st
 // streamWriter is the http.ResponseWriter of a stream call: what the
 // handler writes is published, sealed, at each Flush and at the end.
 type streamWriter struct {
-	n         *Node
-	reply     string
-	call, to  string
-	header    http.Header
-	status    int
-	buf       []byte
-	i         int
-	err       error
-	ended     bool
-
+	n        *Node
+	reply    string
+	call, to string
+	header   http.Header
+	status   int
+	buf      []byte
+	i        int
+	err      error
+	ended    bool
 }
 
 // Header implements http.ResponseWriter.
