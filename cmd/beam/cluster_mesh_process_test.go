@@ -45,6 +45,13 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 		require.Equal(t, first.BeamID, hops[0].From, "the second hop carries the first actor's output")
 		require.Equal(t, creator.BeamID, hops[0].Envelope.Creator)
 
+		// Back to the first actor's node: each hop is a hand-over of its
+		// own, never a replay of the envelope's earlier hop there.
+		back := on(0).create(creator.Identity, first.BeamID, second.BeamID, first.BeamID)
+		on(0).succeeded(creator.Identity, back)
+		require.Len(t, first.hops.all(), 3)
+		require.Equal(t, second.BeamID, first.hops.all()[2].From)
+
 		// Read through the other nodes: the same envelope, its trace, and
 		// the lists, which merge every node's envelopes.
 		for _, i := range []int{1, 2} {
@@ -62,11 +69,12 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 			Total    int               `json:"total"`
 		}
 		require.NoError(t, json.Unmarshal(out, &list))
-		require.Equal(t, 2, list.Total)
-		require.Len(t, list.Messages, 2)
+		require.Equal(t, 3, list.Total)
+		require.Len(t, list.Messages, 3)
 		require.Equal(t, other, list.Messages[0].ID, "newest first across nodes")
-		require.Equal(t, id, list.Messages[1].ID)
-		status, _, out = on(1).call(creator.APIKey, http.MethodGet, "/api/v1/mesh?limit=1&offset=1", nil)
+		require.Equal(t, back, list.Messages[1].ID)
+		require.Equal(t, id, list.Messages[2].ID)
+		status, _, out = on(1).call(creator.APIKey, http.MethodGet, "/api/v1/mesh?limit=1&offset=2", nil)
 		require.Equal(t, http.StatusOK, status, string(out))
 		require.NoError(t, json.Unmarshal(out, &list))
 		require.Len(t, list.Messages, 1)
@@ -128,6 +136,15 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 		require.Equal(t, "status", ev.name)
 		require.Equal(t, tracing.MeshRunning, ev.row.Status, ev.data)
 		require.Equal(t, slowID.BeamID, ev.row.Actor)
+		// The actor's processing report, sent to its own node (node 1),
+		// reached the owner (node 0) and comes through node 2's stream.
+		select {
+		case ev = <-events:
+			require.Equal(t, "progress", ev.name, ev.data)
+			require.Positive(t, ev.progress())
+		case <-time.After(20 * time.Second):
+			t.Fatal("no progress event while the actor works")
+		}
 		close(release)
 		// Then the next hop and the end, as they happen; the stream ends.
 		var actors []string
@@ -212,6 +229,15 @@ func sha256Hex(b []byte) string {
 type meshEvent struct {
 	name, data string
 	row        tracing.MeshRow
+}
+
+// progress is the progress an event reports.
+func (e meshEvent) progress() float64 {
+	var p struct {
+		Progress float64 `json:"progress"`
+	}
+	_ = json.Unmarshal([]byte(e.data), &p)
+	return p.Progress
 }
 
 // readMeshEvents reads resp's SSE events until the stream ends.

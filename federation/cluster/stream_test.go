@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -20,11 +19,7 @@ import (
 // natsURL starts a NATS server on a random loopback port.
 func natsURL(t *testing.T) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true})
-	require.NoError(t, err)
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	require.True(t, s.ReadyForConnections(10*time.Second))
+	s, _ := jetStreamServer(t)
 	return s.ClientURL()
 }
 
