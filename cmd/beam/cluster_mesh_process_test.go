@@ -31,14 +31,14 @@ import (
 func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	on := func(i int) *trustStack { return &trustStack{t: t, p: nodes[i], ctx: ctx} }
-	creator := on(0).agent("mesh-creator@"+clusterDomain, false, nil)
-	first := on(1).agent("mesh-first@"+clusterDomain, false, nil)
-	second := on(2).agent("mesh-second@"+clusterDomain, false, nil)
+	on := func(t *testing.T, i int) *trustStack { return &trustStack{t: t, p: nodes[i], ctx: ctx} }
+	creator := on(t, 0).agent("mesh-creator@"+clusterDomain, false, nil)
+	first := on(t, 1).agent("mesh-first@"+clusterDomain, false, nil)
+	second := on(t, 2).agent("mesh-second@"+clusterDomain, false, nil)
 
 	t.Run("RunsThroughActorsOnOtherNodes", func(t *testing.T) {
-		id := on(0).create(creator.Identity, first.BeamID, second.BeamID)
-		on(0).succeeded(creator.Identity, id)
+		id := on(t, 0).create(creator.Identity, first.BeamID, second.BeamID)
+		on(t, 0).succeeded(creator.Identity, id)
 		require.Len(t, first.hops.all(), 1)
 		hops := second.hops.all()
 		require.Len(t, hops, 1)
@@ -47,22 +47,22 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 
 		// Back to the first actor's node: each hop is a hand-over of its
 		// own, never a replay of the envelope's earlier hop there.
-		back := on(0).create(creator.Identity, first.BeamID, second.BeamID, first.BeamID)
-		on(0).succeeded(creator.Identity, back)
+		back := on(t, 0).create(creator.Identity, first.BeamID, second.BeamID, first.BeamID)
+		on(t, 0).succeeded(creator.Identity, back)
 		require.Len(t, first.hops.all(), 3)
 		require.Equal(t, second.BeamID, first.hops.all()[2].From)
 
 		// Read through the other nodes: the same envelope, its trace, and
 		// the lists, which merge every node's envelopes.
 		for _, i := range []int{1, 2} {
-			row := on(i).row(creator.Identity, id)
+			row := on(t, i).row(creator.Identity, id)
 			require.Equal(t, tracing.MeshSucceeded, row.Status)
-			_, _, tr := on(i).finish(creator.Identity, id)
+			_, _, tr := on(t, i).finish(creator.Identity, id)
 			require.Contains(t, tr, `"dispatched"`)
 		}
-		other := on(2).create(creator.Identity, second.BeamID)
-		on(2).succeeded(creator.Identity, other)
-		status, _, out := on(1).call(creator.APIKey, http.MethodGet, "/api/v1/mesh?limit=10", nil)
+		other := on(t, 2).create(creator.Identity, second.BeamID)
+		on(t, 2).succeeded(creator.Identity, other)
+		status, _, out := on(t, 1).call(creator.APIKey, http.MethodGet, "/api/v1/mesh?limit=10", nil)
 		require.Equal(t, http.StatusOK, status, string(out))
 		var list struct {
 			Messages []tracing.MeshRow `json:"messages"`
@@ -74,7 +74,7 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 		require.Equal(t, other, list.Messages[0].ID, "newest first across nodes")
 		require.Equal(t, back, list.Messages[1].ID)
 		require.Equal(t, id, list.Messages[2].ID)
-		status, _, out = on(1).call(creator.APIKey, http.MethodGet, "/api/v1/mesh?limit=1&offset=2", nil)
+		status, _, out = on(t, 1).call(creator.APIKey, http.MethodGet, "/api/v1/mesh?limit=1&offset=2", nil)
 		require.Equal(t, http.StatusOK, status, string(out))
 		require.NoError(t, json.Unmarshal(out, &list))
 		require.Len(t, list.Messages, 1)
@@ -82,25 +82,25 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 
 		// Another agent does not learn that the envelope exists, on any node.
 		for _, i := range []int{0, 1, 2} {
-			status, _, out := on(i).call(second.APIKey, http.MethodGet, "/api/v1/mesh/"+id, nil)
+			status, _, out := on(t, i).call(second.APIKey, http.MethodGet, "/api/v1/mesh/"+id, nil)
 			require.Equal(t, http.StatusNotFound, status, string(out))
 		}
 	})
 
 	t.Run("ControlFromAnotherNode", func(t *testing.T) {
 		idle, _ := sdkAgent(t, ctx, nodes[0].URL(), "mesh-idle@"+clusterDomain) // never connects
-		id := on(0).create(creator.Identity, idle.BeamID)
-		on(0).waitingOffline(creator.Identity, id)
+		id := on(t, 0).create(creator.Identity, idle.BeamID)
+		on(t, 0).waitingOffline(creator.Identity, id)
 		for _, step := range []struct {
 			path string
 			want tracing.MeshStatus
 		}{{"/pause", tracing.MeshPaused}, {"/resume", ""}, {"/cancel", tracing.MeshCanceled}} {
-			status, _, out := on(1).call(creator.APIKey, http.MethodPost, "/api/v1/mesh/"+id+step.path, nil)
+			status, _, out := on(t, 1).call(creator.APIKey, http.MethodPost, "/api/v1/mesh/"+id+step.path, nil)
 			require.Equal(t, http.StatusOK, status, "%s through node 1: %s", step.path, out)
 			if step.want != "" {
-				require.Equal(t, step.want, on(2).row(creator.Identity, id).Status, step.path)
+				require.Equal(t, step.want, on(t, 2).row(creator.Identity, id).Status, step.path)
 			} else {
-				require.NotEqual(t, tracing.MeshPaused, on(2).row(creator.Identity, id).Status)
+				require.NotEqual(t, tracing.MeshPaused, on(t, 2).row(creator.Identity, id).Status)
 			}
 		}
 	})
@@ -118,7 +118,7 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 			return hop.Envelope.Payload, nil
 		})
 		require.NoError(t, slow.Connect(ctx))
-		id := on(0).create(creator.Identity, slowID.BeamID, second.BeamID)
+		id := on(t, 0).create(creator.Identity, slowID.BeamID, second.BeamID)
 		require.Eventually(t, started.Load, 30*time.Second, 20*time.Millisecond, "the slow actor got its hop")
 
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, nodes[2].URL()+"/api/v1/mesh/"+id+"/events", nil)
@@ -160,18 +160,18 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 	})
 
 	t.Run("PolicyOfActorOnAnotherNode", func(t *testing.T) {
-		mallory := on(0).agent("mesh-mallory@"+clusterDomain, false, nil)
-		dan := on(1).agent("mesh-dan@"+clusterDomain, false, nil)
-		status, _, out := on(1).call(dan.APIKey, http.MethodPost, "/acl",
+		mallory := on(t, 0).agent("mesh-mallory@"+clusterDomain, false, nil)
+		dan := on(t, 1).agent("mesh-dan@"+clusterDomain, false, nil)
+		status, _, out := on(t, 1).call(dan.APIKey, http.MethodPost, "/acl",
 			map[string]any{"targetBeamId": dan.BeamID, "intentType": "*", "allowedFrom": mallory.BeamID, "effect": "deny"})
 		require.Equal(t, http.StatusCreated, status, string(out))
 		// Mallory's envelope through node 0 to dan on node 1, as the first
 		// actor and after a hop of her own.
-		on(0).forbidden(mallory.Identity, on(0).create(mallory.Identity, dan.BeamID), "denied by acl rule")
-		on(0).forbidden(mallory.Identity, on(0).create(mallory.Identity, mallory.BeamID, dan.BeamID), "denied by acl rule")
+		on(t, 0).forbidden(mallory.Identity, on(t, 0).create(mallory.Identity, dan.BeamID), "denied by acl rule")
+		on(t, 0).forbidden(mallory.Identity, on(t, 0).create(mallory.Identity, mallory.BeamID, dan.BeamID), "denied by acl rule")
 		require.Zero(t, dan.hops.count(), "dan received no hop")
 		// An author dan allows still reaches him across nodes.
-		on(0).succeeded(creator.Identity, on(0).create(creator.Identity, dan.BeamID))
+		on(t, 0).succeeded(creator.Identity, on(t, 0).create(creator.Identity, dan.BeamID))
 		require.Equal(t, 1, dan.hops.count())
 	})
 

@@ -145,7 +145,8 @@ func (n *Node) callSubject(nodeID string) string {
 }
 
 // BusHandler wraps the directory's handler so that the bus's poll, ack,
-// lease and message routes reach the messages of every node; next also
+// lease and message routes reach the messages of every node, and the
+// pipeline gateway's routes every node's envelopes (meshproxy.go); next also
 // answers the calls other nodes send this one. auth tells who a client's
 // credentials authenticate (bus.Bus.Principal).
 func (n *Node) BusHandler(next http.Handler, auth func(*http.Request) (directory.BusPrincipal, bool)) http.Handler {
