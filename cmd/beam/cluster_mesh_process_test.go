@@ -6,7 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,6 +106,29 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 				require.NotEqual(t, tracing.MeshPaused, on(t, 2).row(creator.Identity, id).Status)
 			}
 		}
+	})
+
+	t.Run("OperatorThroughAnotherNode", func(t *testing.T) {
+		id := on(t, 0).create(creator.Identity, first.BeamID)
+		on(t, 0).succeeded(creator.Identity, id)
+		token, err := os.ReadFile(filepath.Join(nodes[2].DataDir, "admin.token"))
+		require.NoError(t, err)
+		get := func(path string) []byte {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, nodes[2].URL()+path, nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			out, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, out)
+			return out
+		}
+		var row tracing.MeshRow
+		require.NoError(t, json.Unmarshal(get("/api/v1/mesh/"+id), &row))
+		require.Equal(t, creator.BeamID, row.Creator)
+		require.Contains(t, string(get("/api/v1/mesh?creator="+creator.BeamID+"&limit=500")), id)
 	})
 
 	t.Run("EventStreamThroughAnotherNode", func(t *testing.T) {
