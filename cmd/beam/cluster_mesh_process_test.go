@@ -131,6 +131,33 @@ func clusterPipelines(t *testing.T, nodes []*beamtest.Process) {
 		require.Contains(t, string(get("/api/v1/mesh?creator="+creator.BeamID+"&limit=500")), id)
 	})
 
+	t.Run("SignedRequestThroughAnotherNode", func(t *testing.T) {
+		// A signed request is verified (its nonce spent) by the node it
+		// reaches, which forwards the agent it names; the same request
+		// again, to that node or another, is refused.
+		id := on(t, 0).create(creator.Identity, first.BeamID)
+		on(t, 0).succeeded(creator.Identity, id)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, nodes[1].URL()+"/api/v1/mesh/"+id, nil)
+		require.NoError(t, err)
+		require.NoError(t, agents.SignMeshRequest(req, nil, creator.Identity, time.Now()))
+		for i, node := range []int{1, 1, 2} {
+			r := req.Clone(ctx)
+			r.URL.Host = strings.TrimPrefix(nodes[node].URL(), "http://")
+			resp, err := http.DefaultClient.Do(r)
+			require.NoError(t, err)
+			out, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			if i == 0 {
+				require.Equal(t, http.StatusOK, resp.StatusCode, string(out))
+				require.Contains(t, string(out), id)
+				continue
+			}
+			require.NotEqual(t, http.StatusOK, resp.StatusCode, "replay %d through node %d", i, node)
+			require.Contains(t, string(out), "NONCE_REUSED")
+		}
+	})
+
 	t.Run("EventStreamThroughAnotherNode", func(t *testing.T) {
 		release := make(chan struct{})
 		var started atomic.Bool
