@@ -461,13 +461,7 @@ func (n *Node) firstKnown(w http.ResponseWriter, r *http.Request, next http.Hand
 		if err != nil || status == http.StatusNotFound {
 			continue
 		}
-		for k, v := range hdr {
-			if k != "Content-Length" {
-				w.Header()[k] = v
-			}
-		}
-		w.WriteHeader(status)
-		_, _ = w.Write(rb)
+		writeAnswer(w, status, hdr, rb)
 		return
 	}
 	rec.copyTo(w)
