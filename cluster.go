@@ -122,10 +122,14 @@ func (s *Server) clusterStatus() func(context.Context) (any, error) {
 }
 
 // clusterHandler lets the bus's poll and ack routes reach every node's
-// messages in cluster mode; h itself on a single node.
+// messages, and the pipeline gateway every node's envelopes, in cluster
+// mode; h itself on a single node.
 func (s *Server) clusterHandler(h http.Handler) http.Handler {
 	if s.cluster == nil {
 		return h
+	}
+	if s.mesh != nil {
+		s.cluster.MeshAuth(s.mesh.Principal)
 	}
 	return s.cluster.BusHandler(h, func(r *http.Request) (directory.BusPrincipal, bool) { return s.bus.Principal(r) })
 }

@@ -71,6 +71,26 @@ type HandOver struct {
 	// admitted the message (the replay window is checked against it).
 	Bus      *BusMark  `json:"bus,omitempty"`
 	Admitted time.Time `json:"admitted,omitzero"`
+	// Hop, for a pipeline hop, says that the holder hands the frame to the
+	// actor's session through its own door (Deliver) for the owner, as the
+	// owner would have: the owner traces the hop, the holder records
+	// nothing.
+	Hop *HopMark `json:"hop,omitempty"`
+}
+
+// HopMark is what the holder of an actor's session needs to deliver a
+// pipeline hop another node owns.
+type HopMark struct {
+	// Author is the agent whose choice sends the hop (Delivery.Author),
+	// whom the actor's policy judges.
+	Author string `json:"author"`
+	// Auth is how the owner authenticated the hop's sender (BusAuth*).
+	Auth string `json:"auth"`
+	// SenderKey is the sender's public key (Delivery.SenderKey).
+	SenderKey string `json:"senderKey,omitempty"`
+	// MessageID and Attempt are the envelope's ID and the attempt.
+	MessageID string `json:"messageId"`
+	Attempt   int    `json:"attempt"`
 }
 
 // nodeRouter returns the cluster's router once this node joined its
@@ -108,6 +128,9 @@ func (d *Directory) RelayHandOver(ctx context.Context, h HandOver) HandReply {
 	f, err := wire.DecodeIntentFrame(h.Frame)
 	if err != nil {
 		return HandReply{Error: relayErr(CodeInvalidIntent, "", "handed-over frame: %v", err)}
+	}
+	if h.Hop != nil {
+		return d.deliverHandedHop(ctx, f, h)
 	}
 	if h.Bus != nil && h.Bus.MessageID != "" && h.Bus.Attempt > 1 {
 		// A first attempt cannot have been acknowledged before; only bus
@@ -170,6 +193,10 @@ func (d *Directory) handSession(a *ownedAttempt) bool {
 	d.forgetBusReceived(f.Nonce)
 	h := HandOver{Frame: frame, Unsigned: f.Signature == "", TimeoutMs: timeout.Milliseconds(),
 		Bus: &BusMark{MessageID: del.MessageID, Attempt: del.Attempt, Auth: del.Auth}, Admitted: d.clock()}
+	if f.Intent == pipelineHopIntent && del.Author != "" {
+		h.Bus, h.Admitted = nil, time.Time{}
+		h.Hop = &HopMark{Author: del.Author, Auth: del.Auth, SenderKey: del.SenderKey, MessageID: del.MessageID, Attempt: del.Attempt}
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Second)
 		defer cancel()
@@ -178,6 +205,10 @@ func (d *Directory) handSession(a *ownedAttempt) bool {
 		switch {
 		case err != nil:
 			o.ErrorCode, o.Error = handFailure(node, f.To, err)
+		case h.Hop != nil && rep.Error != nil && rep.Error.Code == CodeOffline:
+			// The actor left that node before the hop reached it: no
+			// attempt was made.
+			o.Err = fmt.Errorf("%w: node %s: %s", ErrRecipientOffline, node, rep.Error.Message)
 		case rep.Error != nil:
 			o.ErrorCode, o.Error = rep.Error.Code, fmt.Sprintf("node %s: %s", node, rep.Error.Message)
 		case rep.Recorded:

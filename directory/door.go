@@ -115,6 +115,10 @@ type Delivery struct {
 	// attempt waits for a session's result (the log then keeps the owner's
 	// last event and the owner's startup recovery settles it).
 	Done func(Outcome)
+
+	// handed: another node of the cluster handed the frame over; it is
+	// never handed on.
+	handed bool
 }
 
 // Outcome is how a Delivery ended.
@@ -265,7 +269,7 @@ func (d *Directory) deliverSession(a *ownedAttempt) {
 		return
 	}
 	s := d.session(f.To)
-	if s == nil && d.handSession(a) {
+	if s == nil && !del.handed && d.handSession(a) {
 		return
 	}
 	if s == nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/directory/registry"
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/internal/sse"
@@ -57,8 +58,19 @@ type principal struct {
 }
 
 // authenticate reads the operator token or an agent's API key (x-api-key,
-// or Authorization: Bearer bk_…).
+// or Authorization: Bearer bk_…), or a signed request. A request another
+// node of the cluster authenticated carries its principal instead
+// (directory.WithBusPrincipal, set only by the cluster's handler).
 func (e *Engine) authenticate(r *http.Request) (principal, error) {
+	if p, ok := directory.BusPrincipalFrom(r.Context()); ok {
+		switch {
+		case p.Trusted && p.Via == viaOperator:
+			return principal{operator: true}, nil
+		case !p.Trusted && p.Agent != "":
+			return principal{agent: p.Agent}, nil
+		}
+		return principal{}, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized, "not a gateway principal")
+	}
 	if e.cfg.OperatorAuth != nil && e.cfg.OperatorAuth(r) {
 		return principal{operator: true}, nil
 	}
@@ -82,6 +94,25 @@ func (e *Engine) authenticate(r *http.Request) (principal, error) {
 	}
 	return principal{}, httpjson.Errorf(http.StatusUnauthorized, codeUnauthorized,
 		"send the creating agent's API key (x-api-key), its signature (x-beam-id, x-beam-timestamp, x-beam-nonce, x-beam-signature) or the operator token")
+}
+
+// viaOperator is the BusPrincipal.Via of the operator.
+const viaOperator = "operator"
+
+// Principal returns who r's credentials authenticate, for a node of a
+// cluster that serves the request as that principal and forwards it to
+// the other nodes (directory.WithBusPrincipal): the operator, or an agent
+// by its API key or its signed request (whose nonce this takes). False
+// when they authenticate no one.
+func (e *Engine) Principal(r *http.Request) (directory.BusPrincipal, bool) {
+	p, err := e.authenticate(r)
+	switch {
+	case err != nil:
+		return directory.BusPrincipal{}, false
+	case p.operator:
+		return directory.BusPrincipal{Trusted: true, Via: viaOperator}, true
+	}
+	return directory.BusPrincipal{Agent: p.agent, Via: directory.BusAuthAPIKey}, true
 }
 
 // signedAction is the action of the object a signed gateway request signs.

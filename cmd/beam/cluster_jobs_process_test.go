@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -506,11 +505,6 @@ func sealPayload(tok string) string {
 		return ""
 	}
 	return string(payload)
-}
-
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // TestClusterJobsHomeDownProcesses: while the job bus's home is down the

@@ -45,6 +45,7 @@ func TestClusterProcesses(t *testing.T) {
 		{"JobsKeys", clusterJobsKeys},
 		{"JobsExactlyOnce", clusterJobsExactlyOnce},
 		{"JobsForgery", clusterJobsForgery},
+		{"Pipelines", clusterPipelines},
 		// Kills and restarts node 2.
 		{"Registry", clusterRegistry},
 		// Restarts node 0.

@@ -87,6 +87,9 @@ type nodeCall struct {
 	Principal directory.BusPrincipal `json:"principal"`
 	Iat       int64                  `json:"iat"` // Unix seconds
 	Exp       int64                  `json:"exp"` // Unix seconds
+	// LastEventID is the client's Last-Event-ID (a forwarded event stream
+	// resumes after it).
+	LastEventID string `json:"lastEventId,omitempty"`
 }
 
 // callReply is the payload of the seal on a call's last answer chunk.
@@ -136,10 +139,10 @@ func digest(body []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// forwardable reports whether method and path are a bus route nodes
-// forward to each other.
+// forwardable reports whether method and path are a bus or pipeline
+// gateway route nodes forward to each other.
 func forwardable(method, path string) bool {
-	return method == http.MethodPost && (path == "/v1/beam/ack" || path == "/v1/beam/lease") ||
+	return meshRoute(method, path) != meshLocal || method == http.MethodPost && (path == "/v1/beam/ack" || path == "/v1/beam/lease") ||
 		method == http.MethodGet && (path == "/v1/beam/poll" || strings.HasPrefix(path, "/v1/beam/messages/"))
 }
 
@@ -148,7 +151,8 @@ func (n *Node) callSubject(nodeID string) string {
 }
 
 // BusHandler wraps the directory's handler so that the bus's poll, ack,
-// lease and message routes reach the messages of every node; next also
+// lease and message routes reach the messages of every node, and the
+// pipeline gateway's routes every node's envelopes (meshproxy.go); next also
 // answers the calls other nodes send this one. auth tells who a client's
 // credentials authenticate (bus.Bus.Principal).
 func (n *Node) BusHandler(next http.Handler, auth func(*http.Request) (directory.BusPrincipal, bool)) http.Handler {
@@ -158,6 +162,8 @@ func (n *Node) BusHandler(next http.Handler, auth func(*http.Request) (directory
 		case r.Header.Get(headerCall) != "":
 			n.refuse("call", errors.New("a node call over HTTP"), "path", r.URL.Path)
 			httpjson.WriteError(w, http.StatusUnauthorized, "UNAUTHORIZED", "nodes call each other over the cluster's NATS, not HTTP")
+		case meshRoute(r.Method, r.URL.Path) != meshLocal:
+			n.meshCall(w, r, next, meshRoute(r.Method, r.URL.Path))
 		case !forwardable(r.Method, r.URL.Path):
 			next.ServeHTTP(w, r)
 		case r.URL.Path == "/v1/beam/poll":
@@ -176,6 +182,9 @@ func (n *Node) onCall(ctx context.Context, m *nats.Msg) {
 	next := n.callNext.Load()
 	if err == nil && next == nil {
 		err = errors.New("this node serves no bus")
+	}
+	if err == nil && meshRoute(c.Method, c.Path) == meshEvents {
+		err = errors.New("an event stream is called on the stream subject")
 	}
 	if err != nil {
 		n.refuse("call", err, "path", c.Path)
@@ -297,6 +306,21 @@ func (n *Node) others(ctx context.Context) []NodeInfo {
 	return out
 }
 
+// newCall returns a new call of r (with query and body) to node as
+// principal p, and its token.
+func (n *Node) newCall(r *http.Request, node string, p directory.BusPrincipal, query string, body []byte) (nodeCall, string, error) {
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return nodeCall{}, "", fmt.Errorf("call to %s: %w", node, err)
+	}
+	now := time.Now()
+	c := nodeCall{ID: hex.EncodeToString(id), To: node, Method: r.Method, Path: r.URL.Path, Query: query,
+		Body: digest(body), Principal: p, Iat: now.Unix(), Exp: now.Add(callTTL).Unix(),
+		LastEventID: r.Header.Get("Last-Event-ID")}
+	tok, err := n.seal(typNodeCall, c)
+	return c, tok, err
+}
+
 // forward sends r (with body and query) to node as principal p and
 // returns its answer.
 func (n *Node) forward(ctx context.Context, r *http.Request, node NodeInfo, p directory.BusPrincipal,
@@ -304,14 +328,7 @@ func (n *Node) forward(ctx context.Context, r *http.Request, node NodeInfo, p di
 	if len(body) > int(n.nc.MaxPayload())-callRoom {
 		return 0, nil, nil, fmt.Errorf("call to %s: body of %d bytes does not fit a message", node.NodeID, len(body))
 	}
-	id := make([]byte, 16)
-	if _, err := rand.Read(id); err != nil {
-		return 0, nil, nil, fmt.Errorf("call to %s: %w", node.NodeID, err)
-	}
-	now := time.Now()
-	c := nodeCall{ID: hex.EncodeToString(id), To: node.NodeID, Method: r.Method, Path: r.URL.Path, Query: query,
-		Body: digest(body), Principal: p, Iat: now.Unix(), Exp: now.Add(callTTL).Unix()}
-	tok, err := n.seal(typNodeCall, c)
+	c, tok, err := n.newCall(r, node.NodeID, p, query, body)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -462,13 +479,7 @@ func (n *Node) firstKnown(w http.ResponseWriter, r *http.Request, next http.Hand
 		if err != nil || status == http.StatusNotFound {
 			continue
 		}
-		for k, v := range hdr {
-			if k != "Content-Length" {
-				w.Header()[k] = v
-			}
-		}
-		w.WriteHeader(status)
-		_, _ = w.Write(rb)
+		writeAnswer(w, status, hdr, rb)
 		return
 	}
 	rec.copyTo(w)

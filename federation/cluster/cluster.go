@@ -149,6 +149,10 @@ type Node struct {
 	callSlots chan struct{}
 	callSub   *nats.Subscription
 	started   time.Time
+	// meshAuth authenticates pipeline gateway requests (MeshAuth);
+	// streams serves and bounds forwarded event streams (stream.go).
+	meshAuth atomic.Pointer[func(*http.Request) (directory.BusPrincipal, bool)]
+	streams  streams
 
 	// homes are the services' home nodes; jobs answers the job bus calls
 	// of other nodes (JobsHandler).
@@ -451,6 +455,7 @@ func (n *Node) Close() error {
 	if n.jobsSub != nil {
 		_ = n.jobsSub.Unsubscribe()
 	}
+	n.streams.close()
 	if n.members.sub != nil {
 		_ = n.members.sub.Unsubscribe()
 	}

@@ -19,20 +19,23 @@
 //   - the nodes bucket BEAM_NODES_<token> (membership, the dashboard's
 //     view, and the nodes an origin asks to confirm a registry change);
 //   - the sessions bucket BEAM_SESSIONS_<token> (agent → node holding its
-//     session), watched into memory: directory.NodeRouter hands an intent
-//     or a bus attempt for an agent another node holds to that node over
-//     NATS request/reply;
+//     session), watched into memory: directory.NodeRouter hands an intent,
+//     a bus attempt or a pipeline hop for an agent another node holds to
+//     that node over NATS request/reply;
 //   - the nonces bucket BEAM_NONCES_<token>: a nonce accepted on one node
 //     is refused on the others;
-//   - each node's call subject: the bus requests other nodes forward to it
-//     (busproxy.go), over NATS rather than HTTP;
+//   - each node's call subject: the bus and pipeline gateway requests
+//     other nodes forward to it (busproxy.go, meshproxy.go), over NATS
+//     rather than HTTP, and its stream subject: the envelope event streams
+//     they forward (stream.go);
 //   - the delivered bucket BEAM_DELIVERED_<token>: the acknowledgements of
 //     bus messages, recorded by the node that received them before it
 //     reports them, read before a message is delivered again
 //     (delivered.go).
 //
 // Registry entries, node, session, nonce and delivery entries, hand-overs
-// and the bus requests a node forwards to another (and their answers) are
+// and the requests a node forwards to another (and their answers, each
+// chunk of a forwarded stream too) are
 // signed with the directory key
 // every node holds (seal.go); a client of the NATS servers without that key
 // cannot forge them.

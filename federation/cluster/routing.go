@@ -118,6 +118,10 @@ func (n *Node) startRouting(ctx, runCtx context.Context) error {
 		_ = w.Stop()
 		return fmt.Errorf("cluster: subscribe bus calls: %w", err)
 	}
+	if err := n.startStreams(runCtx); err != nil {
+		_ = w.Stop()
+		return err
+	}
 	if n.cfg.Router != nil {
 		n.cfg.Router.join(n)
 	}

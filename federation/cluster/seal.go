@@ -126,7 +126,7 @@ func (n *Node) openEntry(seq uint64, data []byte) ([]byte, error) {
 }
 
 // rejected counts what the node refused from the cluster's buckets and
-// from other nodes, by kind (node, session, delivery, nonce, handover,
+// from other nodes, by kind (node, session, delivery, nonce, handover, stream,
 // call, answer);
 // registry entries skipped are
 // the registry's count (registry.Registry.Rejected).
