@@ -374,6 +374,9 @@ func (e *Engine) resume(ctx context.Context, row tracing.MeshRow, from *tracing.
 		marker = from.Marker(nil)
 	}
 	if row.State == tracing.Dispatched || row.State == tracing.Delivered {
+		// A wait this engine recorded before is over: the next attempt
+		// records its own.
+		e.stopWaiting(row.ID, row.Actor)
 		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Status: tracing.MeshUnknown,
 			Attempt: max(row.Attempt-1, 0), Reason: "interrupted by a restart"})
 		ev.Transport = "recovery"
