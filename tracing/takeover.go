@@ -19,9 +19,9 @@ type Takeover struct {
 	Node string `json:"node,omitempty"`
 }
 
-// TakeoverOf returns details.takenOver of an event; ok false for an event
+// takeoverOf returns details.takenOver of an event; ok false for an event
 // this log wrote itself.
-func TakeoverOf(d Details) (Takeover, bool) {
+func takeoverOf(d Details) (Takeover, bool) {
 	m, ok := d.Extra["takenOver"].(map[string]any)
 	if !ok {
 		return Takeover{}, false
@@ -63,6 +63,6 @@ func (l *Log) Adoptable(ctx context.Context, nonce string) (Takeover, bool, erro
 	if err != nil {
 		return Takeover{}, false, err
 	}
-	t, ok := TakeoverOf(d)
+	t, ok := takeoverOf(d)
 	return t, ok, nil
 }
