@@ -2,8 +2,6 @@ package bus
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/beamdir/beam/tracing"
 )
@@ -22,29 +20,26 @@ import (
 // skipped: calling Adopt again adopts nothing.
 func (b *Bus) Adopt(ctx context.Context, nonces []string) (RecoveryReport, error) {
 	var rep RecoveryReport
-	var errs []error
-	for _, nonce := range nonces {
-		if err := b.adoptOne(ctx, nonce, &rep); err != nil {
-			errs = append(errs, fmt.Errorf("bus adopt %s: %w", nonce, err))
-		}
-	}
+	var err error
+	rep.Adopted, err = tracing.AdoptEach(nonces, func(nonce string) (bool, error) { return b.adoptOne(ctx, nonce, &rep) })
 	if rep.Adopted > 0 {
 		b.lg.Info("bus adopted messages", "adopted", rep.Adopted, "requeued", rep.Requeued, "awaitingResult", rep.AwaitingResult)
 	}
-	return rep, errors.Join(errs...)
+	return rep, err
 }
 
-// adoptOne adopts one message and counts it in rep.
-func (b *Bus) adoptOne(ctx context.Context, nonce string, rep *RecoveryReport) error {
+// adoptOne adopts one message, reports whether it did and counts what it
+// did in rep.
+func (b *Bus) adoptOne(ctx context.Context, nonce string, rep *RecoveryReport) (bool, error) {
 	unlock := b.keys.Lock(nonce)
 	defer unlock()
 	from, ok, err := b.log.Adoptable(ctx, nonce)
 	if err != nil || !ok {
-		return err
+		return false, err
 	}
 	c, ok, err := b.current(ctx, nonce)
 	if err != nil || !ok || c.Status.Terminal() || b.inFlight(nonce) {
-		return err
+		return false, err
 	}
 	how := recovery{transport: tracing.TransportTakeover, why: "Taken over from a node that stopped",
 		action: "requeued_after_takeover", from: &from}
@@ -53,7 +48,7 @@ func (b *Bus) adoptOne(ctx context.Context, nonce string, rep *RecoveryReport) e
 	case tracing.Received, tracing.Validated, tracing.Dispatched:
 		requeued, err := b.requeueInterrupted(c, how)
 		if err != nil || !requeued {
-			return err
+			return false, err
 		}
 		rep.Requeued++
 	case tracing.Queued:
@@ -64,7 +59,7 @@ func (b *Bus) adoptOne(ctx context.Context, nonce string, rep *RecoveryReport) e
 		}
 		ev.Details.Extra = from.Marker(nil)
 		if err := b.append(ev); err != nil {
-			return err
+			return false, err
 		}
 	case tracing.Delivered:
 		at := row.UpdatedAt
@@ -73,11 +68,11 @@ func (b *Bus) adoptOne(ctx context.Context, nonce string, rep *RecoveryReport) e
 		}
 		last, err := b.lastDetails(ctx, nonce)
 		if err != nil {
-			return err
+			return false, err
 		}
 		awaiting, err := b.awaitResult(ctx, nonce, at, how)
 		if err != nil {
-			return err
+			return false, err
 		}
 		extra := from.Marker(nil)
 		if last.Extra["asyncAccepted"] == true {
@@ -88,17 +83,16 @@ func (b *Bus) adoptOne(ctx context.Context, nonce string, rep *RecoveryReport) e
 		ev.Details.Extra = extra
 		if err := b.append(ev); err != nil {
 			b.forget(nonce)
-			return err
+			return false, err
 		}
 		if awaiting {
 			rep.AwaitingResult++
 		}
 	default:
-		return nil
+		return false, nil
 	}
-	rep.Adopted++
 	b.kickDrain(row.Recipient, false)
-	return nil
+	return true, nil
 }
 
 // inFlight reports whether the bus has a WebSocket attempt of nonce in

@@ -2,8 +2,6 @@ package directory
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/beamdir/beam/tracing"
 )
@@ -21,22 +19,12 @@ import (
 // again adopts nothing. It returns how many intents it adopted.
 func (d *Directory) Adopt(ctx context.Context, nonces []string) (int, error) {
 	var rep recoveryReport
-	var errs []error
-	n := 0
-	for _, nonce := range nonces {
-		ok, err := d.adoptOne(ctx, nonce, &rep)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("adopt %s: %w", nonce, err))
-		}
-		if ok {
-			n++
-		}
-	}
+	n, err := tracing.AdoptEach(nonces, func(nonce string) (bool, error) { return d.adoptOne(ctx, nonce, &rep) })
 	if n > 0 {
 		d.lg.Info("adopted intents", "failedInterrupted", rep.FailedInterrupted,
 			"resumedAwaitingResult", rep.ResumedAwaitingResult, "timedOutAwaitingResult", rep.TimedOutAwaitingResult)
 	}
-	return n, errors.Join(errs...)
+	return n, err
 }
 
 // adoptOne adopts one intent and counts it in rep.

@@ -1,6 +1,10 @@
 package tracing
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
 // A takeover imports a dead node's log into this one: every imported event
 // carries details.takenOver ({"log","node","seq"}: where it came from).
@@ -65,4 +69,22 @@ func (l *Log) Adoptable(ctx context.Context, nonce string) (Takeover, bool, erro
 	}
 	t, ok := takeoverOf(d)
 	return t, ok, nil
+}
+
+// AdoptEach runs adopt on each of items (a takeover's imported nonces or
+// ids of one owner) and returns how many it adopted, with every error
+// naming its item.
+func AdoptEach(items []string, adopt func(item string) (bool, error)) (int, error) {
+	n := 0
+	var errs []error
+	for _, it := range items {
+		ok, err := adopt(it)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("adopt %s: %w", it, err))
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
 }

@@ -27,21 +27,13 @@ const opTakeover = "takeover"
 // trace. A job is never indexed twice: calling Adopt again adopts nothing.
 // It returns how many jobs it adopted.
 func (s *Service) Adopt(ctx context.Context, ids []string) (int, error) {
-	n := 0
-	var errs []error
-	for _, id := range ids {
-		ok, err := s.adoptOne(ctx, strings.TrimPrefix(id, noncePrefix))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("adopt job %s: %w", id, err))
-		}
-		if ok {
-			n++
-		}
-	}
+	n, err := tracing.AdoptEach(ids, func(id string) (bool, error) {
+		return s.adoptOne(ctx, strings.TrimPrefix(id, noncePrefix))
+	})
 	if n > 0 {
 		s.lg.Info("intent bus adopted jobs", "jobs", n)
 	}
-	return n, errors.Join(errs...)
+	return n, err
 }
 
 // adoptOne adopts job id and reports whether it did.

@@ -2,9 +2,9 @@ package mesh
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
+
+	"github.com/beamdir/beam/tracing"
 )
 
 // meshKindTakeover is the step that marks an envelope adopted after a
@@ -24,23 +24,18 @@ const meshKindTakeover = "takeover"
 // adopted already is skipped: calling Adopt again adopts nothing. It
 // returns how many envelopes it adopted.
 func (e *Engine) Adopt(ctx context.Context, ids []string) (int, error) {
-	n := 0
-	var errs []error
-	for _, id := range ids {
+	n, err := tracing.AdoptEach(ids, func(id string) (bool, error) {
 		id = strings.TrimPrefix(id, nonceOf(""))
 		ok, err := e.adoptOne(ctx, id)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("mesh adopt %s: %w", id, err))
-		}
 		if ok {
-			n++
 			e.startAttempt(id)
 		}
-	}
+		return ok, err
+	})
 	if n > 0 {
 		e.lg.Info("mesh adopted envelopes", "envelopes", n)
 	}
-	return n, errors.Join(errs...)
+	return n, err
 }
 
 // adoptOne adopts envelope id and reports whether it did.
