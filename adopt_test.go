@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/agents"
+	"github.com/beamdir/beam/agents/wire"
+	"github.com/beamdir/beam/directory"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -193,4 +195,92 @@ func TestServerAdoptsImportedWork(t *testing.T) {
 	claim := job("/claim?goal=g", map[string]any{})
 	require.Equal(t, "j1", claim["id"])
 	job("/fulfill/j1", map[string]any{"claim_token": claim["claim_token"], "result": "r"})
+}
+
+// TestClusterAdoptedMessageSettlesFromDeliveryRecord: a message the dead
+// node had delivered and seen acknowledged — its attempt in the imported
+// log still dispatched, the acknowledgement in the cluster's delivery
+// record — is settled from the record after the taker adopts it, never
+// delivered again; a message the dead node had in an attempt that was not
+// acknowledged is delivered again, once, with its nonce.
+func TestClusterAdoptedMessageSettlesFromDeliveryRecord(t *testing.T) {
+	t.Parallel()
+	const domain = "acme.beam.directory"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes := startClusterPair(t, domain, func(c *Config) {
+		c.Bus.RetrySchedule, c.Bus.TickInterval = []time.Duration{200 * time.Millisecond}, 50*time.Millisecond
+	})
+	client := func(base string, id *agents.Identity) *agents.Client {
+		c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: base, Identity: id, APIKey: id.APIKey,
+			Logger: quietLogger(), ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	register := func(base, beamID string) *agents.Identity {
+		id, err := agents.GenerateIdentity(beamID)
+		require.NoError(t, err)
+		res, err := client(base, id).Register(ctx, beamID, []string{"test"})
+		require.NoError(t, err)
+		id.APIKey = res.APIKey
+		return id
+	}
+	aliceID := register(nodes[0].url, "alice@"+domain)
+	bobID := register(nodes[1].url, "bob@"+domain)
+	alice := client(nodes[0].url, aliceID)
+	lg := nodes[0].srv.Log()
+
+	// Two messages the dead node had in an attempt to bob (bob offline
+	// here until then): one bob acknowledged, one he did not.
+	var msgs [2]*agents.DurableReceipt
+	for i := range msgs {
+		rec, err := alice.SendDurable(ctx, bobID.BeamID, "task.once", map[string]any{"n": i}, nil)
+		require.NoError(t, err)
+		msgs[i] = rec
+		m, ok, err := lg.Message(ctx, rec.Nonce)
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, err = lg.Append(ctx, tracing.Event{Nonce: rec.Nonce, State: tracing.Dispatched, From: m.Sender, To: m.Recipient,
+			IntentType: m.Intent, Transport: "ws", Attempt: 1, Details: tracing.Details{
+				Extra: map[string]any{"takenOver": map[string]any{"log": "log-dead", "node": "node-dead", "seq": 4 + i}}}})
+		require.NoError(t, err)
+	}
+	acked, lost := msgs[0], msgs[1]
+	result, err := wire.Result{Nonce: acked.Nonce, Success: true}.Build(time.Now(), nil)
+	require.NoError(t, err)
+	require.NoError(t, nodes[1].srv.clusterNode().RecordDelivery(ctx, directory.DeliveryRecord{From: aliceID.BeamID,
+		Nonce: acked.Nonce, MessageID: acked.MessageID, Attempt: 1, Result: result}))
+
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+	)
+	bob := client(nodes[1].url, bobID)
+	bob.Handle("*", func(_ context.Context, in *agents.Intent) agents.Reply {
+		mu.Lock()
+		seen[in.Nonce]++
+		mu.Unlock()
+		return agents.Success(nil)
+	})
+	require.NoError(t, bob.Connect(ctx))
+	require.Eventually(t, func() bool { return nodes[0].srv.dir.Online(bobID.BeamID) }, 30*time.Second, 20*time.Millisecond)
+
+	n, err := nodes[0].srv.adopt(ctx, map[tracing.Owner][]string{tracing.OwnerBus: {acked.Nonce, lost.Nonce}})
+	require.NoError(t, err)
+	require.Equal(t, 2, n[tracing.OwnerBus])
+	for _, rec := range msgs {
+		require.Eventually(t, func() bool {
+			st, ok, err := lg.State(ctx, rec.Nonce)
+			return err == nil && ok && st == tracing.Acked
+		}, time.Minute, 20*time.Millisecond, rec.Nonce)
+	}
+	evs, err := lg.Trace(ctx, acked.Nonce)
+	require.NoError(t, err)
+	last := evs[len(evs)-1]
+	require.Equal(t, directory.TransportCluster, last.Transport)
+	require.Equal(t, "clusterDeliveryRecord", last.Details.Extra["settledFrom"])
+	mu.Lock()
+	require.Equal(t, map[string]int{lost.Nonce: 1}, seen, "the acknowledged message is not delivered again; the other once")
+	mu.Unlock()
 }
