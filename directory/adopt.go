@@ -29,6 +29,20 @@ func (d *Directory) Adopt(ctx context.Context, nonces []string) (int, error) {
 
 // adoptOne adopts one intent and counts it in rep.
 func (d *Directory) adoptOne(ctx context.Context, nonce string, rep *recoveryReport) (bool, error) {
+	row, ok, err := d.log.Intent(ctx, nonce)
+	if err != nil || !ok || row.Status.Terminal() {
+		return false, err
+	}
+	if row.Status == tracing.Received {
+		d.mu.Lock()
+		d.noteBusReceived(nonce)
+		d.mu.Unlock()
+	}
+	if row.Owner != "" && row.Owner != tracing.OwnerDirectory {
+		return false, nil
+	}
+	// Claimed as a relay would claim it, so no relay of the nonce runs
+	// meanwhile; one running already means this node has it.
 	inf := &inflight{nonce: nonce, done: func([]byte, *RelayError) {}, released: make(chan struct{})}
 	d.mu.Lock()
 	_, relaying := d.claims[nonce]
@@ -44,17 +58,8 @@ func (d *Directory) adoptOne(ctx context.Context, nonce string, rep *recoveryRep
 	if err != nil || !ok {
 		return false, err
 	}
-	row, ok, err := d.log.Intent(ctx, nonce)
-	if err != nil || !ok || row.Status.Terminal() {
+	if row, ok, err = d.log.Intent(ctx, nonce); err != nil || !ok || row.Status.Terminal() {
 		return false, err
-	}
-	if row.Status == tracing.Received {
-		d.mu.Lock()
-		d.noteBusReceived(nonce)
-		d.mu.Unlock()
-	}
-	if row.Owner != "" && row.Owner != tracing.OwnerDirectory {
-		return false, nil
 	}
 	ev, deadline, err := d.recoverIntent(ctx, row, d.clock(), rep, &from)
 	if err != nil || ev == nil {
