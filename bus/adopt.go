@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"math"
 
 	"github.com/beamdir/beam/tracing"
 )
@@ -55,7 +56,7 @@ func (b *Bus) adoptOne(ctx context.Context, nonce string, rep *RecoveryReport) (
 		// Tick and the recipient's drain pick it up on its schedule.
 		ev := event(row, tracing.Queued, how.transport, c.Attempt)
 		if row.NextRetryAt != nil {
-			ev.Details.NextRetryAt = int64(*row.NextRetryAt * 1000)
+			ev.Details.NextRetryAt = int64(math.Round(*row.NextRetryAt * 1000))
 		}
 		ev.Details.Extra = from.Marker(nil)
 		if err := b.append(ev); err != nil {

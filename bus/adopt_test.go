@@ -109,3 +109,40 @@ func TestAdoptTakesOverImportedMessages(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, RecoveryReport{}, again)
 }
+
+// TestAdoptKeepsAScheduledRetry: an imported message waiting for its next
+// attempt keeps its schedule and retry count when adopted, and is
+// attempted when it is due.
+func TestAdoptKeepsAScheduledRetry(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	alice, bob := tb.register("alice"), tb.register("bob")
+	_, body := tb.sendAs(alice, bob.id, "task.scheduled", nil, nil)
+	nonce := nonceOf(t, body)
+	one := 1
+	retryAt := tb.clock.Now().Add(90 * time.Second)
+	ev := event(tb.message(nonce), tracing.Queued, transportBus, 1)
+	ev.Details = tracing.Details{RetryCount: &one, NextRetryAt: retryAt.UnixMilli(), ErrorCode: "TIMEOUT", Error: "no answer"}
+	tb.imported(ev)
+	before := tb.message(nonce)
+
+	rep, err := tb.bus.Adopt(context.Background(), []string{nonce})
+	require.NoError(t, err)
+	require.Equal(t, RecoveryReport{Adopted: 1}, rep)
+	tb.requireMarker(nonce)
+	after := tb.message(nonce)
+	require.Equal(t, tracing.Queued, after.Status)
+	require.Equal(t, *before.NextRetryAt, *after.NextRetryAt, "the schedule is kept")
+	require.Equal(t, 1, after.RetryCount)
+	require.Equal(t, "no answer", after.Error)
+
+	bobWS := tb.connect(bob)
+	tb.tick()
+	require.Equal(t, tracing.Queued, tb.message(nonce).Status, "not attempted before it is due")
+	tb.clock.Advance(91 * time.Second)
+	tb.tick()
+	_, f := bobWS.nextIntent()
+	require.Equal(t, nonce, f.Nonce)
+	bobWS.respond(nonce, true, "", "")
+	tb.waitStatus(nonce, tracing.Acked)
+}
