@@ -377,14 +377,13 @@ func (e *Engine) resume(ctx context.Context, row tracing.MeshRow, from *tracing.
 		// A wait this engine recorded before is over: the next attempt
 		// records its own.
 		e.stopWaiting(row.ID, row.Actor)
-		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Status: tracing.MeshUnknown,
-			Attempt: max(row.Attempt-1, 0), Reason: "interrupted by a restart"})
-		ev.Transport = "recovery"
+		transport, reason := "recovery", "interrupted by a restart"
 		if from != nil {
-			st := tracing.MeshStep{Kind: tracing.MeshKindWait, Status: tracing.MeshUnknown,
-				Attempt: max(row.Attempt-1, 0), Reason: "taken over from a node that stopped"}
-			ev.Transport, ev.Details.Mesh, ev.Details.Extra = tracing.TransportTakeover, st.Encode(), marker
+			transport, reason = tracing.TransportTakeover, "taken over from a node that stopped"
 		}
+		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Status: tracing.MeshUnknown,
+			Attempt: max(row.Attempt-1, 0), Reason: reason})
+		ev.Transport, ev.Details.Extra = transport, marker
 		return true, e.append(ctx, []string{row.ID}, ev)
 	}
 	if row.State == tracing.Queued && row.DeadlineAt > 0 && row.NextAt == row.DeadlineAt && row.Actor != "" {
