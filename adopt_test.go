@@ -211,21 +211,8 @@ func TestClusterAdoptedMessageSettlesFromDeliveryRecord(t *testing.T) {
 	nodes := startClusterPair(t, domain, func(c *Config) {
 		c.Bus.RetrySchedule, c.Bus.TickInterval = []time.Duration{200 * time.Millisecond}, 50*time.Millisecond
 	})
-	client := func(base string, id *agents.Identity) *agents.Client {
-		c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: base, Identity: id, APIKey: id.APIKey,
-			Logger: quietLogger(), ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	register := func(base, beamID string) *agents.Identity {
-		id, err := agents.GenerateIdentity(beamID)
-		require.NoError(t, err)
-		res, err := client(base, id).Register(ctx, beamID, []string{"test"})
-		require.NoError(t, err)
-		id.APIKey = res.APIKey
-		return id
-	}
+	client := func(base string, id *agents.Identity) *agents.Client { return clusterClient(t, base, id) }
+	register := func(base, beamID string) *agents.Identity { return clusterAgent(t, ctx, base, beamID) }
 	aliceID := register(nodes[0].url, "alice@"+domain)
 	bobID := register(nodes[1].url, "bob@"+domain)
 	alice := client(nodes[0].url, aliceID)
