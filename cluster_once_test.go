@@ -36,21 +36,8 @@ func TestClusterBusSettlesFromDeliveryRecord(t *testing.T) {
 	nodes := startClusterPair(t, domain, func(c *Config) {
 		c.Bus.RetrySchedule, c.Bus.MaxAttempts, c.Bus.TickInterval = []time.Duration{200 * time.Millisecond}, 50, 50*time.Millisecond
 	})
-	client := func(base string, id *agents.Identity) *agents.Client {
-		c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: base, Identity: id, APIKey: id.APIKey,
-			Logger: quietLogger(), ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	register := func(base, beamID string) *agents.Identity {
-		id, err := agents.GenerateIdentity(beamID)
-		require.NoError(t, err)
-		res, err := client(base, id).Register(ctx, beamID, []string{"test"})
-		require.NoError(t, err)
-		id.APIKey = res.APIKey
-		return id
-	}
+	client := func(base string, id *agents.Identity) *agents.Client { return clusterClient(t, base, id) }
+	register := func(base, beamID string) *agents.Identity { return clusterAgent(t, ctx, base, beamID) }
 	aliceID := register(nodes[0].url, "alice@"+domain)
 	bobID := register(nodes[1].url, "bob@"+domain)
 
@@ -158,4 +145,27 @@ func TestClusterDeliveryRecordsSettleAfterJoining(t *testing.T) {
 	_, ok, err = dir.ClusterDelivery(ctx, "alice@acme.beam.directory", "n1", "msg_1")
 	require.NoError(t, err)
 	require.False(t, ok, "no record: not acknowledged")
+}
+
+// clusterClient is an agent client of id on the node at base, closed when
+// the test ends.
+func clusterClient(t *testing.T, base string, id *agents.Identity) *agents.Client {
+	t.Helper()
+	c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: base, Identity: id, APIKey: id.APIKey,
+		Logger: quietLogger(), ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// clusterAgent registers beamID on the node at base and returns its
+// identity with its API key.
+func clusterAgent(t *testing.T, ctx context.Context, base, beamID string) *agents.Identity {
+	t.Helper()
+	id, err := agents.GenerateIdentity(beamID)
+	require.NoError(t, err)
+	res, err := clusterClient(t, base, id).Register(ctx, beamID, []string{"test"})
+	require.NoError(t, err)
+	id.APIKey = res.APIKey
+	return id
 }

@@ -443,13 +443,15 @@ func (b *Bus) forget(nonce string) {
 	b.mu.Unlock()
 }
 
-// RecoveryReport says what Recover did.
+// RecoveryReport says what Recover (or Adopt) did.
 type RecoveryReport struct {
 	// Requeued counts received and dispatched messages requeued at once.
 	Requeued int `json:"requeued"`
 	// AwaitingResult counts delivered messages (not accepted
 	// asynchronously) whose result may still arrive until their deadline.
 	AwaitingResult int `json:"awaitingResult"`
+	// Adopted counts the messages Adopt took over (every kind).
+	Adopted int `json:"adopted,omitempty"`
 }
 
 // Recover applies the restart rules (seed 003) to the messages a previous
@@ -469,18 +471,9 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 	for _, nonce := range nonces {
 		unlock := b.keys.Lock(nonce)
 		c, ok, err := b.current(ctx, nonce)
-		row := c.MessageRow
-		if err == nil && ok && row.Status == tracing.Dispatched && c.Transport == directory.TransportFederation {
-			// The federation outbox owns the attempt: its relay publishes
-			// the row again and records the peer's outcome.
-			unlock()
-			continue
-		}
-		if err == nil && ok && (row.Status == tracing.Received || row.Status == tracing.Validated || row.Status == tracing.Dispatched) {
-			ev := event(row, tracing.Queued, "recovery", c.Attempt)
-			ev.Details = tracing.Details{NextRetryAt: b.nowMs(), Error: "Recovered after a restart",
-				Extra: map[string]any{"recoveryAction": "requeued_after_restart", "previousState": string(row.Status)}}
-			if err = b.append(ev); err == nil {
+		if err == nil && ok {
+			var requeued bool
+			if requeued, err = b.requeueInterrupted(c, restart); requeued {
 				rep.Requeued++
 			}
 		}
@@ -494,21 +487,75 @@ func (b *Bus) Recover(ctx context.Context) (RecoveryReport, error) {
 		return rep, fmt.Errorf("bus recover: %w", err)
 	}
 	for _, p := range delivered {
-		last, err := b.lastDetails(ctx, p.Nonce)
+		awaiting, err := b.awaitResult(ctx, p.Nonce, p.At, restart)
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		if last.Extra["asyncAccepted"] == true || b.viaFederation(ctx, p.Nonce) {
-			continue
+		if awaiting {
+			rep.AwaitingResult++
 		}
-		b.mu.Lock()
-		b.recovered.Set(p.Nonce, time.UnixMicro(int64(p.At*1e6)).Add(b.cfg.DeliveryTimeout))
-		b.mu.Unlock()
-		rep.AwaitingResult++
 	}
 	b.lg.Info("bus recovery", "requeued", rep.Requeued, "awaitingResult", rep.AwaitingResult)
 	return rep, errors.Join(errs...)
+}
+
+// recovery is how the bus recovers messages another process left
+// unfinished: restart (Recover, this log's own process stopped) or a
+// takeover (Adopt, a dead node's log was imported).
+type recovery struct {
+	transport string
+	why       string // details.error of a requeue
+	action    string // details.extra.recoveryAction of a requeue
+	// from, for a takeover, is where the message was taken over from.
+	from *tracing.Takeover
+}
+
+var restart = recovery{transport: "recovery", why: "Recovered after a restart", action: "requeued_after_restart"}
+
+// requeueInterrupted requeues c, a message left received, validated or
+// dispatched, at once with the same nonce and attempt; it reports whether
+// it did. At a restart a federation attempt is left to the outbox, which
+// publishes it again; at a takeover the outbox row stayed with the dead
+// node, so the message is forwarded again (the peer deduplicates its
+// nonce). The caller holds the nonce's lock.
+func (b *Bus) requeueInterrupted(c current, how recovery) (bool, error) {
+	row := c.MessageRow
+	if row.Status == tracing.Dispatched && c.Transport == directory.TransportFederation && how.from == nil {
+		return false, nil
+	}
+	if row.Status != tracing.Received && row.Status != tracing.Validated && row.Status != tracing.Dispatched {
+		return false, nil
+	}
+	ev := event(row, tracing.Queued, how.transport, c.Attempt)
+	extra := map[string]any{"recoveryAction": how.action, "previousState": string(row.Status)}
+	if how.from != nil {
+		extra = how.from.Marker(extra)
+	}
+	ev.Details = tracing.Details{NextRetryAt: b.nowMs(), Error: how.why, Extra: extra}
+	if err := b.append(ev); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// awaitResult gives nonce, a message delivered at (epoch seconds) whose
+// result has not come, until at+DeliveryTimeout to receive it (Tick
+// retries it as TIMEOUT after that); it reports whether it did. A message
+// accepted asynchronously waits for its late result without a deadline; at
+// a restart, one forwarded to a peer directory waits for the outbox to
+// report the peer's outcome.
+func (b *Bus) awaitResult(ctx context.Context, nonce string, at float64, how recovery) (bool, error) {
+	last, err := b.lastDetails(ctx, nonce)
+	if err != nil {
+		return false, err
+	}
+	if last.Extra["asyncAccepted"] == true || (how.from == nil && b.viaFederation(ctx, nonce)) {
+		return false, nil
+	}
+	b.mu.Lock()
+	b.recovered.Set(nonce, time.UnixMicro(int64(at*1e6)).Add(b.cfg.DeliveryTimeout))
+	b.mu.Unlock()
+	return true, nil
 }
 
 // Tick runs one round of the worker: expired poll leases go back to

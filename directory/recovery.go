@@ -57,28 +57,15 @@ func (d *Directory) Recover(ctx context.Context) (recoveryReport, error) {
 		if row.Owner != "" && row.Owner != tracing.OwnerDirectory {
 			continue
 		}
-		switch row.Status {
-		case tracing.Received, tracing.Validated, tracing.Queued, tracing.Dispatched:
-			events = append(events, recoveryFailure(row, CodeDeliveryFailed,
-				"Delivery was interrupted by a directory restart", recoveryInterrupted, now))
-			rep.FailedInterrupted++
-		case tracing.Delivered:
-			trace, err := d.log.Trace(ctx, row.Nonce)
-			if err != nil {
-				return rep, fmt.Errorf("recover %s: %w", row.Nonce, err)
-			}
-			if asyncAcceptance(trace) != nil {
-				continue
-			}
-			deadline := d.deadline(row, trace)
-			if now.Before(deadline) {
-				resumed[row.Nonce] = deadline
-				rep.ResumedAwaitingResult++
-				continue
-			}
-			events = append(events, recoveryFailure(row, CodeTimeout,
-				fmt.Sprintf("No result from %s before the directory restarted", row.To), recoveryTimeoutAfterRestart, now))
-			rep.TimedOutAwaitingResult++
+		ev, deadline, err := d.recoverIntent(ctx, row, now, &rep, nil)
+		if err != nil {
+			return rep, fmt.Errorf("recover %s: %w", row.Nonce, err)
+		}
+		if ev != nil {
+			events = append(events, *ev)
+		}
+		if !deadline.IsZero() {
+			resumed[row.Nonce] = deadline
 		}
 	}
 	var errs []error
@@ -111,6 +98,59 @@ func (d *Directory) Recover(ctx context.Context) (recoveryReport, error) {
 		return rep, fmt.Errorf("recover: %w", errors.Join(errs...))
 	}
 	return rep, nil
+}
+
+// recoverIntent decides what recovery does with row, a directory-owned
+// intent another process left unfinished, and counts it in rep: ev is the
+// event to record (nil for none); a non-zero deadline says the intent
+// stays open until then for its result (Sweep). Received, validated,
+// queued and dispatched intents fail retryably; delivered ones wait for
+// their result until their deadline, or fail TIMEOUT when it passed; ones
+// accepted asynchronously are left alone. from is set when the intent was
+// taken over from a dead node (Adopt): its event then has transport
+// takeover and names the node, and an intent left waiting gets such an
+// event too, which changes nothing else.
+func (d *Directory) recoverIntent(ctx context.Context, row tracing.IntentRow, now time.Time, rep *recoveryReport,
+	from *tracing.Takeover) (*tracing.Event, time.Time, error) {
+	var ev tracing.Event
+	var deadline time.Time
+	switch row.Status {
+	case tracing.Received, tracing.Validated, tracing.Queued, tracing.Dispatched:
+		msg := "Delivery was interrupted by a directory restart"
+		if from != nil {
+			msg = "Delivery was interrupted: its node stopped and was taken over"
+		}
+		ev = recoveryFailure(row, CodeDeliveryFailed, msg, recoveryInterrupted, now)
+		rep.FailedInterrupted++
+	case tracing.Delivered:
+		trace, err := d.log.Trace(ctx, row.Nonce)
+		if err != nil {
+			return nil, deadline, err
+		}
+		if asyncAcceptance(trace) != nil {
+			return nil, deadline, nil
+		}
+		deadline = d.deadline(row, trace)
+		if now.Before(deadline) {
+			rep.ResumedAwaitingResult++
+			if from == nil {
+				return nil, deadline, nil
+			}
+			ev = tracing.Event{Nonce: row.Nonce, State: tracing.Delivered, From: row.From, To: row.To,
+				IntentType: row.IntentType, Attempt: row.Attempt}
+		} else {
+			deadline = time.Time{}
+			ev = recoveryFailure(row, CodeTimeout,
+				fmt.Sprintf("No result from %s before the directory restarted", row.To), recoveryTimeoutAfterRestart, now)
+			rep.TimedOutAwaitingResult++
+		}
+	default:
+		return nil, deadline, nil
+	}
+	if from != nil {
+		ev.Transport, ev.Details.Extra = tracing.TransportTakeover, from.Marker(ev.Details.Extra)
+	}
+	return &ev, deadline, nil
 }
 
 // deadline is when a delivered intent's result is due: the latest dispatch

@@ -13,8 +13,9 @@ import (
 )
 
 // seedIntent appends the events of an intent that a previous process left
-// in state last (received … delivered), the way the relay records them.
-func seedIntent(t *testing.T, b *testBundle, f *wire.IntentFrame, last tracing.State, at time.Time, timeoutMs int64) {
+// in state last (received … delivered), the way the relay records them,
+// with extra in every event's details.
+func seedIntent(t *testing.T, b *testBundle, f *wire.IntentFrame, last tracing.State, at time.Time, timeoutMs int64, extra ...map[string]any) {
 	t.Helper()
 	hash, err := payloadHash(f.Payload)
 	require.NoError(t, err)
@@ -35,6 +36,16 @@ func seedIntent(t *testing.T, b *testBundle, f *wire.IntentFrame, last tracing.S
 		}
 	}
 	require.Equal(t, last, events[len(events)-1].State)
+	for i := range events {
+		for _, x := range extra {
+			if events[i].Details.Extra == nil {
+				events[i].Details.Extra = map[string]any{}
+			}
+			for k, v := range x {
+				events[i].Details.Extra[k] = v
+			}
+		}
+	}
 	_, err = b.log.Append(context.Background(), events...)
 	require.NoError(t, err)
 }

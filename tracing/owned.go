@@ -320,3 +320,26 @@ func (l *Log) OwnedRows(ctx context.Context, owner Owner, fn func(nonce string, 
 	}
 	return nil
 }
+
+// OwnedRow returns the row of nonce in the projection registered for the
+// nonces of owner, once the rows hold every event committed before the
+// call; ok false when nonce has none. It is what an owner reads for an
+// item that arrives while it runs (a takeover's import).
+func (l *Log) OwnedRow(ctx context.Context, owner Owner, nonce string) (b []byte, ok bool, err error) {
+	p := projectionOf(owner)
+	if p == nil {
+		return nil, false, fmt.Errorf("owned row: no projection registered for owner %q", owner)
+	}
+	if err := l.sync(ctx); err != nil {
+		return nil, false, err
+	}
+	err = l.rdb.QueryRowContext(ctx, `SELECT row FROM `+p.Table+
+		` WHERE first_seq = (SELECT first_seq FROM intent_log WHERE nonce = ?)`, nonce).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s row of %q: %w", p.Table, nonce, err)
+	}
+	return b, true, nil
+}

@@ -27,6 +27,9 @@ var jobOps = []struct {
 	{jobs.OpCancel, []tracing.State{tracing.DeadLetter}},
 	{jobs.OpRetry, []tracing.State{tracing.Queued}},
 	{jobs.OpPurge, []tracing.State{tracing.DeadLetter}},
+	// A takeover's marker of an adopted job (Service.Adopt) keeps its
+	// status.
+	{"takeover", []tracing.State{tracing.Queued, tracing.Delivered}},
 }
 
 // TestJobLifecycleWalk: random job operations, appended through the log,

@@ -110,17 +110,11 @@ func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 	var rows []tracing.JobRow
 	now := s.clock().Unix()
 	err := s.log.OwnedRows(ctx, tracing.OwnerJobs, func(nonce string, b []byte) error {
-		var r jobRow
-		if err := r.UnmarshalBinary(b); err != nil {
-			return fmt.Errorf("job row %s: %w", nonce, err)
+		r, err := s.readRow(nonce, b, now)
+		if r.ID != "" {
+			rows = append(rows, r)
 		}
-		for _, u := range r.signed {
-			s.rememberNonce(u.Key, u.usedAt(), now)
-		}
-		if r.row.ID != "" {
-			rows = append(rows, r.row)
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("load jobs: %w", err)
@@ -131,14 +125,32 @@ func (s *Service) loadJobs(ctx context.Context, tomb map[string]bool) error {
 		if tomb[r.ID] || r.Purged {
 			continue
 		}
-		j := newJob(r)
-		s.jobs[r.ID] = j
-		s.track(j, 1)
-		s.slim(j)
-		s.index(j)
+		s.add(newJob(r))
 	}
 	s.lg.Info("intent bus loaded", "jobs", len(s.jobs), "testerKeys", len(s.keys))
 	return nil
+}
+
+// readRow decodes nonce's stored projection row b and remembers the signed
+// nonces it holds (now: unix s).
+func (s *Service) readRow(nonce string, b []byte, now int64) (tracing.JobRow, error) {
+	var r jobRow
+	if err := r.UnmarshalBinary(b); err != nil {
+		return tracing.JobRow{}, fmt.Errorf("job row %s: %w", nonce, err)
+	}
+	for _, u := range r.signed {
+		s.rememberNonce(u.Key, u.usedAt(), now)
+	}
+	return r.row, nil
+}
+
+// add puts the loaded job j in the service: the jobs, the counts and the
+// claim index. Caller holds mu.
+func (s *Service) add(j *job) {
+	s.jobs[j.row.ID] = j
+	s.track(j, 1)
+	s.slim(j)
+	s.index(j)
 }
 
 // track adds (delta 1) or removes (-1) j from the counts, its publisher's

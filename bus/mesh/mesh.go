@@ -347,29 +347,57 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, row := range rows {
-		if row.State == tracing.Queued && row.DeadlineAt > 0 && row.NextAt == row.DeadlineAt && row.Actor != "" {
-			// Waiting for its offline actor (attempt): woken when it
-			// connects.
-			e.waitOffline(row.ID, row.Actor)
-			continue
-		}
-		if row.State != tracing.Dispatched && row.State != tracing.Delivered {
-			continue
-		}
-		// The outcome of the hop in flight cannot be determined: unknown
-		// until it is dispatched again.
-		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Status: tracing.MeshUnknown,
-			Attempt: max(row.Attempt-1, 0), Reason: "interrupted by a restart"})
-		ev.Transport = "recovery"
-		if _, err := e.log.Append(ctx, ev); err != nil {
+		requeued, err := e.resume(ctx, row, nil)
+		if err != nil {
 			return n, fmt.Errorf("mesh recover %s: %w", row.ID, err)
 		}
-		n++
+		if requeued {
+			n++
+		}
 	}
 	if n > 0 {
 		e.lg.Info("mesh recovery", "requeued", n)
 	}
 	return n, nil
+}
+
+// resume takes up row, an envelope another process left open: one waiting
+// for its offline actor waits here (woken when it connects); a hop in
+// flight, whose outcome cannot be determined, is queued again as unknown
+// until it is dispatched again, and resume reports it requeued. from is
+// set when the envelope was taken over from a dead node (Adopt): the
+// requeue then has transport takeover and names the node, and any other
+// open envelope gets a takeover step that changes nothing else.
+func (e *Engine) resume(ctx context.Context, row tracing.MeshRow, from *tracing.Takeover) (bool, error) {
+	var marker map[string]any
+	if from != nil {
+		marker = from.Marker(nil)
+	}
+	if row.State == tracing.Dispatched || row.State == tracing.Delivered {
+		// A wait this engine recorded before is over: the next attempt
+		// records its own.
+		e.stopWaiting(row.ID, row.Actor)
+		transport, reason := "recovery", "interrupted by a restart"
+		if from != nil {
+			transport, reason = tracing.TransportTakeover, "taken over from a node that stopped"
+		}
+		ev := e.event(row, tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Status: tracing.MeshUnknown,
+			Attempt: max(row.Attempt-1, 0), Reason: reason})
+		ev.Transport, ev.Details.Extra = transport, marker
+		return true, e.append(ctx, []string{row.ID}, ev)
+	}
+	if row.State == tracing.Queued && row.DeadlineAt > 0 && row.NextAt == row.DeadlineAt && row.Actor != "" {
+		// Waiting for its offline actor (attempt): woken when it
+		// connects.
+		e.waitOffline(row.ID, row.Actor)
+	}
+	if from == nil {
+		return false, nil
+	}
+	ev := e.event(row, row.State, tracing.MeshStep{Kind: meshKindTakeover, Attempt: row.Attempt,
+		FirstAttemptAt: row.FirstAttemptAt, NextAt: row.NextAt})
+	ev.Transport, ev.Details.Extra = tracing.TransportTakeover, marker
+	return false, e.append(ctx, []string{row.ID}, ev)
 }
 
 // event builds an event of row's nonce carrying step.

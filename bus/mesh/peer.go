@@ -56,7 +56,8 @@ func (e *Engine) peerHop(ctx context.Context, row tracing.MeshRow, n int) (strin
 // redispatchedNonce returns the peer nonce of attempt n of the current hop
 // when the envelope's events (its trace) show that attempt dispatched
 // before, with no outcome since: the last dispatch is of attempt n and no
-// step other than a wait (a restart, an offline actor) followed it. It
+// step other than a wait (a restart, an offline actor), a pause, a resume
+// or a takeover's marker followed it. It
 // returns "" otherwise.
 func redispatchedNonce(evs []tracing.Event, n int) string {
 	nonce := ""
@@ -75,7 +76,7 @@ func redispatchedNonce(evs []tracing.Event, n int) string {
 				nonce, _ = ev.Details.Extra["peerNonce"].(string)
 			}
 		case ev.State == tracing.Queued && st.Kind != tracing.MeshKindWait && st.Kind != tracing.MeshKindPause &&
-			st.Kind != tracing.MeshKindResume:
+			st.Kind != tracing.MeshKindResume && st.Kind != meshKindTakeover:
 			nonce = ""
 		case ev.State.Terminal():
 			nonce = ""

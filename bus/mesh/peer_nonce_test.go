@@ -26,6 +26,7 @@ func TestRedispatchedNonce(t *testing.T) {
 	restart := step(tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindWait, Reason: "interrupted by a restart"}, "")
 	hop := step(tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindHop, Hop: 1}, "")
 	retry := step(tracing.Queued, tracing.MeshStep{Kind: tracing.MeshKindRetry, Attempt: 1}, "")
+	takeover := step(tracing.Queued, tracing.MeshStep{Kind: meshKindTakeover, Attempt: 0}, "")
 	pause := step(tracing.Dispatched, tracing.MeshStep{Kind: tracing.MeshKindPause, Attempt: 1}, "")
 
 	for _, tc := range []struct {
@@ -37,6 +38,7 @@ func TestRedispatchedNonce(t *testing.T) {
 		{"first attempt", []tracing.Event{created, queued}, 1, ""},
 		{"interrupted by a restart", []tracing.Event{created, queued, dispatch(1, "n1"), restart}, 1, "n1"},
 		{"interrupted after delivery", []tracing.Event{created, queued, dispatch(1, "n1"), delivered, pause, restart}, 1, "n1"},
+		{"interrupted, then taken over", []tracing.Event{created, queued, dispatch(1, "n1"), restart, takeover}, 1, "n1"},
 		{"a retry is a new attempt", []tracing.Event{created, queued, dispatch(1, "n1"), delivered, retry}, 2, ""},
 		{"second attempt interrupted", []tracing.Event{created, dispatch(1, "n1"), retry, dispatch(2, "n2"), restart}, 2, "n2"},
 		{"the next hop's first attempt", []tracing.Event{created, dispatch(1, "n1"), delivered, hop}, 1, ""},
