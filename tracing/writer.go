@@ -46,6 +46,16 @@ type request struct {
 	err     error
 	reason  string // rejection reason for metrics
 	stats   RebuildStats
+
+	// ops are DoOps's side writes (ops.go); opAnchors the last seq before
+	// each, opBase the number of ops recorded before the request's first.
+	ops       []Op
+	opAnchors []int64
+	opBase    int64
+	// posFrom and posTo are the log's positions before and after the
+	// request (replicate.go); imp is set on an Import (import.go).
+	posFrom, posTo int64
+	imp            *importReq
 }
 
 func (r *request) detailsOf(i int) string {
@@ -107,7 +117,9 @@ type overlay struct {
 // writerState is owned by the goroutine that writes: the writer goroutine,
 // or a caller committing its own request (Log.writing).
 type writerState struct {
-	nextSeq  int64
+	nextSeq int64
+	// opCount is the number of ops recorded in log_ops (cluster mode).
+	opCount  int64
 	cache    map[string]*entry // non-terminal nonces, as committed
 	maxCache int
 	// counts is exact after a rebuild (which sets the gauges from it); after
@@ -661,6 +673,12 @@ func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Even
 // wait enqueues r and waits for its outcome, or commits r itself when the
 // writer is idle (idleLocked).
 func (l *Log) wait(ctx context.Context, r *request) error {
+	if l.ship != nil {
+		if err := l.fencedErr(); err != nil {
+			l.m.rejected.WithLabelValues(rejectClosed).Inc()
+			return err
+		}
+	}
 	l.qmu.Lock()
 	if l.closed {
 		l.qmu.Unlock()
@@ -938,14 +956,14 @@ func reject(r *request, err error, reason string) {
 func (l *Log) commitBatch(batch []*request, closing bool) {
 	w := &l.w
 	t0 := time.Now()
-	seq0 := w.nextSeq
+	seq0, op0 := w.nextSeq, w.opCount
 	ctx := context.Background()
 	mode := l.projectNow(batch, t0, closing)
 	w.hold = mode == projectDue
 	defer func() { w.hold = false }()
 	fail := func(err error) {
 		w.discard()
-		w.nextSeq = seq0
+		w.nextSeq, w.opCount = seq0, op0
 		l.logger.Error("log batch failed", "requests", len(batch), "err", err)
 		l.writeErr.Store(&err)
 		for _, r := range batch {
@@ -1047,6 +1065,11 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 			l.publish(committed)
 		}
 	}
+	if l.ship != nil {
+		l.position.Store(w.nextSeq - 1 + w.opCount)
+		l.ship.enqueue(batch)
+		return
+	}
 	for _, r := range batch {
 		close(r.done)
 	}
@@ -1101,6 +1124,12 @@ func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 // returned error is reserved for database failures, which fail the batch.
 func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 	w := &l.w
+	r.posFrom = w.nextSeq - 1 + w.opCount
+	if r.imp != nil {
+		err := l.applyImport(tx, ts, r)
+		r.posTo = w.nextSeq - 1 + w.opCount
+		return err
+	}
 	w.beginRequest(len(r.events))
 	// Validation: nothing is written until every event of the request is
 	// known to be acceptable.
@@ -1121,9 +1150,18 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 	}
 	w.applyEvents(r, l.clock)
 	if r.fn == nil {
+		r.posTo = w.nextSeq - 1 + w.opCount
 		return nil
 	}
-	return w.runDo(tx, ts, r, seqStart)
+	r.opBase = w.opCount
+	if err := w.runDo(tx, ts, r, seqStart); err != nil {
+		return err
+	}
+	if r.err == nil && l.recordOps() {
+		w.opCount += int64(len(r.ops))
+	}
+	r.posTo = w.nextSeq - 1 + w.opCount
+	return nil
 }
 
 // beginRequest resets the per-request overlay of states and the message ids
