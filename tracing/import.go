@@ -101,7 +101,6 @@ func (l *Log) applyImport(tx *sqlx.Tx, ts *txStmts, r *request) error {
 		res.Skipped = len(imp.doc.Items)
 		return nil
 	}
-	r.opBase = w.opCount
 	decided := make(map[string]bool)
 	var touched []string
 	var details []byte

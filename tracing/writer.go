@@ -1124,7 +1124,7 @@ func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 // returned error is reserved for database failures, which fail the batch.
 func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 	w := &l.w
-	r.posFrom = w.nextSeq - 1 + w.opCount
+	r.posFrom, r.opBase = w.nextSeq-1+w.opCount, w.opCount
 	if r.imp != nil {
 		err := l.applyImport(tx, ts, r)
 		r.posTo = w.nextSeq - 1 + w.opCount
@@ -1153,7 +1153,6 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 		r.posTo = w.nextSeq - 1 + w.opCount
 		return nil
 	}
-	r.opBase = w.opCount
 	if err := w.runDo(tx, ts, r, seqStart); err != nil {
 		return err
 	}
