@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -75,24 +74,7 @@ func (l *Log) DoOps(ctx context.Context, ops []Op, events ...Event) ([]Event, er
 			return nil, &ValidationError{Index: i, Field: "op", Reason: fmt.Sprintf("op %q: the payload is not JSON of at most %d bytes", op.Kind, maxOpPayload)}
 		}
 	}
-	start := time.Now()
-	if err := ctx.Err(); err != nil {
-		l.m.rejected.WithLabelValues(rejectCanceled).Inc()
-		return nil, err
-	}
-	r, err := l.newRequest(events)
-	if err != nil {
-		l.m.rejected.WithLabelValues(rejectInvalid).Inc()
-		return nil, err
-	}
-	r.ops = append([]Op(nil), ops...)
-	r.opAnchors = make([]int64, len(ops))
-	r.fn = func(tx *sqlx.Tx) error { return l.applyOps(tx, r) }
-	if err := l.wait(ctx, r); err != nil {
-		return nil, err
-	}
-	l.m.append.Observe(time.Since(start).Seconds())
-	return r.events, nil
+	return l.submit(ctx, nil, events, ops)
 }
 
 // applyOps runs r's ops in the writer (inside r's savepoint) and, in

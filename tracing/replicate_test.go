@@ -12,6 +12,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/internal/beamtest"
 )
 
 // testKVOp is an op kind of the tests: it upserts a row of test_kv.
@@ -120,25 +122,13 @@ func tables(t *testing.T, l *Log) map[string][]map[string]any {
 		"beam_mesh":     `SELECT * FROM beam_mesh ORDER BY 1`,
 		"test_kv":       `SELECT * FROM test_kv ORDER BY k`,
 	} {
-		rows, err := l.ReadDB().QueryxContext(ctx, q)
-		if err != nil && name == "test_kv" {
-			continue
-		}
-		require.NoError(t, err, name)
-		for rows.Next() {
-			m := map[string]any{}
-			require.NoError(t, rows.MapScan(m))
-			for k, v := range m {
-				if b, ok := v.([]byte); ok {
-					m[k] = string(b)
-				}
+		if name == "test_kv" {
+			var n int
+			if l.ReadDB().Get(&n, `SELECT COUNT(*) FROM sqlite_master WHERE name = 'test_kv'`) != nil || n == 0 {
+				continue
 			}
-			delete(m, "last_seq")
-			delete(m, "first_seq")
-			out[name] = append(out[name], m)
 		}
-		require.NoError(t, rows.Err())
-		rows.Close()
+		out[name] = beamtest.Rows(t, l.ReadDB(), q, "last_seq", "first_seq")
 	}
 	return out
 }

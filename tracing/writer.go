@@ -633,7 +633,7 @@ func (l *Log) Append(ctx context.Context, events ...Event) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	return l.submit(ctx, nil, events)
+	return l.submit(ctx, nil, events, nil)
 }
 
 // Do is Append plus fn: after the events are written, fn runs inside the
@@ -648,10 +648,11 @@ func (l *Log) Do(ctx context.Context, fn func(tx *sqlx.Tx) error, events ...Even
 	if fn == nil && len(events) == 0 {
 		return nil, nil
 	}
-	return l.submit(ctx, fn, events)
+	return l.submit(ctx, fn, events, nil)
 }
 
-func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Event) ([]Event, error) {
+// submit appends events with fn or ops (DoOps: fn applies them).
+func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Event, ops []Op) ([]Event, error) {
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
 		l.m.rejected.WithLabelValues(rejectCanceled).Inc()
@@ -663,6 +664,11 @@ func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Even
 		return nil, err
 	}
 	r.fn = fn
+	if len(ops) > 0 {
+		r.ops = append([]Op(nil), ops...)
+		r.opAnchors = make([]int64, len(ops))
+		r.fn = func(tx *sqlx.Tx) error { return l.applyOps(tx, r) }
+	}
 	if err := l.wait(ctx, r); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam/internal/beamtest"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -49,22 +50,7 @@ func sideTables(t *testing.T, lg *tracing.Log) map[string][]map[string]any {
 	out := map[string][]map[string]any{}
 	for _, tbl := range []string{"intent_bus_keys", "intent_bus_kv", "intent_bus_idempotency", "intent_bus_tombstones",
 		"intent_bus_nonces", "beam_jobs"} {
-		rows, err := lg.ReadDB().Queryx(`SELECT * FROM ` + tbl + ` ORDER BY 1, 2`)
-		require.NoError(t, err)
-		for rows.Next() {
-			m := map[string]any{}
-			require.NoError(t, rows.MapScan(m))
-			for k, v := range m {
-				if b, ok := v.([]byte); ok {
-					m[k] = string(b)
-				}
-			}
-			delete(m, "last_seq")
-			delete(m, "first_seq")
-			out[tbl] = append(out[tbl], m)
-		}
-		require.NoError(t, rows.Err())
-		rows.Close()
+		out[tbl] = beamtest.Rows(t, lg.ReadDB(), `SELECT * FROM `+tbl+` ORDER BY 1, 2`, "last_seq", "first_seq")
 	}
 	return out
 }
