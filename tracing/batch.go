@@ -73,7 +73,7 @@ func eventItem(pos int64, ev *Event, details string) batchItem {
 
 // encodeRequest encodes the events and ops r committed, in their order:
 // each op after the events up to its anchor.
-func encodeRequest(r *request, _ string) []byte {
+func encodeRequest(r *request) []byte {
 	var b []byte
 	oi, ord := 0, r.opBase
 	op := func() {

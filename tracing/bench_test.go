@@ -151,13 +151,29 @@ func benchSingle(b *testing.B, rep Replicator) {
 
 // BenchmarkAppendConcurrent64: 64 goroutines, each walking intents through
 // received → validated → dispatched → delivered → acked, one event per call.
-func BenchmarkAppendConcurrent64(b *testing.B) { benchConcurrent(b, nil) }
+func BenchmarkAppendConcurrent64(b *testing.B) { benchConcurrent(b, nil, false) }
 
 // BenchmarkAppendConcurrent64Shipped is BenchmarkAppendConcurrent64 in
 // cluster mode with a replicator that accepts every batch at once.
-func BenchmarkAppendConcurrent64Shipped(b *testing.B) { benchConcurrent(b, acceptAll{}) }
+func BenchmarkAppendConcurrent64Shipped(b *testing.B) { benchConcurrent(b, acceptAll{}, false) }
 
-func benchConcurrent(b *testing.B, rep Replicator) {
+// BenchmarkAppendConcurrent64RoundTrip ships to a replicator that takes 2 ms
+// per call (a replication round trip): directory intents are released at
+// commit, bus messages (durable) after their call.
+func BenchmarkAppendConcurrent64RoundTrip(b *testing.B) {
+	b.Run("directory", func(b *testing.B) { benchConcurrent(b, slowReplicator{}, false) })
+	b.Run("bus", func(b *testing.B) { benchConcurrent(b, slowReplicator{}, true) })
+}
+
+// slowReplicator accepts every batch after 2 ms.
+type slowReplicator struct{}
+
+func (slowReplicator) Replicate(context.Context, []byte, int64) error {
+	time.Sleep(2 * time.Millisecond)
+	return nil
+}
+
+func benchConcurrent(b *testing.B, rep Replicator, durable bool) {
 	l := openShipping(b, filepath.Join(b.TempDir(), "beam.db"), rep)
 	ctx := context.Background()
 	var next atomic.Int64
@@ -174,7 +190,11 @@ func benchConcurrent(b *testing.B, rep Replicator) {
 			if step%5 == 0 {
 				nonce = fmt.Sprintf("c%d-%d", w, next.Add(1))
 			}
-			if _, err := l.Append(ctx, lifecycle(nonce, step)); err != nil {
+			ev := lifecycle(nonce, step)
+			if durable && step%5 == 0 {
+				ev.Details.Owner, ev.Details.Bus = OwnerBus, &BusMessage{MessageID: nonce}
+			}
+			if _, err := l.Append(ctx, ev); err != nil {
 				b.Error(err)
 				return
 			}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -111,7 +112,8 @@ func (l *Log) Fenced() <-chan struct{} { return l.fencedCh }
 
 // shipEntry is one committed request waiting for the Replicator.
 type shipEntry struct {
-	r        *request // nil once its appender was answered
+	r        *request // the appender to release; nil once answered
+	src      *request // what to encode (r, or a copy for one released at commit)
 	from, to int64    // positions before and after the request
 	items    []byte   // the request's encoded items, comma separated
 }
@@ -167,7 +169,15 @@ func (s *shipper) enqueue(batch []*request) {
 			close(r.done)
 			continue
 		}
-		s.queue = append(s.queue, &shipEntry{r: r, from: r.posFrom, to: r.posTo})
+		e := &shipEntry{r: r, src: r, from: r.posFrom, to: r.posTo}
+		if r.local {
+			// Released now: the encoding reads a copy of the events (the
+			// caller owns r.events from here; details and ops stay r's).
+			e.src = &request{events: slices.Clone(r.events), details: r.details, ends: r.ends, opBase: r.opBase}
+			e.r = nil
+			close(r.done)
+		}
+		s.queue = append(s.queue, e)
 	}
 	s.cond.Signal()
 	s.mu.Unlock()
@@ -203,7 +213,7 @@ func (s *shipper) run() {
 		n, size := 0, 0
 		for _, e := range s.queue {
 			if e.items == nil {
-				e.items = encodeRequest(e.r, s.l.id)
+				e.items = encodeRequest(e.src)
 			}
 			if n > 0 && size+len(e.items) > maxShipBytes {
 				break

@@ -276,9 +276,9 @@ func TestUnshippedIsTheTail(t *testing.T) {
 	require.Len(t, all, int(src.log.Position()))
 }
 
-// TestAppendWaitsForReplicate: an appender is released only after
-// Replicate returned nil for its batch; the writer meanwhile commits the
-// next batch.
+// TestAppendWaitsForReplicate: an appender of a durable item is released
+// only after Replicate returned nil for its batch; the writer meanwhile
+// commits the next batch.
 func TestAppendWaitsForReplicate(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{gate: make(chan struct{}), calls: make(chan int64, 16)}
@@ -286,7 +286,7 @@ func TestAppendWaitsForReplicate(t *testing.T) {
 	ctx := context.Background()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.log.Append(ctx, received("w-1"))
+		_, err := b.log.Append(ctx, busReceived("w-1", "m-w1"))
 		done <- err
 	}()
 	<-rec.calls // Replicate is running for w-1's batch
@@ -298,7 +298,7 @@ func TestAppendWaitsForReplicate(t *testing.T) {
 	// The writer is free: a second append commits while the first ships.
 	done2 := make(chan error, 1)
 	go func() {
-		_, err := b.log.Append(ctx, received("w-2"))
+		_, err := b.log.Append(ctx, busReceived("w-2", "m-w2"))
 		done2 <- err
 	}()
 	require.Eventually(t, func() bool { return b.log.LastSeq() == 2 }, 10*time.Second, time.Millisecond)
@@ -315,6 +315,41 @@ func TestAppendWaitsForReplicate(t *testing.T) {
 	require.Len(t, rec.accepted(), 2)
 }
 
+// TestDirectoryIntentsReleasedAtCommit: a request of directory intents
+// only is answered at commit, while its items still reach the replicator
+// in commit order with the durable ones.
+func TestDirectoryIntentsReleasedAtCommit(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{gate: make(chan struct{}), calls: make(chan int64, 16)}
+	b := setup(t, withReplicator(rec))
+	ctx := context.Background()
+	durable := make(chan error, 1)
+	go func() {
+		_, err := b.log.Append(ctx, busReceived("d-bus", "m-d"))
+		durable <- err
+	}()
+	<-rec.calls // the bus message's batch is replicating
+	b.append(received("d-dir"), ev("d-dir", Validated))
+	b.append(ev("d-dir", Dispatched))
+	select {
+	case err := <-durable:
+		t.Fatalf("the durable append returned before Replicate did: %v", err)
+	default:
+	}
+	rec.gate <- struct{}{}
+	require.NoError(t, <-durable)
+	<-rec.calls
+	rec.gate <- struct{}{}
+	require.Eventually(t, func() bool {
+		bs := rec.accepted()
+		return len(bs) == 2 && bs[1].last == b.log.Position()
+	}, 10*time.Second, time.Millisecond)
+	its := items(t, 0, rec.accepted())
+	require.Len(t, its, 4)
+	require.Equal(t, []string{"d-bus", "d-dir", "d-dir", "d-dir"}, []string{its[0].Nonce, its[1].Nonce, its[2].Nonce, its[3].Nonce})
+	require.Equal(t, Dispatched, its[3].State)
+}
+
 // TestReplicateFailureFailsAppendKeepsOrder: an append whose batch the
 // replicator refused fails with ErrNotReplicated, never succeeds; its
 // items go to the replicator again, before any later ones.
@@ -329,7 +364,7 @@ func TestReplicateFailureFailsAppendKeepsOrder(t *testing.T) {
 	}}
 	b := setup(t, withReplicator(rec))
 	ctx := context.Background()
-	_, err := b.log.Append(ctx, received("f-1"))
+	_, err := b.log.Append(ctx, busReceived("f-1", "m-f1"))
 	require.ErrorIs(t, err, ErrNotReplicated)
 	require.ErrorIs(t, err, boom)
 	require.Eventually(t, func() bool { return len(rec.accepted()) > 0 }, 10*time.Second, time.Millisecond)
@@ -351,7 +386,7 @@ func TestFencedLogRefusesAppends(t *testing.T) {
 	rec := &recorder{fail: func(int) error { return fmt.Errorf("publish: wrong last sequence: %w", ErrFenced) }}
 	b := setup(t, withReplicator(rec))
 	ctx := context.Background()
-	_, err := b.log.Append(ctx, received("x-1"))
+	_, err := b.log.Append(ctx, busReceived("x-1", "m-x1"))
 	require.ErrorIs(t, err, ErrFenced)
 	require.ErrorIs(t, err, ErrNotReplicated)
 	select {

@@ -59,7 +59,7 @@ func (s *stream) set(f func(*stream)) {
 	f(s)
 }
 
-// TestRestartShipsTheTailFirst: appends refused while the stream is down
+// TestRestartShipsTheTailFirst: durable appends refused while the stream is down
 // fail with ErrNotReplicated but stay committed; after a restart the
 // stream receives that tail before the new batches, so a taker importing
 // the stream has every event, and a fenced log refuses appends.
@@ -75,7 +75,8 @@ func TestRestartShipsTheTailFirst(t *testing.T) {
 		return l
 	}
 	recv := func(n string) tracing.Event {
-		return tracing.Event{Nonce: n, State: tracing.Received, From: "a@x.beam.directory", To: "b@x.beam.directory", IntentType: "t"}
+		return tracing.Event{Nonce: n, State: tracing.Received, From: "a@x.beam.directory", To: "b@x.beam.directory", IntentType: "t",
+			Details: tracing.Details{Owner: tracing.OwnerBus, Bus: &tracing.BusMessage{MessageID: "m-" + n}}}
 	}
 	l := open()
 	_, err := l.Append(ctx, recv("r-1"))

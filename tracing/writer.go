@@ -56,6 +56,9 @@ type request struct {
 	// request (replicate.go); imp is set on an Import (import.go).
 	posFrom, posTo int64
 	imp            *importReq
+	// local says the appender need not wait for the Replicator
+	// (directoryOnly).
+	local bool
 }
 
 func (r *request) detailsOf(i int) string {
@@ -1155,18 +1158,36 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 		w.snaps = w.snaps[:0]
 	}
 	w.applyEvents(r, l.clock)
-	if r.fn == nil {
-		r.posTo = w.nextSeq - 1 + w.opCount
-		return nil
-	}
-	if err := w.runDo(tx, ts, r, seqStart); err != nil {
-		return err
-	}
-	if r.err == nil && l.recordOps() {
-		w.opCount += int64(len(r.ops))
+	if r.fn != nil {
+		if err := w.runDo(tx, ts, r, seqStart); err != nil {
+			return err
+		}
+		if r.err == nil && l.recordOps() {
+			w.opCount += int64(len(r.ops))
+		}
 	}
 	r.posTo = w.nextSeq - 1 + w.opCount
+	if l.ship != nil {
+		r.local = w.directoryOnly(r)
+	}
 	return nil
+}
+
+// directoryOnly reports whether every event of r is of a nonce the
+// directory owns and r has no ops: nothing a node must not lose (a
+// synchronous intent interrupted with its node fails as retryable), so its
+// appender is released at commit while its items ship in order with the
+// rest (replicate.go).
+func (w *writerState) directoryOnly(r *request) bool {
+	if len(r.ops) > 0 || len(r.events) == 0 {
+		return false
+	}
+	for i := range r.events {
+		if e := w.work[r.events[i].Nonce]; e == nil || e.row.Owner != OwnerDirectory {
+			return false
+		}
+	}
+	return true
 }
 
 // beginRequest resets the per-request overlay of states and the message ids
