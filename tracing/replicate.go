@@ -34,7 +34,8 @@ var ErrFenced = errors.New("tracing: log fenced: another node took it over")
 // last position the storage holds, the Replicator fills the gap first with
 // Log.Unshipped; a call whose lastSeq the storage already holds returns
 // nil. A nil error releases the batch's appenders; an error wrapping
-// ErrFenced fences the log.
+// ErrFenced fences the log. Replicate must not append to the log (its
+// appenders wait for it).
 type Replicator interface {
 	Replicate(ctx context.Context, batch []byte, lastSeq int64) error
 }

@@ -1074,8 +1074,8 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 			l.publish(committed)
 		}
 	}
+	l.position.Store(w.nextSeq - 1 + w.opCount)
 	if l.ship != nil {
-		l.position.Store(w.nextSeq - 1 + w.opCount)
 		l.ship.enqueue(batch)
 		return
 	}
