@@ -315,16 +315,18 @@ func (l *Log) Unshipped(ctx context.Context, afterSeq int64, fn func(batch []byt
 			it := batchItem{Pos: pos, Op: o.kind, Payload: json.RawMessage(o.payload)}
 			items = appendItem(items, &it)
 		default:
+			// A batch ends before an event, never between an event and the
+			// ops after it (they are one request's).
+			if len(items) >= maxShipBytes {
+				if err := emit(); err != nil {
+					return err
+				}
+			}
 			it := &evs[ei]
 			ei++
 			pos = it.Seq + count
 			it.Pos = pos
 			items = appendItem(items, it)
-		}
-		if len(items) >= maxShipBytes {
-			if err := emit(); err != nil {
-				return err
-			}
 		}
 	}
 }

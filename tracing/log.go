@@ -351,6 +351,12 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return fail(err)
 	}
 	l.m = m
+	if cfg.Replicator != nil {
+		if l.ship, err = newShipper(l, cfg.Replicator); err != nil {
+			l.w.closeStmts()
+			return fail(err)
+		}
+	}
 	if migrated {
 		l.setGauges(l.w.counts)
 	} else {
@@ -360,9 +366,6 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		l.startTerminalCount()
 	}
 	l.position.Store(l.lastSeq.Load() + l.w.opCount)
-	if cfg.Replicator != nil {
-		l.ship = newShipper(l, cfg.Replicator)
-	}
 	l.startRowKeyScan()
 	go l.runCheckpointer()
 	go l.run()

@@ -376,6 +376,8 @@ func TestReplicateFailureFailsAppendKeepsOrder(t *testing.T) {
 	require.Equal(t, Received, its[0].State)
 	require.Equal(t, Validated, its[1].State)
 	require.Equal(t, testKVOp, its[2].Op)
+	require.Equal(t, 2.0, b.metric("beam_log_ship_failures_total"))
+	require.Positive(t, b.metric("beam_log_ship_seconds"))
 }
 
 // TestFencedLogRefusesAppends: once the replicator reports ErrFenced, the
