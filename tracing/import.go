@@ -65,7 +65,9 @@ func importMarker(*sqlx.Tx) error { return nil }
 // projection rows of this log's own directory trace of the nonce (the
 // holder's trace of a handed-over attempt; its events stay in the log);
 // otherwise this log's trace stands and the source's events of the nonce
-// are skipped.
+// are skipped. An error wrapping ErrNotReplicated comes after the import
+// was committed here; importing the batch again then reports it Duplicate,
+// with its durable items as they stand.
 func (l *Log) Import(ctx context.Context, from ImportSource, batch []byte) (ImportResult, error) {
 	if from.Log == "" {
 		return ImportResult{}, errors.New("import: no source log")
@@ -82,7 +84,36 @@ func (l *Log) Import(ctx context.Context, from ImportSource, batch []byte) (Impo
 	if err := l.wait(ctx, r); err != nil {
 		return ImportResult{}, fmt.Errorf("import from log %s: %w", from.Log, err)
 	}
-	return r.imp.res, nil
+	res := r.imp.res
+	if res.Duplicate {
+		// Imported before (maybe by a call that then failed to replicate):
+		// the batch's durable items as they stand now.
+		seen := make(map[string]bool)
+		for i := range doc.Items {
+			n := doc.Items[i].Nonce
+			if n == "" || seen[n] {
+				continue
+			}
+			seen[n] = true
+			row, ok, err := l.Intent(ctx, n)
+			if err != nil {
+				return ImportResult{}, fmt.Errorf("import from log %s: %w", from.Log, err)
+			}
+			res.list(row, ok)
+		}
+	}
+	return res, nil
+}
+
+// list adds a durable item's nonce to Unfinished or Finished.
+func (res *ImportResult) list(row IntentRow, ok bool) {
+	switch {
+	case !ok || !durable(row.Owner):
+	case row.Status.Terminal():
+		res.Finished = append(res.Finished, row.Nonce)
+	default:
+		res.Unfinished[row.Owner] = append(res.Unfinished[row.Owner], row.Nonce)
+	}
 }
 
 // applyImport writes an Import inside the batch transaction. Database
@@ -164,16 +195,8 @@ func (l *Log) applyImport(tx *sqlx.Tx, ts *txStmts, r *request) error {
 	}
 	r.details = string(details)
 	for _, n := range touched {
-		e := w.work[n]
-		if e == nil {
-			continue
-		}
-		switch o := e.row.Owner; {
-		case o == OwnerDirectory:
-		case e.row.Status.Terminal():
-			res.Finished = append(res.Finished, n)
-		default:
-			res.Unfinished[o] = append(res.Unfinished[o], n)
+		if e := w.work[n]; e != nil {
+			res.list(e.row, true)
 		}
 	}
 	_, err = tx.Exec(`INSERT INTO log_imports(log, node, stream_seq, pos, at) VALUES(?, ?, ?, ?, ?)

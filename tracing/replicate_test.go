@@ -224,11 +224,16 @@ func TestShippedBatchesImportIntoAnotherLog(t *testing.T) {
 
 	// Again, whole or overlapping: nothing changes.
 	last := dst.log.LastSeq()
+	again := map[string]bool{}
 	for i, s := range bs {
 		res, err := dst.log.Import(ctx, ImportSource{Log: src.log.ID(), Node: "n1", StreamSeq: uint64(i + 1)}, s.batch)
 		require.NoError(t, err)
 		require.True(t, res.Duplicate)
+		for _, n := range res.Unfinished[OwnerBus] {
+			again[n] = true
+		}
 	}
+	require.Equal(t, map[string]bool{"bus-open": true}, again, "a duplicate lists its items as they stand")
 	all := shippedTail(t, src.log, 0)
 	res, err := dst.log.Import(ctx, ImportSource{Log: src.log.ID(), Node: "n1"}, all[0].batch)
 	require.NoError(t, err)
