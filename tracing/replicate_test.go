@@ -534,3 +534,39 @@ func FuzzBatchRoundTrip(f *testing.F) {
 		require.Equal(t, d.From, from)
 	})
 }
+
+// TestImportSkipsOpsThatFailHere: an imported op of an unknown kind, or
+// one whose function fails on the taker, is skipped (logged), and the rest
+// of the batch is imported; a batch that does not decode is refused whole.
+func TestImportSkipsOpsThatFailHere(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	batch := []byte(`{"v":1,"from":0,"to":4,"items":[` +
+		`{"pos":1,"op":"test.kv","payload":{"K":"","V":"x"}},` +
+		`{"pos":2,"op":"no.such","payload":{}},` +
+		`{"pos":3,"seq":1,"nonce":"i-1","state":"received","at":1767323045001000,"from":"a@x.beam.directory","to":"b@x.beam.directory","type":"t","details":{}},` +
+		`{"pos":4,"op":"test.kv","payload":{"K":"k","V":"v"}}]}`)
+	res, err := b.log.Import(ctx, ImportSource{Log: "other", Node: "n9", StreamSeq: 1}, batch)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Events)
+	require.Equal(t, 1, res.Ops)
+	require.Equal(t, 2, res.Skipped)
+	require.Equal(t, Received, b.state("i-1"))
+	var v string
+	require.NoError(t, b.log.ReadDB().Get(&v, `SELECT v FROM test_kv WHERE k = 'k'`))
+	require.Equal(t, "v", v)
+
+	for _, bad := range []string{
+		`{"v":2,"from":0,"to":1,"items":[]}`,
+		`{"v":1,"from":0,"to":1,"items":[{"pos":2,"op":"test.kv","payload":{}}]}`,
+		`{"v":1,"from":0,"to":2,"items":[{"pos":2,"nonce":"n","state":"nope"}]}`,
+		`{"v":1,"from":0,"to":2,"items":[{"pos":2,"nonce":"n","state":"received","op":"x","payload":{}}]}`,
+		`{"v":1,"from":0,"to":2,"items":[],"extra":1}`,
+	} {
+		_, err := b.log.Import(ctx, ImportSource{Log: "other", StreamSeq: 2}, []byte(bad))
+		require.Error(t, err, bad)
+	}
+	_, err = b.log.Import(ctx, ImportSource{Log: b.log.ID(), StreamSeq: 1}, batch)
+	require.Error(t, err, "a log never imports itself")
+}
