@@ -345,17 +345,14 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if migrated {
 		l.projSeq.Store(l.lastSeq.Load())
 	}
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, cfg.Replicator != nil)
 	if err != nil {
 		l.w.closeStmts()
 		return fail(err)
 	}
 	l.m = m
 	if cfg.Replicator != nil {
-		if l.ship, err = newShipper(l, cfg.Replicator); err != nil {
-			l.w.closeStmts()
-			return fail(err)
-		}
+		l.ship = newShipper(l, cfg.Replicator)
 	}
 	if migrated {
 		l.setGauges(l.w.counts)
@@ -400,7 +397,7 @@ func OpenReadOnly(ctx context.Context, path string) (*Log, error) {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("open log %s: schema version %d, this binary reads %d (start beam serve once to migrate)", path, version, schemaVersion)
 	}
-	m, err := newMetrics(nil)
+	m, err := newMetrics(nil, false)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, err

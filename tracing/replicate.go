@@ -10,8 +10,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Cluster mode ships every committed writer batch to replicated storage
@@ -140,34 +138,14 @@ type shipper struct {
 	cancel  context.CancelFunc
 	// retryAfter is the wait before the next call after a failure.
 	retryAfter time.Duration
-	// took observes each call, failed counts the failed ones.
-	took   prometheus.Histogram
-	failed prometheus.Counter
 }
 
-func newShipper(l *Log, rep Replicator) (*shipper, error) {
-	s := &shipper{l: l, rep: rep, done: make(chan struct{}),
-		took: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "beam_log_ship_seconds",
-			Help:    "Duration of one call shipping committed log batches to replicated storage (cluster mode).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
-		failed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "beam_log_ship_failures_total",
-			Help: "Calls shipping log batches that replicated storage refused (their appenders got an error).",
-		}),
-	}
-	if reg := l.cfg.Registerer; reg != nil {
-		for _, c := range []prometheus.Collector{s.took, s.failed} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("register log metrics: %w", err)
-			}
-		}
-	}
+func newShipper(l *Log, rep Replicator) *shipper {
+	s := &shipper{l: l, rep: rep, done: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
-	return s, nil
+	return s
 }
 
 // needsShip reports whether r's appender waits for the Replicator: it
@@ -252,7 +230,7 @@ func (s *shipper) run() {
 		last := take[len(take)-1].to
 		t0 := time.Now()
 		err := callReplicate(s.ctx, s.rep, buf, last)
-		s.took.Observe(time.Since(t0).Seconds())
+		s.l.m.shipTook.Observe(time.Since(t0).Seconds())
 
 		s.mu.Lock()
 		if err == nil {
@@ -268,7 +246,7 @@ func (s *shipper) run() {
 			s.mu.Unlock()
 			continue
 		}
-		s.failed.Inc()
+		s.l.m.shipFailed.Inc()
 		s.l.logger.Warn("log batch not replicated", "requests", n, "lastSeq", last, "err", err)
 		if errors.Is(err, ErrFenced) {
 			s.fenced = err
