@@ -299,6 +299,12 @@ func (l *Log) catchUp(ctx context.Context) error {
 			if e != nil && e.row.LastSeq >= ev.Seq {
 				continue
 			}
+			if replaces(e, ev, c.taken[i]) {
+				if err := w.dropRows(ts, e); err != nil {
+					return fmt.Errorf("catch up projections: %w", err)
+				}
+				e = nil
+			}
 			w.fold(e, ev)
 			n++
 		}

@@ -109,9 +109,12 @@ func prebuiltLog(b *testing.B) string {
 	return benchLog.path
 }
 
-func openBench(b *testing.B, path string) *Log {
+func openBench(b *testing.B, path string) *Log { return openShipping(b, path, nil) }
+
+// openShipping opens a log whose batches go to rep (nil: a single node).
+func openShipping(b *testing.B, path string, rep Replicator) *Log {
 	b.Helper()
-	l, err := Open(context.Background(), Config{Path: path, Logger: quiet})
+	l, err := Open(context.Background(), Config{Path: path, Logger: quiet, Replicator: rep})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = l.Close() })
 	return l
@@ -119,8 +122,20 @@ func openBench(b *testing.B, path string) *Log {
 
 // BenchmarkAppendSingle: one caller, one event per call (every call waits
 // for its own fsync).
-func BenchmarkAppendSingle(b *testing.B) {
-	l := openBench(b, filepath.Join(b.TempDir(), "beam.db"))
+func BenchmarkAppendSingle(b *testing.B) { benchSingle(b, nil) }
+
+// BenchmarkAppendSingleShipped is BenchmarkAppendSingle in cluster mode
+// with a replicator that accepts every batch at once: the cost of
+// shipping without its round trip.
+func BenchmarkAppendSingleShipped(b *testing.B) { benchSingle(b, acceptAll{}) }
+
+// acceptAll is a Replicator that accepts every batch at once.
+type acceptAll struct{}
+
+func (acceptAll) Replicate(context.Context, []byte, int64) error { return nil }
+
+func benchSingle(b *testing.B, rep Replicator) {
+	l := openShipping(b, filepath.Join(b.TempDir(), "beam.db"), rep)
 	ctx := context.Background()
 	b.ResetTimer()
 	start, cpu := time.Now(), cpuTime()
@@ -136,8 +151,30 @@ func BenchmarkAppendSingle(b *testing.B) {
 
 // BenchmarkAppendConcurrent64: 64 goroutines, each walking intents through
 // received → validated → dispatched → delivered → acked, one event per call.
-func BenchmarkAppendConcurrent64(b *testing.B) {
-	l := openBench(b, filepath.Join(b.TempDir(), "beam.db"))
+func BenchmarkAppendConcurrent64(b *testing.B) { benchConcurrent(b, nil, false) }
+
+// BenchmarkAppendConcurrent64Shipped is BenchmarkAppendConcurrent64 in
+// cluster mode with a replicator that accepts every batch at once.
+func BenchmarkAppendConcurrent64Shipped(b *testing.B) { benchConcurrent(b, acceptAll{}, false) }
+
+// BenchmarkAppendConcurrent64RoundTrip ships to a replicator that takes 2 ms
+// per call (a replication round trip): directory intents are released at
+// commit, bus messages (durable) after their call.
+func BenchmarkAppendConcurrent64RoundTrip(b *testing.B) {
+	b.Run("directory", func(b *testing.B) { benchConcurrent(b, slowReplicator{}, false) })
+	b.Run("bus", func(b *testing.B) { benchConcurrent(b, slowReplicator{}, true) })
+}
+
+// slowReplicator accepts every batch after 2 ms.
+type slowReplicator struct{}
+
+func (slowReplicator) Replicate(context.Context, []byte, int64) error {
+	time.Sleep(2 * time.Millisecond)
+	return nil
+}
+
+func benchConcurrent(b *testing.B, rep Replicator, durable bool) {
+	l := openShipping(b, filepath.Join(b.TempDir(), "beam.db"), rep)
 	ctx := context.Background()
 	var next atomic.Int64
 	var worker atomic.Int64
@@ -153,7 +190,11 @@ func BenchmarkAppendConcurrent64(b *testing.B) {
 			if step%5 == 0 {
 				nonce = fmt.Sprintf("c%d-%d", w, next.Add(1))
 			}
-			if _, err := l.Append(ctx, lifecycle(nonce, step)); err != nil {
+			ev := lifecycle(nonce, step)
+			if durable && step%5 == 0 {
+				ev.Details.Owner, ev.Details.Bus = OwnerBus, &BusMessage{MessageID: nonce}
+			}
+			if _, err := l.Append(ctx, ev); err != nil {
 				b.Error(err)
 				return
 			}

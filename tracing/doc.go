@@ -22,6 +22,13 @@
 // registered tables (Markdown). All SQL on the log's tables lives here, behind the Log's methods with
 // typed results (TestNoLogSQLOutsideTracing keeps it so).
 //
+// In cluster mode (Config.Replicator) the writer hands every committed
+// batch to a shipping goroutine, which releases the batch's appenders of
+// durable items only once the Replicator stored it; packages write the
+// tables that must survive a node as ops (RegisterOp, DoOps), shipped with
+// the events; a node that takes a log over imports its batches (Import)
+// as its own (replicate.go, batch.go, ops.go, import.go).
+//
 // tracing must not import any other package of this module: the directory,
 // the bus and federation build on it, never the other way round. It knows
 // nothing of WebSockets, HTTP, signatures or NATS.

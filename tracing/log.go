@@ -48,6 +48,10 @@ type Config struct {
 	// ProjectAfter is the longest a projection row waits in memory before
 	// it is written behind its events (behind.go). Default 100 ms.
 	ProjectAfter time.Duration
+	// Replicator, in cluster mode, stores every committed batch in
+	// replicated storage before its appenders are released
+	// (replicate.go). Nil on a single node: nothing is shipped.
+	Replicator Replicator
 }
 
 // Limits on what one event may carry.
@@ -138,6 +142,15 @@ type Log struct {
 	meshLive meshLive
 
 	lastSeq atomic.Int64
+	// id is the log's ID (replicate.go); position its shipping position;
+	// ship, in cluster mode, hands committed batches to the Replicator;
+	// fencedCh is closed, and fenceErr set, once the log was taken over.
+	id        string
+	position  atomic.Int64
+	ship      *shipper
+	fencedCh  chan struct{}
+	fenceOnce sync.Once
+	fenceErr  atomic.Pointer[error]
 	// writeErr is the error of the writer's last failed batch, cleared by
 	// the next batch that commits events (see WriteErr).
 	writeErr atomic.Pointer[error]
@@ -249,6 +262,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		writerLock: lock,
 		writerDone: make(chan struct{}),
 		subs:       make(map[*Subscription]struct{}),
+		fencedCh:   make(chan struct{}),
 	}
 	l.qcond = sync.NewCond(&l.qmu)
 	fail := func(err error) (*Log, error) {
@@ -267,6 +281,9 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	}
 	migrated, err := l.createSchema(ctx)
 	if err != nil {
+		return fail(err)
+	}
+	if err := l.loadID(ctx); err != nil {
 		return fail(err)
 	}
 	fresh, err := l.createOwned(ctx)
@@ -328,12 +345,15 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if migrated {
 		l.projSeq.Store(l.lastSeq.Load())
 	}
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, cfg.Replicator != nil)
 	if err != nil {
 		l.w.closeStmts()
 		return fail(err)
 	}
 	l.m = m
+	if cfg.Replicator != nil {
+		l.ship = newShipper(l, cfg.Replicator)
+	}
 	if migrated {
 		l.setGauges(l.w.counts)
 	} else {
@@ -342,6 +362,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		}
 		l.startTerminalCount()
 	}
+	l.position.Store(l.lastSeq.Load() + l.w.opCount)
 	l.startRowKeyScan()
 	go l.runCheckpointer()
 	go l.run()
@@ -376,7 +397,7 @@ func OpenReadOnly(ctx context.Context, path string) (*Log, error) {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("open log %s: schema version %d, this binary reads %d (start beam serve once to migrate)", path, version, schemaVersion)
 	}
-	m, err := newMetrics(nil)
+	m, err := newMetrics(nil, false)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, err
@@ -390,8 +411,10 @@ func OpenReadOnly(ctx context.Context, path string) (*Log, error) {
 		closed:     true, // nothing may be queued: there is no writer
 		writerDone: make(chan struct{}),
 		subs:       make(map[*Subscription]struct{}),
+		fencedCh:   make(chan struct{}),
 	}
 	close(l.writerDone)
+	_ = rdb.GetContext(ctx, &l.id, `SELECT value FROM log_meta WHERE key = 'id'`) // none in a file older than IDs
 	if l.reads, err = prepareReads(ctx, rdb.DB); err != nil {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("open log %s: %w", path, err)
@@ -422,7 +445,7 @@ func (l *Log) createSchema(ctx context.Context) (bool, error) {
 		qs = append(qs, migrateV1...)
 	}
 	qs = append(qs, createEvents, createIntentLog, indexIntentLog, createMessages, indexMessages, createMesh, indexMesh,
-		createProjSeq,
+		createProjSeq, createReplication,
 		fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
 	for _, q := range qs {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -553,6 +576,9 @@ func (l *Log) Close() error {
 		l.qcond.Signal()
 		l.qmu.Unlock()
 		<-l.writerDone
+		if l.ship != nil {
+			l.ship.close(shipCloseWait)
+		}
 
 		l.subMu.Lock()
 		l.subsDone = true

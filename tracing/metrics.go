@@ -28,9 +28,13 @@ type metrics struct {
 	// rowsInserted and rowsUpdated count intent_log rows written.
 	rowsInserted, rowsUpdated prometheus.Counter
 	gauges                    [8]prometheus.Gauge // per state, in States order
+	// shipTook and shipFailed are the shipping's (replicate.go),
+	// registered in cluster mode only.
+	shipTook   prometheus.Histogram
+	shipFailed prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, shipping bool) (*metrics, error) {
 	m := &metrics{
 		appended: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "beam_log_events_appended_total",
@@ -63,6 +67,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "beam_log_projection_pending_rows",
 			Help: "Intents whose projection rows wait in memory to be written behind their events.",
 		}),
+		shipTook: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "beam_log_ship_seconds",
+			Help:    "Duration of one call shipping committed log batches to replicated storage (cluster mode).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		shipFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "beam_log_ship_failures_total",
+			Help: "Calls shipping log batches that replicated storage refused (their appenders got an error).",
+		}),
 	}
 	written := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "beam_log_projection_rows_written_total",
@@ -78,7 +91,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appended, m.append, m.batch, m.commit, m.intents, m.rejected, m.pending, written} {
+	cs := []prometheus.Collector{m.appended, m.append, m.batch, m.commit, m.intents, m.rejected, m.pending, written}
+	if shipping {
+		cs = append(cs, m.shipTook, m.shipFailed)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -85,7 +85,9 @@ func (l *Log) runRebuild(r *request) {
 type rebuildChunk struct {
 	events []Event
 	firsts []int64 // intent_trace_events.first_seq of each event
-	err    error
+	// taken says an event of a durable owner was imported (import.go).
+	taken []bool
+	err   error
 }
 
 const rebuildChunkEvents = 4096
@@ -142,7 +144,7 @@ func (l *Log) readLog(ctx context.Context, afterSeq int64, out chan<- *rebuildCh
 				}
 				select {
 				case c = <-free:
-					c.events, c.firsts = c.events[:0], c.firsts[:0]
+					c.events, c.firsts, c.taken = c.events[:0], c.firsts[:0], c.taken[:0]
 				default:
 					c = &rebuildChunk{}
 				}
@@ -153,6 +155,8 @@ func (l *Log) readLog(ctx context.Context, afterSeq int64, out chan<- *rebuildCh
 				return err
 			}
 			c.firsts = append(c.firsts, first)
+			ev := &c.events[len(c.events)-1]
+			c.taken = append(c.taken, durable(ev.Details.Owner) && hasTakenOver(dest[9]))
 		}
 		if len(c.events) > 0 {
 			send(c)
@@ -256,6 +260,12 @@ func (l *Log) rebuildTx(ctx context.Context) (RebuildStats, error) {
 			e, err := w.lookup(ts, ev.Nonce)
 			if err != nil {
 				return st, err
+			}
+			if replaces(e, ev, c.taken[i]) {
+				if err := w.dropRows(ts, e); err != nil {
+					return st, err
+				}
+				e = nil
 			}
 			if e == nil {
 				if ev.Details.Bus != nil {

@@ -46,6 +46,19 @@ type request struct {
 	err     error
 	reason  string // rejection reason for metrics
 	stats   RebuildStats
+
+	// ops are DoOps's side writes (ops.go); opAnchors the last seq before
+	// each, opBase the number of ops recorded before the request's first.
+	ops       []Op
+	opAnchors []int64
+	opBase    int64
+	// posFrom and posTo are the log's positions before and after the
+	// request (replicate.go); imp is set on an Import (import.go).
+	posFrom, posTo int64
+	imp            *importReq
+	// local says the appender need not wait for the Replicator
+	// (directoryOnly).
+	local bool
 }
 
 func (r *request) detailsOf(i int) string {
@@ -107,7 +120,9 @@ type overlay struct {
 // writerState is owned by the goroutine that writes: the writer goroutine,
 // or a caller committing its own request (Log.writing).
 type writerState struct {
-	nextSeq  int64
+	nextSeq int64
+	// opCount is the number of ops recorded in log_ops (cluster mode).
+	opCount  int64
 	cache    map[string]*entry // non-terminal nonces, as committed
 	maxCache int
 	// counts is exact after a rebuild (which sets the gauges from it); after
@@ -621,7 +636,7 @@ func (l *Log) Append(ctx context.Context, events ...Event) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	return l.submit(ctx, nil, events)
+	return l.submit(ctx, nil, events, nil)
 }
 
 // Do is Append plus fn: after the events are written, fn runs inside the
@@ -636,10 +651,11 @@ func (l *Log) Do(ctx context.Context, fn func(tx *sqlx.Tx) error, events ...Even
 	if fn == nil && len(events) == 0 {
 		return nil, nil
 	}
-	return l.submit(ctx, fn, events)
+	return l.submit(ctx, fn, events, nil)
 }
 
-func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Event) ([]Event, error) {
+// submit appends events with fn or ops (DoOps: fn applies them).
+func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Event, ops []Op) ([]Event, error) {
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
 		l.m.rejected.WithLabelValues(rejectCanceled).Inc()
@@ -651,6 +667,11 @@ func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Even
 		return nil, err
 	}
 	r.fn = fn
+	if len(ops) > 0 {
+		r.ops = append([]Op(nil), ops...)
+		r.opAnchors = make([]int64, len(ops))
+		r.fn = func(tx *sqlx.Tx) error { return l.applyOps(tx, r) }
+	}
 	if err := l.wait(ctx, r); err != nil {
 		return nil, err
 	}
@@ -661,6 +682,12 @@ func (l *Log) submit(ctx context.Context, fn func(*sqlx.Tx) error, events []Even
 // wait enqueues r and waits for its outcome, or commits r itself when the
 // writer is idle (idleLocked).
 func (l *Log) wait(ctx context.Context, r *request) error {
+	if l.ship != nil {
+		if err := l.fencedErr(); err != nil {
+			l.m.rejected.WithLabelValues(rejectClosed).Inc()
+			return err
+		}
+	}
 	l.qmu.Lock()
 	if l.closed {
 		l.qmu.Unlock()
@@ -938,14 +965,14 @@ func reject(r *request, err error, reason string) {
 func (l *Log) commitBatch(batch []*request, closing bool) {
 	w := &l.w
 	t0 := time.Now()
-	seq0 := w.nextSeq
+	seq0, op0 := w.nextSeq, w.opCount
 	ctx := context.Background()
 	mode := l.projectNow(batch, t0, closing)
 	w.hold = mode == projectDue
 	defer func() { w.hold = false }()
 	fail := func(err error) {
 		w.discard()
-		w.nextSeq = seq0
+		w.nextSeq, w.opCount = seq0, op0
 		l.logger.Error("log batch failed", "requests", len(batch), "err", err)
 		l.writeErr.Store(&err)
 		for _, r := range batch {
@@ -1047,6 +1074,11 @@ func (l *Log) commitBatch(batch []*request, closing bool) {
 			l.publish(committed)
 		}
 	}
+	l.position.Store(w.nextSeq - 1 + w.opCount)
+	if l.ship != nil {
+		l.ship.enqueue(batch)
+		return
+	}
 	for _, r := range batch {
 		close(r.done)
 	}
@@ -1101,6 +1133,12 @@ func (w *writerState) messageIDTaken(ts *txStmts, id string) (bool, error) {
 // returned error is reserved for database failures, which fail the batch.
 func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 	w := &l.w
+	r.posFrom, r.opBase = w.nextSeq-1+w.opCount, w.opCount
+	if r.imp != nil {
+		err := l.applyImport(tx, ts, r)
+		r.posTo = w.nextSeq - 1 + w.opCount
+		return err
+	}
 	w.beginRequest(len(r.events))
 	// Validation: nothing is written until every event of the request is
 	// known to be acceptable.
@@ -1120,10 +1158,36 @@ func (l *Log) applyRequest(tx *sqlx.Tx, ts *txStmts, r *request) error {
 		w.snaps = w.snaps[:0]
 	}
 	w.applyEvents(r, l.clock)
-	if r.fn == nil {
-		return nil
+	if r.fn != nil {
+		if err := w.runDo(tx, ts, r, seqStart); err != nil {
+			return err
+		}
+		if r.err == nil && l.recordOps() {
+			w.opCount += int64(len(r.ops))
+		}
 	}
-	return w.runDo(tx, ts, r, seqStart)
+	r.posTo = w.nextSeq - 1 + w.opCount
+	if l.ship != nil {
+		r.local = w.directoryOnly(r)
+	}
+	return nil
+}
+
+// directoryOnly reports whether every event of r is of a nonce the
+// directory owns and r has no ops: nothing a node must not lose (a
+// synchronous intent interrupted with its node fails as retryable), so its
+// appender is released at commit while its items ship in order with the
+// rest (replicate.go).
+func (w *writerState) directoryOnly(r *request) bool {
+	if len(r.ops) > 0 || len(r.events) == 0 {
+		return false
+	}
+	for i := range r.events {
+		if e := w.work[r.events[i].Nonce]; e == nil || e.row.Owner != OwnerDirectory {
+			return false
+		}
+	}
+	return true
 }
 
 // beginRequest resets the per-request overlay of states and the message ids

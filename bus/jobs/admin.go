@@ -14,7 +14,6 @@ import (
 
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
-	"github.com/jmoiron/sqlx"
 )
 
 // Counts returns the number of jobs by namespace and status.
@@ -193,10 +192,7 @@ func (s *Service) handleGenerateKey(w http.ResponseWriter, r *http.Request, c *c
 	key := "tk_" + raw
 	h := hashHex(key)
 	now := s.clock()
-	if _, err := s.log.Do(r.Context(), func(tx *sqlx.Tx) error {
-		_, err := tx.Exec(`INSERT INTO intent_bus_keys(key_hash, owner, created_at) VALUES(?,?,?)`, h, owner, msToSecs(now.UnixMilli()))
-		return err
-	}); err != nil {
+	if _, err := s.log.DoOps(r.Context(), []tracing.Op{op(opKeyAdd, tableOp{Hash: h, Owner: owner, At: msToSecs(now.UnixMilli())})}); err != nil {
 		return s.internal(err)
 	}
 	s.mu.Lock()
@@ -222,16 +218,7 @@ func (s *Service) handleRevokeKey(w http.ResponseWriter, r *http.Request, c *cal
 		return httpjson.New(http.StatusNotFound, "not_found", "Key not found.")
 	}
 	d := h[:32]
-	if _, err := s.log.Do(r.Context(), func(tx *sqlx.Tx) error {
-		if _, err := tx.Exec(`DELETE FROM intent_bus_keys WHERE key_hash = ?`, h); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(`DELETE FROM intent_bus_idempotency WHERE scope = ?`, d); err != nil {
-			return err
-		}
-		_, err := tx.Exec(`DELETE FROM intent_bus_nonces WHERE key_digest = ?`, d)
-		return err
-	}); err != nil {
+	if _, err := s.log.DoOps(r.Context(), []tracing.Op{op(opKeyRevoke, tableOp{Hash: h, Digest: d})}); err != nil {
 		return s.internal(err)
 	}
 	s.mu.Lock()
@@ -263,14 +250,7 @@ func (s *Service) handlePurge(w http.ResponseWriter, r *http.Request, c *call) *
 		return s.internal(err)
 	}
 	if !ok {
-		if _, err := s.log.Do(r.Context(), func(tx *sqlx.Tx) error {
-			for _, q := range []string{`DELETE FROM intent_bus_kv`, `DELETE FROM intent_bus_idempotency`, `DELETE FROM intent_bus_nonces`} {
-				if _, err := tx.Exec(q); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
+		if _, err := s.log.DoOps(r.Context(), []tracing.Op{op(opClear, tableOp{})}); err != nil {
 			return s.internal(err)
 		}
 		s.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/beamdir/beam/tracing"
-	"github.com/jmoiron/sqlx"
 )
 
 // cleanupStats is the answer of POST /admin/cleanup (RFC §8.4).
@@ -73,13 +72,8 @@ func (s *Service) Cleanup(ctx context.Context) (cleanupStats, error) {
 	}
 	s.mu.Unlock()
 	if len(kvGone) > 0 || len(idemGone) > 0 {
-		if _, err := s.log.Do(ctx, func(tx *sqlx.Tx) error {
-			if _, err := tx.Exec(`DELETE FROM intent_bus_kv WHERE expires_at <= ?`, msToSecs(nowMs)); err != nil {
-				return err
-			}
-			_, err := tx.Exec(`DELETE FROM intent_bus_idempotency WHERE created_at <= ?`, msToSecs(nowMs-idempotencyTTL.Milliseconds()))
-			return err
-		}); err != nil {
+		if _, err := s.log.DoOps(ctx, []tracing.Op{op(opExpire, tableOp{Before: msToSecs(nowMs),
+			IdemBefore: msToSecs(nowMs - idempotencyTTL.Milliseconds())})}); err != nil {
 			return st, err
 		}
 		s.mu.Lock()
@@ -95,10 +89,7 @@ func (s *Service) Cleanup(ctx context.Context) (cleanupStats, error) {
 		}
 		s.mu.Unlock()
 	}
-	if _, err := s.log.Do(ctx, func(tx *sqlx.Tx) error {
-		_, err := tx.Exec(`DELETE FROM intent_bus_nonces WHERE expires_at <= ?`, now.Unix())
-		return err
-	}); err != nil {
+	if _, err := s.log.DoOps(ctx, []tracing.Op{op(opNoncesExpire, tableOp{Before: float64(now.Unix())})}); err != nil {
 		return st, err
 	}
 	st.NoncesDeleted = s.nonces.Sweep(time.Unix(now.Unix(), 0), nil)

@@ -25,8 +25,10 @@
 //
 // Tester keys (as SHA-256 digests), KV entries, idempotency records and the
 // tombstones of purged or expired jobs are not job lifecycles: they live in
-// tables of the same SQLite file (intent_bus_*), written through
-// tracing.Log.Do, and are cached in memory.
+// tables of the same SQLite file (intent_bus_*), written through ops
+// (tracing.Log.DoOps, replicated.go) so that in cluster mode they are
+// shipped with the log and re-applied by a node that takes it over, and are
+// cached in memory (Service.Reload reads them again after such an import).
 //
 // # What it must not do
 //

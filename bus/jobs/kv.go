@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jmoiron/sqlx"
+	"github.com/beamdir/beam/tracing"
 )
 
 func constEq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
@@ -14,11 +14,7 @@ func constEq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []
 // set stores a KV value (JSON text) in the caller's scope.
 func (s *Service) set(ctx context.Context, scope, key, value string, ttl time.Duration) error {
 	exp := s.clock().Add(ttl).UnixMilli()
-	_, err := s.do(ctx, func(tx *sqlx.Tx) error {
-		_, err := tx.Exec(`INSERT OR REPLACE INTO intent_bus_kv(scope, key, value, expires_at) VALUES(?,?,?,?)`,
-			scope, key, value, msToSecs(exp))
-		return err
-	})
+	_, err := s.doOps(ctx, []tracing.Op{op(opKVSet, tableOp{Scope: scope, Key: key, Value: value, Until: msToSecs(exp)})})
 	if err != nil {
 		return fmt.Errorf("kv set: %w", err)
 	}

@@ -2,12 +2,9 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/beamdir/beam/tracing"
 )
@@ -55,24 +52,18 @@ func (s *Service) append(ctx context.Context, evs ...tracing.Event) ([]tracing.E
 	return done, err
 }
 
-// do is log.Do; the request's unsaved nonce rides in the first job event,
-// or is inserted by the same transaction when there is none.
-func (s *Service) do(ctx context.Context, fn func(*sqlx.Tx) error, evs ...tracing.Event) ([]tracing.Event, error) {
+// doOps is log.DoOps; the request's unsaved nonce rides in the first job
+// event, or is stored by an op of the same call when there is none.
+func (s *Service) doOps(ctx context.Context, ops []tracing.Op, evs ...tracing.Event) ([]tracing.Event, error) {
 	n := unsavedNonce(ctx)
 	if n == nil {
-		return s.log.Do(ctx, fn, evs...)
+		return s.log.DoOps(ctx, ops, evs...)
 	}
 	stamped := stampNonce(evs, n)
-	f := fn
 	if !hasJobEvent(stamped, n) {
-		f = func(tx *sqlx.Tx) error {
-			if err := insertNonce(tx, n); err != nil {
-				return err
-			}
-			return fn(tx)
-		}
+		ops = append([]tracing.Op{nonceOp(n)}, ops...)
 	}
-	done, err := s.log.Do(ctx, f, stamped...)
+	done, err := s.log.DoOps(ctx, ops, stamped...)
 	n.saved = err == nil
 	return done, err
 }
@@ -98,15 +89,6 @@ func hasJobEvent(evs []tracing.Event, n *signedNonce) bool {
 		}
 	}
 	return false
-}
-
-func insertNonce(tx *sqlx.Tx, n *signedNonce) error {
-	_, err := tx.Exec(`INSERT OR REPLACE INTO intent_bus_nonces(key_digest, nonce, expires_at) VALUES(?, ?, ?)`,
-		n.digest, n.nonce, n.expires)
-	if err != nil {
-		return fmt.Errorf("store nonce: %w", err)
-	}
-	return nil
 }
 
 // rememberNonce takes the nonce a job event recorded (at its time at) back
@@ -142,7 +124,7 @@ func (w *nonceWriter) ensure() {
 	// dispatch returned): the write gets a fresh one.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), writeWait)
 	defer cancel()
-	if _, err := w.s.log.Do(ctx, func(tx *sqlx.Tx) error { return insertNonce(tx, w.n) }); err != nil {
+	if _, err := w.s.log.DoOps(ctx, []tracing.Op{nonceOp(w.n)}); err != nil {
 		w.failed = true
 		// The handler's headers go with its answer.
 		h := w.ResponseWriter.Header()

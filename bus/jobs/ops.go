@@ -10,7 +10,6 @@ import (
 
 	"github.com/beamdir/beam/internal/httpjson"
 	"github.com/beamdir/beam/tracing"
-	"github.com/jmoiron/sqlx"
 )
 
 // publishReq is a validated POST /intent.
@@ -91,11 +90,8 @@ func (s *Service) publish(ctx context.Context, p *publishReq, c *principal, idem
 	body, _ := json.Marshal(publishResp{ID: id, Status: "published", Namespace: p.namespace})
 	var done []tracing.Event
 	if idemKey != "" {
-		done, err = s.do(ctx, func(tx *sqlx.Tx) error {
-			_, err := tx.Exec(`INSERT OR REPLACE INTO intent_bus_idempotency(scope, key, body_hash, status, response, created_at)
-				VALUES(?,?,?,?,?,?)`, c.digest, idemKey, bodyHash, http.StatusCreated, string(body), msToSecs(now.UnixMilli()))
-			return err
-		}, evs...)
+		done, err = s.doOps(ctx, []tracing.Op{op(opIdemPut, tableOp{Scope: c.digest, Key: idemKey, BodyHash: bodyHash,
+			Status: http.StatusCreated, Response: string(body), At: msToSecs(now.UnixMilli())})}, evs...)
 	} else {
 		done, err = s.append(ctx, evs...)
 	}
@@ -399,19 +395,11 @@ func (s *Service) remove(ctx context.Context, reason string, pick func(*tracing.
 	if len(taken) == 0 {
 		return 0, nil
 	}
-	_, err := s.log.Do(ctx, func(tx *sqlx.Tx) error {
-		st, err := tx.Prepare(`INSERT OR REPLACE INTO intent_bus_tombstones(job_id, deleted_at) VALUES(?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		for _, j := range taken {
-			if _, err := st.Exec(j.row.ID, msToSecs(now.UnixMilli())); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, evs...)
+	ids := make([]string, len(taken))
+	for i, j := range taken {
+		ids[i] = j.row.ID
+	}
+	_, err := s.log.DoOps(ctx, []tracing.Op{op(opTombstones, tableOp{IDs: ids, At: msToSecs(now.UnixMilli())})}, evs...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, j := range taken {

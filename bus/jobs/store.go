@@ -72,7 +72,7 @@ type nonceRow struct {
 	ExpiresAt int64  `db:"expires_at"`
 }
 
-// loadTables creates the tables and reads them.
+// loadTables creates the tables and reads them into memory.
 func (s *Service) loadTables(ctx context.Context) (tomb map[string]bool, err error) {
 	if _, err := s.log.Do(ctx, func(tx *sqlx.Tx) error {
 		_, err := tx.Exec(schema)
@@ -80,46 +80,76 @@ func (s *Service) loadTables(ctx context.Context) (tomb map[string]bool, err err
 	}); err != nil {
 		return nil, fmt.Errorf("create intent bus tables: %w", err)
 	}
+	t, err := s.readTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.install(t)
+	return t.tomb, nil
+}
+
+// tables is what the job bus keeps of its tables in memory.
+type tables struct {
+	keys   map[string]string
+	kv     map[string]kvEntry
+	idem   map[string]*idemEntry
+	nonces []nonceRow
+	tomb   map[string]bool
+}
+
+// readTables reads the job bus's tables.
+func (s *Service) readTables(ctx context.Context) (*tables, error) {
+	t := &tables{keys: map[string]string{}, kv: map[string]kvEntry{}, idem: map[string]*idemEntry{}}
 	db := s.log.ReadDB()
 	var keys []keyRow
 	if err := db.SelectContext(ctx, &keys, `SELECT key_hash, owner, created_at FROM intent_bus_keys`); err != nil {
 		return nil, fmt.Errorf("load tester keys: %w", err)
 	}
 	for _, k := range keys {
-		s.keys[k.Hash] = k.Owner
+		t.keys[k.Hash] = k.Owner
 	}
 	var kvs []kvRow
 	if err := db.SelectContext(ctx, &kvs, `SELECT scope, key, value, expires_at FROM intent_bus_kv`); err != nil {
 		return nil, fmt.Errorf("load kv: %w", err)
 	}
 	for _, e := range kvs {
-		s.kv[e.Scope+"\x00"+e.Key] = kvEntry{value: e.Value, expires: secsToMs(e.ExpiresAt)}
+		t.kv[e.Scope+"\x00"+e.Key] = kvEntry{value: e.Value, expires: secsToMs(e.ExpiresAt)}
 	}
 	var idem []idemRow
 	if err := db.SelectContext(ctx, &idem, `SELECT scope, key, body_hash, status, response, created_at FROM intent_bus_idempotency`); err != nil {
 		return nil, fmt.Errorf("load idempotency keys: %w", err)
 	}
 	for _, e := range idem {
-		s.idem[e.Scope+"\x00"+e.Key] = &idemEntry{hash: e.BodyHash, status: e.Status, body: []byte(e.Response),
+		t.idem[e.Scope+"\x00"+e.Key] = &idemEntry{hash: e.BodyHash, status: e.Status, body: []byte(e.Response),
 			created: secsToMs(e.CreatedAt)}
 	}
-	var nonces []nonceRow
-	if err := db.SelectContext(ctx, &nonces, `SELECT key_digest, nonce, expires_at FROM intent_bus_nonces WHERE expires_at > ?`,
+	if err := db.SelectContext(ctx, &t.nonces, `SELECT key_digest, nonce, expires_at FROM intent_bus_nonces WHERE expires_at > ?`,
 		s.clock().Unix()); err != nil {
 		return nil, fmt.Errorf("load nonces: %w", err)
-	}
-	for _, n := range nonces {
-		s.nonces.Use(n.Digest+"\x00"+n.Nonce, time.Time{}, time.Unix(n.ExpiresAt, 0))
 	}
 	var ids []string
 	if err := db.SelectContext(ctx, &ids, `SELECT job_id FROM intent_bus_tombstones`); err != nil {
 		return nil, fmt.Errorf("load tombstones: %w", err)
 	}
-	tomb = make(map[string]bool, len(ids))
+	t.tomb = make(map[string]bool, len(ids))
 	for _, id := range ids {
-		tomb[id] = true
+		t.tomb[id] = true
 	}
-	return tomb, nil
+	return t, nil
+}
+
+// install puts tables in memory (at Open, or under s.mu): idempotency
+// keys of requests in flight stay.
+func (s *Service) install(t *tables) {
+	for k, e := range s.idem {
+		if e.pending {
+			t.idem[k] = e
+		}
+	}
+	s.keys, s.kv, s.idem = t.keys, t.kv, t.idem
+	for _, n := range t.nonces {
+		s.nonces.Use(n.Digest+"\x00"+n.Nonce, time.Time{}, time.Unix(n.ExpiresAt, 0))
+	}
 }
 
 func secsToMs(f float64) int64 { return int64(f * 1000) }
