@@ -113,6 +113,19 @@ type Config struct {
 	// DirectoryKey): it signs what this node writes for the others and
 	// proves its membership to them (seal.go). Required.
 	Key ed25519.PrivateKey
+	// Log is this node's event log, shipped to the log stream so that
+	// another node takes it over when this one is gone, and into which
+	// this node imports the logs it takes over (logship.go, takeover.go).
+	// Nil: the log is not shipped and no log is taken over.
+	Log Log
+	// Adopt, called once a lost node's log (logID, written by node) is
+	// imported, has this node take over the log's unfinished work and
+	// returns the items adopted by kind. It must be idempotent: a takeover
+	// interrupted is done again.
+	Adopt func(ctx context.Context, logID, node string) (map[string]int, error)
+	// TakeoverGrace is how long a node must have been gone before its log
+	// is taken over; default 5 s.
+	TakeoverGrace time.Duration
 	// Registerer receives the cluster's metrics; nil: not exported.
 	Registerer prometheus.Registerer
 	// Logger receives diagnostics; default slog.Default().
@@ -136,6 +149,12 @@ type Node struct {
 	route   router
 
 	rejected rejected
+
+	// logs is the log stream; ship this node's log in it, take the logs
+	// it takes over (nil Log: unused).
+	logs jetstream.Stream
+	ship shipper
+	take takeovers
 
 	// callNext answers the bus calls of other nodes (BusHandler).
 	callNext  atomic.Pointer[http.Handler]
@@ -175,6 +194,13 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, lg: cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
 		subj: "beam.cluster." + Token(cfg.Domain) + ".registry", rejected: rej,
 		callSlots: make(chan struct{}, maxCallsServed), started: time.Now()}
+	if cfg.Log != nil {
+		n.ship.fenced = make(chan struct{})
+		n.take.gone, n.take.done = map[string]time.Time{}, map[string]bool{}
+		if n.take.count, n.take.duration, err = newTakeoverMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Listen != "" {
 		host, portStr, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
@@ -295,10 +321,26 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 			return err
 		}
 	}
+	if n.cfg.Log != nil {
+		// A node whose log was taken over must not announce it.
+		if err := n.openLogs(ctx); err != nil {
+			return err
+		}
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
 	if err := n.startMembership(ctx, runCtx, nc); err != nil {
 		return err
+	}
+	if n.cfg.Log != nil {
+		// Announced first (startMembership), so no survivor takes the log
+		// over while its tail ships; shipped before the registry applier
+		// writes to the log.
+		if err := n.shipTail(ctx); err != nil {
+			return err
+		}
+		n.wg.Add(1)
+		go n.watchLogs(runCtx)
 	}
 	if err := n.startRouting(ctx, runCtx); err != nil {
 		return err

@@ -31,6 +31,9 @@ const (
 	typDelivery      = "beam-cluster-delivery+jws"
 	typNonce         = "beam-cluster-nonce+jws"
 	typCallReply     = "beam-cluster-answer+jws"
+	typLogBatch      = "beam-cluster-log-batch+jws"
+	typLogFence      = "beam-cluster-log-fence+jws"
+	typTakeover      = "beam-cluster-takeover+jws"
 )
 
 // headerSeal carries the sealed digest of a hand-over request's data, a
@@ -127,7 +130,7 @@ func (n *Node) openEntry(seq uint64, data []byte) ([]byte, error) {
 
 // rejected counts what the node refused from the cluster's buckets and
 // from other nodes, by kind (node, session, delivery, nonce, handover,
-// call, answer);
+// call, answer, log, takeover);
 // registry entries skipped are
 // the registry's count (registry.Registry.Rejected).
 type rejected struct{ c *prometheus.CounterVec }

@@ -1,0 +1,409 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/beamdir/beam/directory/registry"
+	"github.com/beamdir/beam/internal/beamtest"
+	"github.com/beamdir/beam/tracing"
+)
+
+// The tests of log shipping and takeover run nodes against one embedded
+// JetStream server (R1); the event log they ship is a batch list (batchLog),
+// the one thing the cluster sees of tracing's log: opaque batches.
+
+const testDomain = "acme.beam.directory"
+
+// batchLog is a log of opaque batches: what it committed, and what it
+// imported from other logs (idempotent by source stream sequence).
+type batchLog struct {
+	id string
+
+	mu       sync.Mutex
+	batches  [][]byte // batch i has last position i+1
+	imported []importedBatch
+	seen     map[string]uint64
+}
+
+type importedBatch struct {
+	from LogSource
+	data string
+}
+
+func newBatchLog(id string) *batchLog { return &batchLog{id: id, seen: map[string]uint64{}} }
+
+func (l *batchLog) ID() string { return l.id }
+
+func (l *batchLog) Unshipped(_ context.Context, after int64, fn func([]byte, int64) error) error {
+	l.mu.Lock()
+	batches := append([][]byte(nil), l.batches...)
+	l.mu.Unlock()
+	for i, b := range batches {
+		if last := int64(i + 1); last > after {
+			if err := fn(b, last); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (l *batchLog) Import(_ context.Context, from LogSource, batch []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if from.StreamSeq <= l.seen[from.Log] {
+		return nil
+	}
+	l.seen[from.Log] = from.StreamSeq
+	l.imported = append(l.imported, importedBatch{from: from, data: string(batch)})
+	return nil
+}
+
+// commit appends a batch and returns its position, as the log's writer
+// does before it calls its replicator.
+func (l *batchLog) commit(data string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.batches = append(l.batches, []byte(data))
+	return int64(len(l.batches))
+}
+
+func (l *batchLog) importedData() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, b := range l.imported {
+		out = append(out, b.data)
+	}
+	return out
+}
+
+// testNode is a node under test, its log and its NATS connection.
+type testNode struct {
+	*Node
+	log *batchLog
+	nc  *nats.Conn
+}
+
+// commit commits data in the node's log and ships it.
+func (tn *testNode) commit(ctx context.Context, data string) error {
+	return tn.Replicate(ctx, []byte(data), tn.log.commit(data))
+}
+
+// crash stops the node as a killed process would: its entry stays in the
+// nodes bucket until it expires.
+func (tn *testNode) crash() {
+	tn.cancel()
+	tn.nc.Close()
+	tn.wg.Wait()
+}
+
+// newLogNode makes a node of the cluster served by s with log lg; Start
+// is the caller's.
+func newLogNode(t *testing.T, s *server.Server, id string, lg *batchLog,
+	adopt func(context.Context, string, string) (map[string]int, error)) *testNode {
+	t.Helper()
+	ctx := context.Background()
+	tl, err := tracing.Open(ctx, tracing.Config{Path: filepath.Join(t.TempDir(), "beam.db"), Synchronous: "NORMAL"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tl.Close() })
+	reg, err := registry.Open(ctx, tl, registry.Config{DefaultPolicy: registry.PolicyAllow})
+	require.NoError(t, err)
+	n, err := New(Config{Domain: testDomain, NodeID: id, Replicas: 1, Registry: reg, Key: testClusterKey,
+		Log: lg, Adopt: adopt, TakeoverGrace: 500 * time.Millisecond, Logger: beamtest.Logger(t)})
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = n.Close()
+		nc.Close()
+	})
+	return &testNode{Node: n, log: lg, nc: nc}
+}
+
+// startLogNode is newLogNode, started.
+func startLogNode(t *testing.T, s *server.Server, id string, lg *batchLog,
+	adopt func(context.Context, string, string) (map[string]int, error)) *testNode {
+	t.Helper()
+	tn := newLogNode(t, s, id, lg, adopt)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, tn.Start(ctx, tn.nc))
+	return tn
+}
+
+// adoptions records the Adopt calls of every node.
+type adoptions struct {
+	mu    sync.Mutex
+	calls []string // node that adopted: log
+}
+
+func (a *adoptions) adopt(node string) func(context.Context, string, string) (map[string]int, error) {
+	return func(_ context.Context, logID, of string) (map[string]int, error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.calls = append(a.calls, node+":"+logID+"@"+of)
+		return map[string]int{"bus": 1}, nil
+	}
+}
+
+func (a *adoptions) list() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.calls...)
+}
+
+// logMessages reads every message of a log's subject: data and headers.
+func logMessages(t *testing.T, js jetstream.JetStream, logID string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "BEAM_LOG_"+Token(testDomain))
+	require.NoError(t, err)
+	var out []*jetstream.RawStreamMsg
+	for seq := uint64(1); ; {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject("beam.cluster."+Token(testDomain)+".log."+logID))
+		if err != nil {
+			require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+			return out
+		}
+		out = append(out, m)
+		seq = m.Sequence + 1
+	}
+}
+
+// record returns the takeover record of logID, nil if none.
+func record(t *testing.T, n *testNode, logID string) *Takeover {
+	t.Helper()
+	rec, _, err := n.takeoverOf(context.Background(), logID)
+	require.NoError(t, err)
+	return rec
+}
+
+func waitDone(t *testing.T, n *testNode, logID string, within time.Duration) *Takeover {
+	t.Helper()
+	var rec *Takeover
+	require.Eventually(t, func() bool {
+		rec = record(t, n, logID)
+		return rec != nil && rec.State == takeoverDone
+	}, within, 50*time.Millisecond, "the takeover of %s was not done", logID)
+	return rec
+}
+
+// TestLogShipsBatchesInOrder: the batches a log committed before its node
+// started ship with its tail, each later one as it commits, one sealed
+// message each with its position; a batch shipped is not shipped again;
+// a restart ships only what the stream does not have.
+func TestLogShipsBatchesInOrder(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, js := jetStreamServer(t)
+	lg := newBatchLog("logA")
+	lg.commit("b1")
+	a := newLogNode(t, s, "a", lg, nil)
+	require.NoError(t, a.commit(ctx, "b2"), "before the start a batch is left to the tail")
+	require.NoError(t, a.Start(ctx, a.nc))
+	require.NoError(t, a.commit(ctx, "b3"))
+	require.NoError(t, a.Replicate(ctx, []byte("b3"), 3), "a batch shipped again is a no-op")
+	msgs := logMessages(t, js, "logA")
+	require.Len(t, msgs, 3)
+	for i, m := range msgs {
+		require.Equal(t, fmt.Sprintf("b%d", i+1), string(m.Data))
+		require.Equal(t, strconv.Itoa(i+1), m.Header.Get(headerLogLast))
+		_, _, err := a.openBatch("logA", m.Header, m.Data)
+		require.NoError(t, err)
+	}
+	nodes, err := a.Nodes(ctx)
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	require.Equal(t, "logA", nodes[0].LogID, "the node announces its log")
+
+	a.crash()
+	lg.commit("b4")
+	again := startLogNode(t, s, "a", lg, nil)
+	require.NoError(t, again.commit(ctx, "b5"))
+	msgs = logMessages(t, js, "logA")
+	require.Len(t, msgs, 5)
+	require.Equal(t, "b4", string(msgs[3].Data))
+	require.Equal(t, "b5", string(msgs[4].Data))
+}
+
+// TestFenceFailsTheNextReplicate: once a member fenced a log's subject the
+// log's next batch is refused with ErrFenced, the node reports it (Fenced)
+// and stops announcing the log.
+func TestFenceFailsTheNextReplicate(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, js := jetStreamServer(t)
+	a := startLogNode(t, s, "a", newBatchLog("logA"), nil)
+	require.NoError(t, a.commit(ctx, "b1"))
+
+	b := sealNode(t, "b", testClusterKey)
+	tok, err := b.seal(typLogFence, logFence{Log: "logA", Taker: "b"})
+	require.NoError(t, err)
+	msg := nats.NewMsg("beam.cluster." + Token(testDomain) + ".log.logA")
+	msg.Header.Set(headerLogFence, tok)
+	_, err = js.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+
+	require.ErrorIs(t, a.commit(ctx, "b2"), ErrFenced)
+	select {
+	case <-a.Fenced():
+	default:
+		require.FailNow(t, "Fenced is not closed")
+	}
+	require.ErrorIs(t, a.commit(ctx, "b3"), ErrFenced, "fenced for good")
+	a.announce(ctx)
+	nodes, err := a.Nodes(ctx)
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	require.Empty(t, nodes[0].LogID, "a fenced node announces no log")
+}
+
+// TestTakeoverAfterTheNodeExpires: a node killed (its entry left to
+// expire) has its log taken over by the survivor: every batch up to the
+// fence imported in order with its stream sequence, the work adopted once,
+// the record done; the node started again with that log is refused.
+func TestTakeoverAfterTheNodeExpires(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, js := jetStreamServer(t)
+	var ad adoptions
+	a := startLogNode(t, s, "a", newBatchLog("logA"), ad.adopt("a"))
+	b := startLogNode(t, s, "b", newBatchLog("logB"), ad.adopt("b"))
+	for i := 1; i <= 5; i++ {
+		require.NoError(t, a.commit(ctx, fmt.Sprintf("a%d", i)))
+	}
+	require.NoError(t, b.commit(ctx, "b1"))
+	a.crash()
+	killed := time.Now()
+
+	rec := waitDone(t, b, "logA", 30*time.Second)
+	t.Logf("taken over %s after the kill", time.Since(killed))
+	require.Equal(t, []string{"a1", "a2", "a3", "a4", "a5"}, b.log.importedData())
+	seqs := []uint64{}
+	b.log.mu.Lock()
+	imported := append([]importedBatch(nil), b.log.imported...)
+	b.log.mu.Unlock()
+	for _, imp := range imported {
+		require.Equal(t, LogSource{Log: "logA", Node: "a", StreamSeq: imp.from.StreamSeq}, imp.from)
+		seqs = append(seqs, imp.from.StreamSeq)
+	}
+	require.IsIncreasing(t, seqs)
+	require.Equal(t, []string{"b:logA@a"}, ad.list(), "adopted once")
+	require.Equal(t, "a", rec.Node)
+	require.Equal(t, "b", rec.Taker)
+	require.Equal(t, "logB", rec.TakerLog)
+	require.Equal(t, 5, rec.Batches)
+	require.Equal(t, map[string]int{"bus": 1}, rec.Adopted)
+	require.Empty(t, a.log.importedData())
+
+	msgs := logMessages(t, js, "logA")
+	require.Len(t, msgs, 1, "the subject is purged down to its fence")
+	require.NoError(t, b.openFence("logA", msgs[0].Header))
+
+	st, err := b.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.(status).Takeovers, 1)
+	require.Equal(t, "logA", st.(status).Takeovers[0].Log)
+
+	restarted := newLogNode(t, s, "a", a.log, nil)
+	require.ErrorIs(t, restarted.Start(ctx, restarted.nc), ErrFenced, "a node found its log taken over")
+	require.Equal(t, []string{"b:logA@a"}, ad.list())
+}
+
+// TestTwoSurvivorsTakeOverOnce: when a node leaves, the two survivors race
+// for its log and one of them takes it over.
+func TestTwoSurvivorsTakeOverOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, _ := jetStreamServer(t)
+	var ad adoptions
+	a := startLogNode(t, s, "a", newBatchLog("logA"), ad.adopt("a"))
+	b := startLogNode(t, s, "b", newBatchLog("logB"), ad.adopt("b"))
+	c := startLogNode(t, s, "c", newBatchLog("logC"), ad.adopt("c"))
+	for i := 1; i <= 3; i++ {
+		require.NoError(t, a.commit(ctx, fmt.Sprintf("a%d", i)))
+	}
+	require.NoError(t, a.Close())
+
+	rec := waitDone(t, b, "logA", 30*time.Second)
+	taker, other := b, c
+	if rec.Taker == "c" {
+		taker, other = c, b
+	}
+	require.Equal(t, []string{"a1", "a2", "a3"}, taker.log.importedData())
+	require.Empty(t, other.log.importedData())
+	require.Equal(t, []string{rec.Taker + ":logA@a"}, ad.list())
+}
+
+// TestTakeoverLeftUnfinishedIsRedone: a taker that dies before it marks
+// the takeover done leaves the record importing; the other survivor takes
+// it again and does it whole.
+func TestTakeoverLeftUnfinishedIsRedone(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, _ := jetStreamServer(t)
+	var ad adoptions
+	stuck := make(chan string, 1)
+	var once sync.Once
+	adoptOrHang := func(node string) func(context.Context, string, string) (map[string]int, error) {
+		done := ad.adopt(node)
+		return func(ctx context.Context, logID, of string) (map[string]int, error) {
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				stuck <- node
+				<-ctx.Done() // dies here
+				return nil, ctx.Err()
+			}
+			return done(ctx, logID, of)
+		}
+	}
+	a := startLogNode(t, s, "a", newBatchLog("logA"), nil)
+	b := startLogNode(t, s, "b", newBatchLog("logB"), adoptOrHang("b"))
+	c := startLogNode(t, s, "c", newBatchLog("logC"), adoptOrHang("c"))
+	for i := 1; i <= 3; i++ {
+		require.NoError(t, a.commit(ctx, fmt.Sprintf("a%d", i)))
+	}
+	require.NoError(t, a.Close())
+
+	var first string
+	select {
+	case first = <-stuck:
+	case <-ctx.Done():
+		require.FailNow(t, "no takeover started")
+	}
+	dying, survivor := b, c
+	if first == "c" {
+		dying, survivor = c, b
+	}
+	rec := record(t, survivor, "logA")
+	require.NotNil(t, rec)
+	require.Equal(t, takeoverImporting, rec.State)
+	require.Equal(t, first, rec.Taker)
+	require.Equal(t, []string{"a1", "a2", "a3"}, dying.log.importedData())
+	require.NoError(t, dying.Close())
+
+	rec = waitDone(t, survivor, "logA", 30*time.Second)
+	require.Equal(t, survivor.cfg.NodeID, rec.Taker)
+	require.Equal(t, []string{"a1", "a2", "a3"}, survivor.log.importedData(), "imported whole, up to the first fence")
+	require.Equal(t, 3, rec.Batches)
+	require.Equal(t, []string{survivor.cfg.NodeID + ":logA@a"}, ad.list())
+}
