@@ -248,7 +248,6 @@ func takerOf(rec *Takeover) string {
 	return rec.Taker
 }
 
-
 // runTakeover fences the log, imports it up to the fence, adopts its work
 // and marks rec done (rev: the record's revision, which this node holds).
 func (n *Node) runTakeover(ctx context.Context, rec Takeover, rev uint64) error {
