@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -406,4 +408,111 @@ func TestTakeoverLeftUnfinishedIsRedone(t *testing.T) {
 	require.Equal(t, []string{"a1", "a2", "a3"}, survivor.log.importedData(), "imported whole, up to the first fence")
 	require.Equal(t, 3, rec.Batches)
 	require.Equal(t, []string{survivor.cfg.NodeID + ":logA@a"}, ad.list())
+}
+
+// TestForgedLogMessagesAreIgnored (attack): a client of the stream without
+// the cluster's key publishes on a node's log subject — junk, a batch with
+// made-up headers, a fence and a batch sealed by another key, and a copy
+// of one of the node's own batches. The node keeps shipping (none of them
+// fences it), and the taker imports the node's own batches only, each
+// once, in order.
+func TestForgedLogMessagesAreIgnored(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, js := jetStreamServer(t)
+	var ad adoptions
+	a := startLogNode(t, s, "a", newBatchLog("logA"), nil)
+	b := startLogNode(t, s, "b", newBatchLog("logB"), ad.adopt("b"))
+	subject := "beam.cluster." + Token(testDomain) + ".log.logA"
+	publish := func(data string, hdr map[string]string) {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Data = []byte(data)
+		for k, v := range hdr {
+			m.Header.Set(k, v)
+		}
+		_, err := js.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	stranger := sealNode(t, "a", ed25519Key(t))
+
+	require.NoError(t, a.commit(ctx, "a1"))
+	publish("junk", nil)
+	require.NoError(t, a.commit(ctx, "a2"), "junk on the subject fenced the node")
+
+	tok, err := stranger.seal(typLogFence, logFence{Log: "logA", Taker: "a"})
+	require.NoError(t, err)
+	publish("", map[string]string{headerLogFence: tok})
+	require.NoError(t, a.commit(ctx, "a3"), "a fence sealed by another key fenced the node")
+
+	tok, err = stranger.seal(typLogBatch, logBatch{Log: "logA", Node: "a", Last: 4, Digest: digest([]byte("forged"))})
+	require.NoError(t, err)
+	publish("forged", map[string]string{headerLogLast: "4", headerSeal: tok})
+	publish("made up", map[string]string{headerLogLast: "5", headerSeal: "e30.e30.e30"})
+	first := logMessages(t, js, "logA")[0]
+	publish(string(first.Data), map[string]string{headerLogLast: first.Header.Get(headerLogLast), headerSeal: first.Header.Get(headerSeal)})
+	require.NoError(t, a.commit(ctx, "a4"), "forged batches fenced the node")
+	select {
+	case <-a.Fenced():
+		require.FailNow(t, "the node gave up its log")
+	default:
+	}
+
+	a.crash()
+	waitDone(t, b, "logA", 30*time.Second)
+	require.Equal(t, []string{"a1", "a2", "a3", "a4"}, b.log.importedData(), "forged batches imported")
+	require.Equal(t, []string{"b:logA@a"}, ad.list())
+}
+
+// TestForgedTakeoverRecordIsIgnored (attack): a client of the takeover
+// bucket without the cluster's key writes a record for a live node's log
+// — unsealed, or another log's real record copied under its key. The node
+// still starts with its log and ships it; when it is gone, a survivor
+// replaces the forged record and takes the log over.
+func TestForgedTakeoverRecordIsIgnored(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, js := jetStreamServer(t)
+	var ad adoptions
+	a := startLogNode(t, s, "a", newBatchLog("logA"), nil)
+	b := startLogNode(t, s, "b", newBatchLog("logB"), ad.adopt("b"))
+	require.NoError(t, a.commit(ctx, "a1"))
+	kv, err := js.KeyValue(ctx, "BEAM_TAKEOVER_"+Token(testDomain))
+	require.NoError(t, err)
+
+	_, err = kv.Put(ctx, "takeover.logA", []byte(`{"log":"logA","taker":"b","takerLog":"logB","state":"done"}`))
+	require.NoError(t, err)
+	a.crash()
+	again := startLogNode(t, s, "a", a.log, nil)
+	require.NoError(t, again.commit(ctx, "a2"))
+
+	// A real record of another log, copied under this log's key.
+	c := startLogNode(t, s, "c", newBatchLog("logC"), nil)
+	require.NoError(t, c.commit(ctx, "c1"))
+	require.NoError(t, c.Close())
+	real := waitDone(t, b, "logC", 30*time.Second)
+	require.Equal(t, "logC", real.Log)
+	e, err := kv.Get(ctx, "takeover.logC")
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "takeover.logA", e.Value())
+	require.NoError(t, err)
+	again.crash()
+	restarted := startLogNode(t, s, "a", a.log, nil)
+	require.NoError(t, restarted.commit(ctx, "a3"))
+
+	require.NoError(t, restarted.Close())
+	rec := waitDone(t, b, "logA", 30*time.Second)
+	require.Equal(t, "b", rec.Taker)
+	require.Equal(t, []string{"c1", "a1", "a2", "a3"}, b.log.importedData())
+	require.Equal(t, []string{"b:logC@c", "b:logA@a"}, ad.list())
+}
+
+// ed25519Key is a key that is not the cluster's.
+func ed25519Key(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	return key
 }
