@@ -42,20 +42,11 @@ type Log interface {
 	// Unshipped calls fn, in commit order, for every committed batch whose
 	// last event is after afterSeq.
 	Unshipped(ctx context.Context, afterSeq int64, fn func(batch []byte, lastSeq int64) error) error
-	// Import applies a batch of another node's log to this one. It must be
-	// idempotent: a log remembers, per source log, the last stream sequence
-	// it imported, and skips what it already has.
-	Import(ctx context.Context, from LogSource, batch []byte) error
-}
-
-// LogSource says where an imported batch comes from.
-type LogSource struct {
-	// Log is the ID of the log the batch belongs to.
-	Log string
-	// Node is the node that wrote it.
-	Node string
-	// StreamSeq is the batch's sequence in the log stream.
-	StreamSeq uint64
+	// Import applies a batch of log logID, written by node, found at
+	// streamSeq in the log stream, to this log. It must be idempotent: a
+	// log remembers, per source log, the last stream sequence it imported,
+	// and skips what it already has.
+	Import(ctx context.Context, logID, node string, streamSeq uint64, batch []byte) error
 }
 
 // ErrFenced is the error of a node whose log another node took over: it
@@ -63,9 +54,9 @@ type LogSource struct {
 // tracing log's replicator reports it as tracing.ErrFenced.
 var ErrFenced = errors.New("cluster: this node's log was taken over by another node")
 
-// MaxLogBatch is the largest batch Replicate ships as one message; the log
-// splits larger ones. The rest of a NATS message (1 MiB) is its headers.
-const MaxLogBatch = 1<<20 - 8<<10
+// maxLogBatch is the largest batch Replicate ships as one message; the log
+// must split larger ones. The rest of a NATS message (1 MiB) is its headers.
+const maxLogBatch = 1<<20 - 8<<10
 
 // Headers of the log stream's messages.
 const (
@@ -232,8 +223,8 @@ func (n *Node) isFenced() bool {
 // batch (its acknowledgement was lost), a fence or a takeover record
 // (ErrFenced), or a message no member sealed, which is skipped.
 func (n *Node) publishBatch(ctx context.Context, batch []byte, lastSeq int64) error {
-	if len(batch) > MaxLogBatch {
-		return fmt.Errorf("cluster: log batch of %d bytes: at most %d", len(batch), MaxLogBatch)
+	if len(batch) > maxLogBatch {
+		return fmt.Errorf("cluster: log batch of %d bytes: at most %d", len(batch), maxLogBatch)
 	}
 	s := &n.ship
 	id := n.cfg.Log.ID()

@@ -295,7 +295,7 @@ type status struct {
 	// Sessions say which node holds each connected agent's session.
 	Sessions []sessionInfo `json:"sessions"`
 	// Takeovers are the logs of lost nodes taken over, the latest first.
-	Takeovers []Takeover `json:"takeovers"`
+	Takeovers []takeoverRecord `json:"takeovers"`
 }
 
 // sessionInfo is one agent's session and the node holding it.
@@ -316,7 +316,7 @@ func (n *Node) Status(ctx context.Context) (any, error) {
 		st.Sessions = append(st.Sessions, sessionInfo{BeamID: id, Node: node})
 	}
 	sort.Slice(st.Sessions, func(i, j int) bool { return st.Sessions[i].BeamID < st.Sessions[j].BeamID })
-	if st.Takeovers, err = n.Takeovers(ctx); err != nil {
+	if st.Takeovers, err = n.takeoverList(ctx); err != nil {
 		return nil, err
 	}
 	return st, nil

@@ -41,9 +41,9 @@ const (
 	takeoverDone      = "done"
 )
 
-// Takeover is a log's record in the takeover bucket, as
+// takeoverRecord is a log's record in the takeover bucket, as
 // /observability/cluster shows it.
-type Takeover struct {
+type takeoverRecord struct {
 	// Log is the ID of the log taken over.
 	Log string `json:"log"`
 	// Node is the node whose log it was ("" until the taker read it).
@@ -101,14 +101,14 @@ func takeoverKey(logID string) string { return "takeover." + logID }
 // takeoverOf returns logID's takeover record and its revision; nil when
 // there is none. A record no member sealed is counted and treated as
 // none, with its revision (so that a survivor replaces it).
-func (n *Node) takeoverOf(ctx context.Context, logID string) (*Takeover, uint64, error) {
+func (n *Node) takeoverOf(ctx context.Context, logID string) (*takeoverRecord, uint64, error) {
 	for {
 		e, err := n.take.kv.Get(ctx, takeoverKey(logID))
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 			return nil, 0, nil
 		case err == nil:
-			var rec Takeover
+			var rec takeoverRecord
 			err := n.openAs(typTakeover, e.Value(), &rec, func() string { return rec.Taker })
 			if err == nil && rec.Log != logID {
 				err = fmt.Errorf("record of %s under the key of %s", rec.Log, logID)
@@ -218,7 +218,7 @@ func (n *Node) takeOver(ctx context.Context, logID string, live map[string]bool)
 	case rec != nil && rec.TakerLog != self && (live[rec.TakerLog] || time.Since(rec.Started) < n.grace()):
 		return nil // its taker is at it
 	}
-	mine := Takeover{Log: logID, Taker: n.cfg.NodeID, TakerLog: self, Started: time.Now().UTC(), State: takeoverImporting}
+	mine := takeoverRecord{Log: logID, Taker: n.cfg.NodeID, TakerLog: self, Started: time.Now().UTC(), State: takeoverImporting}
 	if rec != nil && rec.TakerLog == self {
 		mine = *rec // this node's own, left unfinished: do it again
 	}
@@ -241,7 +241,7 @@ func (n *Node) takeOver(ctx context.Context, logID string, live map[string]bool)
 	return n.runTakeover(ctx, mine, rev)
 }
 
-func takerOf(rec *Takeover) string {
+func takerOf(rec *takeoverRecord) string {
 	if rec == nil {
 		return ""
 	}
@@ -250,7 +250,7 @@ func takerOf(rec *Takeover) string {
 
 // runTakeover fences the log, imports it up to the fence, adopts its work
 // and marks rec done (rev: the record's revision, which this node holds).
-func (n *Node) runTakeover(ctx context.Context, rec Takeover, rev uint64) error {
+func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) error {
 	logID := rec.Log
 	fence, err := n.seal(typLogFence, logFence{Log: logID, Taker: n.cfg.NodeID})
 	if err != nil {
@@ -280,7 +280,7 @@ func (n *Node) runTakeover(ctx context.Context, rec Takeover, rev uint64) error 
 			rec.Node = m.node
 		}
 		batches++
-		return true, n.cfg.Log.Import(ctx, LogSource{Log: logID, Node: m.node, StreamSeq: m.seq}, m.data)
+		return true, n.cfg.Log.Import(ctx, logID, m.node, m.seq, m.data)
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: import log %s: %w", logID, err)
@@ -315,10 +315,10 @@ func (n *Node) runTakeover(ctx context.Context, rec Takeover, rev uint64) error 
 	return nil
 }
 
-// Takeovers lists the takeover records (the latest first, at most
+// takeoverList lists the takeover records (the latest first, at most
 // maxTakeoversShown).
-func (n *Node) Takeovers(ctx context.Context) ([]Takeover, error) {
-	out := []Takeover{}
+func (n *Node) takeoverList(ctx context.Context) ([]takeoverRecord, error) {
+	out := []takeoverRecord{}
 	if n.take.kv == nil {
 		return out, nil
 	}

@@ -38,8 +38,15 @@ type batchLog struct {
 	seen     map[string]uint64
 }
 
+// batchSource is where an imported batch came from.
+type batchSource struct {
+	Log       string
+	Node      string
+	StreamSeq uint64
+}
+
 type importedBatch struct {
-	from LogSource
+	from batchSource
 	data string
 }
 
@@ -61,7 +68,8 @@ func (l *batchLog) Unshipped(_ context.Context, after int64, fn func([]byte, int
 	return nil
 }
 
-func (l *batchLog) Import(_ context.Context, from LogSource, batch []byte) error {
+func (l *batchLog) Import(_ context.Context, logID, node string, streamSeq uint64, batch []byte) error {
+	from := batchSource{Log: logID, Node: node, StreamSeq: streamSeq}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if from.StreamSeq <= l.seen[from.Log] {
@@ -186,16 +194,16 @@ func logMessages(t *testing.T, js jetstream.JetStream, logID string) []*jetstrea
 }
 
 // record returns the takeover record of logID, nil if none.
-func record(t *testing.T, n *testNode, logID string) *Takeover {
+func record(t *testing.T, n *testNode, logID string) *takeoverRecord {
 	t.Helper()
 	rec, _, err := n.takeoverOf(context.Background(), logID)
 	require.NoError(t, err)
 	return rec
 }
 
-func waitDone(t *testing.T, n *testNode, logID string, within time.Duration) *Takeover {
+func waitDone(t *testing.T, n *testNode, logID string, within time.Duration) *takeoverRecord {
 	t.Helper()
-	var rec *Takeover
+	var rec *takeoverRecord
 	require.Eventually(t, func() bool {
 		rec = record(t, n, logID)
 		return rec != nil && rec.State == takeoverDone
@@ -302,7 +310,7 @@ func TestTakeoverAfterTheNodeExpires(t *testing.T) {
 	imported := append([]importedBatch(nil), b.log.imported...)
 	b.log.mu.Unlock()
 	for _, imp := range imported {
-		require.Equal(t, LogSource{Log: "logA", Node: "a", StreamSeq: imp.from.StreamSeq}, imp.from)
+		require.Equal(t, batchSource{Log: "logA", Node: "a", StreamSeq: imp.from.StreamSeq}, imp.from)
 		seqs = append(seqs, imp.from.StreamSeq)
 	}
 	require.IsIncreasing(t, seqs)
