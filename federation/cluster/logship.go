@@ -84,10 +84,17 @@ type logFence struct {
 
 // shipper is the state of this node's log in the stream.
 type shipper struct {
+	// pmu guards ready and missed. ready: the tail was shipped at start;
+	// before it, Replicate leaves batches to that tail, and notes in
+	// missed that the log committed one the tail may not have read yet.
+	// Replicate never waits for the tail (which may need the log's writer
+	// to read it).
+	pmu    sync.Mutex
+	ready  bool
+	missed bool
+
+	// mu serializes publishing.
 	mu sync.Mutex
-	// ready: the tail was shipped at start; before it, Replicate leaves
-	// batches to that tail.
-	ready bool
 	// seq is the stream sequence of the subject's last message, last the
 	// log position of the last batch of this log shipped.
 	seq  uint64
@@ -164,14 +171,28 @@ func (n *Node) shipTail(ctx context.Context) error {
 	}
 	s.seq, s.last = end.seq, end.last
 	shipped := 0
-	err = n.cfg.Log.Unshipped(ctx, s.last, func(batch []byte, lastSeq int64) error {
-		shipped++
-		return n.publishBatch(ctx, batch, lastSeq)
-	})
-	if err != nil {
-		return fmt.Errorf("cluster: ship the log's tail: %w", err)
+	for {
+		err = n.cfg.Log.Unshipped(ctx, s.last, func(batch []byte, lastSeq int64) error {
+			if lastSeq <= s.last {
+				return nil
+			}
+			shipped++
+			return n.publishBatch(ctx, batch, lastSeq)
+		})
+		if err != nil {
+			return fmt.Errorf("cluster: ship the log's tail: %w", err)
+		}
+		// Batches committed while the tail shipped: read the log again.
+		// Once ready, Replicate ships each batch itself (after this
+		// returns: s.mu is held).
+		s.pmu.Lock()
+		missed := s.missed
+		s.missed, s.ready = false, !missed
+		s.pmu.Unlock()
+		if !missed {
+			break
+		}
 	}
-	s.ready = true
 	n.lg.Info("log shipped", "log", id, "last", s.last, "streamSeq", s.seq, "tail", shipped)
 	return nil
 }
@@ -183,13 +204,25 @@ func (n *Node) shipTail(ctx context.Context) error {
 // that tail) is not shipped again. An error wrapping ErrFenced means the
 // log was taken over.
 func (n *Node) Replicate(ctx context.Context, batch []byte, lastSeq int64) error {
+	if n.isFenced() {
+		return fmt.Errorf("cluster: replicate: %w", ErrFenced)
+	}
 	s := &n.ship
+	s.pmu.Lock()
+	ready := s.ready
+	if !ready {
+		s.missed = true
+	}
+	s.pmu.Unlock()
+	if !ready {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n.isFenced() {
 		return fmt.Errorf("cluster: replicate: %w", ErrFenced)
 	}
-	if !s.ready || lastSeq <= s.last {
+	if lastSeq <= s.last {
 		return nil
 	}
 	return n.publishBatch(ctx, batch, lastSeq)

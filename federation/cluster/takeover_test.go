@@ -32,6 +32,10 @@ const testDomain = "acme.beam.directory"
 type batchLog struct {
 	id string
 
+	// duringTail, when set, runs once while Unshipped reads (a writer
+	// committing meanwhile).
+	duringTail func()
+
 	mu       sync.Mutex
 	batches  [][]byte // batch i has last position i+1
 	imported []importedBatch
@@ -57,7 +61,12 @@ func (l *batchLog) ID() string { return l.id }
 func (l *batchLog) Unshipped(_ context.Context, after int64, fn func([]byte, int64) error) error {
 	l.mu.Lock()
 	batches := append([][]byte(nil), l.batches...)
+	during := l.duringTail
+	l.duringTail = nil
 	l.mu.Unlock()
+	if during != nil {
+		during()
+	}
 	for i, b := range batches {
 		if last := int64(i + 1); last > after {
 			if err := fn(b, last); err != nil {
@@ -224,11 +233,12 @@ func TestLogShipsBatchesInOrder(t *testing.T) {
 	lg.commit("b1")
 	a := newLogNode(t, s, "a", lg, nil)
 	require.NoError(t, a.commit(ctx, "b2"), "before the start a batch is left to the tail")
+	lg.duringTail = func() { require.NoError(t, a.commit(ctx, "b3")) }
 	require.NoError(t, a.Start(ctx, a.nc))
-	require.NoError(t, a.commit(ctx, "b3"))
-	require.NoError(t, a.Replicate(ctx, []byte("b3"), 3), "a batch shipped again is a no-op")
+	require.NoError(t, a.commit(ctx, "b4"))
+	require.NoError(t, a.Replicate(ctx, []byte("b4"), 4), "a batch shipped again is a no-op")
 	msgs := logMessages(t, js, "logA")
-	require.Len(t, msgs, 3)
+	require.Len(t, msgs, 4, "b3, committed while the tail shipped, is shipped too")
 	for i, m := range msgs {
 		require.Equal(t, fmt.Sprintf("b%d", i+1), string(m.Data))
 		require.Equal(t, strconv.Itoa(i+1), m.Header.Get(headerLogLast))
@@ -241,13 +251,13 @@ func TestLogShipsBatchesInOrder(t *testing.T) {
 	require.Equal(t, "logA", nodes[0].LogID, "the node announces its log")
 
 	a.crash()
-	lg.commit("b4")
+	lg.commit("b5")
 	again := startLogNode(t, s, "a", lg, nil)
-	require.NoError(t, again.commit(ctx, "b5"))
+	require.NoError(t, again.commit(ctx, "b6"))
 	msgs = logMessages(t, js, "logA")
-	require.Len(t, msgs, 5)
-	require.Equal(t, "b4", string(msgs[3].Data))
+	require.Len(t, msgs, 6)
 	require.Equal(t, "b5", string(msgs[4].Data))
+	require.Equal(t, "b6", string(msgs[5].Data))
 }
 
 // TestFenceFailsTheNextReplicate: once a member fenced a log's subject the
