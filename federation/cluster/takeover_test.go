@@ -534,3 +534,34 @@ func ed25519Key(t *testing.T) ed25519.PrivateKey {
 	require.NoError(t, err)
 	return key
 }
+
+// TestLostAcknowledgementIsNotShippedTwice: a batch the stream stored but
+// whose acknowledgement the node never got is found at the subject's end
+// when the node publishes it again, and counts as shipped: it is not
+// stored twice, and the next batch follows it.
+func TestLostAcknowledgementIsNotShippedTwice(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, js := jetStreamServer(t)
+	a := startLogNode(t, s, "a", newBatchLog("logA"), nil)
+	require.NoError(t, a.commit(ctx, "b1"))
+
+	// What a's publish of b2 stores, its acknowledgement lost.
+	tok, err := a.seal(typLogBatch, logBatch{Log: "logA", Node: "a", Last: 2, Digest: digest([]byte("b2"))})
+	require.NoError(t, err)
+	m := nats.NewMsg("beam.cluster." + Token(testDomain) + ".log.logA")
+	m.Data = []byte("b2")
+	m.Header.Set(headerLogLast, "2")
+	m.Header.Set(headerSeal, tok)
+	_, err = js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+
+	require.NoError(t, a.commit(ctx, "b2"))
+	require.NoError(t, a.commit(ctx, "b3"))
+	var got []string
+	for _, m := range logMessages(t, js, "logA") {
+		got = append(got, string(m.Data))
+	}
+	require.Equal(t, []string{"b1", "b2", "b3"}, got)
+}
