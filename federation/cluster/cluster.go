@@ -285,20 +285,9 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
 		MaxMsgSize: 1 << 20, Duplicates: 2 * time.Minute,
 	}
-	var stream jetstream.Stream
-	for {
-		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
-		stream, err = js.CreateOrUpdateStream(attempt, scfg)
-		cancel()
-		if err == nil {
-			break
-		}
-		n.lg.Info("waiting for the cluster to form", "stream", name, "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: create stream %s: %w", name, err)
-		case <-time.After(250 * time.Millisecond):
-		}
+	stream, err := n.createStream(ctx, scfg)
+	if err != nil {
+		return err
 	}
 	n.stream = stream
 	var last uint64
@@ -355,6 +344,25 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 	}
 	n.lg.Info("cluster node ready", "registrySeq", last, "replicas", n.Replicas())
 	return nil
+}
+
+// createStream creates or joins a stream, retrying while the cluster forms
+// until ctx ends.
+func (n *Node) createStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		stream, err := n.js.CreateOrUpdateStream(attempt, cfg)
+		cancel()
+		if err == nil {
+			return stream, nil
+		}
+		n.lg.Info("waiting for the cluster to form", "stream", cfg.Name, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster: create stream %s: %w", cfg.Name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // apply feeds the registry stream to the registry in order, from the entry

@@ -121,21 +121,11 @@ func (n *Node) openLogs(ctx context.Context) error {
 		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
 		MaxMsgSize: 1 << 20, Duplicates: 2 * time.Minute,
 	}
-	for {
-		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
-		stream, err := n.js.CreateOrUpdateStream(attempt, scfg)
-		cancel()
-		if err == nil {
-			n.logs = stream
-			break
-		}
-		n.lg.Info("waiting for the cluster to form", "stream", name, "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: create stream %s: %w", name, err)
-		case <-time.After(250 * time.Millisecond):
-		}
+	stream, err := n.createStream(ctx, scfg)
+	if err != nil {
+		return err
 	}
+	n.logs = stream
 	kv, err := createKV(ctx, n.js, jetstream.KeyValueConfig{
 		Bucket: "BEAM_TAKEOVER_" + Token(n.cfg.Domain), Replicas: n.Replicas(), Storage: jetstream.FileStorage,
 	})

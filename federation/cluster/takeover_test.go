@@ -202,6 +202,19 @@ func logMessages(t *testing.T, js jetstream.JetStream, logID string) []*jetstrea
 	}
 }
 
+// publishOnLogA publishes data with the headers hdr on logA's subject, as
+// any client of the stream may.
+func publishOnLogA(t *testing.T, ctx context.Context, js jetstream.JetStream, data string, hdr map[string]string) {
+	t.Helper()
+	m := nats.NewMsg("beam.cluster." + Token(testDomain) + ".log.logA")
+	m.Data = []byte(data)
+	for k, v := range hdr {
+		m.Header.Set(k, v)
+	}
+	_, err := js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+}
+
 // record returns the takeover record of logID, nil if none.
 func record(t *testing.T, n *testNode, logID string) *takeoverRecord {
 	t.Helper()
@@ -274,10 +287,7 @@ func TestFenceFailsTheNextReplicate(t *testing.T) {
 	b := sealNode(t, "b", testClusterKey)
 	tok, err := b.seal(typLogFence, logFence{Log: "logA", Taker: "b"})
 	require.NoError(t, err)
-	msg := nats.NewMsg("beam.cluster." + Token(testDomain) + ".log.logA")
-	msg.Header.Set(headerLogFence, tok)
-	_, err = js.PublishMsg(ctx, msg)
-	require.NoError(t, err)
+	publishOnLogA(t, ctx, js, "", map[string]string{headerLogFence: tok})
 
 	require.ErrorIs(t, a.commit(ctx, "b2"), ErrFenced)
 	select {
@@ -442,17 +452,7 @@ func TestForgedLogMessagesAreIgnored(t *testing.T) {
 	var ad adoptions
 	a := startLogNode(t, s, "a", newBatchLog("logA"), nil)
 	b := startLogNode(t, s, "b", newBatchLog("logB"), ad.adopt("b"))
-	subject := "beam.cluster." + Token(testDomain) + ".log.logA"
-	publish := func(data string, hdr map[string]string) {
-		t.Helper()
-		m := nats.NewMsg(subject)
-		m.Data = []byte(data)
-		for k, v := range hdr {
-			m.Header.Set(k, v)
-		}
-		_, err := js.PublishMsg(ctx, m)
-		require.NoError(t, err)
-	}
+	publish := func(data string, hdr map[string]string) { t.Helper(); publishOnLogA(t, ctx, js, data, hdr) }
 	stranger := sealNode(t, "a", ed25519Key(t))
 
 	require.NoError(t, a.commit(ctx, "a1"))
@@ -550,12 +550,7 @@ func TestLostAcknowledgementIsNotShippedTwice(t *testing.T) {
 	// What a's publish of b2 stores, its acknowledgement lost.
 	tok, err := a.seal(typLogBatch, logBatch{Log: "logA", Node: "a", Last: 2, Digest: digest([]byte("b2"))})
 	require.NoError(t, err)
-	m := nats.NewMsg("beam.cluster." + Token(testDomain) + ".log.logA")
-	m.Data = []byte("b2")
-	m.Header.Set(headerLogLast, "2")
-	m.Header.Set(headerSeal, tok)
-	_, err = js.PublishMsg(ctx, m)
-	require.NoError(t, err)
+	publishOnLogA(t, ctx, js, "b2", map[string]string{headerLogLast: "2", headerSeal: tok})
 
 	require.NoError(t, a.commit(ctx, "b2"))
 	require.NoError(t, a.commit(ctx, "b3"))
