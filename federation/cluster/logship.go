@@ -140,6 +140,13 @@ func (n *Node) openLogs(ctx context.Context) error {
 		return fmt.Errorf("cluster: log %s taken over by %s at %s: %w", id, rec.Taker,
 			rec.Started.Format(time.RFC3339), ErrFenced)
 	}
+	// The fence outlives the record (a bucket client may delete that).
+	if end, err := n.subjectEnd(ctx, id); err != nil {
+		return err
+	} else if end.fenced {
+		n.fence()
+		return fmt.Errorf("cluster: log %s is fenced: %w", id, ErrFenced)
+	}
 	return nil
 }
 

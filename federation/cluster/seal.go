@@ -138,7 +138,7 @@ type rejected struct{ c *prometheus.CounterVec }
 func newRejected(reg prometheus.Registerer, skipped func() uint64) (rejected, error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "beam_cluster_rejected_total",
-		Help: "Node, session and delivery entries, hand-overs and node requests refused: not signed by the cluster's directory key, or not valid.",
+		Help: "Node, session and delivery entries, hand-overs, node requests, log stream messages and takeover records refused: not signed by the cluster's directory key, or not valid.",
 	}, []string{"kind"})
 	registry := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "beam_cluster_registry_skipped_total",

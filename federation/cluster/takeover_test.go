@@ -353,6 +353,14 @@ func TestTakeoverAfterTheNodeExpires(t *testing.T) {
 
 	restarted := newLogNode(t, s, "a", a.log, nil)
 	require.ErrorIs(t, restarted.Start(ctx, restarted.nc), ErrFenced, "a node found its log taken over")
+
+	// Without its record (deleted by a client of the bucket) the fence
+	// left on the subject still refuses the log.
+	kv, err := js.KeyValue(ctx, "BEAM_TAKEOVER_"+Token(testDomain))
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, "takeover.logA"))
+	again := newLogNode(t, s, "a", a.log, nil)
+	require.ErrorIs(t, again.Start(ctx, again.nc), ErrFenced, "a taken-over log served again")
 	require.Equal(t, []string{"b:logA@a"}, ad.list())
 }
 
