@@ -196,7 +196,7 @@ func New(cfg Config) (*Node, error) {
 		callSlots: make(chan struct{}, maxCallsServed), started: time.Now()}
 	if cfg.Log != nil {
 		n.ship.fenced = make(chan struct{})
-		n.take.gone, n.take.done = map[string]time.Time{}, map[string]bool{}
+		n.take.gone, n.take.done, n.take.owner = map[string]time.Time{}, map[string]bool{}, map[string]string{}
 		if n.take.count, n.take.duration, err = newTakeoverMetrics(cfg.Registerer); err != nil {
 			return nil, err
 		}

@@ -69,8 +69,9 @@ type takeoverRecord struct {
 type takeovers struct {
 	kv jetstream.KeyValue
 	// Only the watcher goroutine uses what follows.
-	gone map[string]time.Time // log ID → when it was first seen without a live node
-	done map[string]bool      // log IDs whose takeover is done
+	gone  map[string]time.Time // log ID → when it was first seen without a live node
+	done  map[string]bool      // log IDs whose takeover is done
+	owner map[string]string    // log ID → the node last seen announcing it
 
 	count    *prometheus.CounterVec
 	duration prometheus.Histogram
@@ -159,6 +160,7 @@ func (n *Node) lookForLost(ctx context.Context) error {
 	for _, info := range nodes {
 		if info.LogID != "" {
 			live[info.LogID] = true
+			n.take.owner[info.LogID] = info.NodeID
 		}
 	}
 	info, err := n.logs.Info(lctx, jetstream.WithSubjectFilter(n.logPrefix()+"*"))
@@ -214,11 +216,14 @@ func (n *Node) takeOver(ctx context.Context, logID string, live map[string]bool)
 	switch {
 	case rec != nil && rec.State == takeoverDone:
 		n.take.done[logID] = true
+		delete(n.take.gone, logID)
+		delete(n.take.owner, logID)
 		return nil
 	case rec != nil && rec.TakerLog != self && (live[rec.TakerLog] || time.Since(rec.Started) < n.grace()):
 		return nil // its taker is at it
 	}
-	mine := takeoverRecord{Log: logID, Taker: n.cfg.NodeID, TakerLog: self, Started: time.Now().UTC(), State: takeoverImporting}
+	mine := takeoverRecord{Log: logID, Node: n.take.owner[logID], Taker: n.cfg.NodeID, TakerLog: self,
+		Started: time.Now().UTC(), State: takeoverImporting}
 	if rec != nil && rec.TakerLog == self {
 		mine = *rec // this node's own, left unfinished: do it again
 	}
@@ -276,9 +281,7 @@ func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) 
 		if m.fence {
 			return false, nil // the first fence: the log wrote nothing after it
 		}
-		if rec.Node == "" {
-			rec.Node = m.node
-		}
+		rec.Node = m.node // the node that wrote the log, whatever was seen announcing it
 		batches++
 		return true, n.cfg.Log.Import(ctx, logID, m.node, m.seq, m.data)
 	})
@@ -303,6 +306,8 @@ func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) 
 		return fmt.Errorf("cluster: mark the takeover of %s done: %w", logID, err)
 	}
 	n.take.done[logID] = true
+	delete(n.take.gone, logID)
+	delete(n.take.owner, logID)
 	n.take.count.WithLabelValues("done").Inc()
 	n.take.duration.Observe(took.Seconds())
 	n.lg.Info("took over a lost node's log", "log", logID, "of", rec.Node, "batches", batches,
