@@ -40,7 +40,9 @@ type Log interface {
 	// the log file.
 	ID() string
 	// Unshipped calls fn, in commit order, for every committed batch whose
-	// last event is after afterSeq.
+	// last event is after afterSeq. It is called at start and from
+	// Replicate (after a batch failed to ship), so it must read committed
+	// batches without waiting for the log's writer.
 	Unshipped(ctx context.Context, afterSeq int64, fn func(batch []byte, lastSeq int64) error) error
 	// Import applies a batch of log logID, written by node, found at
 	// streamSeq in the log stream, to this log. It must be idempotent: a
@@ -95,6 +97,9 @@ type shipper struct {
 
 	// mu serializes publishing.
 	mu sync.Mutex
+	// behind: a batch failed to ship; the next Replicate ships what the
+	// stream misses first, so the stream never skips a batch.
+	behind bool
 	// seq is the stream sequence of the subject's last message, last the
 	// log position of the last batch of this log shipped.
 	seq  uint64
@@ -167,17 +172,10 @@ func (n *Node) shipTail(ctx context.Context) error {
 		return fmt.Errorf("cluster: log %s is fenced: %w", id, ErrFenced)
 	}
 	s.seq, s.last = end.seq, end.last
-	shipped := 0
+	from := s.last
 	for {
-		err = n.cfg.Log.Unshipped(ctx, s.last, func(batch []byte, lastSeq int64) error {
-			if lastSeq <= s.last {
-				return nil
-			}
-			shipped++
-			return n.publishBatch(ctx, batch, lastSeq)
-		})
-		if err != nil {
-			return fmt.Errorf("cluster: ship the log's tail: %w", err)
+		if err := n.shipAfter(ctx, s.last); err != nil {
+			return err
 		}
 		// Batches committed while the tail shipped: read the log again.
 		// Once ready, Replicate ships each batch itself (after this
@@ -190,7 +188,7 @@ func (n *Node) shipTail(ctx context.Context) error {
 			break
 		}
 	}
-	n.lg.Info("log shipped", "log", id, "last", s.last, "streamSeq", s.seq, "tail", shipped)
+	n.lg.Info("log shipped", "log", id, "from", from, "last", s.last, "streamSeq", s.seq)
 	return nil
 }
 
@@ -198,8 +196,9 @@ func (n *Node) shipTail(ctx context.Context) error {
 // is at lastSeq, and returns once the stream stored it (tracing's
 // Replicator; called serially, in commit order). Before the node started,
 // a batch is left to the tail Start ships; a batch already shipped (by
-// that tail) is not shipped again. An error wrapping ErrFenced means the
-// log was taken over.
+// that tail) is not shipped again; after a batch failed to ship, the next
+// call ships the batches the stream misses first. An error wrapping
+// ErrFenced means the log was taken over.
 func (n *Node) Replicate(ctx context.Context, batch []byte, lastSeq int64) error {
 	if n.isFenced() {
 		return fmt.Errorf("cluster: replicate: %w", ErrFenced)
@@ -219,10 +218,36 @@ func (n *Node) Replicate(ctx context.Context, batch []byte, lastSeq int64) error
 	if n.isFenced() {
 		return fmt.Errorf("cluster: replicate: %w", ErrFenced)
 	}
-	if lastSeq <= s.last {
-		return nil
+	if s.behind {
+		if err := n.shipAfter(ctx, s.last); err != nil {
+			return err
+		}
+		s.behind = false
 	}
-	return n.publishBatch(ctx, batch, lastSeq)
+	if lastSeq <= s.last {
+		return nil // shipped with the tail, or just now
+	}
+	err := n.publishBatch(ctx, batch, lastSeq)
+	if err != nil && !errors.Is(err, ErrFenced) {
+		s.behind = true
+	}
+	return err
+}
+
+// shipAfter ships the log's committed batches after position after, in
+// order (s.mu held).
+func (n *Node) shipAfter(ctx context.Context, after int64) error {
+	s := &n.ship
+	err := n.cfg.Log.Unshipped(ctx, after, func(batch []byte, lastSeq int64) error {
+		if lastSeq <= s.last {
+			return nil
+		}
+		return n.publishBatch(ctx, batch, lastSeq)
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: ship the log after %d: %w", after, err)
+	}
+	return nil
 }
 
 // Fenced is closed when this node learns that its log was taken over; the

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -565,6 +566,48 @@ func TestLostAcknowledgementIsNotShippedTwice(t *testing.T) {
 
 	require.NoError(t, a.commit(ctx, "b2"))
 	require.NoError(t, a.commit(ctx, "b3"))
+	var got []string
+	for _, m := range logMessages(t, js, "logA") {
+		got = append(got, string(m.Data))
+	}
+	require.Equal(t, []string{"b1", "b2", "b3"}, got)
+}
+
+// TestFailedShipIsShippedBeforeTheNext: a batch that could not be shipped
+// (the stream unreachable) is an error for its appenders, and the next
+// batch ships it first: the stream never skips a batch the log committed.
+func TestFailedShipIsShippedBeforeTheNext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true}
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	opts.Port = s.Addr().(*net.TCPAddr).Port
+	a := startLogNode(t, s, "a", newBatchLog("logA"), nil)
+	require.NoError(t, a.commit(ctx, "b1"))
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	down, stop := context.WithTimeout(ctx, time.Second)
+	err = a.commit(down, "b2")
+	stop()
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrFenced)
+
+	back, err := server.NewServer(opts)
+	require.NoError(t, err)
+	back.Start()
+	t.Cleanup(back.Shutdown)
+	require.True(t, back.ReadyForConnections(10*time.Second))
+	require.NoError(t, a.commit(ctx, "b3"))
+	nc, err := nats.Connect(back.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
 	var got []string
 	for _, m := range logMessages(t, js, "logA") {
 		got = append(got, string(m.Data))
