@@ -219,7 +219,7 @@ func (n *Node) takeOver(ctx context.Context, logID string, live map[string]bool)
 		delete(n.take.gone, logID)
 		delete(n.take.owner, logID)
 		return nil
-	case rec != nil && rec.TakerLog != self && (live[rec.TakerLog] || time.Since(rec.Started) < n.grace()):
+	case rec != nil && rec.TakerLog != self && !n.takerGone(rec.TakerLog, live):
 		return nil // its taker is at it
 	}
 	mine := takeoverRecord{Log: logID, Node: n.take.owner[logID], Taker: n.cfg.NodeID, TakerLog: self,
@@ -244,6 +244,21 @@ func (n *Node) takeOver(ctx context.Context, logID string, live map[string]bool)
 	}
 	n.lg.Info("taking over a lost node's log", "log", logID, "previousTaker", takerOf(rec))
 	return n.runTakeover(ctx, mine, rev)
+}
+
+// takerGone reports whether no live node has announced the taker's log
+// takerLog for the grace period.
+func (n *Node) takerGone(takerLog string, live map[string]bool) bool {
+	if live[takerLog] {
+		delete(n.take.gone, takerLog)
+		return false
+	}
+	since, seen := n.take.gone[takerLog]
+	if !seen {
+		n.take.gone[takerLog] = time.Now()
+		return false
+	}
+	return time.Since(since) >= n.grace()
 }
 
 func takerOf(rec *takeoverRecord) string {
@@ -287,6 +302,13 @@ func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) 
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: import log %s: %w", logID, err)
+	}
+	// The work is adopted only while the record is still this node's (a
+	// survivor that took this node for gone may have taken it again).
+	if _, cur, err := n.takeoverOf(ctx, logID); err != nil {
+		return err
+	} else if cur != rev {
+		return fmt.Errorf("cluster: the takeover of %s was taken again by another node", logID)
 	}
 	if n.cfg.Adopt != nil {
 		adopted, err := n.cfg.Adopt(ctx, logID, rec.Node)
