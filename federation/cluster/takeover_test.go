@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/beamdir/beam/directory/registry"
@@ -344,6 +345,11 @@ func TestTakeoverAfterTheNodeExpires(t *testing.T) {
 	require.Equal(t, "logB", rec.TakerLog)
 	require.Equal(t, 5, rec.Batches)
 	require.Equal(t, map[string]int{"bus": 1}, rec.Adopted)
+	var done, took dto.Metric
+	require.NoError(t, b.take.count.WithLabelValues("done").Write(&done))
+	require.Equal(t, 1.0, done.GetCounter().GetValue())
+	require.NoError(t, b.take.duration.Write(&took))
+	require.Equal(t, uint64(1), took.GetHistogram().GetSampleCount())
 	require.Empty(t, a.log.importedData("logA"))
 
 	msgs := logMessages(t, js, "logA")
