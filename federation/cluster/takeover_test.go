@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -619,4 +621,79 @@ func TestFailedShipIsShippedBeforeTheNext(t *testing.T) {
 		got = append(got, string(m.Data))
 	}
 	require.Equal(t, []string{"b1", "b2", "b3"}, got)
+}
+
+// jetStreamCluster starts three embedded NATS servers routed into one
+// JetStream cluster on loopback and returns them once it has a meta
+// leader.
+func jetStreamCluster(t *testing.T) []*server.Server {
+	t.Helper()
+	ports := make([]int, 3)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	servers := make([]*server.Server, 3)
+	for i := range servers {
+		s, err := server.NewServer(&server.Options{ServerName: fmt.Sprintf("s%d", i), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, Routes: routes,
+			Cluster: server.ClusterOpts{Name: "beam-test", Host: "127.0.0.1", Port: ports[i]}})
+		require.NoError(t, err)
+		s.Start()
+		t.Cleanup(s.Shutdown)
+		servers[i] = s
+	}
+	for _, s := range servers {
+		require.True(t, s.ReadyForConnections(10*time.Second))
+	}
+	require.Eventually(t, func() bool {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "no JetStream meta leader")
+	return servers
+}
+
+// TestTakeoverOnAReplicatedStream: on three routed servers (the stream and
+// bucket R3), nodes on different servers ship, fence and take over as on
+// one: the lost log's next batch is refused, every batch is imported once,
+// in order, by one survivor.
+func TestTakeoverOnAReplicatedStream(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := jetStreamCluster(t)
+	var ad adoptions
+	start := func(s *server.Server, id string, adopt func(context.Context, string, string) (map[string]int, error)) *testNode {
+		tn := newLogNode(t, s, id, newBatchLog("log"+strings.ToUpper(id)), adopt)
+		tn.cfg.Replicas = 3
+		require.NoError(t, tn.Start(ctx, tn.nc))
+		return tn
+	}
+	a := start(servers[0], "a", nil)
+	b := start(servers[1], "b", ad.adopt("b"))
+	c := start(servers[2], "c", ad.adopt("c"))
+	for i := 1; i <= 4; i++ {
+		require.NoError(t, a.commit(ctx, fmt.Sprintf("a%d", i)))
+	}
+	require.NoError(t, a.Close())
+
+	rec := waitDone(t, b, "logA", time.Minute)
+	taker, other := b, c
+	if rec.Taker == "c" {
+		taker, other = c, b
+	}
+	require.Equal(t, []string{"a1", "a2", "a3", "a4"}, taker.log.importedData("logA"))
+	require.Empty(t, other.log.importedData("logA"))
+	require.Equal(t, []string{rec.Taker + ":logA@a"}, ad.list())
+	require.ErrorIs(t, a.commit(ctx, "a5"), ErrFenced, "the lost log wrote after the fence")
 }
