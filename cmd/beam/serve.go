@@ -206,7 +206,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	for {
 		err := serve(ctx, &f, cfg, stdout, stderr)
-		if !errors.Is(err, beam.ErrLogTakenOver) {
+		if !errors.Is(err, beam.ErrLogTakenOver) || ctx.Err() != nil {
 			return err
 		}
 		if err := restartTakenOver(f.dataDir, cfg.Logger, err); err != nil {
@@ -292,7 +292,9 @@ func serve(ctx context.Context, f *serveFlags, cfg beam.Config, stdout, stderr i
 		_ = srv.Shutdown(context.Background())
 		return err
 	case <-srv.TakenOver():
-		_ = srv.Shutdown(context.Background())
+		sctx, cancel := context.WithTimeout(context.Background(), f.drain)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
 		return beam.ErrLogTakenOver
 	case <-ctx.Done():
 	}
