@@ -310,9 +310,11 @@ func (n *Node) publishBatch(ctx context.Context, batch []byte, lastSeq int64) er
 			case end.fenced:
 				n.fence()
 				return fmt.Errorf("cluster: log %s: %w", id, ErrFenced)
-			case end.lastMsg.Last == lastSeq && end.lastMsg.Digest == sum && end.lastNode == n.cfg.NodeID:
+			case end.last >= lastSeq:
+				// Stored (only this node seals the log's batches, and a
+				// copy is not counted); its acknowledgement was lost.
 				s.seq, s.last = end.seq, lastSeq
-				return nil // stored; its acknowledgement was lost
+				return nil
 			default:
 				if rec, _, terr := n.takeoverOf(ctx, id); terr == nil && rec != nil {
 					n.fence()
@@ -322,6 +324,9 @@ func (n *Node) publishBatch(ctx context.Context, batch []byte, lastSeq int64) er
 				} else {
 					n.refuse("log", fmt.Errorf("message %d on the log's subject", end.seq), "log", id)
 					s.seq = end.seq
+					if time.Now().After(deadline) {
+						return fmt.Errorf("cluster: ship log batch %d: the subject keeps moving", lastSeq)
+					}
 					continue
 				}
 			}
@@ -344,12 +349,8 @@ func wrongLastSequence(err error) bool {
 type subjectEnd struct {
 	// seq is the stream sequence of the subject's last message (0: none).
 	seq uint64
-	// last is the position of the log's last sealed batch, lastMsg the
-	// subject's last message's batch header when it is one, and lastNode
-	// the node that sealed it.
-	last     int64
-	lastMsg  logBatch
-	lastNode string
+	// last is the position of the log's last sealed batch.
+	last int64
 	// fenced: the subject holds a sealed fence of the log.
 	fenced bool
 }
@@ -371,8 +372,8 @@ func (n *Node) subjectEnd(ctx context.Context, logID string) (subjectEnd, error)
 		end.fenced = true
 		return end, nil
 	}
-	if node, b, err := n.openBatch(logID, raw.Header, raw.Data); err == nil {
-		end.last, end.lastMsg, end.lastNode = b.Last, b, node
+	if _, b, err := n.openBatch(logID, raw.Header, raw.Data); err == nil {
+		end.last = b.Last
 		return end, nil
 	}
 	err = n.readLog(ctx, logID, end.seq, func(m logMsg) (bool, error) {

@@ -556,9 +556,10 @@ func ed25519Key(t *testing.T) ed25519.PrivateKey {
 }
 
 // TestLostAcknowledgementIsNotShippedTwice: a batch the stream stored but
-// whose acknowledgement the node never got is found at the subject's end
-// when the node publishes it again, and counts as shipped: it is not
-// stored twice, and the next batch follows it.
+// whose acknowledgement the node never got is found on the subject when
+// the node publishes it again — also behind a message someone without the
+// key wrote after it — and counts as shipped: it is not stored twice, and
+// the next batch follows.
 func TestLostAcknowledgementIsNotShippedTwice(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -571,6 +572,8 @@ func TestLostAcknowledgementIsNotShippedTwice(t *testing.T) {
 	tok, err := a.seal(typLogBatch, logBatch{Log: "logA", Node: "a", Last: 2, Digest: digest([]byte("b2"))})
 	require.NoError(t, err)
 	publishOnLogA(t, ctx, js, "b2", map[string]string{headerLogLast: "2", headerSeal: tok})
+	// And someone without the key wrote after it.
+	publishOnLogA(t, ctx, js, "junk", nil)
 
 	require.NoError(t, a.commit(ctx, "b2"))
 	require.NoError(t, a.commit(ctx, "b3"))
@@ -578,7 +581,7 @@ func TestLostAcknowledgementIsNotShippedTwice(t *testing.T) {
 	for _, m := range logMessages(t, js, "logA") {
 		got = append(got, string(m.Data))
 	}
-	require.Equal(t, []string{"b1", "b2", "b3"}, got)
+	require.Equal(t, []string{"b1", "b2", "junk", "b3"}, got)
 }
 
 // TestFailedShipIsShippedBeforeTheNext: a batch that could not be shipped
