@@ -380,26 +380,47 @@ func TestTakeoverAfterTheNodeExpires(t *testing.T) {
 // for its log and one of them takes it over.
 func TestTwoSurvivorsTakeOverOnce(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	s, _ := jetStreamServer(t)
+	survivorsRace(t, []*server.Server{s, s, s}, 1)
+}
+
+// TestTakeoverOnAReplicatedStream: on three routed servers (the stream and
+// bucket R3), nodes on different servers ship, fence and take over as on
+// one.
+func TestTakeoverOnAReplicatedStream(t *testing.T) {
+	t.Parallel()
+	survivorsRace(t, jetStreamCluster(t), 3)
+}
+
+// survivorsRace runs nodes a, b and c on servers (R replicas); a ships and
+// leaves, and one of b and c imports every batch of a's log once, in
+// order, and adopts its work; a's next batch is refused.
+func survivorsRace(t *testing.T, servers []*server.Server, replicas int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var ad adoptions
-	a := startLogNode(t, s, "a", newBatchLog("logA"), ad.adopt("a"))
-	b := startLogNode(t, s, "b", newBatchLog("logB"), ad.adopt("b"))
-	c := startLogNode(t, s, "c", newBatchLog("logC"), ad.adopt("c"))
-	for i := 1; i <= 3; i++ {
+	start := func(s *server.Server, id string) *testNode {
+		tn := newLogNode(t, s, id, newBatchLog("log"+strings.ToUpper(id)), ad.adopt(id))
+		tn.cfg.Replicas = replicas
+		require.NoError(t, tn.Start(ctx, tn.nc))
+		return tn
+	}
+	a, b, c := start(servers[0], "a"), start(servers[1], "b"), start(servers[2], "c")
+	for i := 1; i <= 4; i++ {
 		require.NoError(t, a.commit(ctx, fmt.Sprintf("a%d", i)))
 	}
 	require.NoError(t, a.Close())
 
-	rec := waitDone(t, b, "logA", 30*time.Second)
+	rec := waitDone(t, b, "logA", time.Minute)
 	taker, other := b, c
 	if rec.Taker == "c" {
 		taker, other = c, b
 	}
-	require.Equal(t, []string{"a1", "a2", "a3"}, taker.log.importedData("logA"))
+	require.Equal(t, []string{"a1", "a2", "a3", "a4"}, taker.log.importedData("logA"))
 	require.Empty(t, other.log.importedData("logA"))
 	require.Equal(t, []string{rec.Taker + ":logA@a"}, ad.list())
+	require.ErrorIs(t, a.commit(ctx, "a5"), ErrFenced, "the lost log wrote after the fence")
 }
 
 // TestTakeoverLeftUnfinishedIsRedone: a taker that dies before it marks
@@ -591,28 +612,19 @@ func TestFailedShipIsShippedBeforeTheNext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true}
-	s, err := server.NewServer(opts)
-	require.NoError(t, err)
-	s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	opts.Port = s.Addr().(*net.TCPAddr).Port
+	s, opts := stoppableServer(t)
 	a := startLogNode(t, s, "a", newBatchLog("logA"), nil)
 	require.NoError(t, a.commit(ctx, "b1"))
 	s.Shutdown()
 	s.WaitForShutdown()
 
 	down, stop := context.WithTimeout(ctx, time.Second)
-	err = a.commit(down, "b2")
+	err := a.commit(down, "b2")
 	stop()
 	require.Error(t, err)
 	require.NotErrorIs(t, err, ErrFenced)
 
-	back, err := server.NewServer(opts)
-	require.NoError(t, err)
-	back.Start()
-	t.Cleanup(back.Shutdown)
-	require.True(t, back.ReadyForConnections(10*time.Second))
+	back := restartServer(t, opts)
 	require.NoError(t, a.commit(ctx, "b3"))
 	nc, err := nats.Connect(back.ClientURL())
 	require.NoError(t, err)
@@ -664,39 +676,4 @@ func jetStreamCluster(t *testing.T) []*server.Server {
 		return false
 	}, 30*time.Second, 100*time.Millisecond, "no JetStream meta leader")
 	return servers
-}
-
-// TestTakeoverOnAReplicatedStream: on three routed servers (the stream and
-// bucket R3), nodes on different servers ship, fence and take over as on
-// one: the lost log's next batch is refused, every batch is imported once,
-// in order, by one survivor.
-func TestTakeoverOnAReplicatedStream(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	servers := jetStreamCluster(t)
-	var ad adoptions
-	start := func(s *server.Server, id string, adopt func(context.Context, string, string) (map[string]int, error)) *testNode {
-		tn := newLogNode(t, s, id, newBatchLog("log"+strings.ToUpper(id)), adopt)
-		tn.cfg.Replicas = 3
-		require.NoError(t, tn.Start(ctx, tn.nc))
-		return tn
-	}
-	a := start(servers[0], "a", nil)
-	b := start(servers[1], "b", ad.adopt("b"))
-	c := start(servers[2], "c", ad.adopt("c"))
-	for i := 1; i <= 4; i++ {
-		require.NoError(t, a.commit(ctx, fmt.Sprintf("a%d", i)))
-	}
-	require.NoError(t, a.Close())
-
-	rec := waitDone(t, b, "logA", time.Minute)
-	taker, other := b, c
-	if rec.Taker == "c" {
-		taker, other = c, b
-	}
-	require.Equal(t, []string{"a1", "a2", "a3", "a4"}, taker.log.importedData("logA"))
-	require.Empty(t, other.log.importedData("logA"))
-	require.Equal(t, []string{rec.Taker + ":logA@a"}, ad.list())
-	require.ErrorIs(t, a.commit(ctx, "a5"), ErrFenced, "the lost log wrote after the fence")
 }
