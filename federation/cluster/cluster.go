@@ -326,6 +326,7 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 		// over while its tail ships; shipped before the registry applier
 		// writes to the log.
 		if err := n.shipTail(ctx); err != nil {
+			_ = n.Close() // leave at once: nothing more is announced for this node
 			return err
 		}
 		n.wg.Add(1)
