@@ -21,6 +21,30 @@ import (
 // clusterJoinTimeout bounds the wait for the cluster to form at start.
 const clusterJoinTimeout = 2 * time.Minute
 
+// ErrLogTakenOver is the error of New, and TakenOver is closed, when
+// another node of the cluster took this node's event log over (its node
+// was gone long enough): the directory must not serve that log again.
+// beam serve then sets the log file aside and starts again with a new,
+// empty log.
+var ErrLogTakenOver = errors.New("this node's event log was taken over by another node of the cluster")
+
+// TakenOver is closed when another node took this node's log over while
+// it served; the caller then shuts it down (ErrLogTakenOver). Nil on a
+// single node.
+func (s *Server) TakenOver() <-chan struct{} {
+	if s.cluster == nil {
+		return nil
+	}
+	return s.cluster.Fenced()
+}
+
+// shippedLog is the event log as the cluster ships it and imports the logs
+// of lost nodes into it (cluster.Config.Log, set with cluster.Config.Adopt,
+// which has the subsystems take over an imported log's unfinished work).
+// The tracing log plugs in here; while it is nil the log is not shipped
+// and no log is taken over.
+func (s *Server) shippedLog() cluster.Log { return nil }
+
 // openCluster prepares the cluster node when cluster mode is on: the
 // embedded NATS server (started by federation) then gets its options.
 func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory, router *cluster.Router) error {
@@ -64,6 +88,7 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Router: router, Sessions: dir.ConnectedAgents, Logger: s.logger,
 		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)), Key: key, Registerer: s.registry,
 		JobBus: s.cfg.JobBus.Enabled,
+		Log: s.shippedLog(),
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
@@ -103,6 +128,9 @@ func (s *Server) startCluster(ctx context.Context) error {
 	jctx, cancel := context.WithTimeout(ctx, clusterJoinTimeout)
 	defer cancel()
 	if err := s.cluster.Start(jctx, s.fed.Conn()); err != nil {
+		if errors.Is(err, cluster.ErrFenced) {
+			return fmt.Errorf("%w: %w", ErrLogTakenOver, err)
+		}
 		return err
 	}
 	s.logger.Info("cluster", "node", s.cluster.NodeID(), "replicas", s.cluster.Replicas())

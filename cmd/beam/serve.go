@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -200,10 +201,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	logger := cfg.Logger
 	if f.intentListen, err = intentListenAddr(f.listen, f.intentListen); err != nil {
 		return err
 	}
+	for {
+		err := serve(ctx, &f, cfg, stdout, stderr)
+		if !errors.Is(err, beam.ErrLogTakenOver) || ctx.Err() != nil {
+			return err
+		}
+		if err := restartTakenOver(f.dataDir, cfg.Logger, err); err != nil {
+			return err
+		}
+	}
+}
+
+// serve runs one directory on cfg until ctx ends or it stops.
+func serve(ctx context.Context, f *serveFlags, cfg beam.Config, stdout, stderr io.Writer) error {
+	logger := cfg.Logger
 	srv, err := beam.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -277,6 +291,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case err := <-errc:
 		_ = srv.Shutdown(context.Background())
 		return err
+	case <-srv.TakenOver():
+		sctx, cancel := context.WithTimeout(context.Background(), f.drain)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return beam.ErrLogTakenOver
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down: draining requests and the log writer")

@@ -119,6 +119,19 @@ type Config struct {
 	// LogID is this node's log ID, written into the homes it takes; may
 	// be empty.
 	LogID string
+	// Log is this node's event log, shipped to the log stream so that
+	// another node takes it over when this one is gone, and into which
+	// this node imports the logs it takes over (logship.go, takeover.go).
+	// Nil: the log is not shipped and no log is taken over.
+	Log Log
+	// Adopt, called once a lost node's log (logID, written by node) is
+	// imported, has this node take over the log's unfinished work and
+	// returns the items adopted by kind. It must be idempotent: a takeover
+	// interrupted is done again.
+	Adopt func(ctx context.Context, logID, node string) (map[string]int, error)
+	// TakeoverGrace is how long a node must have been gone before its log
+	// is taken over; default 5 s.
+	TakeoverGrace time.Duration
 	// Registerer receives the cluster's metrics; nil: not exported.
 	Registerer prometheus.Registerer
 	// Logger receives diagnostics; default slog.Default().
@@ -142,6 +155,12 @@ type Node struct {
 	route   router
 
 	rejected rejected
+
+	// logs is the log stream; ship this node's log in it, take the logs
+	// it takes over (nil Log: unused).
+	logs jetstream.Stream
+	ship shipper
+	take takeovers
 
 	// callNext answers the bus calls of other nodes (BusHandler).
 	callNext  atomic.Pointer[http.Handler]
@@ -192,6 +211,13 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, lg: cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
 		subj: "beam.cluster." + Token(cfg.Domain) + ".registry", rejected: rej,
 		callSlots: make(chan struct{}, maxCallsServed), jobsSlots: make(chan struct{}, maxJobsServed), started: time.Now()}
+	if cfg.Log != nil {
+		n.ship.fenced = make(chan struct{})
+		n.take.gone, n.take.done, n.take.owner = map[string]time.Time{}, map[string]bool{}, map[string]string{}
+		if n.take.count, n.take.duration, err = newTakeoverMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Listen != "" {
 		host, portStr, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
@@ -276,20 +302,9 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
 		MaxMsgSize: 1 << 20, Duplicates: 2 * time.Minute,
 	}
-	var stream jetstream.Stream
-	for {
-		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
-		stream, err = js.CreateOrUpdateStream(attempt, scfg)
-		cancel()
-		if err == nil {
-			break
-		}
-		n.lg.Info("waiting for the cluster to form", "stream", name, "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: create stream %s: %w", name, err)
-		case <-time.After(250 * time.Millisecond):
-		}
+	stream, err := n.createStream(ctx, scfg)
+	if err != nil {
+		return err
 	}
 	n.stream = stream
 	var last uint64
@@ -312,10 +327,27 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 			return err
 		}
 	}
+	if n.cfg.Log != nil {
+		// A node whose log was taken over must not announce it.
+		if err := n.openLogs(ctx); err != nil {
+			return err
+		}
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
 	if err := n.startMembership(ctx, runCtx, nc); err != nil {
 		return err
+	}
+	if n.cfg.Log != nil {
+		// Announced first (startMembership), so no survivor takes the log
+		// over while its tail ships; shipped before the registry applier
+		// writes to the log.
+		if err := n.shipTail(ctx); err != nil {
+			_ = n.Close() // leave at once: nothing more is announced for this node
+			return err
+		}
+		n.wg.Add(1)
+		go n.watchLogs(runCtx)
 	}
 	if err := n.startRouting(ctx, runCtx); err != nil {
 		return err
@@ -336,6 +368,25 @@ func (n *Node) Start(ctx context.Context, nc *nats.Conn) error {
 	}
 	n.lg.Info("cluster node ready", "registrySeq", last, "replicas", n.Replicas())
 	return nil
+}
+
+// createStream creates or joins a stream, retrying while the cluster forms
+// until ctx ends.
+func (n *Node) createStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		stream, err := n.js.CreateOrUpdateStream(attempt, cfg)
+		cancel()
+		if err == nil {
+			return stream, nil
+		}
+		n.lg.Info("waiting for the cluster to form", "stream", cfg.Name, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster: create stream %s: %w", cfg.Name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // apply feeds the registry stream to the registry in order, from the entry

@@ -3,11 +3,9 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -104,12 +102,7 @@ func TestDeliveryRecordStoredOnceTheBucketIsBack(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true}
-	s, err := server.NewServer(opts)
-	require.NoError(t, err)
-	s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	opts.Port = s.Addr().(*net.TCPAddr).Port
+	s, opts := stoppableServer(t)
 	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
@@ -127,11 +120,7 @@ func TestDeliveryRecordStoredOnceTheBucketIsBack(t *testing.T) {
 		require.FailNow(t, "the write ended while the server was down", "err: %v", err)
 	case <-time.After(500 * time.Millisecond):
 	}
-	back, err := server.NewServer(opts)
-	require.NoError(t, err)
-	back.Start()
-	t.Cleanup(back.Shutdown)
-	require.True(t, back.ReadyForConnections(10*time.Second))
+	restartServer(t, opts)
 	require.NoError(t, <-stored)
 	got, ok, err := n.Delivery(ctx, rec.From, rec.Nonce)
 	require.NoError(t, err)

@@ -31,11 +31,16 @@
 //   - the delivered bucket BEAM_DELIVERED_<token>: the acknowledgements of
 //     bus messages, recorded by the node that received them before it
 //     reports them, read before a message is delivered again
-//     (delivered.go).
+//     (delivered.go);
+//   - the log stream BEAM_LOG_<token>: each node's event log, shipped
+//     batch by batch before its appenders are acknowledged (logship.go),
+//     and the takeover bucket BEAM_TAKEOVER_<token>: a lost node's log is
+//     fenced, imported and adopted by one survivor (takeover.go).
 //
-// Registry entries, node, session, nonce and delivery entries, hand-overs
-// and the requests a node forwards to another (and their answers, each
-// chunk of a forwarded stream too) are
+// Registry entries, node, session, nonce and delivery entries, hand-overs,
+// log batches, fences and takeover records, and the requests a node
+// forwards to another (and their answers, each chunk of a forwarded stream
+// too) are
 // signed with the directory key
 // every node holds (seal.go); a client of the NATS servers without that key
 // cannot forge them.

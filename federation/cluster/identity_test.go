@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -35,6 +36,32 @@ func jetStreamServer(t *testing.T) (*server.Server, jetstream.JetStream) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return s, js
+}
+
+// stoppableServer starts an embedded NATS server with JetStream on a
+// loopback port and returns it with its options, which start it again on
+// the same port and store once it is shut down (restartServer).
+func stoppableServer(t *testing.T) (*server.Server, *server.Options) {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true}
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	opts.Port = s.Addr().(*net.TCPAddr).Port
+	return s, opts
+}
+
+// restartServer starts the server of opts again.
+func restartServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	back, err := server.NewServer(opts)
+	require.NoError(t, err)
+	back.Start()
+	t.Cleanup(back.Shutdown)
+	require.True(t, back.ReadyForConnections(10*time.Second))
+	return back
 }
 
 func TestCheckIdentityRefusesAnotherDirectoryKey(t *testing.T) {

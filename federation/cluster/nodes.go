@@ -45,6 +45,9 @@ type NodeInfo struct {
 	RegistrySeq uint64 `json:"registrySeq"`
 	// Sessions is the number of WebSocket sessions the node holds.
 	Sessions int `json:"sessions"`
+	// LogID is the ID of the node's event log, shipped to the log stream
+	// (logship.go): while a live node announces it, nobody takes it over.
+	LogID string `json:"logId,omitempty"`
 }
 
 // membership is the node's part of the nodes bucket.
@@ -134,6 +137,9 @@ func (n *Node) announce(ctx context.Context) {
 	info := NodeInfo{NodeID: n.cfg.NodeID, URL: n.members.url, Started: n.members.started,
 		Seen: time.Now().UTC(), RegistrySeq: n.cfg.Registry.Applied()}
 	n.members.mu.Unlock()
+	if n.cfg.Log != nil && !n.isFenced() {
+		info.LogID = n.cfg.Log.ID()
+	}
 	if sessions := n.cfg.Sessions; sessions != nil {
 		info.Sessions = sessions()
 	}
@@ -290,6 +296,8 @@ type status struct {
 	Sessions []sessionInfo `json:"sessions"`
 	// Homes are the nodes serving the services that run on one node.
 	Homes []homeInfo `json:"homes"`
+	// Takeovers are the logs of lost nodes taken over, the latest first.
+	Takeovers []takeoverRecord `json:"takeovers"`
 }
 
 // sessionInfo is one agent's session and the node holding it.
@@ -310,5 +318,8 @@ func (n *Node) Status(ctx context.Context) (any, error) {
 		st.Sessions = append(st.Sessions, sessionInfo{BeamID: id, Node: node})
 	}
 	sort.Slice(st.Sessions, func(i, j int) bool { return st.Sessions[i].BeamID < st.Sessions[j].BeamID })
+	if st.Takeovers, err = n.takeoverList(ctx); err != nil {
+		return nil, err
+	}
 	return st, nil
 }

@@ -31,6 +31,9 @@ const (
 	typDelivery      = "beam-cluster-delivery+jws"
 	typNonce         = "beam-cluster-nonce+jws"
 	typCallReply     = "beam-cluster-answer+jws"
+	typLogBatch      = "beam-cluster-log-batch+jws"
+	typLogFence      = "beam-cluster-log-fence+jws"
+	typTakeover      = "beam-cluster-takeover+jws"
 )
 
 // headerSeal carries the sealed digest of a hand-over request's data, a
@@ -127,7 +130,7 @@ func (n *Node) openEntry(seq uint64, data []byte) ([]byte, error) {
 
 // rejected counts what the node refused from the cluster's buckets and
 // from other nodes, by kind (node, session, delivery, nonce, handover, stream,
-// call, answer);
+// call, answer, log, takeover);
 // registry entries skipped are
 // the registry's count (registry.Registry.Rejected).
 type rejected struct{ c *prometheus.CounterVec }
@@ -135,7 +138,7 @@ type rejected struct{ c *prometheus.CounterVec }
 func newRejected(reg prometheus.Registerer, skipped func() uint64) (rejected, error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "beam_cluster_rejected_total",
-		Help: "Node, session and delivery entries, hand-overs and node requests refused: not signed by the cluster's directory key, or not valid.",
+		Help: "Node, session and delivery entries, hand-overs, node requests, log stream messages and takeover records refused: not signed by the cluster's directory key, or not valid.",
 	}, []string{"kind"})
 	registry := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "beam_cluster_registry_skipped_total",
