@@ -38,13 +38,6 @@ func (s *Server) TakenOver() <-chan struct{} {
 	return s.cluster.Fenced()
 }
 
-// shippedLog is the event log as the cluster ships it and imports the logs
-// of lost nodes into it (cluster.Config.Log, set with cluster.Config.Adopt,
-// which has the subsystems take over an imported log's unfinished work).
-// The tracing log plugs in here; while it is nil the log is not shipped
-// and no log is taken over.
-func (s *Server) shippedLog() cluster.Log { return nil }
-
 // openCluster prepares the cluster node when cluster mode is on: the
 // embedded NATS server (started by federation) then gets its options.
 func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory, router *cluster.Router) error {
@@ -87,13 +80,13 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 		Domain: s.cfg.Domain, NodeID: id, Listen: listen, Routes: c.Routes, Replicas: c.Replicas, Trust: trust,
 		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Router: router, Sessions: dir.ConnectedAgents, Logger: s.logger,
 		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)), Key: key, Registerer: s.registry,
-		JobBus: s.cfg.JobBus.Enabled,
-		Log: s.shippedLog(),
+		JobBus: s.cfg.JobBus.Enabled, LogID: s.log.ID(), Log: s.shipped, Adopt: s.shipped.Adopt,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	s.cluster = node
+	s.repl.node.Store(node)
 	return nil
 }
 

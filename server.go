@@ -50,6 +50,8 @@ type Server struct {
 	a2a      *a2a.Server // A2A server (agentprotocols.go)
 	fed      *federation.Node
 	cluster  *cluster.Node
+	repl     *logReplicator // cluster mode: ships the log through cluster
+	shipped  *shippedLog    // cluster mode: the log as the cluster sees it
 	registry *prometheus.Registry
 	mux      *http.ServeMux
 	started  time.Time
@@ -127,13 +129,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.viewerToken, s.viewerTokenIsNew = token, isNew
 
-	lg, err := tracing.Open(ctx, tracing.Config{
+	tcfg := tracing.Config{
 		Path:        filepath.Join(cfg.DataDir, "beam.db"),
 		Synchronous: cfg.Synchronous,
 		Clock:       cfg.Clock,
 		Logger:      cfg.Logger,
 		Registerer:  s.registry,
-	})
+	}
+	if cfg.Cluster.Enabled {
+		// Nothing is acknowledged before it is in the cluster's log stream.
+		s.repl, s.shipped = &logReplicator{}, newShippedLog(s)
+		tcfg.Replicator = s.repl
+	}
+	lg, err := tracing.Open(ctx, tcfg)
 	if err != nil {
 		return nil, fmt.Errorf("open event log: %w", err)
 	}
@@ -159,6 +167,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.openIntentBus(ctx); err != nil {
 		_ = s.Abandon(ctx)
 		return nil, err
+	}
+	if s.shipped != nil {
+		close(s.shipped.ready) // takeovers may hand work to every subsystem now
 	}
 	ok = true
 	return s, nil

@@ -42,7 +42,7 @@ type Replicator interface {
 
 // maxShipBytes bounds one Replicate call: queued requests are merged into
 // calls up to this size (a single larger request goes alone).
-const maxShipBytes = 512 << 10
+const maxShipBytes = 256 << 10
 
 // shipCloseWait bounds how long Close waits for the Replicator to take
 // what is queued.

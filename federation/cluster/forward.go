@@ -106,12 +106,12 @@ func (n *Node) JobsHandler(next http.Handler, problem func(http.ResponseWriter, 
 			problem(w, httpjson.New(http.StatusUnauthorized, "unauthorized", "Nodes call each other over the cluster's NATS, not HTTP."))
 			return
 		}
-		home, ok := n.home(homeJobs)
-		if ok && home == n.cfg.NodeID {
+		if n.isHome(homeJobs) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !ok || !n.isLive(home) {
+		home, ok := n.home(homeJobs)
+		if !ok || home == n.cfg.NodeID || !n.isLive(home) {
 			problem(w, homeDown())
 			return
 		}
@@ -198,7 +198,7 @@ func (n *Node) onJobsCall(ctx context.Context, m *nats.Msg) {
 		}
 		return
 	}
-	if home, _ := n.home(homeJobs); home != n.cfg.NodeID {
+	if !n.isHome(homeJobs) {
 		n.answerProblem(m, from, c.ID, srv.problem, homeDown())
 		return
 	}

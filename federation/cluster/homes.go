@@ -178,10 +178,39 @@ func (n *Node) setHome(h homeEntry, rev uint64) {
 // home returns the node that is name's home, and whether the node knows
 // one.
 func (n *Node) home(name string) (string, bool) {
+	h, ok := n.homeEntry(name)
+	return h.Node, ok
+}
+
+// homeEntry returns name's home entry as this node knows it.
+func (n *Node) homeEntry(name string) (homeEntry, bool) {
 	n.homes.mu.Lock()
 	defer n.homes.mu.Unlock()
 	h, ok := n.homes.cur[name]
-	return h.Node, ok
+	return h.homeEntry, ok
+}
+
+// isHome reports whether this node, with its current log, is name's home.
+// A node that started again with a new log (its data directory lost) is
+// not: the home's work is in the old log, which a takeover moves, home and
+// all, to the node that imports it.
+func (n *Node) isHome(name string) bool {
+	h, ok := n.homeEntry(name)
+	return ok && h.Node == n.cfg.NodeID && (h.Log == "" || h.Log == n.cfg.LogID)
+}
+
+// moveHomesOf makes this node the home of every home whose entry names
+// logID, the log it just took over and imported.
+func (n *Node) moveHomesOf(ctx context.Context, logID string) {
+	for _, name := range []string{homeJobs} {
+		h, ok := n.homeEntry(name)
+		if !ok || h.Log != logID {
+			continue
+		}
+		if err := n.moveHome(ctx, name, h.Node, n.cfg.NodeID); err != nil {
+			n.lg.Warn("move a home taken over", "name", name, "log", logID, "err", err)
+		}
+	}
 }
 
 // isLive reports whether node's entry is in the nodes bucket (as of the

@@ -317,6 +317,7 @@ func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) 
 		}
 		rec.Adopted = adopted
 	}
+	n.moveHomesOf(ctx, logID)
 	rec.State, rec.Batches, rec.Finished = takeoverDone, batches, time.Now().UTC()
 	took := rec.Finished.Sub(rec.Started)
 	rec.DurationMS = took.Milliseconds()
