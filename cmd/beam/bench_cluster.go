@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/beamdir/beam/cmd/beam/internal/bench"
 )
@@ -17,7 +19,8 @@ const maxBenchClusterNodes = 16
 // startBenchCluster starts f.clusterNodes `beam serve --cluster` nodes of
 // one domain for a run without --url and returns them with a function that
 // stops them and removes their temporary data directories.
-func startBenchCluster(ctx context.Context, f *benchFlags, stderr io.Writer) ([]*bench.ServerProcess, func(), error) {
+// args and env are extra flags and environment entries of every node.
+func startBenchCluster(ctx context.Context, f *benchFlags, stderr io.Writer, args, env []string) ([]*bench.ServerProcess, func(), error) {
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, nil, fmt.Errorf("find the beam binary: %w", err)
@@ -39,7 +42,8 @@ func startBenchCluster(ctx context.Context, f *benchFlags, stderr io.Writer) ([]
 		}
 	}
 	opts := bench.ClusterOptions{
-		Server:   bench.ServerOptions{Binary: bin, Synchronous: f.synchronous, Args: []string{"--log-level", "warn"}},
+		Server: bench.ServerOptions{Binary: bin, Synchronous: f.synchronous, Env: env,
+			Args: append([]string{"--log-level", "warn", "--open-orgs"}, args...)},
 		DataDirs: dirs,
 	}
 	if f.serverLog {
@@ -56,4 +60,36 @@ func startBenchCluster(ctx context.Context, f *benchFlags, stderr io.Writer) ([]
 		}
 		remove()
 	}, nil
+}
+
+// clusterUsageOK reports whether f's --cluster-nodes run can work, and
+// says why not on stderr.
+func clusterUsageOK(f *benchFlags, stderr io.Writer) bool {
+	mode := bench.Mode(f.mode)
+	if f.url != "" || f.serverPID != 0 || f.clusterNodes < 2 || f.clusterNodes > maxBenchClusterNodes ||
+		!(slices.Contains(bench.ClusterModes, mode) || mode == bench.ModeJobs) {
+		fmt.Fprintf(stderr, "beam bench: --cluster-nodes takes 2..%d nodes, --mode %v or %s, and no --url or --server-pid\n",
+			maxBenchClusterNodes, bench.ClusterModes, bench.ModeJobs)
+		return false
+	}
+	return true
+}
+
+// benchOneNode runs cfg's load on one started beam serve (on a temporary
+// data directory), the row a cluster run is compared with.
+func benchOneNode(ctx context.Context, f *benchFlags, cfg bench.Config, logger *slog.Logger, stderr io.Writer) (*bench.Summary, error) {
+	one := *f
+	one.dataDir = ""
+	srv, cleanup, err := startBenchServer(ctx, &one, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	cfg.URL, cfg.ServerPID, cfg.OperatorToken = srv.URL, srv.PID, srv.OperatorToken
+	logger.Info("one-node run first, to compare with", "url", srv.URL)
+	sum, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("one-node run: %w", err)
+	}
+	return sum, nil
 }

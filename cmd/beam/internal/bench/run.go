@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,8 +222,8 @@ func (c Config) withDefaults() (Config, error) {
 
 // clusterDefaults checks and fills in a cluster run's fields.
 func (c Config) clusterDefaults() (Config, error) {
-	if c.Mode != "" && c.Mode != ModeWS && c.Mode != ModeHTTP {
-		return c, fmt.Errorf("bench: a cluster run supports modes ws and http, not %s", c.Mode)
+	if c.Mode != "" && !slices.Contains(ClusterModes, c.Mode) {
+		return c, fmt.Errorf("bench: a cluster run supports modes %v, not %s", ClusterModes, c.Mode)
 	}
 	if len(c.NodePIDs) > 0 && len(c.NodePIDs) != len(c.NodeURLs) {
 		return c, fmt.Errorf("bench: %d node processes for %d nodes", len(c.NodePIDs), len(c.NodeURLs))
@@ -266,6 +267,12 @@ func (c Config) placement() placement {
 	if len(c.NodeURLs) > 0 {
 		// The agents of a cluster live in its domain's organization.
 		org, _ := orgOfDomain(c.Domain)
+		if c.Mode == modeBus || c.Mode == modeMesh {
+			// Senders (envelope creators) on the first node, recipients
+			// (actors) on the others: every message and every hop crosses
+			// a node boundary.
+			return placement{c.NodeURLs[:1], org, "s" + c.Org, c.NodeURLs[1:], org, "r" + c.Org}
+		}
 		return placement{c.NodeURLs, org, "s" + c.Org, c.NodeURLs, org, "r" + c.Org}
 	}
 	if c.Mode != ModeFederation {
