@@ -65,6 +65,10 @@ type benchFlags struct {
 	chaosWorkers  int
 	chaosSettle   time.Duration
 	chaosMix      bool
+	chaosRole     string
+	chaosDelete   bool
+	chaosRestart  bool
+	chaosDelay    time.Duration
 
 	cpuProfile string
 
@@ -77,7 +81,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts a beam serve process on a temporary data directory")
 	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus, federation, mesh (pipeline envelopes) or a2a (A2A messages to a declared pipeline); jobs runs Intent Protocol publishers and workers")
 	fs.IntVar(&f.hops, "hops", 3, "--mode mesh and a2a: actors in each envelope's route")
-	fs.IntVar(&f.clusterNodes, "cluster-nodes", 0, "without --url, --mode ws, http, bus, mesh or jobs: start `N` beam serve --cluster nodes of one domain and spread the load over them (ws, http: agents round-robin; bus, mesh: senders on the first node, recipients on the others; jobs: publishes through the first node, claims through the others); server figures summed over the nodes, and per node")
+	fs.IntVar(&f.clusterNodes, "cluster-nodes", 0, "without --url, --mode ws, http, bus, mesh or jobs: start `N` beam serve --cluster nodes of one domain and spread the load over them (ws, http: agents round-robin; bus, mesh: senders on the first node, recipients on the others; jobs: publishes through the first node, claims through the others); server figures summed over the nodes, and per node. With --chaos: the cluster chaos run")
 	fs.BoolVar(&f.compareSingle, "compare-single", true, "with --cluster-nodes: first run the same load on one beam serve on this machine, and report both and the cluster's figures relative to it")
 	fs.IntVar(&f.count, "count", 10000, "intents of a burn-down run")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "intents in flight at most")
@@ -112,18 +116,27 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.chaosRate, "chaos-rate", 200, "with --chaos: operations (durable sends, and with --chaos-mix intents, job publishes, envelopes) per second at most")
 	fs.IntVar(&f.chaosWorkers, "chaos-workers", 16, "with --chaos: sends in flight at most")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (this process, not the server) during the run to this file")
+	fs.StringVar(&f.chaosRole, "chaos-kill-role", bench.RoleAll, fmt.Sprintf("with --chaos --cluster-nodes 3: the node killed: %s (accepts the sends, creates and publishes), %s (the recipients, actors and workers are connected to it), %s (the job bus's home) or %s (one run per role, in sequence)",
+		bench.RoleOwner, bench.RoleHolder, bench.RoleHome, bench.RoleAll))
+	fs.BoolVar(&f.chaosDelete, "chaos-delete-data", false, "with --chaos --cluster-nodes 3: delete the killed node's data directory (keeping the files beam cluster init wrote) before it starts again, as a fresh member")
+	fs.BoolVar(&f.chaosRestart, "chaos-restart", true, "with --chaos --cluster-nodes 3: start the killed node again after --chaos-restart-delay; false leaves it down")
+	fs.DurationVar(&f.chaosDelay, "chaos-restart-delay", 20*time.Second, "with --chaos --cluster-nodes 3: how long the killed node stays down (the default outlasts its cluster entry's expiry and the takeover grace, so its work is taken over before it returns)")
 	fs.DurationVar(&f.chaosSettle, "chaos-settle-timeout", 2*time.Minute, "with --chaos: how long to wait after the load for every message to be acked or dead-lettered")
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation|mesh|a2a|jobs] [--count N] [--concurrency C] [--cluster-nodes N] [--json]", stderr,
+	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation|mesh|a2a|jobs] [--count N] [--concurrency C] [--cluster-nodes N] [--chaos] [--json]", stderr,
 		"Registers real agents (each with its own Ed25519 key), sends signed intents that the",
 		"recipients verify and answer with signed results, and prints intents/s, latency",
 		"percentiles, errors and the server's CPU per intent and peak RSS. Without --url it",
 		"starts `beam serve` on a temporary data directory and measures that process.",
 		"",
 		"--cluster-nodes N (modes ws, http, bus, mesh, jobs) starts N `beam serve --cluster`",
-		"nodes, spreads the load over them and reports it next to the same load on one node.")
+		"nodes, spreads the load over them and reports it next to the same load on one node.",
+		"--chaos --cluster-nodes 3 [--chaos-kill-role owner|holder|home|all] [--chaos-delete-data]",
+		"[--chaos-restart=false] runs the mixed chaos load on a 3-node cluster, SIGKILLs the node",
+		"of that role, and checks that nothing acknowledged was lost, no job was fulfilled twice",
+		"and every envelope finished once (exit status 1 on a violation).")
 	var f benchFlags
 	f.register(fs.FlagSet)
 	var jf jobsBenchFlags
@@ -148,6 +161,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if f.url != "" {
 			fmt.Fprintln(stderr, "beam bench: --chaos starts and kills its own server; it takes no --url")
 			return errUsage
+		}
+		if f.clusterNodes != 0 {
+			return benchClusterChaos(ctx, &f, logger, stdout, stderr)
 		}
 		return benchChaos(ctx, &f, logger, stdout, stderr)
 	}

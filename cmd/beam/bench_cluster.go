@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,4 +93,70 @@ func benchOneNode(ctx context.Context, f *benchFlags, cfg bench.Config, logger *
 		return nil, fmt.Errorf("one-node run: %w", err)
 	}
 	return sum, nil
+}
+
+// benchClusterChaos runs beam bench --chaos --cluster-nodes 3: one cluster
+// chaos run per kill role asked for, and prints every report.
+func benchClusterChaos(ctx context.Context, f *benchFlags, logger *slog.Logger, stdout, stderr io.Writer) error {
+	if f.clusterNodes != 3 {
+		fmt.Fprintln(stderr, "beam bench: --chaos runs on --cluster-nodes 3 (an owner, a holder and a third node)")
+		return errUsage
+	}
+	if err := bench.CheckChaosRole(f.chaosRole); err != nil {
+		fmt.Fprintf(stderr, "beam bench: --chaos-kill-role: %v\n", err)
+		return errUsage
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the beam binary: %w", err)
+	}
+	dir := f.dataDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "beam-bench-chaos-cluster-"); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+	} else if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return fmt.Errorf("--data-dir %s is not empty; --chaos needs a fresh one", dir)
+	}
+	cfg := bench.ClusterChaosConfig{
+		ChaosConfig: bench.ChaosConfig{Binary: bin, DataDir: dir, Duration: f.chaosDuration, Seed: f.chaosSeed,
+			Rate: f.chaosRate, Workers: f.chaosWorkers, SettleTimeout: f.chaosSettle, Mixed: f.chaosMix,
+			Synchronous: f.synchronous, Logger: logger},
+		DeleteData: f.chaosDelete, NoRestart: !f.chaosRestart, RestartDelay: f.chaosDelay,
+	}
+	if f.serverLog {
+		cfg.Output = stderr
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = bench.RandomSeed()
+	}
+	fmt.Fprintf(stderr, "beam bench --chaos --cluster-nodes 3: seed %d (repeat with --chaos-seed %d)\n", cfg.Seed, cfg.Seed)
+	reps, err := bench.RunClusterChaosRoles(ctx, cfg, f.chaosRole)
+	ok := len(reps) > 0
+	for _, r := range reps {
+		ok = ok && r.OK()
+	}
+	if f.json {
+		b, jerr := json.Marshal(map[string]any{"runs": reps, "ok": ok && err == nil})
+		if jerr != nil {
+			return fmt.Errorf("encode chaos report: %w", jerr)
+		}
+		if _, werr := fmt.Fprintln(stdout, string(b)); werr != nil {
+			return werr
+		}
+	} else {
+		for _, r := range reps {
+			if werr := r.WriteText(stdout); werr != nil {
+				return werr
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errChaosFailed
+	}
+	return nil
 }
