@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
@@ -754,7 +755,7 @@ func (r *chaosRun) records(ctx context.Context, byID map[string]*chaosAgent, fre
 		rec.Acked[n] = true
 	}
 	for a, ns := range r.seen {
-		rec.Seen[a] = maps(ns)
+		rec.Seen[a] = maps.Clone(ns)
 	}
 	rec.Misrouted = slices.Clone(r.misrouted)
 	r.mu.Unlock()
@@ -786,7 +787,7 @@ func (r *chaosRun) records(ctx context.Context, byID map[string]*chaosAgent, fre
 		created[id] = by
 	}
 	for id, as := range m.ran {
-		rec.Ran[id] = maps(as)
+		rec.Ran[id] = maps.Clone(as)
 	}
 	for _, a := range m.actors {
 		rec.Actors = append(rec.Actors, a.id.BeamID)
@@ -816,15 +817,6 @@ func (r *chaosRun) records(ctx context.Context, byID map[string]*chaosAgent, fre
 		}
 	}
 	return rec
-}
-
-// maps copies a set.
-func maps(s map[string]bool) map[string]bool {
-	out := make(map[string]bool, len(s))
-	for k := range s {
-		out[k] = true
-	}
-	return out
 }
 
 // throughNode picks the live node that answers a read about id: a
@@ -922,7 +914,7 @@ func (rec *clusterRecords) settled() bool {
 func (rec *clusterRecords) check(rep *ChaosReport) []*Invariant {
 	rep.Messages = map[string]int64{}
 	a := &Invariant{Name: "(a) every acknowledged durable send reached its recipient (0 lost)"}
-	for _, n := range slices.Sorted(mapKeys(rec.Acked)) {
+	for _, n := range slices.Sorted(maps.Keys(rec.Acked)) {
 		a.Checked++
 		if to := rec.Sent[n]; !rec.Seen[to][n] {
 			rep.Messages["lost"]++
@@ -932,7 +924,7 @@ func (rec *clusterRecords) check(rep *ChaosReport) []*Invariant {
 		}
 	}
 	c := &Invariant{Name: "(c) no agent saw a message it was not sent"}
-	for _, who := range slices.Sorted(mapKeys(rec.Seen)) {
+	for _, who := range slices.Sorted(maps.Keys(rec.Seen)) {
 		for n := range rec.Seen[who] {
 			c.Checked++
 			if to, ok := rec.Sent[n]; ok && to != who {
@@ -946,14 +938,14 @@ func (rec *clusterRecords) check(rep *ChaosReport) []*Invariant {
 		c.violate("%s", m)
 	}
 	e := &Invariant{Name: "(e) every acknowledged synchronous intent reached its recipient"}
-	for _, n := range slices.Sorted(mapKeys(rec.SyncAcked)) {
+	for _, n := range slices.Sorted(maps.Keys(rec.SyncAcked)) {
 		e.Checked++
 		if to := rec.SyncAcked[n]; !rec.Seen[to][n] {
 			e.violate("intent %s was answered but %s never got it", n, to)
 		}
 	}
 	f := &Invariant{Name: "(f) no job fulfilled twice; every published job ends fulfilled or dead, read through any node"}
-	for _, id := range slices.Sorted(mapKeys(rec.Fulfils)) {
+	for _, id := range slices.Sorted(maps.Keys(rec.Fulfils)) {
 		if n := rec.Fulfils[id]; n > 1 {
 			f.violate("job %s: %d fulfils answered 200", id, n)
 		}
@@ -1000,17 +992,6 @@ func (rec *clusterRecords) check(rep *ChaosReport) []*Invariant {
 		}
 	}
 	return []*Invariant{a, c, e, f, g}
-}
-
-// mapKeys returns m's keys.
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // errNoRole is returned for an unknown --chaos-kill-role.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -332,8 +333,16 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	for _, a := range append(append([]*agent(nil), fleet.Senders...), fleet.Recipients...) {
 		fleet.keys[a.BeamID] = a.Public
 	}
-	if fleet.attestKeys, err = attestationKeys(ctx, hc, pl.recvURLs[0]); err != nil {
-		return nil, err
+	// Each node of a cluster has its own attestation key, and a hop or a
+	// bus delivery may be attested by the node that owns it: trust every
+	// node's.
+	fleet.attestKeys = map[string]ed25519.PublicKey{}
+	for _, base := range slices.Compact(slices.Sorted(slices.Values(slices.Concat(pl.recvURLs, pl.sendURLs)))) {
+		keys, err := attestationKeys(ctx, hc, base)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(fleet.attestKeys, keys)
 	}
 	for _, a := range fleet.Recipients {
 		conn, err := dial(ctx, hc, a.Base, a)
