@@ -518,20 +518,32 @@ func placementOf(as []*chaosAgent) []string {
 }
 
 // home returns the node the job bus's home is on, read from
-// /observability/cluster, or the owner with a note when no node lists it.
+// /observability/cluster (the nodes may take a moment to list it after
+// they start), or the owner with a note when no node lists it.
 func (c *clusterChaos) home(ctx context.Context, hc *http.Client) (int, string) {
-	u, tok, _ := c.operator(roleOwner)
-	card, err := clusterStatus(ctx, hc, u, tok)
-	if err == nil {
-		if id := homeOf(card); id != "" {
-			for i := range c.urls {
-				if id == fmt.Sprintf("node%d", i) {
-					return i, ""
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for i := range c.urls {
+			u, tok, ok := c.operator(i)
+			if !ok {
+				continue
+			}
+			card, err := clusterStatus(ctx, hc, u, tok)
+			if err != nil {
+				continue
+			}
+			if id := homeOf(card); id != "" {
+				for j := range c.urls {
+					if id == fmt.Sprintf("node%d", j) {
+						return j, ""
+					}
 				}
 			}
 		}
+		if time.Now().After(deadline) || !pause(ctx, 500*time.Millisecond) {
+			return roleOwner, "no node lists the job bus's home (GET /observability/cluster status.homes): killing node0, where the job bus's publishes go"
+		}
 	}
-	return roleOwner, "no node lists the job bus's home (GET /observability/cluster status.homes): killing node0, where the job bus's publishes go"
 }
 
 // clusterStatus reads GET /observability/cluster of the node at base.
