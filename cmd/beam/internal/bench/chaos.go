@@ -347,31 +347,12 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := make([]byte, 16)
-	_, _ = rand.Read(key)
-	r := &chaosRun{
-		cfg: cfg, busKey: "chaos-" + hex.EncodeToString(key), hc: newHTTPClient(cfg.Workers + 16),
-		attempted: map[string]string{}, accepted: map[string]bool{}, seen: map[string]map[string]bool{},
-		failures: map[string]int64{},
+	r, err := newChaosRun(cfg, "4", nil)
+	if err != nil {
+		return nil, err
 	}
 	defer r.hc.CloseIdleConnections()
-	r.opts = ServerOptions{
-		Binary: cfg.Binary, DataDir: cfg.DataDir, Synchronous: cfg.Synchronous, Listen: listen, Output: cfg.Output,
-		Args: append([]string{
-			"--log-level", "warn",
-			"--open-orgs", // the chaos fleet shares one org
-			"--bus-retry-schedule", "200ms,400ms,800ms",
-			"--bus-max-attempts", "4",
-			"--bus-delivery-timeout", "5s",
-			"--bus-tick-interval", "100ms",
-			"--bus-api-key", r.busKey,
-		}, cfg.ServerArgs...),
-	}
-	if cfg.Mixed {
-		if err := r.setupMix(); err != nil {
-			return nil, err
-		}
-	}
+	r.opts.DataDir, r.opts.Listen = cfg.DataDir, listen
 	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x6368616f73))
 	rep := &ChaosReport{Seed: cfg.Seed, Kills: []ChaosKill{}}
 
@@ -390,7 +371,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	}()
 	lg.Info("chaos: server started", "url", r.url, "seed", cfg.Seed)
 
-	org := "chaos" + hex.EncodeToString(key[:4])
+	org := "chaos" + r.busKey[len("chaos-"):][:8] // a tag of the run
 	fl, err := r.newFleet(ctx, org)
 	if err != nil {
 		return nil, err
@@ -645,6 +626,38 @@ func (r *chaosRun) prefix(kind string) string {
 		return kind + "-" + r.cl.tag
 	}
 	return kind
+}
+
+// newChaosRun returns a run of cfg: its bus key, the server options every
+// node (or the one server) shares, with deliveries given up after
+// maxAttempts, and with cfg.Mixed the mix. cl is the cluster side of a
+// cluster run, nil for one server.
+func newChaosRun(cfg ChaosConfig, maxAttempts string, cl *clusterChaos) (*chaosRun, error) {
+	key := make([]byte, 16)
+	_, _ = rand.Read(key)
+	r := &chaosRun{
+		cfg: cfg, busKey: "chaos-" + hex.EncodeToString(key), hc: newHTTPClient(cfg.Workers + 32),
+		attempted: map[string]string{}, accepted: map[string]bool{}, seen: map[string]map[string]bool{},
+		failures: map[string]int64{}, cl: cl,
+	}
+	r.opts = ServerOptions{
+		Binary: cfg.Binary, Synchronous: cfg.Synchronous, Output: cfg.Output,
+		Args: append([]string{
+			"--log-level", "warn",
+			"--open-orgs", // the chaos fleet shares one org
+			"--bus-retry-schedule", "200ms,400ms,800ms",
+			"--bus-max-attempts", maxAttempts,
+			"--bus-delivery-timeout", "5s",
+			"--bus-tick-interval", "100ms",
+			"--bus-api-key", r.busKey,
+		}, cfg.ServerArgs...),
+	}
+	if cfg.Mixed {
+		if err := r.setupMix(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // newAgents creates n SDK clients named prefix-i@org, registers them and,

@@ -242,35 +242,14 @@ func RunClusterChaos(ctx context.Context, cfg ClusterChaosConfig) (*ClusterChaos
 	lg := cfg.Logger
 	tb := make([]byte, 4)
 	_, _ = rand.Read(tb)
-	key := make([]byte, 16)
-	_, _ = rand.Read(key)
-	r := &chaosRun{
-		cfg: cfg.ChaosConfig, busKey: "chaos-" + hex.EncodeToString(key), hc: newHTTPClient(cfg.Workers + 32),
-		attempted: map[string]string{}, accepted: map[string]bool{}, seen: map[string]map[string]bool{},
-		failures: map[string]int64{},
-		cl: &clusterChaos{tag: hex.EncodeToString(tb), down: make([]bool, clusterChaosNodes),
-			ended: map[string]itemRead{}},
+	// Every message is retried until its recipient, wherever it
+	// reconnected, answers: a dead letter would hide a loss.
+	r, err := newChaosRun(cfg.ChaosConfig, "1000", &clusterChaos{tag: hex.EncodeToString(tb),
+		down: make([]bool, clusterChaosNodes), ended: map[string]itemRead{}})
+	if err != nil {
+		return nil, err
 	}
 	defer r.hc.CloseIdleConnections()
-	r.opts = ServerOptions{
-		Binary: cfg.Binary, Synchronous: cfg.Synchronous, Output: cfg.Output,
-		Args: append([]string{
-			"--log-level", "warn",
-			"--open-orgs",
-			"--bus-retry-schedule", "200ms,400ms,800ms",
-			// Every message is retried until its recipient, wherever it
-			// reconnected, answers: a dead letter would hide a loss.
-			"--bus-max-attempts", "1000",
-			"--bus-delivery-timeout", "5s",
-			"--bus-tick-interval", "100ms",
-			"--bus-api-key", r.busKey,
-		}, cfg.ServerArgs...),
-	}
-	if cfg.Mixed {
-		if err := r.setupMix(); err != nil {
-			return nil, err
-		}
-	}
 	var nodes []*ServerProcess
 	for try := 0; ; try++ {
 		root := cfg.DataDir
