@@ -55,6 +55,7 @@ type benchFlags struct {
 	peerServerPID int
 	hops          int
 	clusterNodes  int
+	compareSingle bool
 
 	chaos         bool
 	chaosDuration time.Duration
@@ -64,6 +65,10 @@ type benchFlags struct {
 	chaosWorkers  int
 	chaosSettle   time.Duration
 	chaosMix      bool
+	chaosRole     string
+	chaosDelete   bool
+	chaosRestart  bool
+	chaosDelay    time.Duration
 
 	cpuProfile string
 
@@ -76,7 +81,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "url", "", "base URL of a running directory; empty starts a beam serve process on a temporary data directory")
 	fs.StringVar(&f.mode, "mode", "ws", "how intents are sent: ws, http, bus, federation, mesh (pipeline envelopes) or a2a (A2A messages to a declared pipeline); jobs runs Intent Protocol publishers and workers")
 	fs.IntVar(&f.hops, "hops", 3, "--mode mesh and a2a: actors in each envelope's route")
-	fs.IntVar(&f.clusterNodes, "cluster-nodes", 0, "without --url, --mode ws or http: start `N` beam serve --cluster nodes of one domain and spread senders and recipients over them (server figures summed over the nodes, and per node)")
+	fs.IntVar(&f.clusterNodes, "cluster-nodes", 0, "without --url, --mode ws, http, bus, mesh or jobs: start `N` beam serve --cluster nodes of one domain and spread the load over them (ws, http: agents round-robin; bus, mesh: senders on the first node, recipients on the others; jobs: publishes through the first node, claims through the others); server figures summed over the nodes, and per node. With --chaos: the cluster chaos run")
+	fs.BoolVar(&f.compareSingle, "compare-single", true, "with --cluster-nodes: first run the same load on one beam serve on this machine, and report both and the cluster's figures relative to it")
 	fs.IntVar(&f.count, "count", 10000, "intents of a burn-down run")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "intents in flight at most")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
@@ -110,15 +116,27 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.chaosRate, "chaos-rate", 200, "with --chaos: operations (durable sends, and with --chaos-mix intents, job publishes, envelopes) per second at most")
 	fs.IntVar(&f.chaosWorkers, "chaos-workers", 16, "with --chaos: sends in flight at most")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (this process, not the server) during the run to this file")
+	fs.StringVar(&f.chaosRole, "chaos-kill-role", bench.RoleAll, fmt.Sprintf("with --chaos --cluster-nodes 3: the node killed: %s (accepts the sends, creates and publishes), %s (the recipients, actors and workers are connected to it), %s (the job bus's home) or %s (one run per role, in sequence)",
+		bench.RoleOwner, bench.RoleHolder, bench.RoleHome, bench.RoleAll))
+	fs.BoolVar(&f.chaosDelete, "chaos-delete-data", false, "with --chaos --cluster-nodes 3: delete the killed node's data directory (keeping the files beam cluster init wrote) before it starts again, as a fresh member")
+	fs.BoolVar(&f.chaosRestart, "chaos-restart", true, "with --chaos --cluster-nodes 3: start the killed node again after --chaos-restart-delay; false leaves it down")
+	fs.DurationVar(&f.chaosDelay, "chaos-restart-delay", 20*time.Second, "with --chaos --cluster-nodes 3: how long the killed node stays down (the default outlasts its cluster entry's expiry and the takeover grace, so its work is taken over before it returns)")
 	fs.DurationVar(&f.chaosSettle, "chaos-settle-timeout", 2*time.Minute, "with --chaos: how long to wait after the load for every message to be acked or dead-lettered")
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation|mesh|a2a|jobs] [--count N] [--concurrency C] [--json]", stderr,
+	fs := newCmdFlags("beam bench", "beam bench [--url URL] [--mode ws|http|bus|federation|mesh|a2a|jobs] [--count N] [--concurrency C] [--cluster-nodes N] [--chaos] [--json]", stderr,
 		"Registers real agents (each with its own Ed25519 key), sends signed intents that the",
 		"recipients verify and answer with signed results, and prints intents/s, latency",
 		"percentiles, errors and the server's CPU per intent and peak RSS. Without --url it",
-		"starts `beam serve` on a temporary data directory and measures that process.")
+		"starts `beam serve` on a temporary data directory and measures that process.",
+		"",
+		"--cluster-nodes N (modes ws, http, bus, mesh, jobs) starts N `beam serve --cluster`",
+		"nodes, spreads the load over them and reports it next to the same load on one node.",
+		"--chaos --cluster-nodes 3 [--chaos-kill-role owner|holder|home|all] [--chaos-delete-data]",
+		"[--chaos-restart=false] runs the mixed chaos load on a 3-node cluster, SIGKILLs the node",
+		"of that role, and checks that nothing acknowledged was lost, no job was fulfilled twice",
+		"and every envelope finished once (exit status 1 on a violation).")
 	var f benchFlags
 	f.register(fs.FlagSet)
 	var jf jobsBenchFlags
@@ -130,7 +148,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if f.mode == string(bench.ModeJobs) {
+	if f.mode == string(bench.ModeJobs) && !f.chaos {
+		if f.clusterNodes != 0 && !clusterUsageOK(&f, stderr) {
+			return errUsage
+		}
 		return benchJobs(ctx, &f, &jf, logger, stdout, stderr)
 	}
 	if f.restartEvents > 0 {
@@ -140,6 +161,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if f.url != "" {
 			fmt.Fprintln(stderr, "beam bench: --chaos starts and kills its own server; it takes no --url")
 			return errUsage
+		}
+		if f.clusterNodes != 0 {
+			return benchClusterChaos(ctx, &f, logger, stdout, stderr)
 		}
 		return benchChaos(ctx, &f, logger, stdout, stderr)
 	}
@@ -160,9 +184,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "beam bench: --peer-url and --peer-server-pid are for --mode federation")
 		return errUsage
 	}
-	if f.clusterNodes != 0 && (f.url != "" || f.serverPID != 0 || f.clusterNodes < 2 || f.clusterNodes > maxBenchClusterNodes ||
-		(f.mode != string(bench.ModeWS) && f.mode != string(bench.ModeHTTP))) {
-		fmt.Fprintf(stderr, "beam bench: --cluster-nodes takes 2..%d nodes, --mode ws or http, and no --url or --server-pid\n", maxBenchClusterNodes)
+	if f.clusterNodes != 0 && !clusterUsageOK(&f, stderr) {
 		return errUsage
 	}
 	cfg := bench.Config{
@@ -186,6 +208,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	var single *bench.Summary // the same load on one node, before a cluster run
 	if f.url == "" && federated {
 		if f.serverPID != 0 || f.peerServerPID != 0 || f.peerURL != "" {
 			fmt.Fprintln(stderr, "beam bench: --server-pid, --peer-server-pid and --peer-url need --url (without it the started servers are measured)")
@@ -199,7 +222,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.URL, cfg.ServerPID, cfg.PeerURL, cfg.PeerServerPID = a.URL, a.PID, b.URL, b.PID
 		logger.Info("started two federated beam serve", "alpha", a.URL, "beta", b.URL)
 	} else if f.clusterNodes > 0 {
-		nodes, cleanup, err := startBenchCluster(ctx, &f, stderr)
+		if f.compareSingle {
+			if single, err = benchOneNode(ctx, &f, cfg, logger, stderr); err != nil {
+				return err
+			}
+		}
+		nodes, cleanup, err := startBenchCluster(ctx, &f, stderr, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -232,12 +260,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer stop()
 	}
 	sum, err := bench.Run(ctx, cfg)
+	if sum != nil && single != nil {
+		sum.CompareSingle(single)
+	}
 	if sum != nil {
 		if f.url == "" {
 			sum.Notes = append(sum.Notes, "server started by beam bench with --sqlite-synchronous "+strings.ToUpper(f.synchronous))
 		}
 		if f.clusterNodes > 0 {
-			sum.Notes = append(sum.Notes, fmt.Sprintf("%d cluster nodes of %s; agents spread round-robin, server figures summed over the nodes", f.clusterNodes, bench.DefaultClusterDomain))
+			spread := "agents spread round-robin"
+			if m := bench.Mode(f.mode); m != bench.ModeWS && m != bench.ModeHTTP {
+				spread = "senders on the first node, recipients on the others"
+			}
+			sum.Notes = append(sum.Notes, fmt.Sprintf("%d cluster nodes of %s; %s, server figures summed over the nodes", f.clusterNodes, bench.DefaultClusterDomain, spread))
 		}
 		if federated {
 			sum.Notes = append(sum.Notes, "senders on "+cfg.URL+" ("+f.domain+"), recipients on "+cfg.PeerURL+" ("+f.peerDomain+"); server figures are the senders' directory's")

@@ -123,7 +123,7 @@ func (d *busDriver) post(ctx context.Context, from *agent, frame []byte) (*busRe
 	body = append(body, `{"frame":`...)
 	body = append(body, frame...)
 	body = append(body, '}')
-	status, b, err := call(ctx, d.env.HTTP, http.MethodPost, d.env.URL+"/v1/beam/send", body, nil,
+	status, b, err := call(ctx, d.env.HTTP, http.MethodPost, from.Base+"/v1/beam/send", body, nil,
 		http.StatusCreated, http.StatusOK)
 	if err != nil {
 		return nil, err
@@ -137,7 +137,7 @@ func (d *busDriver) post(ctx context.Context, from *agent, frame []byte) (*busRe
 
 // status reads a message with the sender's API key.
 func (d *busDriver) status(ctx context.Context, from *agent, id string) (*busReceipt, error) {
-	_, b, err := call(ctx, d.env.HTTP, http.MethodGet, d.env.URL+"/v1/beam/messages/"+url.PathEscape(id), nil,
+	_, b, err := call(ctx, d.env.HTTP, http.MethodGet, from.Base+"/v1/beam/messages/"+url.PathEscape(id), nil,
 		http.Header{"X-Api-Key": {from.APIKey}}, http.StatusOK)
 	if err != nil {
 		return nil, fmt.Errorf("message %s: %w", id, err)

@@ -286,9 +286,29 @@ func countsString(m map[string]int64) string {
 // chaosAgent is one SDK client of the run and what it saw.
 type chaosAgent struct {
 	id     *agents.Identity
-	client *agents.Client
 	apiKey string
 	flaky  bool
+	// setup adds the agent's handlers to a client (NewClient's).
+	setup func(*agents.Client)
+
+	mu     sync.Mutex
+	client *agents.Client
+	node   int    // the cluster node it is connected to (a cluster run)
+	base   string // that node's (or the server's) URL
+}
+
+// cl returns the agent's current client.
+func (a *chaosAgent) cl() *agents.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.client
+}
+
+// at returns the node the agent is connected to and its URL.
+func (a *chaosAgent) at() (int, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.node, a.base
 }
 
 // chaosRun is the state of one run.
@@ -301,7 +321,8 @@ type chaosRun struct {
 
 	srvMu sync.Mutex
 	srv   *ServerProcess
-	mix   *chaosMix // nil unless cfg.Mixed
+	mix   *chaosMix     // nil unless cfg.Mixed
+	cl    *clusterChaos // nil unless a cluster run
 
 	mu        sync.Mutex
 	attempted map[string]string          // nonce → recipient
@@ -326,31 +347,12 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := make([]byte, 16)
-	_, _ = rand.Read(key)
-	r := &chaosRun{
-		cfg: cfg, busKey: "chaos-" + hex.EncodeToString(key), hc: newHTTPClient(cfg.Workers + 16),
-		attempted: map[string]string{}, accepted: map[string]bool{}, seen: map[string]map[string]bool{},
-		failures: map[string]int64{},
+	r, err := newChaosRun(cfg, "4", nil)
+	if err != nil {
+		return nil, err
 	}
 	defer r.hc.CloseIdleConnections()
-	r.opts = ServerOptions{
-		Binary: cfg.Binary, DataDir: cfg.DataDir, Synchronous: cfg.Synchronous, Listen: listen, Output: cfg.Output,
-		Args: append([]string{
-			"--log-level", "warn",
-			"--open-orgs", // the chaos fleet shares one org
-			"--bus-retry-schedule", "200ms,400ms,800ms",
-			"--bus-max-attempts", "4",
-			"--bus-delivery-timeout", "5s",
-			"--bus-tick-interval", "100ms",
-			"--bus-api-key", r.busKey,
-		}, cfg.ServerArgs...),
-	}
-	if cfg.Mixed {
-		if err := r.setupMix(); err != nil {
-			return nil, err
-		}
-	}
+	r.opts.DataDir, r.opts.Listen = cfg.DataDir, listen
 	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x6368616f73))
 	rep := &ChaosReport{Seed: cfg.Seed, Kills: []ChaosKill{}}
 
@@ -369,39 +371,16 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	}()
 	lg.Info("chaos: server started", "url", r.url, "seed", cfg.Seed)
 
-	org := "chaos" + hex.EncodeToString(key[:4])
-	senders, err := r.newAgents(ctx, org, "sender", cfg.Senders, false, true)
+	org := "chaos" + r.busKey[len("chaos-"):][:8] // a tag of the run
+	fl, err := r.newFleet(ctx, org)
 	if err != nil {
 		return nil, err
 	}
-	online, err := r.newAgents(ctx, org, "online", cfg.Online, false, true)
-	if err != nil {
-		return nil, err
-	}
-	late, err := r.newAgents(ctx, org, "late", cfg.Late, false, false)
-	if err != nil {
-		return nil, err
-	}
-	flaky, err := r.newAgents(ctx, org, "flaky", 1, true, true)
-	if err != nil {
-		return nil, err
-	}
-	all := slices.Concat(senders, online, late, flaky)
-	if r.mix != nil {
-		actors, err := r.mix.addActors(ctx, org)
-		all = append(all, actors...)
-		if err != nil {
-			return nil, err
-		}
-	}
-	defer func() {
-		for _, a := range all {
-			_ = a.client.Close()
-		}
-	}()
+	defer fl.close()
+	senders, late := fl.senders, fl.late
 
-	// The schedule: kill points in 10–85 % of the load, restart delays,
-	// and when each late agent connects (20–70 %).
+	// The schedule: kill points in 10–85 % of the load and restart
+	// delays (then, in startLoad, when each late agent connects).
 	kills := make([]time.Duration, cfg.Kills)
 	for i := range kills {
 		kills[i] = time.Duration((0.10 + 0.75*rng.Float64()) * float64(cfg.Duration))
@@ -411,83 +390,19 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	for i := range delays {
 		delays[i] = time.Duration(rng.IntN(500)) * time.Millisecond
 	}
-	lateAt := make([]time.Duration, len(late))
-	for i := range lateAt {
-		lateAt[i] = time.Duration((0.20 + 0.50*rng.Float64()) * float64(cfg.Duration))
-	}
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	began := time.Now()
 	var wg sync.WaitGroup
-	lim := rate.NewLimiter(rate.Limit(cfg.Rate), max(1, cfg.Workers))
-	recipients := func(rg *mrand.Rand) *chaosAgent {
-		switch x := rg.IntN(100); {
-		case x < 60:
-			return online[rg.IntN(len(online))]
-		case x < 80:
-			return late[rg.IntN(len(late))]
-		default:
-			return flaky[0]
-		}
-	}
-	for w := range cfg.Workers {
-		wg.Add(1)
-		wrng := mrand.New(mrand.NewPCG(cfg.Seed, uint64(w)+1))
-		go func() {
-			defer wg.Done()
-			for lim.Wait(loadCtx) == nil {
-				from := senders[wrng.IntN(len(senders))]
-				if r.mix == nil {
-					r.sendOne(ctx, from, recipients(wrng))
-					continue
-				}
-				// The mix: 40 % bus sends, 20 % each synchronous
-				// intents, job publishes and envelopes.
-				switch x := wrng.IntN(100); {
-				case x < 40:
-					r.sendOne(ctx, from, recipients(wrng))
-				case x < 60:
-					r.mix.syncOne(ctx, from, online[wrng.IntN(len(online))])
-				case x < 80:
-					r.mix.publishOne(ctx)
-				default:
-					r.mix.createEnvelope(ctx, from, wrng.IntN(chaosHops))
-				}
-			}
-		}()
-	}
-	for i, a := range late {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTimer(lateAt[i])
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-loadCtx.Done():
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			r.connectLate(ctx, a)
-		}()
-	}
+	r.startLoad(ctx, loadCtx, &wg, fl, rng)
 
 	// The job workers claim and fulfil (or fail) until the load has
 	// settled.
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	var workers sync.WaitGroup
-	if r.mix != nil {
-		for w := range 2 {
-			workers.Add(1)
-			go func() {
-				defer workers.Done()
-				r.mix.work(workCtx, w)
-			}()
-		}
-	}
+	r.startWorkers(workCtx, &workers)
 
 	// The killer runs on this goroutine.
 	var runErr error
@@ -527,7 +442,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return nil, fmt.Errorf("chaos: %w", runErr)
 	}
 	for _, a := range late {
-		if !a.client.Connected() {
+		if !a.cl().Connected() {
 			r.connectLate(ctx, a) // the load was too short to reach its time
 		}
 	}
@@ -539,9 +454,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	stopWork()
 	workers.Wait()
 
-	for _, a := range all {
-		_ = a.client.Close()
-	}
+	fl.close()
 	r.srvMu.Lock()
 	srv, r.srv = r.srv, nil
 	r.srvMu.Unlock()
@@ -552,6 +465,106 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return nil, fmt.Errorf("chaos: stop the server: %w", err)
 	}
 
+	r.count(rep)
+	if err := r.check(ctx, rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// chaosFleet is the agents of a chaos run.
+type chaosFleet struct {
+	senders, online, late, flaky []*chaosAgent
+	all                          []*chaosAgent // the above and the actors
+}
+
+// close closes every agent's client.
+func (f *chaosFleet) close() {
+	for _, a := range f.all {
+		_ = a.cl().Close()
+	}
+}
+
+// newFleet registers the run's agents in org (and connects all but the
+// late ones): senders, online recipients, late ones, the flaky one and,
+// with the mix, the actors.
+func (r *chaosRun) newFleet(ctx context.Context, org string) (*chaosFleet, error) {
+	f := &chaosFleet{}
+	var err error
+	for _, g := range []struct {
+		group    *[]*chaosAgent
+		kind     string
+		n, flaky int
+		connect  bool
+	}{
+		{&f.senders, "sender", r.cfg.Senders, 0, true},
+		{&f.online, "online", r.cfg.Online, 0, true},
+		{&f.late, "late", r.cfg.Late, 0, false},
+		{&f.flaky, "flaky", 1, 1, true},
+	} {
+		*g.group, err = r.newAgents(ctx, org, r.prefix(g.kind), g.n, g.flaky, g.connect)
+		f.all = append(f.all, *g.group...)
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+	}
+	if r.mix != nil {
+		actors, err := r.mix.addActors(ctx, org)
+		f.all = append(f.all, actors...)
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// startLoad starts, on wg, the load workers (until loadCtx ends) and the
+// late agents' connects, each at a time drawn from rng in 20–70 % of the
+// load.
+func (r *chaosRun) startLoad(ctx, loadCtx context.Context, wg *sync.WaitGroup, f *chaosFleet, rng *mrand.Rand) {
+	lateAt := make([]time.Duration, len(f.late))
+	for i := range lateAt {
+		lateAt[i] = time.Duration((0.20 + 0.50*rng.Float64()) * float64(r.cfg.Duration))
+	}
+	lim := rate.NewLimiter(rate.Limit(r.cfg.Rate), max(1, r.cfg.Workers))
+	recipients := func(rg *mrand.Rand) *chaosAgent { return chaosRecipient(rg, f.online, f.late, f.flaky) }
+	for w := range r.cfg.Workers {
+		wg.Add(1)
+		wrng := mrand.New(mrand.NewPCG(r.cfg.Seed, uint64(w)+1))
+		go func() {
+			defer wg.Done()
+			r.loadLoop(ctx, loadCtx, lim, wrng, f.senders, f.online, recipients)
+		}()
+	}
+	for i, a := range f.late {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if pause(loadCtx, lateAt[i]) || ctx.Err() == nil {
+				r.connectLate(ctx, a)
+			}
+		}()
+	}
+}
+
+// startWorkers starts, on wg, the mix's two job workers (until ctx ends).
+func (r *chaosRun) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	if r.mix == nil {
+		return
+	}
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.mix.work(ctx, w)
+		}()
+	}
+}
+
+// count fills rep's counts of the load.
+func (r *chaosRun) count(rep *ChaosReport) {
 	r.mu.Lock()
 	rep.Attempted = int64(len(r.attempted))
 	rep.Accepted = int64(len(r.accepted))
@@ -565,45 +578,125 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if r.mix != nil {
 		r.mix.report(rep)
 	}
-	if err := r.check(ctx, rep); err != nil {
-		return rep, err
+}
+
+// chaosRecipient picks a durable message's recipient: 60 % an online
+// agent, 20 % a late one, 20 % the flaky one.
+func chaosRecipient(rg *mrand.Rand, online, late, flaky []*chaosAgent) *chaosAgent {
+	switch x := rg.IntN(100); {
+	case x < 60:
+		return online[rg.IntN(len(online))]
+	case x < 80:
+		return late[rg.IntN(len(late))]
+	default:
+		return flaky[0]
 	}
-	return rep, nil
+}
+
+// loadLoop is one load worker: it sends, at lim's pace until loadCtx
+// ends, durable messages from senders to recipients, and with the mix
+// synchronous intents to online agents, job publishes and envelopes.
+func (r *chaosRun) loadLoop(ctx, loadCtx context.Context, lim *rate.Limiter, rg *mrand.Rand,
+	senders, online []*chaosAgent, recipients func(*mrand.Rand) *chaosAgent) {
+	for lim.Wait(loadCtx) == nil {
+		from := senders[rg.IntN(len(senders))]
+		if r.mix == nil {
+			r.sendOne(ctx, from, recipients(rg))
+			continue
+		}
+		// The mix: 40 % bus sends, 20 % each synchronous intents, job
+		// publishes and envelopes.
+		switch x := rg.IntN(100); {
+		case x < 40:
+			r.sendOne(ctx, from, recipients(rg))
+		case x < 60:
+			r.mix.syncOne(ctx, from, online[rg.IntN(len(online))])
+		case x < 80:
+			r.mix.publishOne(ctx)
+		default:
+			r.mix.createEnvelope(ctx, from, rg.IntN(chaosHops))
+		}
+	}
+}
+
+// prefix is the name prefix of a kind of agent: kind, and in a cluster
+// run (whose agents share the cluster's organization) kind-<run tag>.
+func (r *chaosRun) prefix(kind string) string {
+	if r.cl != nil {
+		return kind + "-" + r.cl.tag
+	}
+	return kind
+}
+
+// newChaosRun returns a run of cfg: its bus key, the server options every
+// node (or the one server) shares, with deliveries given up after
+// maxAttempts, and with cfg.Mixed the mix. cl is the cluster side of a
+// cluster run, nil for one server.
+func newChaosRun(cfg ChaosConfig, maxAttempts string, cl *clusterChaos) (*chaosRun, error) {
+	key := make([]byte, 16)
+	_, _ = rand.Read(key)
+	r := &chaosRun{
+		cfg: cfg, busKey: "chaos-" + hex.EncodeToString(key), hc: newHTTPClient(cfg.Workers + 32),
+		attempted: map[string]string{}, accepted: map[string]bool{}, seen: map[string]map[string]bool{},
+		failures: map[string]int64{}, cl: cl,
+	}
+	r.opts = ServerOptions{
+		Binary: cfg.Binary, Synchronous: cfg.Synchronous, Output: cfg.Output,
+		Args: append([]string{
+			"--log-level", "warn",
+			"--open-orgs", // the chaos fleet shares one org
+			"--bus-retry-schedule", "200ms,400ms,800ms",
+			"--bus-max-attempts", maxAttempts,
+			"--bus-delivery-timeout", "5s",
+			"--bus-tick-interval", "100ms",
+			"--bus-api-key", r.busKey,
+		}, cfg.ServerArgs...),
+	}
+	if cfg.Mixed {
+		if err := r.setupMix(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // newAgents creates n SDK clients named prefix-i@org, registers them and,
-// when connect is set, connects them. setup adds handlers to each client
-// before it connects.
-func (r *chaosRun) newAgents(ctx context.Context, org, prefix string, n int, flaky, connect bool,
-	setup ...func(*agents.Client)) ([]*chaosAgent, error) {
+// when connect is set, connects them; the first flaky of them fail on
+// purpose. setup adds handlers to each client before it connects.
+func (r *chaosRun) newAgents(ctx context.Context, org, prefix string, n, flaky int, connect bool,
+	setup ...func(*chaosAgent, *agents.Client)) ([]*chaosAgent, error) {
 	out := make([]*chaosAgent, 0, n)
 	for i := range n {
 		id, err := agents.GenerateIdentity(fmt.Sprintf("%s-%d@%s.beam.directory", prefix, i, org))
 		if err != nil {
 			return nil, fmt.Errorf("chaos: %w", err)
 		}
-		c, err := agents.NewClient(agents.ClientConfig{
-			DirectoryURL: r.url, Identity: id, HTTPClient: r.hc,
-			Logger:       slog.New(slog.DiscardHandler),
-			ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
-			PingInterval: 2 * time.Second,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("chaos: %w", err)
+		a := &chaosAgent{id: id, flaky: i < flaky, base: r.url}
+		if r.cl != nil {
+			a.node = r.cl.place(prefix, i)
+			a.base = r.cl.nodeURL(a.node)
 		}
-		a := &chaosAgent{id: id, client: c, flaky: flaky}
+		a.setup = func(c *agents.Client) {
+			c.Handle(chaosIntent, r.handler(a))
+			if r.mix != nil {
+				c.Handle(chaosSyncIntent, r.mix.handleSync(a))
+			}
+			for _, f := range setup {
+				f(a, c)
+			}
+		}
+		c, err := r.newClient(a, a.base)
+		if err != nil {
+			return nil, err
+		}
+		a.client = c
 		out = append(out, a)
 		r.mu.Lock()
 		r.seen[id.BeamID] = map[string]bool{}
 		r.mu.Unlock()
-		c.Handle(chaosIntent, r.handler(a))
 		caps := []string{chaosIntent}
 		if r.mix != nil {
-			c.Handle(chaosSyncIntent, r.mix.handleSync(a))
 			caps = append(caps, chaosSyncIntent, agents.MeshIntent)
-		}
-		for _, f := range setup {
-			f(c)
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		res, err := c.Register(rctx, prefix, caps)
@@ -626,12 +719,28 @@ func (r *chaosRun) newAgents(ctx context.Context, org, prefix string, n int, fla
 	return out, nil
 }
 
+// newClient returns a client of a for the directory at base, with a's
+// handlers.
+func (r *chaosRun) newClient(a *chaosAgent, base string) (*agents.Client, error) {
+	c, err := agents.NewClient(agents.ClientConfig{
+		DirectoryURL: base, Identity: a.id, HTTPClient: r.hc,
+		Logger:       slog.New(slog.DiscardHandler),
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
+		PingInterval: 2 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	a.setup(c)
+	return c, nil
+}
+
 // connectLate connects a late agent, trying again while the server is
 // being restarted.
 func (r *chaosRun) connectLate(ctx context.Context, a *chaosAgent) {
 	for range 100 {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := a.client.Connect(cctx)
+		err := a.cl().Connect(cctx)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return
@@ -694,7 +803,7 @@ func (r *chaosRun) sendOne(ctx context.Context, from, to *chaosAgent) {
 			}
 		}
 		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		_, err := from.client.SendDurable(sctx, to.id.BeamID, chaosIntent, payload, &agents.DurableOptions{Nonce: nonce})
+		_, err := from.cl().SendDurable(sctx, to.id.BeamID, chaosIntent, payload, &agents.DurableOptions{Nonce: nonce})
 		cancel()
 		if err == nil {
 			r.mu.Lock()

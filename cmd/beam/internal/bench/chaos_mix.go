@@ -89,6 +89,7 @@ type chaosMix struct {
 	failed    map[string]int             // job id → fails answered 200
 	pending   map[string]bool            // published job ids not yet known fulfilled or dead
 	created   map[string]string          // envelope id → creator (answered 201)
+	ran       map[string]map[string]bool // envelope id → actors that ran a hop of it successfully
 	failures  map[string]int64
 
 	syncAttempted, jobsAttempted, envAttempted, hopFailures atomic.Int64
@@ -122,6 +123,7 @@ func (r *chaosRun) setupMix() error {
 		syncAcked: map[string]string{}, syncSeen: map[string]map[string]bool{},
 		published: map[string]string{}, fulfilled: map[string]int{}, results: map[string]string{},
 		failed: map[string]int{}, pending: map[string]bool{}, created: map[string]string{}, failures: map[string]int64{},
+		ran: map[string]map[string]bool{},
 	}
 	return nil
 }
@@ -151,15 +153,19 @@ func (m *chaosMix) handleSync(a *chaosAgent) agents.Handler {
 // envelope's payload on; the first fails chaosFailPercent of its (envelope,
 // attempt) pairs.
 func (m *chaosMix) addActors(ctx context.Context, org string) ([]*chaosAgent, error) {
-	flaky := true
-	actors, err := m.r.newAgents(ctx, org, "actor", chaosHops, false, true, func(c *agents.Client) {
-		fails := flaky
-		flaky = false
+	actors, err := m.r.newAgents(ctx, org, m.r.prefix("actor"), chaosHops, 1, true, func(a *chaosAgent, c *agents.Client) {
+		me := a.id.BeamID
 		c.HandleMesh(func(_ context.Context, h *agents.MeshHop) (any, error) {
-			if fails && onPurpose(fmt.Sprintf("%s/%d", h.Envelope.ID, h.Attempt)) {
+			if a.flaky && onPurpose(fmt.Sprintf("%s/%d", h.Envelope.ID, h.Attempt)) {
 				m.hopFailures.Add(1)
 				return nil, errors.New("chaos: failing on purpose")
 			}
+			m.mu.Lock()
+			if m.ran[h.Envelope.ID] == nil {
+				m.ran[h.Envelope.ID] = map[string]bool{}
+			}
+			m.ran[h.Envelope.ID][me] = true
+			m.mu.Unlock()
 			return h.Envelope.Payload, nil
 		})
 	})
@@ -183,7 +189,7 @@ func onPurpose(key string) bool {
 func (m *chaosMix) syncOne(ctx context.Context, from, to *chaosAgent) {
 	m.syncAttempted.Add(1)
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	res, err := from.client.Send(sctx, to.id.BeamID, chaosSyncIntent, map[string]any{"sync": true})
+	res, err := from.cl().Send(sctx, to.id.BeamID, chaosSyncIntent, map[string]any{"sync": true})
 	cancel()
 	if err != nil || res == nil || !res.Success {
 		code := agents.ErrorCode(err)
@@ -213,7 +219,7 @@ func (m *chaosMix) publishOne(ctx context.Context) {
 		if try > 0 && !pause(ctx, time.Duration(100*try)*time.Millisecond) {
 			return
 		}
-		st, b, err := m.jobs.do(ctx, http.MethodPost, "/intent", "", body, hdr)
+		st, b, err := m.jobs.doAt(ctx, m.pubURL(), http.MethodPost, "/intent", "", body, hdr)
 		switch {
 		case err != nil:
 			last = "UNREACHABLE"
@@ -248,7 +254,8 @@ func (m *chaosMix) publishOne(ctx context.Context) {
 // acknowledgement.
 func (m *chaosMix) work(ctx context.Context, worker int) {
 	for ctx.Err() == nil {
-		st, b, err := m.jobs.do(ctx, http.MethodPost, "/claim", "namespace="+url.QueryEscape(m.ns), nil, nil)
+		base := m.workURL(worker)
+		st, b, err := m.jobs.doAt(ctx, base, http.MethodPost, "/claim", "namespace="+url.QueryEscape(m.ns), nil, nil)
 		if err != nil || st != http.StatusOK {
 			pause(ctx, 100*time.Millisecond) // empty, unreachable or busy
 			continue
@@ -273,7 +280,7 @@ func (m *chaosMix) work(ctx context.Context, worker int) {
 			if try > 0 && !pause(ctx, time.Duration(100*try)*time.Millisecond) {
 				return
 			}
-			st, b, err := m.jobs.do(ctx, http.MethodPost, "/"+op+"/"+url.PathEscape(got.ID), "", body, nil)
+			st, b, err := m.jobs.doAt(ctx, m.workURL(worker), http.MethodPost, "/"+op+"/"+url.PathEscape(got.ID), "", body, nil)
 			if err != nil || st >= 500 {
 				continue
 			}
@@ -308,7 +315,8 @@ func (m *chaosMix) createEnvelope(ctx context.Context, from *chaosAgent, start i
 	body, _ := json.Marshal(map[string]any{"route": route, "payload": map[string]any{"chaos": true}})
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	_, b, err := call(cctx, m.r.hc, http.MethodPost, m.r.url+"/api/v1/mesh", body,
+	_, base := from.at()
+	_, b, err := call(cctx, m.r.hc, http.MethodPost, base+"/api/v1/mesh", body,
 		http.Header{"X-Api-Key": {from.apiKey}}, http.StatusCreated)
 	if err != nil {
 		code := "UNREACHABLE"
@@ -327,6 +335,24 @@ func (m *chaosMix) createEnvelope(ctx context.Context, from *chaosAgent, start i
 	m.mu.Lock()
 	m.created[id] = from.id.BeamID
 	m.mu.Unlock()
+}
+
+// pubURL is the job bus listener publishes go to: the server's, or in a
+// cluster run the owner node's (another live one while it is down).
+func (m *chaosMix) pubURL() string {
+	if m.r.cl != nil {
+		return m.r.cl.intentURL(m.r.cl.live(roleOwner))
+	}
+	return m.jobs.cfg.URL
+}
+
+// workURL is the job bus listener worker w claims and fulfils through:
+// the server's, or in a cluster run a node other than the owner.
+func (m *chaosMix) workURL(w int) string {
+	if m.r.cl != nil {
+		return m.r.cl.intentURL(m.r.cl.live(m.r.cl.workerNode(w)))
+	}
+	return m.jobs.cfg.URL
 }
 
 // receiptID returns the id of a JSON answer {"id": …}, "" when it has

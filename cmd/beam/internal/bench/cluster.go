@@ -66,12 +66,27 @@ func InitClusterDirs(domain string, dirs []string) error {
 	return cluster.WriteNodeDirs(domain, dirs)
 }
 
+// ClusterModes are the modes Run serves on a cluster (Config.NodeURLs);
+// RunJobs serves ModeJobs on one (JobsConfig.WorkerURLs).
+var ClusterModes = []Mode{ModeWS, ModeHTTP, modeBus, modeMesh}
+
 // StartCluster starts one `beam serve --cluster` process per data
 // directory, all of one domain, their embedded NATS servers routed to each
 // other on free loopback ports. The nodes start together (the cluster's
 // streams need a quorum); it returns once every node serves, or stops them
 // all on the first failure.
 func StartCluster(ctx context.Context, opts ClusterOptions) ([]*ServerProcess, error) {
+	all, err := clusterServerOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return startNodes(ctx, all)
+}
+
+// clusterServerOptions makes opts' data directories a cluster's
+// (InitClusterDirs) and returns each node's ServerOptions, the routes on
+// free loopback ports.
+func clusterServerOptions(opts ClusterOptions) ([]ServerOptions, error) {
 	n := len(opts.DataDirs)
 	if n < 2 {
 		return nil, fmt.Errorf("start cluster: %d data directories, want at least 2", n)
@@ -90,13 +105,23 @@ func StartCluster(ctx context.Context, opts ClusterOptions) ([]*ServerProcess, e
 		}
 		routes[i] = addr
 	}
-	nodes := make([]*ServerProcess, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	out := make([]ServerOptions, n)
 	for i, dir := range opts.DataDirs {
 		o := opts.Server
 		o.DataDir, o.Listen = dir, ""
 		o.Args = append(ClusterNodeArgs(i, routes, opts.Domain), o.Args...)
+		out[i] = o
+	}
+	return out, nil
+}
+
+// startNodes starts one process per entry of opts, together, and returns
+// once every one serves, or stops them all on the first failure.
+func startNodes(ctx context.Context, opts []ServerOptions) ([]*ServerProcess, error) {
+	nodes := make([]*ServerProcess, len(opts))
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i, o := range opts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -273,4 +298,62 @@ func holdsAll(held map[string]bool, as []*agent) bool {
 		}
 	}
 	return true
+}
+
+// ratios are a cluster run's figures divided by the same run's on one
+// node (beam bench --compare-single): above 1 the cluster is faster
+// (throughput), slower (latency) or costlier (CPU per operation). A ratio
+// is null when either figure is missing or zero.
+type ratios struct {
+	Throughput       *float64 `json:"throughput"`
+	P99              *float64 `json:"p99"`
+	ServerCPUPerOp   *float64 `json:"server_cpu_per_op"`
+	PublishPerSecond *float64 `json:"publish_per_second,omitempty"`
+}
+
+// ratio is a/b rounded to 0.001, nil when either is missing or b is zero.
+func ratio(a, b *float64) *float64 {
+	if a == nil || b == nil || *b == 0 {
+		return nil
+	}
+	v := round3(*a / *b)
+	return &v
+}
+
+// CompareSingle records single, the same run on one node, in s (a
+// cluster run) with the ratios of their figures.
+func (s *Summary) CompareSingle(single *Summary) {
+	s.SingleNode = single
+	s.VsSingleNode = &ratios{
+		Throughput:     ratio(&s.IntentsPerSecond, &single.IntentsPerSecond),
+		P99:            ratio(&s.P99ms, &single.P99ms),
+		ServerCPUPerOp: ratio(s.ServerCPUmsPerIntent, single.ServerCPUmsPerIntent),
+	}
+}
+
+// CompareSingle records single, the same jobs run on one node, in s (a
+// cluster run) with the ratios of their figures.
+func (s *JobsSummary) CompareSingle(single *JobsSummary) {
+	s.SingleNode = single
+	s.VsSingleNode = &ratios{
+		Throughput:       ratio(&s.JobsPerSecond, &single.JobsPerSecond),
+		P99:              ratio(&s.ClaimP99ms, &single.ClaimP99ms),
+		ServerCPUPerOp:   ratio(s.ServerCPUmsPerJob, single.ServerCPUmsPerJob),
+		PublishPerSecond: ratio(&s.PublishPerSecond, &single.PublishPerSecond),
+	}
+}
+
+// String is the ratios as one line of the table.
+func (r *ratios) String() string {
+	f := func(v *float64) string {
+		if v == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f×", *v)
+	}
+	out := fmt.Sprintf("cluster vs one node: throughput %s, p99 %s, server cpu per op %s", f(r.Throughput), f(r.P99), f(r.ServerCPUPerOp))
+	if r.PublishPerSecond != nil {
+		out += ", publish/s " + f(r.PublishPerSecond)
+	}
+	return out
 }

@@ -13,8 +13,11 @@ func TestClusterConfig(t *testing.T) {
 	require.Equal(t, DefaultClusterDomain, c.Domain)
 	require.Equal(t, placement{[]string{"http://a", "http://b"}, "cluster", "sbench1", []string{"http://a", "http://b"}, "cluster", "rbench1"}, c.placement())
 
-	_, err = Config{NodeURLs: []string{"http://a", "http://b"}, Mode: modeBus}.withDefaults()
-	require.ErrorContains(t, err, "ws and http")
+	_, err = Config{NodeURLs: []string{"http://a", "http://b"}, Mode: ModeFederation}.withDefaults()
+	require.ErrorContains(t, err, "supports modes")
+	c, err = Config{NodeURLs: []string{"http://a", "http://b", "http://c"}, Mode: modeBus, Org: "bench1"}.withDefaults()
+	require.NoError(t, err)
+	require.Equal(t, placement{[]string{"http://a"}, "cluster", "sbench1", []string{"http://b", "http://c"}, "cluster", "rbench1"}, c.placement())
 	_, err = Config{NodeURLs: []string{"http://a", "http://b"}, NodePIDs: []int{1}}.withDefaults()
 	require.ErrorContains(t, err, "node processes")
 	_, err = Config{NodeURLs: []string{"http://a"}, Domain: "nodomain"}.withDefaults()

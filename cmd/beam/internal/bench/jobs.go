@@ -40,6 +40,16 @@ type JobsConfig struct {
 	PayloadBytes int
 	// ServerPID is read for CPU and RSS (0: not measured).
 	ServerPID int
+	// WorkerURLs, when set, are the Intent Protocol listeners of other
+	// nodes of URL's cluster: workers claim and fulfil through them
+	// (round-robin), so every job crosses from the node that accepted its
+	// publish to another.
+	WorkerURLs []string
+	// NodeURLs and NodePIDs are the cluster's nodes and their processes
+	// (same order), read for CPU per operation summed over the nodes and
+	// per node; ServerPID is then ignored.
+	NodeURLs []string
+	NodePIDs []int
 	// Logger receives progress.
 	Logger *slog.Logger
 }
@@ -79,7 +89,22 @@ type JobsSummary struct {
 	// HMAC-signed, so it only puts the per-job cost on the same scale.
 	Ed25519VerifyMs   *float64 `json:"ed25519_verify_ms"`
 	ServerCPUVerifies *float64 `json:"server_cpu_verifies_per_job,omitempty"`
-	Notes             []string `json:"notes,omitempty"`
+	// ClusterNodes (a cluster run) has one entry per node; the server
+	// figures above are then summed over the nodes.
+	ClusterNodes []jobsNodeFigures `json:"cluster_nodes,omitempty"`
+	// SingleNode and VsSingleNode are the same run on one node and the
+	// cluster's figures relative to it (beam bench --compare-single).
+	SingleNode   *JobsSummary `json:"single_node,omitempty"`
+	VsSingleNode *ratios      `json:"vs_single_node,omitempty"`
+	Notes        []string     `json:"notes,omitempty"`
+}
+
+// jobsNodeFigures are one cluster node's figures of a jobs run.
+type jobsNodeFigures struct {
+	URL                   string   `json:"url"`
+	PID                   int      `json:"pid"`
+	ServerCPUmsPerPublish *float64 `json:"server_cpu_ms_per_publish"`
+	ServerCPUmsPerJob     *float64 `json:"server_cpu_ms_per_job"`
 }
 
 type jobsClient struct {
@@ -100,7 +125,12 @@ func (c *jobsClient) fail(code string) {
 // do sends one request, signed like the SDK, with the extra headers hdr,
 // and returns status and body.
 func (c *jobsClient) do(ctx context.Context, method, path, query string, body []byte, hdr http.Header) (int, []byte, error) {
-	u := c.cfg.URL + path
+	return c.doAt(ctx, c.cfg.URL, method, path, query, body, hdr)
+}
+
+// doAt is do against the listener at base.
+func (c *jobsClient) doAt(ctx context.Context, base, method, path, query string, body []byte, hdr http.Header) (int, []byte, error) {
+	u := base + path
 	if query != "" {
 		u += "?" + query
 	}
@@ -162,12 +192,28 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 	sum := &JobsSummary{Mode: ModeJobs, Count: cfg.Count, Publishers: cfg.Publishers, Workers: cfg.Workers, Signed: cfg.Sign}
 	filler := string(bytes.Repeat([]byte("x"), max(cfg.PayloadBytes, 0)))
 
+	pids := cfg.NodePIDs
+	if len(pids) == 0 && cfg.ServerPID > 0 {
+		pids = []int{cfg.ServerPID}
+	}
+	var samples [][]procSample // per phase boundary, per process
 	sample := func() (procSample, bool) {
-		if cfg.ServerPID <= 0 {
+		if len(pids) == 0 {
 			return procSample{}, false
 		}
-		s, err := readProc(cfg.ServerPID)
-		return s, err == nil
+		var sum procSample
+		each := make([]procSample, len(pids))
+		for i, pid := range pids {
+			s, err := readProc(pid)
+			if err != nil {
+				return procSample{}, false
+			}
+			each[i] = s
+			sum.CPU += s.CPU
+			sum.HWM += s.HWM
+		}
+		samples = append(samples, each)
+		return sum, true
 	}
 
 	// Phase 1: publish.
@@ -217,6 +263,10 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 	var claimLat, fulLat []time.Duration
 	start = time.Now()
 	for i := 0; i < cfg.Workers; i++ {
+		base := cfg.URL
+		if len(cfg.WorkerURLs) > 0 {
+			base = cfg.WorkerURLs[i%len(cfg.WorkerURLs)]
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -229,7 +279,7 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 			}()
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				st, b, err := c.do(ctx, "POST", "/claim", "namespace="+ns, nil, nil)
+				st, b, err := c.doAt(ctx, base, "POST", "/claim", "namespace="+ns, nil, nil)
 				if err != nil {
 					c.fail("CLIENT_ERROR")
 					continue
@@ -255,7 +305,7 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 				latMu.Unlock()
 				body, _ := json.Marshal(map[string]any{"claim_token": got.ClaimToken, "result": map[string]any{"ok": true}})
 				t1 := time.Now()
-				st, b, err = c.do(ctx, "POST", "/fulfill/"+got.ID, "", body, nil)
+				st, b, err = c.doAt(ctx, base, "POST", "/fulfill/"+got.ID, "", body, nil)
 				switch {
 				case err != nil:
 					c.fail("CLIENT_ERROR")
@@ -303,11 +353,31 @@ func RunJobs(ctx context.Context, cfg JobsConfig) (*JobsSummary, error) {
 		rss := mb(p2.HWM)
 		sum.ServerRSSMB = &rss
 	}
+	if len(cfg.NodePIDs) > 0 && len(samples) == 3 {
+		for i, pid := range cfg.NodePIDs {
+			nf := jobsNodeFigures{PID: pid}
+			if i < len(cfg.NodeURLs) {
+				nf.URL = cfg.NodeURLs[i]
+			}
+			nf.ServerCPUmsPerPublish = perOp(samples[1][i].CPU-samples[0][i].CPU, sum.Published)
+			nf.ServerCPUmsPerJob = perOp(samples[2][i].CPU-samples[1][i].CPU, sum.Fulfilled)
+			sum.ClusterNodes = append(sum.ClusterNodes, nf)
+		}
+	}
 	sum.Ed25519VerifyMs, sum.ServerCPUVerifies = floorFields(verifyFloor(), sum.ServerCPUmsPerJob)
 	if sum.Fulfilled != sum.Published {
 		return sum, fmt.Errorf("jobs bench: %d published but %d fulfilled", sum.Published, sum.Fulfilled)
 	}
 	return sum, nil
+}
+
+// perOp is cpu in milliseconds per one of n operations, nil when n is 0.
+func perOp(cpu time.Duration, n int64) *float64 {
+	if n <= 0 {
+		return nil
+	}
+	v := round3(float64(cpu.Microseconds()) / 1000 / float64(n))
+	return &v
 }
 
 func errCode(status int, body []byte) string {
@@ -345,7 +415,24 @@ server peak RSS MB        %s
 `, s.Signed, s.Count, s.Publishers, s.Workers, s.PublishPerSecond, s.PublishP50ms, s.PublishP99ms,
 		s.JobsPerSecond, s.ClaimP50ms, s.ClaimP99ms, s.FulfillP50ms, s.FulfillP99ms, s.DuplicateJobs, s.DuplicateFulfl,
 		s.Errors, s.ErrorCodes, f(s.ServerCPUmsPerPublish), f(s.ServerCPUmsPerJob), f(s.ServerCPUCoresDrain), f(s.ServerRSSMB))
-	return err
+	if err != nil {
+		return err
+	}
+	var extra []string
+	for i, n := range s.ClusterNodes {
+		extra = append(extra, fmt.Sprintf("node %d %s: server CPU ms / publish %s, / job %s", i, n.URL, f(n.ServerCPUmsPerPublish), f(n.ServerCPUmsPerJob)))
+	}
+	if one := s.SingleNode; one != nil {
+		extra = append(extra, fmt.Sprintf("one node: publish/s %.0f, jobs/s %.0f, claim p99 %.2f ms, server CPU ms / job %s",
+			one.PublishPerSecond, one.JobsPerSecond, one.ClaimP99ms, f(one.ServerCPUmsPerJob)), s.VsSingleNode.String())
+	}
+	extra = append(extra, s.Notes...)
+	for _, e := range extra {
+		if _, err := fmt.Fprintln(w, "  "+e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteJSON prints the summary as one JSON object.

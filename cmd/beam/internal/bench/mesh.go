@@ -64,7 +64,7 @@ func (d *meshDriver) Send(ctx context.Context, from, to *agent) error {
 		return err
 	}
 	hdr := http.Header{"X-Api-Key": {from.APIKey}, "Content-Type": {"application/json"}}
-	_, b, err := call(ctx, d.env.HTTP, http.MethodPost, d.env.URL+"/api/v1/mesh", body, hdr, http.StatusCreated)
+	_, b, err := call(ctx, d.env.HTTP, http.MethodPost, from.Base+"/api/v1/mesh", body, hdr, http.StatusCreated)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (d *meshDriver) Send(ctx context.Context, from, to *agent) error {
 
 // await reads the envelope's event stream until a terminal status.
 func (d *meshDriver) await(ctx context.Context, from *agent, id string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.env.URL+"/api/v1/mesh/"+url.PathEscape(id)+"/events", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, from.Base+"/api/v1/mesh/"+url.PathEscape(id)+"/events", nil)
 	if err != nil {
 		return err
 	}

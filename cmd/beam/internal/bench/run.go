@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,8 +223,8 @@ func (c Config) withDefaults() (Config, error) {
 
 // clusterDefaults checks and fills in a cluster run's fields.
 func (c Config) clusterDefaults() (Config, error) {
-	if c.Mode != "" && c.Mode != ModeWS && c.Mode != ModeHTTP {
-		return c, fmt.Errorf("bench: a cluster run supports modes ws and http, not %s", c.Mode)
+	if c.Mode != "" && !slices.Contains(ClusterModes, c.Mode) {
+		return c, fmt.Errorf("bench: a cluster run supports modes %v, not %s", ClusterModes, c.Mode)
 	}
 	if len(c.NodePIDs) > 0 && len(c.NodePIDs) != len(c.NodeURLs) {
 		return c, fmt.Errorf("bench: %d node processes for %d nodes", len(c.NodePIDs), len(c.NodeURLs))
@@ -266,6 +268,12 @@ func (c Config) placement() placement {
 	if len(c.NodeURLs) > 0 {
 		// The agents of a cluster live in its domain's organization.
 		org, _ := orgOfDomain(c.Domain)
+		if c.Mode == modeBus || c.Mode == modeMesh {
+			// Senders (envelope creators) on the first node, recipients
+			// (actors) on the others: every message and every hop crosses
+			// a node boundary.
+			return placement{c.NodeURLs[:1], org, "s" + c.Org, c.NodeURLs[1:], org, "r" + c.Org}
+		}
 		return placement{c.NodeURLs, org, "s" + c.Org, c.NodeURLs, org, "r" + c.Org}
 	}
 	if c.Mode != ModeFederation {
@@ -325,8 +333,16 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	for _, a := range append(append([]*agent(nil), fleet.Senders...), fleet.Recipients...) {
 		fleet.keys[a.BeamID] = a.Public
 	}
-	if fleet.attestKeys, err = attestationKeys(ctx, hc, pl.recvURLs[0]); err != nil {
-		return nil, err
+	// Each node of a cluster has its own attestation key, and a hop or a
+	// bus delivery may be attested by the node that owns it: trust every
+	// node's.
+	fleet.attestKeys = map[string]ed25519.PublicKey{}
+	for _, base := range slices.Compact(slices.Sorted(slices.Values(slices.Concat(pl.recvURLs, pl.sendURLs)))) {
+		keys, err := attestationKeys(ctx, hc, base)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(fleet.attestKeys, keys)
 	}
 	for _, a := range fleet.Recipients {
 		conn, err := dial(ctx, hc, a.Base, a)

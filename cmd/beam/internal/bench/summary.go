@@ -70,6 +70,10 @@ type Summary struct {
 	// fields above are then summed over the nodes (server_rss_mb is the sum
 	// of their peaks).
 	ClusterNodes []nodeFigures `json:"cluster_nodes,omitempty"`
+	// SingleNode and VsSingleNode are the same run on one node and the
+	// cluster's figures relative to it (beam bench --compare-single).
+	SingleNode   *Summary `json:"single_node,omitempty"`
+	VsSingleNode *ratios  `json:"vs_single_node,omitempty"`
 
 	// IdleAgents is how many idle agents were asked for; IdleConnected how
 	// many connected (fewer when the descriptor limits allow fewer; a note
@@ -175,9 +179,17 @@ func (s *Summary) WriteTable(w io.Writer) error {
 		return fmt.Sprintf("%.3g%s", *v, unit)
 	}
 	fmt.Fprintln(tw, "mode\tcount\tconc\tintents/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tsrv cpu ms/intent\tsrv peak rss MB")
-	fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%s\t%s\n",
-		s.Mode, s.Count, s.Concurrency, s.IntentsPerSecond, s.P50ms, s.P90ms, s.P99ms, s.Maxms, s.Errors,
-		opt(s.ServerCPUmsPerIntent, ""), opt(s.ServerRSSMB, ""))
+	row := func(s *Summary, label string) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%s\t%s\n",
+			string(s.Mode)+label, s.Count, s.Concurrency, s.IntentsPerSecond, s.P50ms, s.P90ms, s.P99ms, s.Maxms, s.Errors,
+			opt(s.ServerCPUmsPerIntent, ""), opt(s.ServerRSSMB, ""))
+	}
+	if s.SingleNode != nil {
+		row(s.SingleNode, " (1 node)")
+		row(s, fmt.Sprintf(" (%d nodes)", len(s.ClusterNodes)))
+	} else {
+		row(s, "")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -202,6 +214,9 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	for i, n := range s.ClusterNodes {
 		extra = append(extra, fmt.Sprintf("node %d %s: %d senders, %d recipients, cpu %s ms/intent, peak rss %s MB",
 			i, n.URL, n.Senders, n.Recipients, opt(n.ServerCPUmsPerIntent, ""), opt(n.ServerRSSMB, "")))
+	}
+	if s.VsSingleNode != nil {
+		extra = append(extra, s.VsSingleNode.String())
 	}
 	if s.ServerCPUUtil != nil {
 		extra = append(extra, fmt.Sprintf("server used %.2f cores", *s.ServerCPUUtil))
