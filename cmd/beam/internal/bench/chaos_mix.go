@@ -139,7 +139,9 @@ func (m *chaosMix) fail(kind, code string) {
 func (m *chaosMix) handleSync(a *chaosAgent) agents.Handler {
 	me := a.id.BeamID
 	m.mu.Lock()
-	m.syncSeen[me] = map[string]bool{}
+	if m.syncSeen[me] == nil { // a handler made again when a moved agent reconnects keeps what it saw
+		m.syncSeen[me] = map[string]bool{}
+	}
 	m.mu.Unlock()
 	return func(_ context.Context, in *agents.Intent) agents.Reply {
 		m.mu.Lock()
