@@ -833,7 +833,7 @@ function takenOverChip(details) {
   const from = details.takenOver || details.adoptedFrom;
   if (!from || typeof from !== "object") return null;
   const what = details.takenOver ? "written on" : "taken over from";
-  return h("span", { class: "chip warn taken-over", title: `log ${from.log || "?"}`, dataset: { node: from.node || "", log: from.log || "" } },
+  return h("span", { class: "chip link-failing taken-over", title: `log ${from.log || "?"}`, dataset: { node: from.node || "", log: from.log || "" } },
     `${what} ${from.node || "another node"} · log ${String(from.log || "?").slice(0, 12)}`);
 }
 
@@ -1351,12 +1351,12 @@ function clusterSection(el, c) {
       h("thead", null, h("tr", null, h("th", null, "Home"), h("th", null, "Node"), h("th", null, "Log"), h("th", null, "Live"))),
       h("tbody", null, ...homes.map((x) => h("tr", { "data-home": x.name },
         h("td", { class: "mono" }, x.name), h("td", { class: "mono" }, x.node), h("td", { class: "mono muted" }, x.log || "—"),
-        h("td", null, h("span", { class: `chip ${x.live ? "ok" : "err"}` }, x.live ? "live" : "down"))))))) : null,
+        h("td", null, h("span", { class: `chip ${x.live ? "link-up" : "link-down"}` }, x.live ? "live" : "down"))))))) : null,
     takeovers.length ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "cluster-takeovers" },
       h("thead", null, h("tr", null, ...["Log taken over", "Node", "Taker", "State", "Started", "Duration", "Adopted"].map((x) => h("th", null, x)))),
       h("tbody", null, ...takeovers.map((x) => h("tr", { dataset: { log: x.log, state: x.state } },
         h("td", { class: "mono muted" }, x.log), h("td", { class: "mono" }, x.node || "—"), h("td", { class: "mono" }, x.taker),
-        h("td", null, h("span", { class: `chip ${x.state === "done" ? "ok" : "warn"}` }, x.state)), h("td", null, timeEl(x.started)),
+        h("td", null, h("span", { class: `chip ${x.state === "done" ? "link-up" : "link-failing"}` }, x.state)), h("td", null, timeEl(x.started)),
         h("td", null, x.durationMs ? fmtMs(x.durationMs) : "—"),
         h("td", { dataset: { col: "adopted" } }, Object.entries(x.adopted || {}).map(([k, v]) => `${k} ${fmtInt(v)}`).join(", ") || "none")))))) : null));
 }
