@@ -209,6 +209,11 @@ func (d *Directory) handSession(a *ownedAttempt) bool {
 			// The actor left that node before the hop reached it: no
 			// attempt was made.
 			o.Err = fmt.Errorf("%w: node %s: %s", ErrRecipientOffline, node, rep.Error.Message)
+		case h.Hop != nil && rep.Error != nil && rep.Error.Code == CodeInProgress:
+			// That node still delivers an earlier attempt of the same hop
+			// (one a node taken over had handed to it): not an attempt,
+			// the hop waits and is handed again.
+			o.Err = fmt.Errorf("%w: node %s: %s", ErrNonceBusy, node, rep.Error.Message)
 		case rep.Error != nil:
 			o.ErrorCode, o.Error = rep.Error.Code, fmt.Sprintf("node %s: %s", node, rep.Error.Message)
 		case rep.Recorded:

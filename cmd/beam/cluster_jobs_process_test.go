@@ -113,21 +113,33 @@ type homeRow struct {
 // clusterHomes are the homes node's /observability/cluster shows.
 func clusterHomes(t *testing.T, ctx context.Context, node *beamtest.Process) []homeRow {
 	t.Helper()
+	var st struct {
+		Homes []homeRow `json:"homes"`
+	}
+	require.NoError(t, clusterStatus(t, ctx, node, &st))
+	return st.Homes
+}
+
+// clusterStatus reads the status of node's /observability/cluster into
+// st, with the node's admin token.
+func clusterStatus(t *testing.T, ctx context.Context, node *beamtest.Process, st any) error {
+	t.Helper()
 	token, err := os.ReadFile(filepath.Join(node.DataDir, "admin.token"))
 	require.NoError(t, err)
-	var card struct {
-		Status struct {
-			Homes []homeRow `json:"homes"`
-		} `json:"status"`
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, node.URL()+"/observability/cluster", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return err
+	}
 	defer resp.Body.Close()
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&card))
-	return card.Status.Homes
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/observability/cluster: %s", resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(&struct {
+		Status any `json:"status"`
+	}{st})
 }
 
 // clusterHome is the job bus's home as node's /observability/cluster

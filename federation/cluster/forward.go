@@ -112,6 +112,15 @@ func (n *Node) JobsHandler(next http.Handler, problem func(http.ResponseWriter, 
 		}
 		home, ok := n.home(homeJobs)
 		if !ok || home == n.cfg.NodeID || !n.isLive(home) {
+			// Perhaps a takeover moved it and the watch has not told yet.
+			n.refreshHome(r.Context(), homeJobs)
+			if n.isHome(homeJobs) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			home, ok = n.home(homeJobs)
+		}
+		if !ok || home == n.cfg.NodeID || !n.isLive(home) {
 			problem(w, homeDown())
 			return
 		}

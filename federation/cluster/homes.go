@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,6 +65,32 @@ type homes struct {
 
 	mu  sync.Mutex
 	cur map[string]homeView
+	// refreshed is when a request last read the bucket itself (unix ns).
+	refreshed atomic.Int64
+}
+
+// homeRefreshEvery bounds how often requests read the homes bucket
+// themselves while the home this node knows is down.
+const homeRefreshEvery = 500 * time.Millisecond
+
+// refreshHome reads name's home from the bucket, at most once per
+// homeRefreshEvery: a request that finds its home down does not wait for
+// the watch to deliver a move. The watch of a node whose bucket leader
+// died with the home's node can lag seconds behind the takeover that
+// moved the home (its consumer is recreated first), and the job bus
+// would answer 503 all that time.
+func (n *Node) refreshHome(ctx context.Context, name string) {
+	now, last := time.Now().UnixNano(), n.homes.refreshed.Load()
+	if n.homes.kv == nil || now-last < int64(homeRefreshEvery) || !n.homes.refreshed.CompareAndSwap(last, now) {
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	e, err := n.homes.kv.Get(gctx, name)
+	if err != nil {
+		return
+	}
+	n.noteHome(e)
 }
 
 // startHomes creates the homes bucket, claims the job bus's home when no

@@ -165,3 +165,36 @@ func TestJobsHandlerWhileTheHomeIsDown(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, do(headerCall, "x").Code)
 	require.Equal(t, 1, served)
 }
+
+// TestJobsHandlerReadsAMovedHome: a node whose watch has not yet told it
+// that a takeover moved the job bus's home (its view still names the dead
+// node) reads the bucket itself when a request finds the home down, and
+// serves the request, here as the new home, instead of answering 503
+// until the watch catches up.
+func TestJobsHandlerReadsAMovedHome(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := jetStream(t)
+	a, b := homesNode(t, ctx, js, "node-a"), homesNode(t, ctx, js, "node-b")
+	tok, err := b.seal(typHomeEntry, b.homeFor(homeJobs, "node-b"))
+	require.NoError(t, err)
+	_, err = b.homes.kv.Create(ctx, homeJobs, []byte(tok))
+	require.NoError(t, err)
+	e, err := a.homes.kv.Get(ctx, homeJobs)
+	require.NoError(t, err)
+	a.noteHome(e)
+	// node-b dies; node-a takes its log over and its home with it, while
+	// the other's view (here, a's own watch is not running) lags.
+	require.NoError(t, a.moveHome(ctx, homeJobs, "node-b", "node-a"))
+	a.homes.cur[homeJobs] = homeView{homeEntry: homeEntry{Name: homeJobs, Node: "node-b"}, rev: e.Revision()}
+	a.route.live = map[string]bool{"node-a": true}
+
+	served := 0
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { served++; w.WriteHeader(http.StatusNoContent) })
+	h := a.JobsHandler(next, func(w http.ResponseWriter, e *httpjson.Error) { httpjson.Write(w, e.Status, e.Message) })
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/claim", strings.NewReader(`{}`)))
+	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+	require.Equal(t, 1, served)
+}

@@ -291,6 +291,7 @@ func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) 
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
+	fenced := time.Now()
 	batches := 0
 	err = n.readLog(ctx, logID, ack.Sequence, func(m logMsg) (bool, error) {
 		if m.fence {
@@ -303,6 +304,7 @@ func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) 
 	if err != nil {
 		return fmt.Errorf("cluster: import log %s: %w", logID, err)
 	}
+	imported := time.Now()
 	// The work is adopted only while the record is still this node's (a
 	// survivor that took this node for gone may have taken it again).
 	if _, cur, err := n.takeoverOf(ctx, logID); err != nil {
@@ -333,8 +335,10 @@ func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) 
 	delete(n.take.owner, logID)
 	n.take.count.WithLabelValues("done").Inc()
 	n.take.duration.Observe(took.Seconds())
+	// Where the time went: the fence waits for the stream to have a
+	// leader (a quorum of its replicas up and caught up).
 	n.lg.Info("took over a lost node's log", "log", logID, "of", rec.Node, "batches", batches,
-		"adopted", rec.Adopted, "took", took)
+		"adopted", rec.Adopted, "took", took, "fence", fenced.Sub(rec.Started), "import", imported.Sub(fenced))
 	// The batches are in this node's log now (and shipped with it); the
 	// fence stays, so the lost log can write nothing more.
 	if err := n.logs.Purge(ctx, jetstream.WithPurgeSubject(n.logSubject(logID)), jetstream.WithPurgeKeep(1)); err != nil {

@@ -825,6 +825,18 @@ function outboxGroupItem(g, n) {
         : "The federation outbox keeps the message and retries with a backoff until the peer is back; nothing is lost.")));
 }
 
+// takenOverChip names where an event came from when it was written by
+// another node whose log this one took over (details.takenOver), or which
+// node's log an adopted item was taken over from (details.adoptedFrom, the
+// takeover's marker); null for an event of this node's own.
+function takenOverChip(details) {
+  const from = details.takenOver || details.adoptedFrom;
+  if (!from || typeof from !== "object") return null;
+  const what = details.takenOver ? "written on" : "taken over from";
+  return h("span", { class: "chip link-failing taken-over", title: `log ${from.log || "?"}`, dataset: { node: from.node || "", log: from.log || "" } },
+    `${what} ${from.node || "another node"} · log ${String(from.log || "?").slice(0, 12)}`);
+}
+
 function renderTrace(root, { arg, isCurrent }) {
   const nonce = arg;
   const head = h("section", { class: "card trace-head" },
@@ -912,6 +924,7 @@ function renderTrace(root, { arg, isCurrent }) {
           h("div", { class: "tl-meta" },
             s.transport ? h("span", { class: "chip muted plain" }, `transport: ${s.transport}`) : null,
             s.attempt ? h("span", { class: "chip muted plain" }, `attempt ${s.attempt}`) : null,
+            takenOverChip(details),
             h("span", { class: "chip muted plain" }, `seq ${s.seq}`),
             h("span", { class: "chip muted plain" }, `${fmtMs(s.sinceStartMs)} since received`)),
           facts.length ? h("div", { class: "tl-facts" }, ...facts) : null,
@@ -1312,14 +1325,18 @@ function renderAgents(root, { params, isCurrent }) {
 
 // ---------- federation ----------
 
-// clusterSection renders the cluster's nodes and where each agent is
-// connected (beam serve --cluster) into el; nothing on a single node.
+// clusterSection renders the cluster's nodes, where each agent is
+// connected, the homes of the services that run on one node and the
+// takeovers of lost nodes' logs (beam serve --cluster) into el; nothing on
+// a single node.
 function clusterSection(el, c) {
   if (!c || !c.configured) { put(el); return; }
   if (c.error) { put(el, errorBox(new Error(c.error))); return; }
   const st = c.status || {};
   const nodes = Array.isArray(st.nodes) ? st.nodes : [];
   const sessions = Array.isArray(st.sessions) ? st.sessions : [];
+  const homes = Array.isArray(st.homes) ? st.homes : [];
+  const takeovers = Array.isArray(st.takeovers) ? st.takeovers : [];
   put(el, h("section", { class: "card", id: "cluster-nodes" },
     h("div", { class: "card-head" }, h("h2", null, `Cluster: ${nodes.length} node${nodes.length === 1 ? "" : "s"} (this one: ${st.node || "—"})`)),
     h("div", { class: "table-wrap" }, h("table", { class: "data" },
@@ -1329,7 +1346,19 @@ function clusterSection(el, c) {
         h("td", null, fmtInt(n.registrySeq)), h("td", null, timeEl(n.seen))))))),
     h("div", { class: "table-wrap" }, h("table", { class: "data", id: "cluster-sessions" },
       h("thead", null, h("tr", null, h("th", null, "Agent"), h("th", null, "Connected to"))),
-      h("tbody", null, ...sessions.map((x) => h("tr", null, h("td", { class: "mono" }, x.beamId), h("td", { class: "mono" }, x.node))))))));
+      h("tbody", null, ...sessions.map((x) => h("tr", null, h("td", { class: "mono" }, x.beamId), h("td", { class: "mono" }, x.node)))))),
+    homes.length ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "cluster-homes" },
+      h("thead", null, h("tr", null, h("th", null, "Home"), h("th", null, "Node"), h("th", null, "Log"), h("th", null, "Live"))),
+      h("tbody", null, ...homes.map((x) => h("tr", { "data-home": x.name },
+        h("td", { class: "mono" }, x.name), h("td", { class: "mono" }, x.node), h("td", { class: "mono muted" }, x.log || "—"),
+        h("td", null, h("span", { class: `chip ${x.live ? "link-up" : "link-down"}` }, x.live ? "live" : "down"))))))) : null,
+    takeovers.length ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "cluster-takeovers" },
+      h("thead", null, h("tr", null, ...["Log taken over", "Node", "Taker", "State", "Started", "Duration", "Adopted"].map((x) => h("th", null, x)))),
+      h("tbody", null, ...takeovers.map((x) => h("tr", { dataset: { log: x.log, state: x.state } },
+        h("td", { class: "mono muted" }, x.log), h("td", { class: "mono" }, x.node || "—"), h("td", { class: "mono" }, x.taker),
+        h("td", null, h("span", { class: `chip ${x.state === "done" ? "link-up" : "link-failing"}` }, x.state)), h("td", null, timeEl(x.started)),
+        h("td", null, x.durationMs ? fmtMs(x.durationMs) : "—"),
+        h("td", { dataset: { col: "adopted" } }, Object.entries(x.adopted || {}).map(([k, v]) => `${k} ${fmtInt(v)}`).join(", ") || "none")))))) : null));
 }
 
 function renderFederation(root, { isCurrent }) {
