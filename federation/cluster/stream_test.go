@@ -55,6 +55,9 @@ func TestStreamChunkNotSealedByTheAnsweringNodeIsDropped(t *testing.T) {
 	inbox := caller.nc.NewRespInbox()
 	sub, err := caller.nc.SubscribeSync(inbox)
 	require.NoError(t, err)
+	// The chunks come from other connections: the server must know the
+	// subscription before they are published, or it drops them.
+	require.NoError(t, caller.nc.Flush())
 	publish := func(by *Node, s streamSeal, data string) {
 		tok, err := by.seal(typStreamChunk, s)
 		require.NoError(t, err)
