@@ -51,6 +51,9 @@ type shippedLog struct {
 	pending map[string]map[tracing.Owner]map[string]bool
 }
 
+// The cluster ships and imports through a shippedLog.
+var _ cluster.Log = (*shippedLog)(nil)
+
 func newShippedLog(s *Server) *shippedLog {
 	return &shippedLog{s: s, ready: make(chan struct{}), pending: map[string]map[tracing.Owner]map[string]bool{}}
 }
