@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -222,18 +223,10 @@ func (n *Node) onJobsCall(ctx context.Context, m *nats.Msg) {
 		defer func() { <-n.jobsSlots }()
 		rctx, cancel := context.WithDeadline(ctx, time.Unix(c.Exp, 0))
 		defer cancel()
-		u := c.Path
-		if c.Query != "" {
-			u += "?" + c.Query
-		}
-		r, err := http.NewRequestWithContext(rctx, c.Method, u, bytes.NewReader(m.Data))
+		r, err := c.request(rctx, m.Data, hdr)
 		if err != nil {
 			n.answerProblem(m, from, c.ID, srv.problem, httpjson.New(http.StatusBadRequest, "invalid_request", "Bad request."))
 			return
-		}
-		r.RequestURI, r.RemoteAddr, r.Header = u, c.Remote, hdr
-		if c.TLS {
-			r.TLS = &tls.ConnectionState{}
 		}
 		rec := serveCaptured(srv.next, r)
 		if rec.overflow {
@@ -242,6 +235,30 @@ func (n *Node) onJobsCall(ctx context.Context, m *nats.Msg) {
 		}
 		n.answer(m, from, c.ID, rec.code(), rec.header, rec.body)
 	}()
+}
+
+// request rebuilds the client's request from c, body and hdr as the home's
+// own listener would have read it: the path is a request URI's, so one
+// beginning "//" stays a path (a URL parser would take its first segment
+// for a host) and every node answers it as the home does.
+func (c jobsCall) request(ctx context.Context, body []byte, hdr http.Header) (*http.Request, error) {
+	uri := c.Path
+	if c.Query != "" {
+		uri += "?" + c.Query
+	}
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return nil, fmt.Errorf("jobs call: request URI: %w", err)
+	}
+	r, err := http.NewRequestWithContext(ctx, c.Method, "/", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("jobs call: %w", err)
+	}
+	r.URL, r.RequestURI, r.RemoteAddr, r.Header = u, uri, c.Remote, hdr
+	if c.TLS {
+		r.TLS = &tls.ConnectionState{}
+	}
+	return r, nil
 }
 
 // answerProblem answers a call with e in the job bus's shape.

@@ -198,3 +198,30 @@ func TestJobsHandlerReadsAMovedHome(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 	require.Equal(t, 1, served)
 }
+
+// TestJobsCallIsServedWithTheClientsPath: the home serves a forwarded
+// request with the path and query the client sent, as its own listener
+// would read them; a path beginning "//" stays a path (a route the job bus
+// does not have), not a host and another route, so a node that is not the
+// home answers it as the home does.
+func TestJobsCallIsServedWithTheClientsPath(t *testing.T) {
+	t.Parallel()
+	from := sealNode(t, "node-a", testClusterKey)
+	for _, target := range []string{"//evil/intent", "/status/a%2Fb?namespace=q&x=%2F", "/claim?goal=resize"} {
+		home := sealNode(t, "node-b", testClusterKey) // each call's ID is taken once
+		req := httptest.NewRequest(http.MethodPost, target, nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		m, _ := jobsMsg(t, from, "node-b", req, []byte(`{}`))
+		_, c, hdr, err := home.verifyJobsCall(m, time.Now())
+		require.NoError(t, err)
+		c.Remote = req.RemoteAddr
+		r, err := c.request(context.Background(), m.Data, hdr)
+		require.NoError(t, err, target)
+		require.Equal(t, req.URL.Path, r.URL.Path, target)
+		require.Equal(t, req.URL.EscapedPath(), r.URL.EscapedPath(), target)
+		require.Equal(t, req.URL.RawQuery, r.URL.RawQuery, target)
+		require.Empty(t, r.URL.Host, target)
+		require.Equal(t, req.RequestURI, r.RequestURI, target)
+		require.Equal(t, "192.0.2.1:1234", r.RemoteAddr)
+	}
+}
