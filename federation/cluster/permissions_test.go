@@ -52,21 +52,7 @@ func TestNodeUserCarriesAForwardedStream(t *testing.T) {
 	require.NoError(t, answerer.nc.Flush())
 	t.Cleanup(answerer.streams.close)
 
-	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			_, _ = w.Write([]byte("data: " + strconv.Itoa(i) + "\n\n"))
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-tick.C:
-			}
-		}
-	})
+	h := countingStream(nil)
 	answerer.callNext.Store(&h)
 
 	rctx, disconnect := context.WithCancel(ctx)

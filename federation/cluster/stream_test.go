@@ -113,6 +113,31 @@ func (f *flushRecorder) Write(b []byte) (int, error) {
 }
 func (f *flushRecorder) Flush() {}
 
+// countingStream is an event stream handler writing "data: 0", "data: 1",
+// … every 20 ms until its client leaves; then it sends the principal it
+// ran as on ended, if not nil.
+func countingStream(ended chan<- directory.BusPrincipal) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := directory.BusPrincipalFrom(r.Context())
+		if ended != nil {
+			defer func() { ended <- p }()
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			_, _ = w.Write([]byte("data: " + strconv.Itoa(i) + "\n\n"))
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+}
+
 // TestForwardedStreamFlowsAndEndsWithItsClient: a stream another node
 // serves reaches the client chunk by chunk while its handler runs, as the
 // principal the call names, and the client's disconnect ends the handler
@@ -129,23 +154,7 @@ func TestForwardedStreamFlowsAndEndsWithItsClient(t *testing.T) {
 	t.Cleanup(answerer.streams.close)
 
 	ended := make(chan directory.BusPrincipal, 1)
-	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, _ := directory.BusPrincipalFrom(r.Context())
-		defer func() { ended <- p }()
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			_, _ = w.Write([]byte("data: " + strconv.Itoa(i) + "\n\n"))
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-tick.C:
-			}
-		}
-	})
+	h := countingStream(ended)
 	answerer.callNext.Store(&h)
 
 	rctx, disconnect := context.WithCancel(ctx)
