@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/beamdir/beam/agents"
 	"github.com/beamdir/beam/tracing"
 )
 
@@ -82,4 +85,102 @@ func TestTakeoverServesFinishedJobs(t *testing.T) {
 	require.Equal(t, open, out["id"])
 	code, out = jobCall(t, taker.srv, http.MethodPost, "/claim?goal=done", map[string]any{})
 	require.NotEqual(t, http.StatusOK, code, "the finished job is not claimable again: %v", out)
+}
+
+// TestTakeoverLeavesImportedEnvelopesToAdopt: while a takeover imports a
+// lost node's log, an envelope the import brought in queued and due is
+// the takeover's: the taker's engine, which starts the due hops it finds
+// in its log, does not dispatch it on its own (the rest of the import may
+// show the hop done, and the envelope would finish twice). Once adopted it
+// runs its hop once and finishes once.
+func TestTakeoverLeavesImportedEnvelopesToAdopt(t *testing.T) {
+	t.Parallel()
+	const domain = "acme.beam.directory"
+	ctx := context.Background()
+	creatorID, err := agents.GenerateIdentity("creator@" + domain)
+	require.NoError(t, err)
+	actorID, err := agents.GenerateIdentity("actor@" + domain)
+	require.NoError(t, err)
+	register := func(l *liveServer, id *agents.Identity, name string) (*agents.Client, string) {
+		t.Helper()
+		c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: l.url, Identity: id, Logger: quietLogger(),
+			ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		res, err := c.Register(ctx, name, []string{"test"})
+		require.NoError(t, err)
+		return c, res.APIKey
+	}
+
+	// The lost node: an envelope waiting for its actor, which is offline.
+	dead := startLive(t, Config{OpenOrgs: true})
+	_, creatorKey := register(dead, creatorID, "creator")
+	register(dead, actorID, "actor")
+	raw, err := json.Marshal(map[string]any{"route": []string{"actor@" + domain}, "payload": map[string]any{}})
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, dead.url+"/api/v1/mesh", bytes.NewReader(raw))
+	require.NoError(t, err)
+	req.Header.Set("X-Api-Key", creatorKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var created map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&created))
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, created)
+	id := created["id"].(string)
+	require.Eventually(t, func() bool {
+		row, _, err := dead.srv.Log().MeshEnvelope(ctx, id)
+		require.NoError(t, err)
+		return row.State == tracing.Queued && row.Actor != ""
+	}, 10*time.Second, 10*time.Millisecond, "the envelope waits for its actor")
+	var batches [][]byte
+	require.NoError(t, dead.srv.Log().Unshipped(ctx, 0, func(b []byte, _ int64) error {
+		batches = append(batches, bytes.Clone(b))
+		return nil
+	}))
+
+	// The taker, where the actor is connected.
+	taker := startLive(t, Config{OpenOrgs: true})
+	register(taker, creatorID, "creator")
+	actor, _ := register(taker, actorID, "actor")
+	var hops atomic.Int32
+	actor.HandleMesh(func(context.Context, *agents.MeshHop) (any, error) {
+		hops.Add(1)
+		return map[string]any{"done": true}, nil
+	})
+	require.NoError(t, actor.Connect(ctx))
+	sl := newShippedLog(taker.srv)
+	close(sl.ready)
+	deadLog := dead.srv.Log().ID()
+	for i, b := range batches {
+		require.NoError(t, sl.Import(ctx, deadLog, "node-dead", uint64(i+1), b))
+	}
+	lg := taker.srv.Log()
+	row, ok, err := lg.MeshEnvelope(ctx, id)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, tracing.Queued, row.State)
+	require.Never(t, func() bool { return hops.Load() > 0 }, time.Second, 20*time.Millisecond,
+		"the taker's engine leaves an imported envelope to the takeover until it is adopted")
+
+	adopted, err := sl.Adopt(ctx, deadLog, "node-dead")
+	require.NoError(t, err)
+	require.Equal(t, 1, adopted[string(tracing.OwnerMesh)], adopted)
+	require.Eventually(t, func() bool {
+		row, _, err := lg.MeshEnvelope(ctx, id)
+		require.NoError(t, err)
+		return row.Status == tracing.MeshSucceeded
+	}, 20*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, hops.Load(), "the hop ran once")
+	trace, err := lg.Trace(ctx, row.Nonce)
+	require.NoError(t, err)
+	ends := 0
+	for _, ev := range trace {
+		var st tracing.MeshStep
+		if len(ev.Details.Mesh) > 0 && json.Unmarshal(ev.Details.Mesh, &st) == nil && st.Status.Terminal() {
+			ends++
+		}
+	}
+	require.Equal(t, 1, ends, "the envelope finished once")
 }

@@ -80,6 +80,7 @@ func (l *Log) Import(ctx context.Context, from ImportSource, batch []byte) (Impo
 	if err != nil {
 		return ImportResult{}, fmt.Errorf("import from log %s: %w", from.Log, err)
 	}
+	l.imported.Store(true)
 	r := &request{kind: kindAppend, done: make(chan struct{}), fn: importMarker,
 		imp: &importReq{src: from, doc: doc, res: ImportResult{Unfinished: map[Owner][]string{}, Finished: map[Owner][]string{}}}}
 	if err := l.wait(ctx, r); err != nil {
