@@ -38,6 +38,19 @@ func jobCall(t *testing.T, s *Server, method, path string, body any) (int, map[s
 	return w.Code, out
 }
 
+// registerAs registers the agent of identity id as name on l and returns
+// its client (closed when the test ends) and API key.
+func registerAs(t *testing.T, l *liveServer, id *agents.Identity, name string) (*agents.Client, string) {
+	t.Helper()
+	c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: l.url, Identity: id, Logger: quietLogger(),
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	res, err := c.Register(context.Background(), name, []string{"test"})
+	require.NoError(t, err)
+	return c, res.APIKey
+}
+
 // TestTakeoverServesFinishedJobs: a takeover of the job bus's home moves
 // the home to the taker, so every job the dead home knew — the finished
 // ones too, not only those it left open — is read through the taker's job
@@ -101,21 +114,10 @@ func TestTakeoverLeavesImportedEnvelopesToAdopt(t *testing.T) {
 	require.NoError(t, err)
 	actorID, err := agents.GenerateIdentity("actor@" + domain)
 	require.NoError(t, err)
-	register := func(l *liveServer, id *agents.Identity, name string) (*agents.Client, string) {
-		t.Helper()
-		c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: l.url, Identity: id, Logger: quietLogger(),
-			ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		res, err := c.Register(ctx, name, []string{"test"})
-		require.NoError(t, err)
-		return c, res.APIKey
-	}
-
 	// The lost node: an envelope waiting for its actor, which is offline.
 	dead := startLive(t, Config{OpenOrgs: true})
-	_, creatorKey := register(dead, creatorID, "creator")
-	register(dead, actorID, "actor")
+	_, creatorKey := registerAs(t, dead, creatorID, "creator")
+	registerAs(t, dead, actorID, "actor")
 	raw, err := json.Marshal(map[string]any{"route": []string{"actor@" + domain}, "payload": map[string]any{}})
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodPost, dead.url+"/api/v1/mesh", bytes.NewReader(raw))
@@ -142,8 +144,8 @@ func TestTakeoverLeavesImportedEnvelopesToAdopt(t *testing.T) {
 
 	// The taker, where the actor is connected.
 	taker := startLive(t, Config{OpenOrgs: true})
-	register(taker, creatorID, "creator")
-	actor, _ := register(taker, actorID, "actor")
+	registerAs(t, taker, creatorID, "creator")
+	actor, _ := registerAs(t, taker, actorID, "actor")
 	var hops atomic.Int32
 	actor.HandleMesh(func(context.Context, *agents.MeshHop) (any, error) {
 		hops.Add(1)
