@@ -46,13 +46,7 @@ func TestServerAdoptsImportedWork(t *testing.T) {
 		t.Helper()
 		id, err := agents.GenerateIdentity(name + "@" + domain)
 		require.NoError(t, err)
-		c, err := agents.NewClient(agents.ClientConfig{DirectoryURL: l.url, Identity: id, Logger: quietLogger(),
-			ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		res, err := c.Register(ctx, name, []string{"test"})
-		require.NoError(t, err)
-		return c, res.APIKey
+		return registerAs(t, l, id, name)
 	}
 	post := func(path, key string, body any) map[string]any {
 		t.Helper()

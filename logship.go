@@ -46,16 +46,58 @@ type shippedLog struct {
 	ready chan struct{}
 
 	mu sync.Mutex
-	// pending holds, per imported log, the unfinished items its batches
-	// brought in and no later batch finished, until they are adopted.
-	pending map[string]map[tracing.Owner]map[string]bool
+	// pending holds, per imported log, its durable items as its batches
+	// left them, until they are adopted.
+	pending map[string]*importedItems
+}
+
+// importedItems are the durable items of one imported log, by owner and
+// nonce: unfinished (the work to adopt) or finished (for reads).
+type importedItems struct {
+	unfinished, finished map[tracing.Owner]map[string]bool
+}
+
+// note records what one batch's import left of its items: a later batch
+// may finish an item, or requeue a finished one.
+func (it *importedItems) note(res tracing.ImportResult) {
+	move := func(to, from map[tracing.Owner]map[string]bool, byOwner map[tracing.Owner][]string) {
+		for owner, nonces := range byOwner {
+			set := to[owner]
+			if set == nil {
+				set = map[string]bool{}
+				to[owner] = set
+			}
+			for _, nonce := range nonces {
+				set[nonce] = true
+				delete(from[owner], nonce)
+			}
+		}
+	}
+	move(it.unfinished, it.finished, res.Unfinished)
+	move(it.finished, it.unfinished, res.Finished)
+}
+
+// adoptable returns the nonces each subsystem adopts: the unfinished
+// items, and the job bus's finished jobs too, which it serves from memory
+// (status, result and claim reads answer through the home).
+func (it *importedItems) adoptable() map[tracing.Owner][]string {
+	out := map[tracing.Owner][]string{}
+	for owner, set := range it.unfinished {
+		out[owner] = slices.Sorted(maps.Keys(set))
+	}
+	if done := it.finished[tracing.OwnerJobs]; len(done) > 0 {
+		jobs := maps.Clone(done)
+		maps.Copy(jobs, it.unfinished[tracing.OwnerJobs])
+		out[tracing.OwnerJobs] = slices.Sorted(maps.Keys(jobs))
+	}
+	return out
 }
 
 // The cluster ships and imports through a shippedLog.
 var _ cluster.Log = (*shippedLog)(nil)
 
 func newShippedLog(s *Server) *shippedLog {
-	return &shippedLog{s: s, ready: make(chan struct{}), pending: map[string]map[tracing.Owner]map[string]bool{}}
+	return &shippedLog{s: s, ready: make(chan struct{}), pending: map[string]*importedItems{}}
 }
 
 // ID is the log's ID.
@@ -75,26 +117,12 @@ func (l *shippedLog) Import(ctx context.Context, logID, node string, streamSeq u
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	byOwner := l.pending[logID]
-	if byOwner == nil {
-		byOwner = map[tracing.Owner]map[string]bool{}
-		l.pending[logID] = byOwner
+	it := l.pending[logID]
+	if it == nil {
+		it = &importedItems{unfinished: map[tracing.Owner]map[string]bool{}, finished: map[tracing.Owner]map[string]bool{}}
+		l.pending[logID] = it
 	}
-	for owner, nonces := range res.Unfinished {
-		set := byOwner[owner]
-		if set == nil {
-			set = map[string]bool{}
-			byOwner[owner] = set
-		}
-		for _, nonce := range nonces {
-			set[nonce] = true
-		}
-	}
-	for _, nonce := range res.Finished {
-		for _, set := range byOwner {
-			delete(set, nonce)
-		}
-	}
+	it.note(res)
 	return nil
 }
 
@@ -110,8 +138,8 @@ func (l *shippedLog) Adopt(ctx context.Context, logID, _ string) (map[string]int
 	}
 	l.mu.Lock()
 	byOwner := map[tracing.Owner][]string{}
-	for owner, set := range l.pending[logID] {
-		byOwner[owner] = slices.Sorted(maps.Keys(set))
+	if it := l.pending[logID]; it != nil {
+		byOwner = it.adoptable()
 	}
 	l.mu.Unlock()
 	if l.s.intent != nil {

@@ -36,9 +36,10 @@ type ImportResult struct {
 	// items this batch touched that are not finished after it: the items
 	// the taker adopts. A later batch may finish one (Finished).
 	Unfinished map[Owner][]string
-	// Finished lists the durable nonces this batch touched that are
-	// finished after it.
-	Finished []string
+	// Finished lists, per owner, the nonces of durable items this batch
+	// touched that are finished after it: the taker serves their reads
+	// (a job bus indexes its finished jobs too).
+	Finished map[Owner][]string
 }
 
 // importReq is the writer's part of an Import.
@@ -79,8 +80,9 @@ func (l *Log) Import(ctx context.Context, from ImportSource, batch []byte) (Impo
 	if err != nil {
 		return ImportResult{}, fmt.Errorf("import from log %s: %w", from.Log, err)
 	}
+	l.imported.Store(true)
 	r := &request{kind: kindAppend, done: make(chan struct{}), fn: importMarker,
-		imp: &importReq{src: from, doc: doc, res: ImportResult{Unfinished: map[Owner][]string{}}}}
+		imp: &importReq{src: from, doc: doc, res: ImportResult{Unfinished: map[Owner][]string{}, Finished: map[Owner][]string{}}}}
 	if err := l.wait(ctx, r); err != nil {
 		return ImportResult{}, fmt.Errorf("import from log %s: %w", from.Log, err)
 	}
@@ -110,7 +112,7 @@ func (res *ImportResult) list(row IntentRow, ok bool) {
 	switch {
 	case !ok || !durable(row.Owner):
 	case row.Status.Terminal():
-		res.Finished = append(res.Finished, row.Nonce)
+		res.Finished[row.Owner] = append(res.Finished[row.Owner], row.Nonce)
 	default:
 		res.Unfinished[row.Owner] = append(res.Unfinished[row.Owner], row.Nonce)
 	}

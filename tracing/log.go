@@ -123,6 +123,8 @@ type Log struct {
 	// restart the WAL (checkpoint.go).
 	ckpt        *checkpointer
 	needRestart atomic.Bool
+	// imported is set once the log imports another log (Imported).
+	imported    atomic.Bool
 	walRestarts atomic.Int64 // for tests
 	ownCommits  atomic.Int64 // commits made by a caller of wait, for tests
 	closeOnce   sync.Once

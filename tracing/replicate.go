@@ -98,6 +98,11 @@ func (l *Log) loadID(ctx context.Context) error {
 		return fmt.Errorf("read op count: %w", err)
 	}
 	l.w.opCount = n.Int64
+	var imports int
+	if err := l.wdb.GetContext(ctx, &imports, `SELECT COUNT(*) FROM log_imports`); err != nil {
+		return fmt.Errorf("read imports: %w", err)
+	}
+	l.imported.Store(imports > 0)
 	return nil
 }
 

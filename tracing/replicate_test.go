@@ -196,9 +196,11 @@ func TestShippedBatchesImportIntoAnotherLog(t *testing.T) {
 				unfinished[o][n] = true
 			}
 		}
-		for _, n := range res.Finished {
-			for o := range unfinished {
-				delete(unfinished[o], n)
+		for _, ns := range res.Finished {
+			for _, n := range ns {
+				for o := range unfinished {
+					delete(unfinished[o], n)
+				}
 			}
 		}
 	}

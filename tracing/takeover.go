@@ -71,6 +71,26 @@ func (l *Log) Adoptable(ctx context.Context, nonce string) (Takeover, bool, erro
 	return t, ok, nil
 }
 
+// Imported reports whether this log has imported another log (a
+// takeover): only then may an item's latest event be an imported one that
+// is still to be adopted (Adoptable). A log that never imported answers
+// without reading anything.
+func (l *Log) Imported() bool { return l.imported.Load() }
+
+// Unadopted reports whether nonce's latest event is an imported one that
+// no subsystem adopted yet: while a takeover imports a lost log's batches,
+// and until it adopts their work, the item belongs to the takeover, and a
+// subsystem that drives its items from the log (due hops, deadlines)
+// leaves it alone, or it would run work the rest of the import may show
+// done.
+func (l *Log) Unadopted(ctx context.Context, nonce string) (bool, error) {
+	if !l.Imported() {
+		return false, nil
+	}
+	_, ok, err := l.Adoptable(ctx, nonce)
+	return ok, err
+}
+
 // AdoptEach runs adopt on each of items (a takeover's imported nonces or
 // ids of one owner) and returns how many it adopted, with every error
 // naming its item.

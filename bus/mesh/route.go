@@ -194,6 +194,10 @@ func (e *Engine) attempt(ctx context.Context, id string) error {
 		unlock()
 		return err
 	}
+	if taken, err := e.log.Unadopted(ctx, row.Nonce); err != nil || taken {
+		unlock() // a takeover's, until it adopts the envelope (Adopt)
+		return err
+	}
 	env, err := envelopeOf(row)
 	if err != nil {
 		err = e.fail(ctx, row, envelope{ID: id, Payload: json.RawMessage("{}")}, nil, reasonBadReply, "stored envelope: "+err.Error(), codePermanent)
@@ -871,6 +875,9 @@ func (e *Engine) expire(ctx context.Context, id string) error {
 	row, ok, err := e.log.MeshEnvelope(ctx, id)
 	if err != nil || !ok || row.Status.Terminal() {
 		return err
+	}
+	if taken, err := e.log.Unadopted(ctx, row.Nonce); err != nil || taken {
+		return err // a takeover's: adopted, its first attempt expires it
 	}
 	env, err := envelopeOf(row)
 	if err != nil {
