@@ -32,6 +32,7 @@ const (
 	codeForbidden         = "FORBIDDEN"
 	codePayloadTooLarge   = "PAYLOAD_TOO_LARGE"
 	codeInternal          = "INTERNAL_ERROR"
+	codeNotReplicated     = "NOT_REPLICATED"
 	codeRateLimited       = "RATE_LIMITED"
 	maxFieldBytes         = 256
 	maxFilterBytes        = 1024

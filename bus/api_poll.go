@@ -201,6 +201,10 @@ func (b *Bus) ack(ctx context.Context, p principal, nonce string, status tracing
 		if errors.As(err, &te) {
 			return row, httpjson.Errorf(http.StatusConflict, codeInvalidState, "message %s changed state meanwhile", row.ID)
 		}
+		if e := notReplicated(err); e != nil {
+			b.lg.Warn("bus: record ack", "nonce", nonce, "err", err)
+			return row, e
+		}
 		b.lg.Error("bus: record ack", "nonce", nonce, "err", err)
 		return row, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "ack could not be recorded")
 	}

@@ -54,6 +54,7 @@ type setupOpts struct {
 	path  string
 	clock *testclock.Clock
 	cfg   func(*Config)
+	repl  tracing.Replicator
 }
 
 func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
@@ -69,7 +70,7 @@ func setup(t testing.TB, opts ...func(*setupOpts)) *testBundle {
 		o.clock = testclock.NewNow()
 	}
 	ctx := context.Background()
-	lg, err := tracing.Open(ctx, tracing.Config{Path: o.path, Clock: o.clock.Now, Synchronous: "NORMAL"})
+	lg, err := tracing.Open(ctx, tracing.Config{Path: o.path, Clock: o.clock.Now, Synchronous: "NORMAL", Replicator: o.repl})
 	require.NoError(t, err)
 	reg, err := registry.Open(ctx, lg, registry.Config{DefaultPolicy: registry.PolicyAllow, Clock: o.clock.Now,
 		OperatorAuth: func(r *http.Request) (string, bool) {

@@ -164,6 +164,10 @@ func (b *Bus) record(ctx context.Context, req *sendRequest, received tracing.Eve
 			}
 			return 0, nil, httpjson.Errorf(http.StatusBadRequest, codeInvalidPayload, "message cannot be recorded: %s", ve.Reason)
 		}
+		if e := notReplicated(err); e != nil {
+			b.lg.Warn("bus: record message", "nonce", nonce, "err", err)
+			return 0, nil, e
+		}
 		b.lg.Error("bus: record message", "nonce", nonce, "err", err)
 		return 0, nil, httpjson.Errorf(http.StatusInternalServerError, codeInternal, "message could not be recorded")
 	}
@@ -279,4 +283,19 @@ func (b *Bus) deliver(row tracing.MessageRow, frame *wire.IntentFrame, senderKey
 		},
 	})
 	return started
+}
+
+// notReplicated is the answer to a change the log committed but could not
+// put into the cluster's replicated storage (tracing.ErrNotReplicated), or
+// refused because another node took this node's log over
+// (tracing.ErrFenced): nothing was acknowledged, and the client may try
+// again; nil for any other error.
+func notReplicated(err error) *httpjson.Error {
+	if !errors.Is(err, tracing.ErrNotReplicated) && !errors.Is(err, tracing.ErrFenced) {
+		return nil
+	}
+	e := httpjson.Errorf(http.StatusServiceUnavailable, codeNotReplicated,
+		"not acknowledged: the cluster's replicated storage did not confirm it; try again (a resend of the same nonce answers its status, or NONCE_REUSE_CONFLICT on another node: then send a new one)")
+	e.RetryAfter = time.Second
+	return e
 }
