@@ -240,6 +240,12 @@ func (l *Log) importNonce(ts *txStmts, ev *Event, srcLog string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if e == nil && (ev.State != Received || relayedFor(ev)) {
+		// A holder's relay of a frame another node handed to it is that
+		// node's to retry or answer, not work of the lost log (and a
+		// nonce whose start was left out stays out).
+		return false, nil
+	}
 	if e != nil {
 		from, err := l.importedFrom(ts, e)
 		if err != nil {
@@ -261,6 +267,17 @@ func (l *Log) importNonce(ts *txStmts, ev *Event, srcLog string) (bool, error) {
 		w.newIDs[b.MessageID] = true
 	}
 	return true, nil
+}
+
+// relayedFor reports whether ev, the first event of a nonce, is a holder's
+// relay of a frame another node of the cluster handed over (its received
+// event names that node: details.fromNode).
+func relayedFor(ev *Event) bool {
+	if ev.Details.Owner != "" && ev.Details.Owner != OwnerDirectory {
+		return false
+	}
+	from, _ := ev.Details.Extra["fromNode"].(string)
+	return from != ""
 }
 
 // replaces reports whether ev, an imported event (taken) of a durable

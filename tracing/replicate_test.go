@@ -468,6 +468,38 @@ func TestImportNonceCollisions(t *testing.T) {
 	require.Equal(t, before, tables(t, dst.log))
 }
 
+// TestImportLeavesHoldersRelaysOut: the lost log relayed, as the holder of
+// an agent's session, a frame another node handed over (its received event
+// names that node, details.fromNode). That nonce is the other node's to
+// retry or answer: the taker imports none of it and adopts nothing, so the
+// owner's next attempt, handed to the taker, is not met by a stale trace.
+func TestImportLeavesHoldersRelaysOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := &recorder{}
+	src := setup(t, withReplicator(rec))
+	relayed := received("h-1")
+	relayed.Transport = "cluster"
+	relayed.Details.Extra = map[string]any{"fromNode": "node0", "busMessageId": "m-h1"}
+	src.append(relayed, ev("h-1", Validated), ev("h-1", Dispatched))
+	src.append(received("own-1"), ev("own-1", Validated), ev("own-1", Dispatched))
+
+	dst := setup(t)
+	unfinished := map[Owner][]string{}
+	for i, s := range rec.accepted() {
+		res, err := dst.log.Import(ctx, ImportSource{Log: src.log.ID(), Node: "n1", StreamSeq: uint64(i + 1)}, s.batch)
+		require.NoError(t, err)
+		for o, ns := range res.Unfinished {
+			unfinished[o] = append(unfinished[o], ns...)
+		}
+	}
+	for _, ns := range unfinished {
+		require.NotContains(t, ns, "h-1", "nothing of the relay is adopted")
+	}
+	require.Equal(t, State(""), dst.state("h-1"), "the holder's relay is not imported")
+	require.Equal(t, Dispatched, dst.state("own-1"))
+}
+
 // TestLogIDKeptInTheFile: the ID is made with the file and survives a
 // reopen; another file has another.
 func TestLogIDKeptInTheFile(t *testing.T) {
