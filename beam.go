@@ -118,6 +118,13 @@ type Cluster struct {
 	Routes []string
 	// Replicas of the cluster's JetStream streams; 0 means min(3, nodes).
 	Replicas int
+	// TakeoverGrace is how long a node must have been gone (past the
+	// expiry of its entry in the nodes bucket) before a surviving node
+	// takes over its log and unfinished work; 0 means
+	// cluster.DefaultTakeoverGrace (5 s). A longer grace lets a node be down longer and
+	// resume its own work (a slow restart, an upgrade), at the price of
+	// that work waiting as long when the node does not come back.
+	TakeoverGrace time.Duration
 }
 
 // Bus tunes the durable message bus (package bus).

@@ -81,6 +81,7 @@ func (s *Server) openCluster(agents *registry.Registry, dir *directory.Directory
 		StoreDir: filepath.Join(s.cfg.DataDir, "jetstream"), Registry: agents, Directory: dir, Router: router, Sessions: dir.ConnectedAgents, Logger: s.logger,
 		DirectoryKey: federation.EncodeKey(key.Public().(ed25519.PublicKey)), Key: key, Registerer: s.registry,
 		JobBus: s.cfg.JobBus.Enabled, LogID: s.log.ID(), Log: s.shipped, Adopt: s.shipped.Adopt,
+		TakeoverGrace: c.TakeoverGrace,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)

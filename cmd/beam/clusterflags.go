@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/beamdir/beam"
+	"github.com/beamdir/beam/federation/cluster"
 )
 
 // clusterFlags are beam serve's cluster-mode flags (federation/cluster).
@@ -15,6 +17,7 @@ type clusterFlags struct {
 	listen   string
 	routes   string
 	replicas int
+	grace    time.Duration
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -23,16 +26,20 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "cluster-listen", "", "route listener HOST:PORT of the embedded NATS server, which the other nodes' --cluster-routes name")
 	fs.StringVar(&c.routes, "cluster-routes", "", "the other nodes' route URLs, comma-separated: nats-route://HOST:PORT,…")
 	fs.IntVar(&c.replicas, "cluster-replicas", 0, "replicas of the cluster's JetStream streams (default min(3, nodes))")
+	fs.DurationVar(&c.grace, "cluster-takeover-grace", cluster.DefaultTakeoverGrace, "how long a node must be gone, past its entry's expiry (about 10 s), before a survivor takes over its log and unfinished work; a node back sooner resumes its own")
 }
 
 // config returns the directory's cluster configuration, off without
 // --cluster.
 func (c *clusterFlags) config() (beam.Cluster, error) {
 	if !c.on {
-		if c.nodeID != "" || c.listen != "" || c.routes != "" || c.replicas != 0 {
-			return beam.Cluster{}, fmt.Errorf("--node-id, --cluster-listen, --cluster-routes and --cluster-replicas need --cluster")
+		if c.nodeID != "" || c.listen != "" || c.routes != "" || c.replicas != 0 || c.grace != cluster.DefaultTakeoverGrace {
+			return beam.Cluster{}, fmt.Errorf("--node-id, --cluster-listen, --cluster-routes, --cluster-replicas and --cluster-takeover-grace need --cluster")
 		}
 		return beam.Cluster{}, nil
+	}
+	if c.grace < time.Second {
+		return beam.Cluster{}, fmt.Errorf("--cluster-takeover-grace %s: at least 1s", c.grace)
 	}
 	var routes []string
 	for _, r := range strings.Split(c.routes, ",") {
@@ -40,5 +47,5 @@ func (c *clusterFlags) config() (beam.Cluster, error) {
 			routes = append(routes, r)
 		}
 	}
-	return beam.Cluster{Enabled: true, NodeID: c.nodeID, Listen: c.listen, Routes: routes, Replicas: c.replicas}, nil
+	return beam.Cluster{Enabled: true, NodeID: c.nodeID, Listen: c.listen, Routes: routes, Replicas: c.replicas, TakeoverGrace: c.grace}, nil
 }

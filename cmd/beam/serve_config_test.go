@@ -60,10 +60,11 @@ func TestServeFlagsReachTheConfig(t *testing.T) {
 	}
 	// Flags that are refused without another one.
 	needs := map[string][]string{
-		"node-id":          {"--cluster"},
-		"cluster-listen":   {"--cluster"},
-		"cluster-routes":   {"--cluster"},
-		"cluster-replicas": {"--cluster"},
+		"node-id":                {"--cluster"},
+		"cluster-listen":         {"--cluster"},
+		"cluster-routes":         {"--cluster"},
+		"cluster-replicas":       {"--cluster"},
+		"cluster-takeover-grace": {"--cluster"},
 	}
 	env := func(string) string { return "" }
 	build := func(args ...string) beam.Config {
@@ -119,4 +120,30 @@ func otherValue(t *testing.T, fl *flag.Flag) string {
 	}
 	t.Fatalf("--%s: no value for type %T; add one to the test", fl.Name, g.Get())
 	return ""
+}
+
+// TestClusterFlagsAreRefusedWithoutCluster: a cluster flag given without
+// --cluster, or a takeover grace too short to tell a restart from a loss,
+// is an error, not a setting silently dropped.
+func TestClusterFlagsAreRefusedWithoutCluster(t *testing.T) {
+	for _, args := range [][]string{
+		{"--node-id=n1"},
+		{"--cluster-replicas=3"},
+		{"--cluster-takeover-grace=1m"},
+		{"--cluster", "--cluster-takeover-grace=500ms"},
+	} {
+		var c clusterFlags
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		c.register(fs)
+		require.NoError(t, fs.Parse(args))
+		_, err := c.config()
+		require.Error(t, err, "%v", args)
+	}
+	var c clusterFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c.register(fs)
+	require.NoError(t, fs.Parse([]string{"--cluster", "--cluster-takeover-grace=2m"}))
+	cfg, err := c.config()
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Minute, cfg.TakeoverGrace)
 }

@@ -130,7 +130,7 @@ type Config struct {
 	// interrupted is done again.
 	Adopt func(ctx context.Context, logID, node string) (map[string]int, error)
 	// TakeoverGrace is how long a node must have been gone before its log
-	// is taken over; default 5 s.
+	// is taken over; 0 means DefaultTakeoverGrace.
 	TakeoverGrace time.Duration
 	// Registerer receives the cluster's metrics; nil: not exported.
 	Registerer prometheus.Registerer

@@ -25,9 +25,9 @@ import (
 // is gone in turn is taken again (an Update checked against its revision)
 // and the whole takeover done again.
 
-// defaultTakeoverGrace is how long a log's node must have been gone before
-// its log is taken over.
-const defaultTakeoverGrace = 5 * time.Second
+// DefaultTakeoverGrace is how long a log's node must have been gone, past
+// its entry's expiry, before its log is taken over (Config.TakeoverGrace).
+const DefaultTakeoverGrace = 5 * time.Second
 
 // takeoverTick is how often a node looks for logs to take over.
 const takeoverTick = time.Second
@@ -202,7 +202,7 @@ func (n *Node) grace() time.Duration {
 	if n.cfg.TakeoverGrace > 0 {
 		return n.cfg.TakeoverGrace
 	}
-	return defaultTakeoverGrace
+	return DefaultTakeoverGrace
 }
 
 // takeOver takes logID over unless its record says it is done, or that a
