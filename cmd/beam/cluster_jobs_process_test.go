@@ -527,7 +527,7 @@ func TestClusterJobsHomeDownProcesses(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	opts := clusterOptions(t, 3)
+	opts := clusterOptions(t, 3, withoutTakeover()...)
 	for i := range opts {
 		opts[i].Env = append(opts[i].Env, clusterJobsEnv()...)
 	}

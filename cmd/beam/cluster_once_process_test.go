@@ -129,8 +129,8 @@ func TestClusterBusOnceProcesses(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	nodes := beamtest.StartAll(t, clusterOptions(t, 3, "--bus-retry-schedule", "200ms,500ms,1s",
-		"--bus-max-attempts", "500", "--bus-delivery-timeout", "20s", "--bus-tick-interval", "100ms")...)
+	nodes := beamtest.StartAll(t, clusterOptions(t, 3, withoutTakeover("--bus-retry-schedule", "200ms,500ms,1s",
+		"--bus-max-attempts", "500", "--bus-delivery-timeout", "20s", "--bus-tick-interval", "100ms")...)...)
 
 	r := newOnceRecipient()
 	rcpt := &clusterAgent{}

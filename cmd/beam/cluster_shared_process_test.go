@@ -23,7 +23,7 @@ func TestClusterProcesses(t *testing.T) {
 	t.Parallel()
 	peerDir := t.TempDir()
 	peerLine := showSelf(t, peerDir, clusterPeerDomain, freeAddr(t))
-	opts := clusterOptions(t, 3, "--peer", peerLine)
+	opts := clusterOptions(t, 3, withoutTakeover("--peer", peerLine)...)
 	for i := range opts {
 		opts[i].Env = append(opts[i].Env, clusterJobsEnv()...)
 	}
