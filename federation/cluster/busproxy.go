@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,15 +82,30 @@ type nodeCall struct {
 	ID        string                 `json:"jti"` // random; taken once
 	To        string                 `json:"to"`  // the receiving node's ID
 	Method    string                 `json:"method"`
-	Path      string                 `json:"path"`
-	Query     string                 `json:"query"`
-	Body      string                 `json:"body"` // hex SHA-256 of the body
+	Path      string                 `json:"path"`  // escaped, as the client sent it
+	Query     string                 `json:"query"` // raw
+	Body      string                 `json:"body"`  // hex SHA-256 of the body
 	Principal directory.BusPrincipal `json:"principal"`
 	Iat       int64                  `json:"iat"` // Unix seconds
 	Exp       int64                  `json:"exp"` // Unix seconds
 	// LastEventID is the client's Last-Event-ID (a forwarded event stream
 	// resumes after it).
 	LastEventID string `json:"lastEventId,omitempty"`
+
+	url *url.URL // Path and Query parsed (verifyCall)
+}
+
+// route is the call's route (meshRoute) as the answering node reads it.
+func (c nodeCall) route() meshKind {
+	if c.url == nil {
+		return meshLocal
+	}
+	return meshRoute(c.Method, c.url.Path)
+}
+
+// request rebuilds the client's request from the call and body (callRequest).
+func (c nodeCall) request(ctx context.Context, body []byte) (*http.Request, error) {
+	return callRequest(ctx, c.Method, c.Path, c.Query, body)
 }
 
 // callReply is the payload of the seal on a call's last answer chunk.
@@ -183,7 +199,7 @@ func (n *Node) onCall(ctx context.Context, m *nats.Msg) {
 	if err == nil && next == nil {
 		err = errors.New("this node serves no bus")
 	}
-	if err == nil && meshRoute(c.Method, c.Path) == meshEvents {
+	if err == nil && c.route() == meshEvents {
 		err = errors.New("an event stream is called on the stream subject")
 	}
 	if err != nil {
@@ -199,13 +215,9 @@ func (n *Node) onCall(ctx context.Context, m *nats.Msg) {
 	}
 	go func() {
 		defer func() { <-n.callSlots }()
-		u := c.Path
-		if c.Query != "" {
-			u += "?" + c.Query
-		}
 		rctx, cancel := context.WithTimeout(directory.WithBusPrincipal(ctx, c.Principal), forwardTimeout)
 		defer cancel()
-		r, err := http.NewRequestWithContext(rctx, c.Method, u, bytes.NewReader(m.Data))
+		r, err := c.request(rctx, m.Data)
 		if err != nil {
 			n.answerErr(m, from, c.ID, httpjson.New(http.StatusBadRequest, "INVALID_REQUEST", "bad call"))
 			return
@@ -269,10 +281,13 @@ func (n *Node) verifyCall(token string, body []byte, now time.Time) (string, nod
 	if err := json.Unmarshal(payload, &c); err != nil {
 		return from, c, fmt.Errorf("call from %s: %w", from, err)
 	}
+	if c.url, _, err = callURL(c.Path, c.Query); err != nil {
+		return from, c, fmt.Errorf("call from %s: %w", from, err)
+	}
 	switch {
 	case from == n.cfg.NodeID || c.To != n.cfg.NodeID:
 		return from, c, fmt.Errorf("call from %s is for node %s", from, c.To)
-	case !forwardable(c.Method, c.Path) || c.Body != digest(body):
+	case !forwardable(c.Method, c.url.Path) || c.Body != digest(body):
 		return from, c, fmt.Errorf("call from %s is for another request", from)
 	case c.Exp < now.Unix() || c.Exp > now.Add(2*callTTL).Unix():
 		return from, c, fmt.Errorf("call from %s expired or too far ahead", from)
@@ -314,7 +329,7 @@ func (n *Node) newCall(r *http.Request, node string, p directory.BusPrincipal, q
 		return nodeCall{}, "", fmt.Errorf("call to %s: %w", node, err)
 	}
 	now := time.Now()
-	c := nodeCall{ID: hex.EncodeToString(id), To: node, Method: r.Method, Path: r.URL.Path, Query: query,
+	c := nodeCall{ID: hex.EncodeToString(id), To: node, Method: r.Method, Path: r.URL.EscapedPath(), Query: query,
 		Body: digest(body), Principal: p, Iat: now.Unix(), Exp: now.Add(callTTL).Unix(),
 		LastEventID: r.Header.Get("Last-Event-ID")}
 	tok, err := n.seal(typNodeCall, c)

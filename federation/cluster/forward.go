@@ -238,27 +238,50 @@ func (n *Node) onJobsCall(ctx context.Context, m *nats.Msg) {
 }
 
 // request rebuilds the client's request from c, body and hdr as the home's
-// own listener would have read it: the path is a request URI's, so one
-// beginning "//" stays a path (a URL parser would take its first segment
-// for a host) and every node answers it as the home does.
+// own listener would have read it (callRequest).
 func (c jobsCall) request(ctx context.Context, body []byte, hdr http.Header) (*http.Request, error) {
-	uri := c.Path
-	if c.Query != "" {
-		uri += "?" + c.Query
-	}
-	u, err := url.ParseRequestURI(uri)
-	if err != nil {
-		return nil, fmt.Errorf("jobs call: request URI: %w", err)
-	}
-	r, err := http.NewRequestWithContext(ctx, c.Method, "/", bytes.NewReader(body))
+	r, err := callRequest(ctx, c.Method, c.Path, c.Query, body)
 	if err != nil {
 		return nil, fmt.Errorf("jobs call: %w", err)
 	}
-	r.URL, r.RequestURI, r.RemoteAddr, r.Header = u, uri, c.Remote, hdr
+	r.RemoteAddr, r.Header = c.Remote, hdr
 	if c.TLS {
 		r.TLS = &tls.ConnectionState{}
 	}
 	return r, nil
+}
+
+// callRequest rebuilds a forwarded request from the client's escaped path
+// and raw query as the answering node's own listener would have read
+// them: the path is a request URI's, so one beginning "//" stays a path (a
+// URL parser would take its first segment for a host), and an escaped "/",
+// "?" or "#" in it stays part of its segment; every node routes it as the
+// one that forwarded it.
+func callRequest(ctx context.Context, method, path, query string, body []byte) (*http.Request, error) {
+	u, uri, err := callURL(path, query)
+	if err != nil {
+		return nil, err
+	}
+	r, err := http.NewRequestWithContext(ctx, method, "/", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	r.URL, r.RequestURI = u, uri
+	return r, nil
+}
+
+// callURL parses a forwarded request's escaped path and raw query as a
+// request URI.
+func callURL(path, query string) (*url.URL, string, error) {
+	uri := path
+	if query != "" {
+		uri += "?" + query
+	}
+	u, err := url.ParseRequestURI(uri)
+	if err != nil || u.Path == "" || u.Path[0] != '/' {
+		return nil, "", fmt.Errorf("request URI %q: not an absolute path", uri)
+	}
+	return u, uri, nil
 }
 
 // answerProblem answers a call with e in the job bus's shape.

@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +95,52 @@ func TestNodeCallIsBoundToItsNodeAndRequest(t *testing.T) {
 	// A node does not take its own calls.
 	_, _, err = from.verifyCall(seal(from, good), body, time.Now())
 	require.Error(t, err)
+}
+
+// A forwarded bus or gateway request reaches the answering node's handler
+// with the path and query its client sent: an escaped "?" or "#" in a
+// segment stays in it (rebuilt from the decoded path, "a%3Fb" became path
+// "a" with a query "b"), both nodes route it alike, and a call whose path
+// is not an absolute request path is refused.
+func TestNodeCallIsServedWithTheClientsPath(t *testing.T) {
+	t.Parallel()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	from, to := sealNode(t, "n0", key), sealNode(t, "n1", key)
+	p := directory.BusPrincipal{Agent: "alice@acme.beam.directory", Via: directory.BusAuthAPIKey}
+	for _, target := range []string{
+		"/v1/beam/messages/a%3Fb",
+		"/v1/beam/messages/a%23b?x=%2F",
+		"/api/v1/mesh/e%3F1/cancel",
+		"/api/v1/mesh/e1/events?after=3",
+		"/v1/beam/poll?limit=1",
+	} {
+		method := http.MethodGet
+		if strings.HasSuffix(target, "/cancel") {
+			method = http.MethodPost
+		}
+		req := httptest.NewRequest(method, target, nil)
+		_, tok, err := from.newCall(req, "n1", p, req.URL.RawQuery, nil)
+		require.NoError(t, err)
+		_, c, err := to.verifyCall(tok, nil, time.Now())
+		require.NoError(t, err, target)
+		require.Equal(t, meshRoute(req.Method, req.URL.Path), c.route(), target)
+		r, err := c.request(context.Background(), nil)
+		require.NoError(t, err, target)
+		require.Equal(t, req.URL.Path, r.URL.Path, target)
+		require.Equal(t, req.URL.EscapedPath(), r.URL.EscapedPath(), target)
+		require.Equal(t, req.URL.RawQuery, r.URL.RawQuery, target)
+		require.Equal(t, req.RequestURI, r.RequestURI, target)
+		require.Empty(t, r.URL.Host, target)
+	}
+	for _, path := range []string{"v1/beam/poll", "//evil/v1/beam/poll", "/v1/beam/messages/%zz"} {
+		c := nodeCall{ID: "0123456789abcdef0123456789abcdef", To: "n1", Method: http.MethodGet, Path: path,
+			Body: digest(nil), Principal: p, Iat: time.Now().Unix(), Exp: time.Now().Add(callTTL).Unix()}
+		tok, err := from.seal(typNodeCall, c)
+		require.NoError(t, err)
+		_, _, err = to.verifyCall(tok, nil, time.Now())
+		require.Error(t, err, path)
+	}
 }
 
 // The call ledger remembers a call until its token expires, and no more

@@ -97,7 +97,7 @@ func (n *Node) onStream(ctx context.Context, m *nats.Msg) {
 	if err == nil && next == nil {
 		err = errors.New("this node serves no gateway")
 	}
-	if err == nil && meshRoute(c.Method, c.Path) != meshEvents {
+	if err == nil && c.route() != meshEvents {
 		err = errors.New("only an event stream is called on the stream subject")
 	}
 	sw := &streamWriter{n: n, reply: m.Reply, call: c.ID, to: from, header: http.Header{}}
@@ -119,11 +119,7 @@ func (n *Node) onStream(ctx context.Context, m *nats.Msg) {
 		sctx, stop := context.WithCancel(directory.WithBusPrincipal(ctx, c.Principal))
 		defer stop()
 		go n.pingCaller(sctx, stop, m.Reply)
-		u := c.Path
-		if c.Query != "" {
-			u += "?" + c.Query
-		}
-		r, err := http.NewRequestWithContext(sctx, c.Method, u, http.NoBody)
+		r, err := c.request(sctx, nil)
 		if err != nil {
 			sw.fail(httpjson.New(http.StatusBadRequest, "INVALID_REQUEST", "bad call"))
 			return
