@@ -392,7 +392,6 @@ func TestClusterKillProcesses(t *testing.T) {
 		return toMovedOK >= 5
 	}, 2*time.Minute, 20*time.Millisecond, "traffic to the moved agent continues")
 
-	time.Sleep(30 * time.Second) // TEMP: a slow machine
 	nodes[2].Restart()
 	require.Equal(t, http.StatusOK, agentStatus(t, ctx, nodes[2].URL(), lateID.BeamID))
 	stopLoad()
