@@ -27,6 +27,9 @@ import (
 // homeJobs is the key of the job bus's home.
 const homeJobs = "jobs"
 
+// homeNames are the keys of the homes bucket.
+var homeNames = []string{homeJobs}
+
 // typHomeEntry is the typ of a homes bucket entry.
 const typHomeEntry = "beam-cluster-home+jws"
 
@@ -229,7 +232,7 @@ func (n *Node) isHome(name string) bool {
 // moveHomesOf makes this node the home of every home whose entry names
 // logID, the log it just took over and imported.
 func (n *Node) moveHomesOf(ctx context.Context, logID string) {
-	for _, name := range []string{homeJobs} {
+	for _, name := range homeNames {
 		h, ok := n.homeEntry(name)
 		if !ok || h.Log != logID {
 			continue

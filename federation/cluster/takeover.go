@@ -170,8 +170,22 @@ func (n *Node) lookForLost(ctx context.Context) error {
 	var lost []string
 	now := time.Now()
 	tk := &n.take
+	candidates := map[string]bool{}
 	for subj := range info.State.Subjects {
-		id := strings.TrimPrefix(subj, n.logPrefix())
+		candidates[strings.TrimPrefix(subj, n.logPrefix())] = true
+	}
+	// A home's log is one too: a node that never shipped a batch (it
+	// served nothing yet, or came back with a new data directory) has no
+	// subject, and its homes must still move when it is gone.
+	for _, name := range homeNames {
+		if h, ok := n.homeEntry(name); ok && h.Log != "" && !candidates[h.Log] {
+			candidates[h.Log] = true
+			if _, ok := tk.owner[h.Log]; !ok {
+				tk.owner[h.Log] = h.Node
+			}
+		}
+	}
+	for id := range candidates {
 		if id == n.cfg.Log.ID() || tk.done[id] || !logIDPattern.MatchString(id) {
 			continue
 		}

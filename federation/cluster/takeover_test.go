@@ -138,7 +138,7 @@ func (tn *testNode) crash() {
 // newLogNode makes a node of the cluster served by s with log lg; Start
 // is the caller's.
 func newLogNode(t *testing.T, s *server.Server, id string, lg *batchLog,
-	adopt func(context.Context, string, string) (map[string]int, error)) *testNode {
+	adopt func(context.Context, string, string) (map[string]int, error), opts ...func(*Config)) *testNode {
 	t.Helper()
 	ctx := context.Background()
 	tl, err := tracing.Open(ctx, tracing.Config{Path: filepath.Join(t.TempDir(), "beam.db"), Synchronous: "NORMAL"})
@@ -146,8 +146,12 @@ func newLogNode(t *testing.T, s *server.Server, id string, lg *batchLog,
 	t.Cleanup(func() { _ = tl.Close() })
 	reg, err := registry.Open(ctx, tl, registry.Config{DefaultPolicy: registry.PolicyAllow})
 	require.NoError(t, err)
-	n, err := New(Config{Domain: testDomain, NodeID: id, Replicas: 1, Registry: reg, Key: testClusterKey,
-		Log: lg, Adopt: adopt, TakeoverGrace: 500 * time.Millisecond, Logger: beamtest.Logger(t)})
+	cfg := Config{Domain: testDomain, NodeID: id, Replicas: 1, Registry: reg, Key: testClusterKey,
+		Log: lg, Adopt: adopt, TakeoverGrace: 500 * time.Millisecond, Logger: beamtest.Logger(t)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := New(cfg)
 	require.NoError(t, err)
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
@@ -160,9 +164,9 @@ func newLogNode(t *testing.T, s *server.Server, id string, lg *batchLog,
 
 // startLogNode is newLogNode, started.
 func startLogNode(t *testing.T, s *server.Server, id string, lg *batchLog,
-	adopt func(context.Context, string, string) (map[string]int, error)) *testNode {
+	adopt func(context.Context, string, string) (map[string]int, error), opts ...func(*Config)) *testNode {
 	t.Helper()
-	tn := newLogNode(t, s, id, lg, adopt)
+	tn := newLogNode(t, s, id, lg, adopt, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, tn.Start(ctx, tn.nc))
@@ -374,6 +378,34 @@ func TestTakeoverAfterTheNodeExpires(t *testing.T) {
 	again := newLogNode(t, s, "a", a.log, nil)
 	require.ErrorIs(t, again.Start(ctx, again.nc), ErrFenced, "a taken-over log served again")
 	require.Equal(t, []string{"b:logA@a"}, ad.list())
+}
+
+// TestIdleHomeIsTakenOver: the job bus's home dies before its log shipped a
+// batch (it had served nothing yet); its log has no subject in the stream,
+// yet a survivor takes it over and the home moves, so the job bus does not
+// answer 503 on every node until the dead node returns.
+func TestIdleHomeIsTakenOver(t *testing.T) {
+	t.Parallel()
+	s, js := jetStreamServer(t)
+	jobBus := func(c *Config) { c.JobBus, c.LogID = true, c.Log.ID() }
+	var ad adoptions
+	a := startLogNode(t, s, "a", newBatchLog("logA"), ad.adopt("a"), jobBus)
+	b := startLogNode(t, s, "b", newBatchLog("logB"), ad.adopt("b"), jobBus)
+	home, ok := b.home(homeJobs)
+	require.True(t, ok)
+	require.Equal(t, "a", home)
+	require.Empty(t, logMessages(t, js, "logA"), "a shipped nothing")
+	a.crash()
+
+	rec := waitDone(t, b, "logA", 30*time.Second)
+	require.Equal(t, "a", rec.Node)
+	require.Equal(t, 0, rec.Batches)
+	require.Equal(t, []string{"b:logA@a"}, ad.list())
+	require.Eventually(t, func() bool { return b.isHome(homeJobs) }, 10*time.Second, 50*time.Millisecond,
+		"the home moved to the taker")
+	msgs := logMessages(t, js, "logA")
+	require.Len(t, msgs, 1)
+	require.NoError(t, b.openFence("logA", msgs[0].Header), "the empty log is fenced")
 }
 
 // TestTwoSurvivorsTakeOverOnce: when a node leaves, the two survivors race
