@@ -105,7 +105,10 @@ func (n *Node) startHomes(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Under the lock: the log watch (takeover.go) already reads the homes.
+	n.homes.mu.Lock()
 	n.homes.kv, n.homes.cur = kv, map[string]homeView{}
+	n.homes.mu.Unlock()
 	if n.cfg.JobBus {
 		tok, err := n.seal(typHomeEntry, n.homeFor(homeJobs, n.cfg.NodeID))
 		if err != nil {
