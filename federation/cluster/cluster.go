@@ -213,7 +213,7 @@ func New(cfg Config) (*Node, error) {
 		callSlots: make(chan struct{}, maxCallsServed), jobsSlots: make(chan struct{}, maxJobsServed), started: time.Now()}
 	if cfg.Log != nil {
 		n.ship.fenced = make(chan struct{})
-		n.take.gone, n.take.done, n.take.owner = map[string]time.Time{}, map[string]bool{}, map[string]string{}
+		n.take.gone, n.take.done, n.take.mine, n.take.owner = map[string]time.Time{}, map[string]bool{}, map[string]bool{}, map[string]string{}
 		if n.take.count, n.take.duration, err = newTakeoverMetrics(cfg.Registerer); err != nil {
 			return nil, err
 		}

@@ -71,6 +71,7 @@ type takeovers struct {
 	// Only the watcher goroutine uses what follows.
 	gone  map[string]time.Time // log ID → when it was first seen without a live node
 	done  map[string]bool      // log IDs whose takeover is done
+	mine  map[string]bool      // log IDs this node took over (their homes are its to move)
 	owner map[string]string    // log ID → the node last seen announcing it
 
 	count    *prometheus.CounterVec
@@ -202,6 +203,12 @@ func (n *Node) lookForLost(ctx context.Context) error {
 			lost = append(lost, id)
 		}
 	}
+	// A home this node's takeover should have moved (the move failed: the
+	// bucket was unavailable) is moved now; the takeover is done and is
+	// not looked at again.
+	for id := range tk.mine {
+		n.moveHomesOf(ctx, id)
+	}
 	sort.Strings(lost)
 	for _, id := range lost {
 		if err := n.takeOver(ctx, id, live); err != nil {
@@ -240,6 +247,8 @@ func (n *Node) takeOver(ctx context.Context, logID string, live map[string]bool)
 		Started: time.Now().UTC(), State: takeoverImporting}
 	if rec != nil && rec.TakerLog == self {
 		mine = *rec // this node's own, left unfinished: do it again
+	} else if rec != nil && mine.Node == "" {
+		mine.Node = rec.Node // a lost taker's: the node it named (an empty log names none itself)
 	}
 	tok, err := n.seal(typTakeover, mine)
 	if err != nil {
@@ -344,7 +353,7 @@ func (n *Node) runTakeover(ctx context.Context, rec takeoverRecord, rev uint64) 
 	if _, err := n.take.kv.Update(ctx, takeoverKey(logID), []byte(tok), rev); err != nil {
 		return fmt.Errorf("cluster: mark the takeover of %s done: %w", logID, err)
 	}
-	n.take.done[logID] = true
+	n.take.done[logID], n.take.mine[logID] = true, true
 	delete(n.take.gone, logID)
 	delete(n.take.owner, logID)
 	n.take.count.WithLabelValues("done").Inc()

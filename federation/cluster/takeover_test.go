@@ -406,6 +406,26 @@ func TestIdleHomeIsTakenOver(t *testing.T) {
 	msgs := logMessages(t, js, "logA")
 	require.Len(t, msgs, 1)
 	require.NoError(t, b.openFence("logA", msgs[0].Header), "the empty log is fenced")
+
+	// Had the move failed (the bucket unavailable), the home would still
+	// name the lost log once the takeover is done: the taker moves it on a
+	// later tick.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tok, err := a.seal(typHomeEntry, a.homeFor(homeJobs, "a"))
+	require.NoError(t, err)
+	e, err := b.homes.kv.Get(ctx, homeJobs)
+	require.NoError(t, err)
+	stale, err := b.homes.kv.Update(ctx, homeJobs, []byte(tok), e.Revision())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := b.homes.kv.Get(ctx, homeJobs)
+		if err != nil || e.Revision() <= stale {
+			return false
+		}
+		h, err := b.homeOf(e)
+		return err == nil && h.Node == "b" && h.Log == "logB"
+	}, 10*time.Second, 50*time.Millisecond, "the taker moved the home it had taken over")
 }
 
 // TestTwoSurvivorsTakeOverOnce: when a node leaves, the two survivors race
