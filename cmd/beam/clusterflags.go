@@ -26,7 +26,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "cluster-listen", "", "route listener HOST:PORT of the embedded NATS server, which the other nodes' --cluster-routes name")
 	fs.StringVar(&c.routes, "cluster-routes", "", "the other nodes' route URLs, comma-separated: nats-route://HOST:PORT,…")
 	fs.IntVar(&c.replicas, "cluster-replicas", 0, "replicas of the cluster's JetStream streams (default min(3, nodes))")
-	fs.DurationVar(&c.grace, "cluster-takeover-grace", cluster.DefaultTakeoverGrace, "how long a node must be gone, past its entry's expiry (about 10 s), before a survivor takes over its log and unfinished work; a node back sooner resumes its own")
+	fs.DurationVar(&c.grace, "cluster-takeover-grace", cluster.DefaultTakeoverGrace, "how long a node must be gone, past the end of its cluster entry (about 10 s after a crash, at once after a clean stop), before a survivor takes over its log and unfinished work; a node back sooner resumes its own (make it longer than a restart takes for rolling upgrades)")
 }
 
 // config returns the directory's cluster configuration, off without
