@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,9 +19,14 @@ type clusterFlags struct {
 	routes   string
 	replicas int
 	grace    time.Duration
+	fs       *flag.FlagSet // the flags were registered on
 }
 
+// needCluster are the flags that mean nothing without --cluster.
+var needCluster = []string{"node-id", "cluster-listen", "cluster-routes", "cluster-replicas", "cluster-takeover-grace"}
+
 func (c *clusterFlags) register(fs *flag.FlagSet) {
+	c.fs = fs
 	fs.BoolVar(&c.on, "cluster", false, "serve --domain as one node of a cluster joined through NATS (embedded servers clustered with routes, or --nats-url); needs --domain and, with embedded servers, the route credentials `beam cluster init` writes into the data directory")
 	fs.StringVar(&c.nodeID, "node-id", "", "this node's name in the cluster (a-z, 0-9, '-'); default: generated once and kept in the data directory")
 	fs.StringVar(&c.listen, "cluster-listen", "", "route listener HOST:PORT of the embedded NATS server, which the other nodes' --cluster-routes name")
@@ -33,8 +39,14 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 // --cluster.
 func (c *clusterFlags) config() (beam.Cluster, error) {
 	if !c.on {
-		if c.nodeID != "" || c.listen != "" || c.routes != "" || c.replicas != 0 || c.grace != cluster.DefaultTakeoverGrace {
-			return beam.Cluster{}, fmt.Errorf("--node-id, --cluster-listen, --cluster-routes, --cluster-replicas and --cluster-takeover-grace need --cluster")
+		var set []string
+		c.fs.Visit(func(f *flag.Flag) {
+			if slices.Contains(needCluster, f.Name) {
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return beam.Cluster{}, fmt.Errorf("%s: only with --cluster", strings.Join(set, ", "))
 		}
 		return beam.Cluster{}, nil
 	}

@@ -123,13 +123,15 @@ func otherValue(t *testing.T, fl *flag.Flag) string {
 }
 
 // TestClusterFlagsAreRefusedWithoutCluster: a cluster flag given without
-// --cluster, or a takeover grace too short to tell a restart from a loss,
-// is an error, not a setting silently dropped.
+// --cluster (even at its default value), or a takeover grace too short to
+// tell a restart from a loss, is an error, not a setting silently dropped.
 func TestClusterFlagsAreRefusedWithoutCluster(t *testing.T) {
 	for _, args := range [][]string{
 		{"--node-id=n1"},
 		{"--cluster-replicas=3"},
 		{"--cluster-takeover-grace=1m"},
+		{"--cluster-takeover-grace=5s"},
+		{"--cluster-replicas=0"},
 		{"--cluster", "--cluster-takeover-grace=500ms"},
 	} {
 		var c clusterFlags
