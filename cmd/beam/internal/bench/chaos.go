@@ -391,18 +391,11 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		delays[i] = time.Duration(rng.IntN(500)) * time.Millisecond
 	}
 
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	began := time.Now()
-	var wg sync.WaitGroup
-	r.startLoad(ctx, loadCtx, &wg, fl, rng)
-
 	// The job workers claim and fulfil (or fail) until the load has
 	// settled.
-	workCtx, stopWork := context.WithCancel(ctx)
-	defer stopWork()
-	var workers sync.WaitGroup
-	r.startWorkers(workCtx, &workers)
+	tr := r.startTraffic(ctx, fl, rng)
+	defer tr.cancel()
+	began := tr.began
 
 	// The killer runs on this goroutine.
 	var runErr error
@@ -435,8 +428,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		}
 		t.Stop()
 	}
-	stopLoad()
-	wg.Wait()
+	tr.endLoad()
 	rep.DurationS = round3(time.Since(began).Seconds())
 	if runErr != nil {
 		return nil, fmt.Errorf("chaos: %w", runErr)
@@ -451,8 +443,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	settleStart := time.Now()
 	rep.Settled = r.settle(ctx, senders)
 	rep.SettleS = round3(time.Since(settleStart).Seconds())
-	stopWork()
-	workers.Wait()
+	tr.endWork()
 
 	fl.close()
 	r.srvMu.Lock()
@@ -519,6 +510,34 @@ func (r *chaosRun) newFleet(ctx context.Context, org string) (*chaosFleet, error
 	}
 	return f, nil
 }
+
+// chaosTraffic is a chaos run's load and job workers, started together.
+type chaosTraffic struct {
+	began              time.Time
+	stopLoad, stopWork context.CancelFunc
+	load, workers      sync.WaitGroup
+}
+
+// startTraffic starts the load of fleet f (paced from rng) and the job
+// workers; the caller defers cancel.
+func (r *chaosRun) startTraffic(ctx context.Context, f *chaosFleet, rng *mrand.Rand) *chaosTraffic {
+	tr := &chaosTraffic{began: time.Now()}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	workCtx, stopWork := context.WithCancel(ctx)
+	tr.stopLoad, tr.stopWork = stopLoad, stopWork
+	r.startLoad(ctx, loadCtx, &tr.load, f, rng)
+	r.startWorkers(workCtx, &tr.workers)
+	return tr
+}
+
+// endLoad stops the load and waits for its workers to return.
+func (tr *chaosTraffic) endLoad() { tr.stopLoad(); tr.load.Wait() }
+
+// endWork stops the job workers and waits for them to return.
+func (tr *chaosTraffic) endWork() { tr.stopWork(); tr.workers.Wait() }
+
+// cancel stops both without waiting.
+func (tr *chaosTraffic) cancel() { tr.stopLoad(); tr.stopWork() }
 
 // startLoad starts, on wg, the load workers (until loadCtx ends) and the
 // late agents' connects, each at a time drawn from rng in 20–70 % of the

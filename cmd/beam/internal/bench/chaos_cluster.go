@@ -311,15 +311,9 @@ func RunClusterChaos(ctx context.Context, cfg ClusterChaosConfig) (*ClusterChaos
 	}
 
 	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x6368616f73))
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	began := time.Now()
-	var wg sync.WaitGroup
-	r.startLoad(ctx, loadCtx, &wg, fl, rng)
-	workCtx, stopWork := context.WithCancel(ctx)
-	defer stopWork()
-	var workers sync.WaitGroup
-	r.startWorkers(workCtx, &workers)
+	tr := r.startTraffic(ctx, fl, rng)
+	defer tr.cancel()
+	began := tr.began
 
 	// The killer runs beside the load, which stops after Duration even
 	// while the node is still down.
@@ -343,8 +337,7 @@ func RunClusterChaos(ctx context.Context, cfg ClusterChaosConfig) (*ClusterChaos
 	if !pause(ctx, time.Until(began.Add(cfg.Duration))) {
 		runErr = ctx.Err()
 	}
-	stopLoad()
-	wg.Wait()
+	tr.endLoad()
 	rep.DurationS = round3(time.Since(began).Seconds())
 	if err := <-killed; runErr == nil {
 		runErr = err
@@ -374,8 +367,7 @@ func RunClusterChaos(ctx context.Context, cfg ClusterChaosConfig) (*ClusterChaos
 	}
 	rep.Settled = rec.settled()
 	rep.SettleS = round3(time.Since(settleStart).Seconds())
-	stopWork()
-	workers.Wait()
+	tr.endWork()
 	rec = r.records(ctx, byID, true)
 
 	r.count(rep.ChaosReport)
